@@ -1,0 +1,108 @@
+"""OpenAI-shaped errors.
+
+Every failure a client can see is a :class:`GatewayError`; the HTTP layer renders it as
+``{"error": {"message", "type", "param", "code"}}`` with its status. Raising these anywhere
+(request validation, store, backends) keeps a traceback from ever reaching a client.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GatewayError(Exception):
+    """An error with the status, type, param and code OpenAI would send."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def __repr__(self) -> str:
+        return f"GatewayError({self.status}, {self.message!r}, param={self.param!r})"
+
+
+def invalid_request(
+    message: str, param: str | None = None, code: str | None = None
+) -> GatewayError:
+    return GatewayError(400, message, param=param, code=code)
+
+
+def not_found(message: str, param: str | None = None, code: str | None = None) -> GatewayError:
+    return GatewayError(404, message, param=param, code=code)
+
+
+# OpenAI's error `type` for each HTTP status it uses.
+_TYPE_BY_STATUS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    408: "timeout_error",
+    409: "invalid_request_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "requests",
+}
+
+
+def error_type_for_status(status: int) -> str:
+    if status in _TYPE_BY_STATUS:
+        return _TYPE_BY_STATUS[status]
+    return "server_error" if status >= 500 else "invalid_request_error"
+
+
+class UpstreamError(GatewayError):
+    """The backend refused or broke. ``before_output`` tells whether a retry is still safe.
+
+    Before the first chunk it becomes an HTTP error with the upstream's status; after output has
+    started the pipeline ends the response as ``failed`` with ``code`` and ``message``.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str | None = None,
+        code: str | None = None,
+        param: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        if type is None:
+            type = error_type_for_status(status)
+        if code is None:
+            code = default_code_for_status(status)
+        super().__init__(status, message, type=type, param=param, code=code)
+        self.retry_after = retry_after
+
+
+def default_code_for_status(status: int) -> str | None:
+    if status == 429:
+        return "rate_limit_exceeded"
+    if status >= 500:
+        return "server_error"
+    return None

@@ -1,0 +1,1 @@
+"""Translation between the Responses API and Chat Completions, in both directions."""

@@ -1,0 +1,86 @@
+"""The Response object: every field the Responses API defines, echoing the request.
+
+Built once per response; the stream translator then mutates this one dict (status, output,
+usage, error) so the created/terminal events, the non-stream answer and the stored record are
+the same object at different moments.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Field order and defaults as OpenAI sends them (see tests/fixtures/responses-streams).
+_DEFAULTS: tuple[tuple[str, Any], ...] = (
+    ("background", False),
+    ("completed_at", None),
+    ("error", None),
+    ("frequency_penalty", 0.0),
+    ("incomplete_details", None),
+    ("instructions", None),
+    ("max_output_tokens", None),
+    ("max_tool_calls", None),
+    ("model", ""),
+    ("output", None),
+    ("parallel_tool_calls", True),
+    ("presence_penalty", 0.0),
+    ("previous_response_id", None),
+    ("prompt_cache_key", None),
+    ("prompt_cache_retention", None),
+    ("reasoning", None),
+    ("safety_identifier", None),
+    ("service_tier", "default"),
+    ("store", True),
+    ("temperature", 1.0),
+    ("text", None),
+    ("tool_choice", "auto"),
+    ("tools", None),
+    ("top_logprobs", 0),
+    ("top_p", 1.0),
+    ("truncation", "disabled"),
+    ("usage", None),
+    ("user", None),
+    ("metadata", None),
+)
+
+
+def new_response(
+    echo: dict[str, Any], *, response_id: str, created_at: int, status: str = "in_progress"
+) -> dict[str, Any]:
+    """A fresh Response object; ``echo`` holds the request fields the response repeats."""
+    response: dict[str, Any] = {
+        "id": response_id,
+        "object": "response",
+        "created_at": created_at,
+        "status": status,
+    }
+    for key, default in _DEFAULTS:
+        value = echo.get(key, default)
+        response[key] = default if value is None and default is not None else value
+    response["output"] = []
+    if response["tools"] is None:
+        response["tools"] = []
+    if response["metadata"] is None:
+        response["metadata"] = {}
+    if response["text"] is None:
+        response["text"] = {"format": {"type": "text"}, "verbosity": "medium"}
+    if response["reasoning"] is None:
+        response["reasoning"] = {"effort": None, "summary": None}
+    return response
+
+
+def usage_from_chat(usage: dict[str, Any]) -> dict[str, Any]:
+    """Chat ``usage`` → Responses ``usage`` (cached and reasoning tokens included)."""
+    prompt = usage.get("prompt_tokens") or 0
+    completion = usage.get("completion_tokens") or 0
+    total = usage.get("total_tokens") or prompt + completion
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": prompt_details.get("cached_tokens") or 0},
+        "output_tokens": completion,
+        "output_tokens_details": {
+            "reasoning_tokens": completion_details.get("reasoning_tokens") or 0
+        },
+        "total_tokens": total,
+    }

@@ -1,0 +1,708 @@
+"""The one state machine: chat completion chunks in, Responses events out.
+
+The Response object being built is the single source of truth (after openai-python's stream
+accumulator, run in reverse): every event records one mutation of it, and the terminal event
+carries that same object. Streaming and non-streaming share this code: a ``chat.completion``
+is fed as one chunk whose ``message`` plays the part of ``delta``.
+
+Rules kept here, for every provider's quirks:
+- exactly one item is open at a time; starting a new one closes the open one, so events of
+  different items never interleave and ``output_index`` is dense, in start order;
+- reasoning (``reasoning_content``, ``reasoning``, ``reasoning_details``, thinking parts of a
+  content array) becomes a ``reasoning`` item, text a ``message`` item, ``refusal`` a refusal
+  part of the message, each tool call a ``function_call`` item, added once its name is known;
+- the terminal event is emitted once, by :meth:`finish` or :meth:`fail`; nothing follows it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from responses_gateway import ids
+from responses_gateway.translate.response_object import usage_from_chat
+
+Event = dict[str, Any]
+
+_NONE, _REASONING, _TEXT, _REFUSAL, _CALL = range(5)
+
+_INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
+
+@dataclass(slots=True)
+class TranslateOptions:
+    """What the request asked of the output (fixed for the whole response)."""
+
+    summary: bool = False  # reasoning.summary set: reasoning as summary parts (Codex, AI SDK)
+    logprobs: bool = False  # include "message.output_text.logprobs"
+    encrypted_reasoning: bool = False  # include "reasoning.encrypted_content"
+    seal: Callable[[dict[str, Any]], str] | None = None  # tenant-bound sealer for reasoning
+
+
+class _Call:
+    __slots__ = ("args", "call_id", "item", "name", "output_index", "state")
+
+    def __init__(self, call_id: str) -> None:
+        self.call_id = call_id
+        self.name = ""
+        self.args: list[str] = []
+        self.item: dict[str, Any] | None = None
+        self.output_index = -1
+        self.state = 0  # 0 pending (no name yet), 1 open, 2 closed
+
+
+class ResponseTranslator:
+    """Feed chunks, collect events. ``response`` is the live snapshot."""
+
+    __slots__ = (
+        "_call",
+        "_calls_by_id",
+        "_calls_by_index",
+        "_content_index",
+        "_details",
+        "_finish_reason",
+        "_item",
+        "_item_id",
+        "_kind",
+        "_logprobs",
+        "_output_index",
+        "_pieces",
+        "_seq",
+        "_usage",
+        "done",
+        "options",
+        "response",
+        "sealed_reasoning",
+    )
+
+    def __init__(self, response: dict[str, Any], options: TranslateOptions | None = None) -> None:
+        self.response = response
+        self.options = options or TranslateOptions()
+        self.done = False
+        #: item id -> sealed reasoning blob, kept even when the client did not ask to see it,
+        #: so a stored chain can send signatures back upstream.
+        self.sealed_reasoning: dict[str, str] = {}
+        self._seq = 0
+        self._kind = _NONE
+        self._item: dict[str, Any] | None = None
+        self._item_id = ""
+        self._output_index = -1
+        self._content_index = -1
+        self._pieces: list[str] = []
+        self._logprobs: list[Any] = []
+        self._details: list[dict[str, Any]] = []
+        self._call: _Call | None = None
+        self._calls_by_index: dict[int, _Call] = {}
+        self._calls_by_id: dict[str, _Call] = {}
+        self._finish_reason: str | None = None
+        self._usage: dict[str, Any] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def sequence_number(self) -> int:
+        """The sequence number the next event will get."""
+        return self._seq
+
+    def start(self) -> list[Event]:
+        """``response.created`` and ``response.in_progress``: sent before upstream answers."""
+        status = self.response["status"]
+        events = [self._snapshot_event("response.created")]
+        if status == "queued":
+            events.append(self._snapshot_event("response.queued"))
+            self.response["status"] = "in_progress"
+        events.append(self._snapshot_event("response.in_progress"))
+        return events
+
+    def feed(self, chunk: dict[str, Any]) -> list[Event]:
+        """Apply one chat.completion.chunk (or a whole chat.completion)."""
+        out: list[Event] = []
+        if self.done:
+            return out
+        error = chunk.get("error")
+        if error is not None:
+            return self._fail_from_upstream(error)
+        choices = chunk.get("choices")
+        if choices:
+            choice = choices[0]
+            if choice.get("index", 0) != 0:
+                choice = next((c for c in choices if c.get("index", 0) == 0), None)
+            if choice is not None:
+                delta = choice.get("delta") or choice.get("message")
+                if delta:
+                    try:
+                        self._apply_delta(delta, choice, out)
+                    except TranslationError as exc:
+                        out.extend(self.fail("upstream_protocol_error", str(exc)))
+                        return out
+                reason = choice.get("finish_reason")
+                if reason:
+                    self._finish_reason = reason
+        usage = chunk.get("usage")
+        if usage:
+            self._usage = usage
+        return out
+
+    def finish(self) -> list[Event]:
+        """The upstream ended cleanly: close what is open and emit the terminal event."""
+        if self.done:
+            return []
+        out: list[Event] = []
+        reason = _INCOMPLETE_REASONS.get(self._finish_reason or "")
+        self._close(out, "incomplete" if reason else "completed")
+        self._close_pending_calls(out)
+        response = self.response
+        if self._usage is not None:
+            response["usage"] = usage_from_chat(self._usage)
+        if reason:
+            response["status"] = "incomplete"
+            response["incomplete_details"] = {"reason": reason}
+            out.append(self._terminal("response.incomplete"))
+        else:
+            response["status"] = "completed"
+            response["completed_at"] = int(time.time())
+            out.append(self._terminal("response.completed"))
+        return out
+
+    def fail(self, code: str, message: str) -> list[Event]:
+        """The upstream broke: close open items, keep the partial output, emit ``failed``."""
+        if self.done:
+            return []
+        out: list[Event] = []
+        self._close(out, "incomplete")
+        self._close_pending_calls(out)
+        response = self.response
+        if self._usage is not None:
+            response["usage"] = usage_from_chat(self._usage)
+        response["status"] = "failed"
+        response["error"] = {"code": code, "message": message}
+        out.append(self._terminal("response.failed"))
+        return out
+
+    def cancel(self) -> None:
+        """Stop without a terminal event (the response was cancelled elsewhere)."""
+        self._close([], "incomplete")
+        self.response["status"] = "cancelled"
+        self.done = True
+
+    # -- chunk handling --------------------------------------------------------------------
+
+    def _apply_delta(self, delta: dict[str, Any], choice: dict[str, Any], out: list[Event]) -> None:
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        details = delta.get("reasoning_details")
+        if details:
+            self._reasoning_details(details, not reasoning, out)
+        if reasoning and isinstance(reasoning, str):
+            self._reasoning(reasoning, out)
+        content = delta.get("content")
+        if content:
+            if content.__class__ is str:
+                logprobs = None
+                if self.options.logprobs:
+                    lp = choice.get("logprobs")
+                    logprobs = lp.get("content") if lp else None
+                self._text(content, logprobs, out)
+            elif isinstance(content, list):
+                self._content_parts(content, out)
+        refusal = delta.get("refusal")
+        if refusal:
+            self._refusal(refusal, out)
+        tool_calls = delta.get("tool_calls")
+        if tool_calls:
+            for tool_call in tool_calls:
+                self._tool_call(tool_call, out)
+
+    def _content_parts(self, parts: list[Any], out: list[Event]) -> None:
+        """Content as an array of typed parts (Mistral magistral: thinking, then text)."""
+        for part in parts:
+            if isinstance(part, str):
+                self._text(part, None, out)
+                continue
+            kind = part.get("type")
+            if kind == "text":
+                if part.get("text"):
+                    self._text(part["text"], None, out)
+            elif kind in ("thinking", "reasoning"):
+                thinking = part.get("thinking") or part.get("text") or part.get("reasoning")
+                if isinstance(thinking, str):
+                    if thinking:
+                        self._reasoning(thinking, out)
+                elif isinstance(thinking, list):
+                    for sub in thinking:
+                        text = sub.get("text") if isinstance(sub, dict) else sub
+                        if text:
+                            self._reasoning(text, out)
+                signature = part.get("signature")
+                if signature:
+                    self._open_reasoning(out)
+                    self._details.append({"type": "reasoning.text", "signature": signature})
+
+    def _text(self, text: str, logprobs: list[Any] | None, out: list[Event]) -> None:
+        if self._kind != _TEXT:
+            self._open_message_part(_TEXT, out)
+        self._pieces.append(text)
+        if logprobs:
+            self._logprobs.extend(logprobs)
+        else:
+            logprobs = []
+        self._seq += 1
+        out.append(
+            {
+                "type": "response.output_text.delta",
+                "item_id": self._item_id,
+                "output_index": self._output_index,
+                "content_index": self._content_index,
+                "delta": text,
+                "logprobs": logprobs,
+                "sequence_number": self._seq - 1,
+            }
+        )
+
+    def _refusal(self, text: str, out: list[Event]) -> None:
+        if self._kind != _REFUSAL:
+            self._open_message_part(_REFUSAL, out)
+        self._pieces.append(text)
+        self._seq += 1
+        out.append(
+            {
+                "type": "response.refusal.delta",
+                "item_id": self._item_id,
+                "output_index": self._output_index,
+                "content_index": self._content_index,
+                "delta": text,
+                "sequence_number": self._seq - 1,
+            }
+        )
+
+    def _reasoning(self, text: str, out: list[Event]) -> None:
+        if self._kind != _REASONING:
+            self._open_reasoning(out)
+        if not self._pieces and self._content_index < 0:
+            self._open_reasoning_part(out)
+        self._pieces.append(text)
+        self._seq += 1
+        if self.options.summary:
+            out.append(
+                {
+                    "type": "response.reasoning_summary_text.delta",
+                    "item_id": self._item_id,
+                    "output_index": self._output_index,
+                    "summary_index": self._content_index,
+                    "delta": text,
+                    "sequence_number": self._seq - 1,
+                }
+            )
+        else:
+            out.append(
+                {
+                    "type": "response.reasoning_text.delta",
+                    "item_id": self._item_id,
+                    "output_index": self._output_index,
+                    "content_index": self._content_index,
+                    "delta": text,
+                    "sequence_number": self._seq - 1,
+                }
+            )
+
+    def _reasoning_details(
+        self, details: list[dict[str, Any]], take_text: bool, out: list[Event]
+    ) -> None:
+        """OpenRouter-style ``reasoning_details``: keep signatures and encrypted blobs.
+
+        Their text duplicates ``reasoning``/``reasoning_content`` when those are present, so it
+        is used only when the delta carries no plain reasoning string.
+        """
+        for detail in details:
+            kind = detail.get("type")
+            if kind == "reasoning.text" or kind == "reasoning.summary":
+                text = detail.get("text") or detail.get("summary")
+                if take_text and text:
+                    self._reasoning(text, out)
+                signature = detail.get("signature")
+                if signature:
+                    if self._kind != _REASONING:
+                        self._open_reasoning(out)
+                    self._details.append(
+                        {"type": "reasoning.text", "signature": signature, **_format_of(detail)}
+                    )
+            elif kind == "reasoning.encrypted" and detail.get("data"):
+                if self._kind != _REASONING:
+                    self._open_reasoning(out)
+                self._details.append(
+                    {"type": "reasoning.encrypted", "data": detail["data"], **_format_of(detail)}
+                )
+
+    def _tool_call(self, tool_call: dict[str, Any], out: list[Event]) -> None:
+        index = tool_call.get("index")
+        upstream_id = tool_call.get("id") or ""
+        call: _Call | None = None
+        if index is not None:
+            call = self._calls_by_index.get(index)
+            if call is not None and upstream_id and upstream_id != call.call_id:
+                call = None  # a new call reusing the index (some providers send 0 every time)
+        if call is None and upstream_id:
+            call = self._calls_by_id.get(upstream_id)
+        if call is None and index is None and not upstream_id:
+            call = self._call
+        function = tool_call.get("function") or {}
+        name = function.get("name")
+        arguments = function.get("arguments")
+        if call is None:
+            if not name and not arguments and not upstream_id:
+                return  # an empty trailing fragment for nothing we know
+            call = _Call(upstream_id or ids.new_id(ids.CALL))
+            if index is not None:
+                self._calls_by_index[index] = call
+            if upstream_id:
+                self._calls_by_id[upstream_id] = call
+        if call.state == 2:
+            if arguments:
+                raise TranslationError(
+                    f"arguments for tool call {call.call_id!r} arrived after it was closed"
+                )
+            return
+        if name and not call.name:
+            call.name = name
+        if call.state == 0:
+            if arguments:
+                call.args.append(arguments)
+            if call.name:
+                self._open_call(call, out)
+            return
+        if self._call is not call:
+            # Fragments of an open call always belong to the open item; an open call that
+            # is not current cannot exist because opening one closes the other.
+            raise TranslationError(f"tool call {call.call_id!r} is not the open item")
+        if arguments:
+            call.args.append(arguments)
+            self._seq += 1
+            out.append(
+                {
+                    "type": "response.function_call_arguments.delta",
+                    "item_id": self._item_id,
+                    "output_index": self._output_index,
+                    "delta": arguments,
+                    "sequence_number": self._seq - 1,
+                }
+            )
+
+    # -- opening and closing items -----------------------------------------------------------
+
+    def _add_item(self, item: dict[str, Any], out: list[Event]) -> None:
+        output = self.response["output"]
+        self._output_index = len(output)
+        output.append(item)
+        self._item = item
+        self._item_id = item["id"]
+        self._pieces = []
+        self._content_index = -1
+        out.append(
+            self._event(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": self._output_index,
+                    "item": {k: [] if v.__class__ is list else v for k, v in item.items()},
+                }
+            )
+        )
+
+    def _open_reasoning(self, out: list[Event]) -> None:
+        if self._kind == _REASONING:
+            return
+        self._close(out, "completed")
+        item: dict[str, Any] = {"id": ids.new_id(ids.REASONING), "type": "reasoning", "summary": []}
+        if not self.options.summary:
+            item["content"] = []
+        self._kind = _REASONING
+        self._details = []
+        self._add_item(item, out)
+
+    def _open_reasoning_part(self, out: list[Event]) -> None:
+        self._content_index = 0
+        if self.options.summary:
+            out.append(
+                self._event(
+                    {
+                        "type": "response.reasoning_summary_part.added",
+                        "item_id": self._item_id,
+                        "output_index": self._output_index,
+                        "summary_index": 0,
+                        "part": {"type": "summary_text", "text": ""},
+                    }
+                )
+            )
+        else:
+            out.append(
+                self._event(
+                    {
+                        "type": "response.content_part.added",
+                        "item_id": self._item_id,
+                        "output_index": self._output_index,
+                        "content_index": 0,
+                        "part": {"type": "reasoning_text", "text": ""},
+                    }
+                )
+            )
+
+    def _open_message_part(self, kind: int, out: list[Event]) -> None:
+        if self._kind == _TEXT or self._kind == _REFUSAL:
+            self._close_part(out)  # text then refusal (or back): a new part of the same message
+        else:
+            self._close(out, "completed")
+            self._add_item(
+                {
+                    "id": ids.new_id(ids.MESSAGE),
+                    "type": "message",
+                    "status": "in_progress",
+                    "content": [],
+                    "role": "assistant",
+                },
+                out,
+            )
+        self._kind = kind
+        self._pieces = []
+        self._logprobs = []
+        self._content_index = len(self._item["content"])  # type: ignore[index]
+        if kind == _TEXT:
+            part: dict[str, Any] = {
+                "type": "output_text",
+                "annotations": [],
+                "logprobs": [],
+                "text": "",
+            }
+        else:
+            part = {"type": "refusal", "refusal": ""}
+        out.append(
+            self._event(
+                {
+                    "type": "response.content_part.added",
+                    "item_id": self._item_id,
+                    "output_index": self._output_index,
+                    "content_index": self._content_index,
+                    "part": part,
+                }
+            )
+        )
+
+    def _open_call(self, call: _Call, out: list[Event]) -> None:
+        self._close(out, "completed")
+        item = {
+            "id": ids.new_id(ids.FUNCTION_CALL),
+            "type": "function_call",
+            "status": "in_progress",
+            "arguments": "",
+            "call_id": call.call_id,
+            "name": call.name,
+        }
+        self._kind = _CALL
+        self._call = call
+        call.state = 1
+        call.item = item
+        self._add_item(item, out)
+        call.output_index = self._output_index
+        if call.args:
+            self._seq += 1
+            out.append(
+                {
+                    "type": "response.function_call_arguments.delta",
+                    "item_id": self._item_id,
+                    "output_index": self._output_index,
+                    "delta": "".join(call.args),
+                    "sequence_number": self._seq - 1,
+                }
+            )
+
+    def _close_part(self, out: list[Event]) -> None:
+        """Close the open content part of the open message."""
+        text = "".join(self._pieces)
+        base = {
+            "item_id": self._item_id,
+            "output_index": self._output_index,
+            "content_index": self._content_index,
+        }
+        if self._kind == _TEXT:
+            logprobs = self._logprobs
+            part = {"type": "output_text", "annotations": [], "logprobs": logprobs, "text": text}
+            out.append(
+                self._event(
+                    {
+                        "type": "response.output_text.done",
+                        **base,
+                        "text": text,
+                        "logprobs": logprobs,
+                    }
+                )
+            )
+        else:
+            part = {"type": "refusal", "refusal": text}
+            out.append(self._event({"type": "response.refusal.done", **base, "refusal": text}))
+        self._item["content"].append(part)  # type: ignore[index]
+        out.append(self._event({"type": "response.content_part.done", **base, "part": part}))
+
+    def _close(self, out: list[Event], status: str) -> None:
+        """Close the open item, if any, with ``status``."""
+        kind = self._kind
+        if kind == _NONE:
+            return
+        item = self._item
+        assert item is not None
+        if kind in (_TEXT, _REFUSAL):
+            self._close_part(out)
+            item["status"] = status
+        elif kind == _REASONING:
+            self._close_reasoning(item, out)
+        else:
+            call = self._call
+            assert call is not None
+            arguments = "".join(call.args)
+            item["arguments"] = arguments
+            item["status"] = status
+            call.state = 2
+            self._call = None
+            out.append(
+                self._event(
+                    {
+                        "type": "response.function_call_arguments.done",
+                        "item_id": self._item_id,
+                        "output_index": self._output_index,
+                        "arguments": arguments,
+                    }
+                )
+            )
+        self._kind = _NONE
+        self._item = None
+        self._pieces = []
+        out.append(
+            self._event(
+                {
+                    "type": "response.output_item.done",
+                    "output_index": self._output_index,
+                    "item": item,
+                }
+            )
+        )
+
+    def _close_reasoning(self, item: dict[str, Any], out: list[Event]) -> None:
+        base = {"item_id": self._item_id, "output_index": self._output_index}
+        if self._content_index >= 0:
+            text = "".join(self._pieces)
+            if self.options.summary:
+                part = {"type": "summary_text", "text": text}
+                out.append(
+                    self._event(
+                        {
+                            "type": "response.reasoning_summary_text.done",
+                            **base,
+                            "summary_index": 0,
+                            "text": text,
+                        }
+                    )
+                )
+                out.append(
+                    self._event(
+                        {
+                            "type": "response.reasoning_summary_part.done",
+                            **base,
+                            "summary_index": 0,
+                            "part": part,
+                        }
+                    )
+                )
+                item["summary"].append(part)
+            else:
+                part = {"type": "reasoning_text", "text": text}
+                out.append(
+                    self._event(
+                        {
+                            "type": "response.reasoning_text.done",
+                            **base,
+                            "content_index": 0,
+                            "text": text,
+                        }
+                    )
+                )
+                out.append(
+                    self._event(
+                        {
+                            "type": "response.content_part.done",
+                            **base,
+                            "content_index": 0,
+                            "part": part,
+                        }
+                    )
+                )
+                item["content"].append(part)
+        if self._details and self.options.seal is not None:
+            sealed = self.options.seal(
+                {"reasoning_details": _merge_details(self._details, "".join(self._pieces))}
+            )
+            self.sealed_reasoning[item["id"]] = sealed
+            if self.options.encrypted_reasoning:
+                item["encrypted_content"] = sealed
+        self._details = []
+
+    def _close_pending_calls(self, out: list[Event]) -> None:
+        """Calls whose name never came cannot be items; their arguments would be lost."""
+        pending = {
+            id(c): c
+            for c in [*self._calls_by_index.values(), *self._calls_by_id.values()]
+            if c.state == 0 and c.args
+        }
+        for call in pending.values():
+            call.name = call.name or "unknown"
+            self._open_call(call, out)
+            self._close(out, "incomplete")
+
+    # -- events --------------------------------------------------------------------------------
+
+    def _event(self, event: Event) -> Event:
+        event["sequence_number"] = self._seq
+        self._seq += 1
+        return event
+
+    def _snapshot_event(self, kind: str) -> Event:
+        snapshot = dict(self.response)
+        snapshot["output"] = list(snapshot["output"])
+        return self._event({"type": kind, "response": snapshot})
+
+    def _terminal(self, kind: str) -> Event:
+        self.done = True
+        return self._event({"type": kind, "response": self.response})
+
+    def _fail_from_upstream(self, error: Any) -> list[Event]:
+        if isinstance(error, dict):
+            code = error.get("code") or error.get("type") or "upstream_error"
+            message = error.get("message") or "The upstream model server reported an error."
+        else:
+            code, message = "upstream_error", str(error)
+        return self.fail(str(code), f"Upstream error: {message}")
+
+
+class TranslationError(Exception):
+    """The upstream broke the chat stream's own rules; the response ends ``failed``."""
+
+
+def _format_of(detail: dict[str, Any]) -> dict[str, Any]:
+    fmt = detail.get("format")
+    return {"format": fmt} if fmt else {}
+
+
+def _merge_details(details: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    """One ``reasoning.text`` entry (text + signature) plus the encrypted blobs, in order."""
+    merged: list[dict[str, Any]] = []
+    signature = None
+    fmt = None
+    for detail in details:
+        if detail["type"] == "reasoning.text":
+            signature = detail["signature"]
+            fmt = detail.get("format", fmt)
+        else:
+            merged.append(detail)
+    if signature is not None:
+        entry: dict[str, Any] = {"type": "reasoning.text", "text": text, "signature": signature}
+        if fmt:
+            entry["format"] = fmt
+        merged.insert(0, entry)
+    return merged

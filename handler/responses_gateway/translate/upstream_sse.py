@@ -1,0 +1,51 @@
+"""Upstream chat SSE → chunk dicts: the decoding every SSE backend shares."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import orjson
+
+from responses_gateway.sse import SSEDecoder
+
+DONE = b"[DONE]"
+
+
+def parse_chunk(event: str | None, data: bytes) -> dict[str, Any] | None:
+    """One SSE event's data as a chunk dict; None for ``[DONE]``.
+
+    Malformed JSON and ``event: error`` frames become ``{"error": ...}`` chunks, which the
+    translator turns into ``response.failed``.
+    """
+    if data == DONE:
+        return None
+    try:
+        chunk = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return {"error": {"code": "upstream_protocol_error",
+                          "message": "the upstream sent a chunk that is not valid JSON"}}
+    if chunk.__class__ is not dict:
+        return {"error": {"code": "upstream_protocol_error",
+                          "message": "the upstream sent a chunk that is not a JSON object"}}
+    if event == "error" and "error" not in chunk:
+        return {"error": chunk}
+    return chunk
+
+
+def chunks_from_lines(lines: Iterable[bytes | str]) -> Iterator[dict[str, Any]]:
+    """Chunks from SSE lines until ``[DONE]`` or the end of the lines."""
+    decoder = SSEDecoder()
+    line = decoder.line
+    for raw in lines:
+        frame = line(raw)
+        if frame is not None:
+            chunk = parse_chunk(*frame)
+            if chunk is None:
+                return
+            yield chunk
+    frame = decoder.flush()
+    if frame is not None:
+        chunk = parse_chunk(*frame)
+        if chunk is not None:
+            yield chunk
