@@ -26,8 +26,9 @@ def translate_sse(
     translator = ResponseTranslator(response, options)
     for event in translator.start():
         yield encode_event(event)
+    feed, encode = translator.feed, encode_event
     for chunk in chunks_from_lines(lines):
-        for event in translator.feed(chunk):
-            yield encode_event(event)
+        for event in feed(chunk):
+            yield encode(event)
     for event in translator.finish():
         yield encode_event(event)

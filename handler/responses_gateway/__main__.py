@@ -1,0 +1,3 @@
+from responses_gateway.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""HTTP surface: the starlette app, auth, routes and OpenAI-shaped error rendering."""

@@ -1,0 +1,90 @@
+"""The ASGI app: routes, error rendering, and the process-wide services built at startup."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from responses_gateway.api import routes
+from responses_gateway.api.auth import Authenticator
+from responses_gateway.config import Settings
+from responses_gateway.errors import GatewayError
+from responses_gateway.runner import Gateway
+from responses_gateway.services import build_gateway
+
+logger = logging.getLogger("responses_gateway")
+
+
+async def _gateway_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, GatewayError)
+    return routes.error_response(exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        message = f"Invalid URL ({request.method} {request.url.path})"
+    elif exc.status_code == 405:
+        message = f"Method {request.method} is not allowed for {request.url.path}."
+    else:
+        message = str(exc.detail)
+    return routes.error_response(GatewayError(exc.status_code, message))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    logger.exception("unhandled error on %s %s", request.method, request.url.path)
+    return routes.error_response(
+        GatewayError(
+            500,
+            "The server had an error while processing your request. Sorry about that!",
+            type="server_error",
+            code="server_error",
+        )
+    )
+
+
+def create_app(settings: Settings | None = None, gateway: Gateway | None = None) -> Starlette:
+    """The gateway app; services are built at startup from ``settings`` (default: env)."""
+    settings = settings or Settings.from_env()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        own = gateway is None
+        app.state.gateway = gateway or build_gateway(settings)
+        try:
+            yield
+        finally:
+            if own:
+                await app.state.gateway.aclose()
+
+    app = Starlette(
+        routes=[
+            Route("/v1/responses", routes.create_response, methods=["POST"]),
+            Route("/v1/responses/{response_id}", routes.retrieve_response, methods=["GET"]),
+            Route("/v1/responses/{response_id}", routes.delete_response, methods=["DELETE"]),
+            Route("/v1/responses/{response_id}/cancel", routes.cancel_response, methods=["POST"]),
+            Route(
+                "/v1/responses/{response_id}/input_items",
+                routes.list_input_items,
+                methods=["GET"],
+            ),
+            Route("/v1/models", routes.list_models, methods=["GET"]),
+            Route("/health", routes.health, methods=["GET"]),
+        ],
+        exception_handlers={
+            GatewayError: _gateway_error,
+            HTTPException: _http_error,
+            Exception: _unexpected,
+        },
+        lifespan=lifespan,
+    )
+    app.state.auth = Authenticator(settings.api_keys)
+    app.state.settings = settings
+    return app

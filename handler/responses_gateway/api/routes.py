@@ -1,0 +1,203 @@
+"""The Responses API routes. Each handler is thin: auth, parse, hand to the runner, render."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from responses_gateway.api.sse_response import EventStreamResponse
+from responses_gateway.errors import GatewayError, invalid_request, not_found
+from responses_gateway.runner import Gateway
+from responses_gateway.store.base import StoredResponse
+from responses_gateway.worker import background
+
+
+class JSON(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+def error_response(error: GatewayError) -> Response:
+    return JSON(error.body(), status_code=error.status, headers=error.headers or None)
+
+
+def _gateway(request: Request) -> Gateway:
+    return request.app.state.gateway
+
+
+def _tenant(request: Request) -> str:
+    return request.app.state.auth.tenant(request.headers.get("authorization"))
+
+
+async def _json_body(request: Request) -> Any:
+    limit = _gateway(request).settings.max_body_bytes
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and limit and int(declared) > limit:
+        raise _too_large(limit)
+    body = bytearray()
+    async for piece in request.stream():
+        body += piece
+        if limit and len(body) > limit:
+            raise _too_large(limit)
+    if not body:
+        raise invalid_request(
+            "We could not parse the JSON body of your request. (HINT: This likely means you "
+            "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, "
+            "but what was sent was not valid JSON.)"
+        )
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise invalid_request(
+            "We could not parse the JSON body of your request. (HINT: This likely means you "
+            "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, "
+            "but what was sent was not valid JSON.)"
+        ) from None
+
+
+def _too_large(limit: int) -> GatewayError:
+    return GatewayError(
+        413,
+        f"The request body is larger than this gateway accepts ({limit} bytes; "
+        "GATEWAY_MAX_BODY_BYTES).",
+        code="request_too_large",
+    )
+
+
+async def create_response(request: Request) -> Response:
+    tenant = _tenant(request)
+    gateway = _gateway(request)
+    job = await gateway.prepare(await _json_body(request), tenant)
+    if job.record.background:
+        return await background.start(gateway, job)
+    first = job.open()
+    if job.backend_request.stream:
+        # Give a fast upstream refusal the chance to be a real HTTP error; past the grace
+        # period response.created leaves before the upstream has answered.
+        await asyncio.wait({first}, timeout=gateway.settings.stream_grace_seconds)
+        if first.done() and isinstance(first.exception(), GatewayError):
+            await job.close()
+            raise first.exception()  # type: ignore[misc]
+        return EventStreamResponse(
+            job.events(), keepalive_seconds=gateway.settings.keepalive_seconds
+        )
+    try:
+        await first
+    except StopAsyncIteration:
+        pass
+    except GatewayError:
+        await job.close()
+        raise
+    return JSON(await job.run_to_end())
+
+
+async def _record(request: Request) -> StoredResponse:
+    tenant = _tenant(request)
+    response_id = request.path_params["response_id"]
+    record = await background.load(_gateway(request), response_id, tenant)
+    if record is None:
+        raise not_found(f"Response with id '{response_id}' not found.", param="response_id")
+    return record
+
+
+async def retrieve_response(request: Request) -> Response:
+    record = await _record(request)
+    params = request.query_params
+    if params.get("stream", "").lower() == "true":
+        starting_after = _int_param(params.get("starting_after"), "starting_after", -1)
+        gateway = _gateway(request)
+        return EventStreamResponse(
+            background.follow(gateway, record, starting_after),
+            keepalive_seconds=gateway.settings.keepalive_seconds,
+        )
+    return JSON(record.response)
+
+
+async def delete_response(request: Request) -> Response:
+    tenant = _tenant(request)
+    response_id = request.path_params["response_id"]
+    if not await _gateway(request).store.delete(response_id, tenant):
+        raise not_found(f"Response with id '{response_id}' not found.", param="response_id")
+    return JSON({"id": response_id, "object": "response", "deleted": True})
+
+
+async def cancel_response(request: Request) -> Response:
+    record = await _record(request)
+    return JSON(await background.cancel(_gateway(request), record))
+
+
+async def list_input_items(request: Request) -> Response:
+    record = await _record(request)
+    params = request.query_params
+    limit = _int_param(params.get("limit"), "limit", 20)
+    if not 1 <= limit <= 100:
+        raise invalid_request(
+            f"Invalid 'limit': integer below minimum value or above maximum value. Expected a "
+            f"value between 1 and 100, but got {limit} instead.",
+            param="limit",
+            code="integer_out_of_range",
+        )
+    order = params.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise invalid_request(
+            f"Invalid value for 'order': expected one of 'asc' or 'desc', but got {order!r}.",
+            param="order",
+        )
+    items = list(record.input_items)
+    if order == "desc":
+        items.reverse()
+    for cursor, param in ((params.get("after"), "after"), (params.get("before"), "before")):
+        if cursor is None:
+            continue
+        position = next((i for i, item in enumerate(items) if item.get("id") == cursor), None)
+        if position is None:
+            raise invalid_request(f"No input item found with id '{cursor}'.", param=param)
+        items = items[position + 1 :] if param == "after" else items[:position]
+    page = items[:limit]
+    return JSON(
+        {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": len(items) > limit,
+        }
+    )
+
+
+async def list_models(request: Request) -> Response:
+    _tenant(request)
+    settings = _gateway(request).settings
+    names = list(dict.fromkeys([*settings.models, *settings.model_map]))
+    created = int(time.time())
+    return JSON(
+        {
+            "object": "list",
+            "data": [
+                {"id": name, "object": "model", "created": created, "owned_by": "responses-gateway"}
+                for name in names
+            ],
+        }
+    )
+
+
+async def health(request: Request) -> Response:
+    return JSON({"status": "ok"})
+
+
+def _int_param(value: str | None, name: str, default: int) -> int:
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise invalid_request(
+            f"Invalid '{name}': expected an integer, but got {value!r} instead.", param=name
+        ) from None

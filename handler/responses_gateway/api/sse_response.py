@@ -1,0 +1,76 @@
+"""An ASGI response that streams Responses events as SSE.
+
+Unlike a plain streaming response it (1) sends a keep-alive comment after a quiet spell,
+(2) notices a client disconnect at once and closes the event source, which closes the upstream
+request, and (3) always closes the source, so the stored record ends in a true state.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+from starlette.types import Receive, Scope, Send
+
+from responses_gateway.sse import encode_comment, encode_event
+
+HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+class EventStreamResponse:
+    def __init__(
+        self,
+        events: AsyncIterator[dict[str, Any]],
+        *,
+        keepalive_seconds: float = 15.0,
+        headers: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
+        self.events = events
+        self.keepalive_seconds = keepalive_seconds
+        self.headers = HEADERS + (headers or [])
+        self._last_write = time.monotonic()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.headers})
+        async with anyio.create_task_group() as group:
+
+            async def pump() -> None:
+                try:
+                    async for event in self.events:
+                        self._last_write = time.monotonic()
+                        await send({"type": "http.response.body", "body": encode_event(event),
+                                    "more_body": True})
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self.events.aclose()  # type: ignore[attr-defined]
+                    group.cancel_scope.cancel()
+
+            async def watch_disconnect() -> None:
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        group.cancel_scope.cancel()
+                        return
+
+            async def keepalive() -> None:
+                interval = self.keepalive_seconds
+                while True:
+                    idle = time.monotonic() - self._last_write
+                    if idle >= interval:
+                        self._last_write = time.monotonic()
+                        await send({"type": "http.response.body", "body": encode_comment(),
+                                    "more_body": True})
+                        idle = 0.0
+                    await anyio.sleep(interval - idle)
+
+            group.start_soon(pump)
+            group.start_soon(watch_disconnect)
+            if self.keepalive_seconds > 0:
+                group.start_soon(keepalive)

@@ -1,0 +1,111 @@
+"""Configuration, read once from environment variables (every one is listed in README.md).
+
+Secrets (upstream key, gateway API keys) may be given directly or, in AWS, by reference to
+Secrets Manager / SSM (``*_SECRET_ARN`` / ``*_PARAMETER``); see :mod:`responses_gateway.secrets`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import orjson
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where one client-visible model goes: which backend, under which backend model name."""
+
+    backend: str  # "openai" or "bedrock"
+    model: str
+
+
+@dataclass(frozen=True)
+class Settings:
+    backend: str = "openai"
+    upstream_url: str = "http://127.0.0.1:11434/v1"
+    upstream_api_key: str | None = None
+    model_map: dict[str, str] = field(default_factory=dict)
+    connect_timeout: float = 10.0
+    read_timeout: float = 300.0
+    max_retries: int = 2
+    max_body_bytes: int = 20 * 1024 * 1024
+    store: str = "sqlite:gateway.db"
+    api_keys: tuple[str, ...] = ()
+    retention_days: int = 30
+    seal_key: str | None = None
+    reasoning_input: str | None = None  # reasoning sent back upstream: None, "reasoning_content"
+    keepalive_seconds: float = 15.0
+    stream_grace_seconds: float = 0.5
+    models: tuple[str, ...] = ()
+    bedrock_region: str | None = None
+    bedrock_endpoint_url: str | None = None
+    worker_function: str | None = None  # async-invoked worker Lambda (AWS); unset: in-process
+    lease_seconds: float = 30.0
+    debug_log_content: bool = False
+
+    def route(self, model: str) -> Route:
+        """The backend and backend model for a client model name.
+
+        A model map value may name a backend, ``bedrock:anthropic.claude-...`` or
+        ``openai:gpt-4o``; without a prefix it uses ``GATEWAY_BACKEND``.
+        """
+        target = self.model_map.get(model, model)
+        prefix, sep, rest = target.partition(":")
+        if sep and prefix in ("openai", "bedrock") and model in self.model_map:
+            return Route(prefix, rest)
+        return Route(self.backend, target)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+
+        def get(name: str, default: str | None = None) -> str | None:
+            value = env.get(name)
+            return value if value not in (None, "") else default
+
+        backend = (get("GATEWAY_BACKEND", "openai") or "openai").lower()
+        if backend not in ("openai", "bedrock"):
+            raise ValueError(f"GATEWAY_BACKEND must be 'openai' or 'bedrock', not {backend!r}")
+        models = tuple(m.strip() for m in (get("GATEWAY_MODELS") or "").split(",") if m.strip())
+        return cls(
+            backend=backend,
+            upstream_url=(get("GATEWAY_UPSTREAM_URL", cls.upstream_url) or "").rstrip("/"),
+            upstream_api_key=get("GATEWAY_UPSTREAM_API_KEY"),
+            model_map=parse_model_map(get("GATEWAY_MODEL_MAP") or ""),
+            connect_timeout=float(get("GATEWAY_CONNECT_TIMEOUT", "10") or 10),
+            read_timeout=float(get("GATEWAY_READ_TIMEOUT", "300") or 300),
+            max_retries=int(get("GATEWAY_MAX_RETRIES", "2") or 2),
+            max_body_bytes=int(get("GATEWAY_MAX_BODY_BYTES", str(cls.max_body_bytes)) or 0),
+            store=get("GATEWAY_STORE", cls.store) or cls.store,
+            api_keys=tuple(
+                k.strip() for k in (get("GATEWAY_API_KEYS") or "").split(",") if k.strip()
+            ),
+            retention_days=int(get("GATEWAY_RETENTION_DAYS", "30") or 30),
+            seal_key=get("GATEWAY_SEAL_KEY"),
+            reasoning_input=get("GATEWAY_REASONING_INPUT"),
+            keepalive_seconds=float(get("GATEWAY_KEEPALIVE_SECONDS", "15") or 15),
+            stream_grace_seconds=float(get("GATEWAY_STREAM_GRACE_SECONDS", "0.5") or 0),
+            models=models,
+            bedrock_region=get("GATEWAY_BEDROCK_REGION") or get("AWS_REGION"),
+            bedrock_endpoint_url=get("GATEWAY_BEDROCK_ENDPOINT_URL"),
+            worker_function=get("GATEWAY_WORKER_FUNCTION"),
+            lease_seconds=float(get("GATEWAY_LEASE_SECONDS", "30") or 30),
+            debug_log_content=(get("GATEWAY_DEBUG_LOG_CONTENT", "false") or "").lower()
+            in ("1", "true", "yes"),
+        )
+
+
+def parse_model_map(text: str) -> dict[str, str]:
+    """``{"a": "b"}`` JSON, or ``a=b,c=d``."""
+    text = text.strip()
+    if not text:
+        return {}
+    if text.startswith("{"):
+        value = orjson.loads(text)
+        if not isinstance(value, dict):
+            raise ValueError("GATEWAY_MODEL_MAP must be a JSON object")
+        return {str(k): str(v) for k, v in value.items()}
+    pairs = (part.split("=", 1) for part in text.split(",") if part.strip())
+    return {k.strip(): v.strip() for k, v in pairs}

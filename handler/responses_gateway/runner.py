@@ -1,0 +1,271 @@
+"""One response from a validated request to its terminal event.
+
+The only place that connects request translation, a backend, the stream state machine and the
+store. The HTTP surface (foreground, streaming or not) and the background worker both run
+responses through :class:`Job`, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
+from typing import Any
+
+import anyio
+
+from responses_gateway import ids
+from responses_gateway.backends.base import Backend, BackendRequest
+from responses_gateway.config import Settings
+from responses_gateway.errors import GatewayError, UpstreamError, invalid_request, not_found
+from responses_gateway.store.base import Store, StoredResponse
+from responses_gateway.translate.request_models import (
+    CreateResponseRequest,
+    normalize_input,
+    parse_create_request,
+)
+from responses_gateway.translate.response_object import new_response
+from responses_gateway.translate.sealing import Sealer
+from responses_gateway.translate.stream import Event, ResponseTranslator, TranslateOptions
+from responses_gateway.translate.to_chat import to_chat_request
+
+BackendFactory = Callable[[str], Backend]
+
+
+class Gateway:
+    """Process-wide services a response needs: settings, store, backends, sealer."""
+
+    def __init__(
+        self, settings: Settings, store: Store, backend_for: BackendFactory, sealer: Sealer
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.backend_for = backend_for
+        self.sealer = sealer
+
+    async def prepare(self, body: Any, tenant: str) -> Job:
+        """Validate and translate a create body; every client mistake raises a 4xx here."""
+        req = parse_create_request(body)
+        items = await self._resolve_references(normalize_input(req), tenant)
+        self.store.check_input_items(items) if req.store else None
+        history = await self._history(req.previous_response_id, tenant)
+        route = self.settings.route(req.model)
+        reasoning_input = "reasoning_content" if route.backend == "bedrock" else (
+            self.settings.reasoning_input
+        )
+        chat = to_chat_request(
+            req,
+            history + items,
+            model=route.model,
+            reasoning_input=reasoning_input,
+            unseal=partial(self.sealer.unseal, tenant=tenant),
+        )
+        response_id = ids.new_id(ids.RESPONSE)
+        response = new_response(
+            req.echo(),
+            response_id=response_id,
+            created_at=int(time.time()),
+            status="queued" if req.background else "in_progress",
+        )
+        record = StoredResponse(
+            id=response_id,
+            tenant=tenant,
+            response=response,
+            request={
+                "chat": chat,
+                "backend": route.backend,
+                "options": _options_of(req),
+                "sealed_reasoning": {},
+            },
+            input_items=items,
+            previous_response_id=req.previous_response_id,
+            background=req.background,
+            expires_at=int(time.time()) + self.settings.retention_days * 86400,
+        )
+        return Job(self, record, stream=req.streaming, store=req.store)
+
+    async def aclose(self) -> None:
+        aclose = getattr(self.backend_for, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        await self.store.aclose()
+
+    def job_for(self, record: StoredResponse) -> Job:
+        """A job for a stored (background) record, in whichever process runs it."""
+        return Job(self, record, stream=True, store=True)
+
+    async def _resolve_references(
+        self, items: list[dict[str, Any]], tenant: str
+    ) -> list[dict[str, Any]]:
+        wanted = [item["id"] for item in items if item.get("type") == "item_reference"]
+        if not wanted:
+            return items
+        found = await self.store.get_items(wanted, tenant)
+        resolved = []
+        for index, item in enumerate(items):
+            if item.get("type") != "item_reference":
+                resolved.append(item)
+            elif item["id"] in found:
+                resolved.append(found[item["id"]])
+            else:
+                raise not_found(f"Item with id '{item['id']}' not found.", param=f"input[{index}]")
+        return resolved
+
+    async def _history(self, previous_id: str | None, tenant: str) -> list[dict[str, Any]]:
+        """Inputs and outputs of every earlier turn, oldest first (instructions not inherited)."""
+        chain: list[StoredResponse] = []
+        seen: set[str] = set()
+        while previous_id and previous_id not in seen:
+            seen.add(previous_id)
+            record = await self.store.get(previous_id, tenant)
+            if record is None:
+                raise not_found(
+                    f"Previous response with id '{previous_id}' not found.",
+                    param="previous_response_id",
+                    code="previous_response_not_found",
+                )
+            chain.append(record)
+            previous_id = record.previous_response_id
+        history: list[dict[str, Any]] = []
+        for record in reversed(chain):
+            history.extend(record.input_items)
+            sealed = record.request.get("sealed_reasoning") or {}
+            for item in record.response.get("output", ()):
+                if item.get("type") == "reasoning" and item["id"] in sealed:
+                    item = dict(item, encrypted_content=sealed[item["id"]])
+                history.append(item)
+        return history
+
+
+class Job:
+    """One response being produced. ``events()`` is the whole lifecycle, terminal included."""
+
+    def __init__(self, gateway: Gateway, record: StoredResponse, *, stream: bool, store: bool):
+        self.gateway = gateway
+        self.record = record
+        self.store = store
+        options = record.request["options"]
+        self.translator = ResponseTranslator(
+            record.response,
+            TranslateOptions(
+                summary=options["summary"],
+                logprobs=options["logprobs"],
+                encrypted_reasoning=options["encrypted_reasoning"],
+                seal=partial(gateway.sealer.seal, tenant=record.tenant),
+            ),
+        )
+        chat = dict(record.request["chat"])
+        if not stream:
+            chat["stream"] = False
+            chat.pop("stream_options", None)
+        self.backend = gateway.backend_for(record.request["backend"])
+        self.backend_request = BackendRequest(body=chat, tenant=record.tenant, stream=stream)
+        self._chunks: AsyncIterator[dict[str, Any]] | None = None
+        self._first: asyncio.Future[dict[str, Any]] | None = None
+        #: called with each batch of events before they leave (background persistence)
+        self.on_events: Callable[[list[Event]], Awaitable[None]] | None = None
+
+    @property
+    def response(self) -> dict[str, Any]:
+        return self.translator.response
+
+    def open(self) -> asyncio.Future[dict[str, Any]]:
+        """Send the request upstream; the future resolves with the first chunk.
+
+        An UpstreamError from it happened before any output, so it can still be an HTTP error.
+        """
+        if self._first is None:
+            self._chunks = self.backend.stream(self.backend_request)
+            self._first = asyncio.ensure_future(anext(self._chunks))  # type: ignore[arg-type]
+        return self._first
+
+    async def events(self) -> AsyncIterator[Event]:
+        """``response.created`` first, then everything up to exactly one terminal event.
+
+        The stored record is written before the terminal event leaves (read-your-writes). If
+        the consumer goes away, the upstream request is closed and the record still ends in
+        a true state (``cancelled``).
+        """
+        translator = self.translator
+        first = self.open()
+        try:
+            for event in translator.start():
+                yield event
+            try:
+                chunk = await first
+            except StopAsyncIteration:
+                chunk = None
+            chunks = self._chunks
+            assert chunks is not None
+            while chunk is not None:
+                events = translator.feed(chunk)
+                if translator.done:  # an upstream error chunk ended it
+                    await self.persist()
+                for event in events:
+                    yield event
+                if translator.done:
+                    break
+                try:
+                    chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    chunk = None
+            if not translator.done:
+                terminal = translator.finish()
+                await self.persist()
+                for event in terminal:
+                    yield event
+        except UpstreamError as exc:
+            if translator.done:
+                return
+            terminal = translator.fail(exc.code or "upstream_error", exc.message)
+            await self.persist()
+            for event in terminal:
+                yield event
+        finally:
+            if not translator.done:
+                # The consumer went away (client disconnect, cancellation): stop for real.
+                translator.cancel()
+                await _shielded(self.persist())
+            await _shielded(self.close())
+
+    async def run_to_end(self) -> dict[str, Any]:
+        """Consume every event; the final Response object (non-stream requests)."""
+        async for _ in self.events():
+            pass
+        return self.response
+
+    async def close(self) -> None:
+        first, chunks = self._first, self._chunks
+        if first is not None and not first.done():
+            first.cancel()
+        if chunks is not None:
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await aclose()  # the stream may already be dead; closing is best effort
+
+    async def persist(self) -> None:
+        """Write the record before the terminal event leaves (background jobs replace this)."""
+        if not self.store:
+            return
+        self.record.request["sealed_reasoning"] = self.translator.sealed_reasoning
+        await self.gateway.store.put(self.record)
+
+
+def _options_of(req: CreateResponseRequest) -> dict[str, bool]:
+    return {
+        "summary": bool(req.summary),
+        "logprobs": req.wants_logprobs,
+        "encrypted_reasoning": req.wants_encrypted_reasoning,
+    }
+
+
+async def _shielded(awaitable: Awaitable[None]) -> None:
+    """Finish cleanup even when the surrounding task is being cancelled."""
+    with anyio.CancelScope(shield=True):
+        await awaitable
+
+
+__all__ = ["Gateway", "GatewayError", "Job", "invalid_request"]

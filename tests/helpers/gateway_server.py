@@ -1,0 +1,61 @@
+"""The gateway under uvicorn on 127.0.0.1, in a background thread, for end-to-end tests.
+
+    with GatewayServer(Settings(upstream_url=up.base_url, store="sqlite:" + path)) as gw:
+        client = OpenAI(base_url=gw.base_url, api_key="x")
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+from responses_gateway.api.app import create_app
+from responses_gateway.config import Settings
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class GatewayServer:
+    def __init__(self, settings: Settings, *, port: int | None = None, **app_kwargs: Any) -> None:
+        self.settings = settings
+        self.app = create_app(settings, **app_kwargs)
+        self.port = port or free_port()
+        self._server = uvicorn.Server(
+            uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
+                           lifespan="on")
+        )
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+    @property
+    def gateway(self) -> Any:
+        """The running Gateway (store, settings, backends) for white-box assertions."""
+        return self.app.state.gateway
+
+    def __enter__(self) -> GatewayServer:
+        self._thread.start()
+        deadline = time.monotonic() + 15
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the gateway did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=15)
