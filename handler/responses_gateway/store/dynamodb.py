@@ -1,0 +1,770 @@
+"""DynamoDB store (``GATEWAY_STORE=dynamodb:TABLE``): one table, one partition per response.
+
+The item layout and why it serves each access pattern is in docs/store.md. In short, partition
+``pk = <response id>`` holds the record ``R``, the input items ``R#IN#<idx>``, the parts of a
+request or response too large to sit in the record (``R#RQ#<n>``, ``R#RS#<n>``) and the event
+batches ``EV#<last seq>``; partition ``ITEM#<tenant>#<item id>`` points at the responses holding
+that item (``item_reference``). Every item carries ``expires_at`` (TTL).
+
+boto3 is imported on first use (cold start); blocking calls run in threads. Throttling and
+transient errors are retried by botocore's standard mode; what still fails raises
+StoreUnavailable so the caller can end the response ``failed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import secrets
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from responses_gateway.errors import GatewayError
+from responses_gateway.store.base import (
+    TERMINAL_STATUSES,
+    CancelledError,
+    Store,
+    StoredResponse,
+    StoreUnavailable,
+)
+from responses_gateway.store.dynamodb_schema import (
+    TTL_ATTRIBUTE,
+    table_definition,
+    ttl_specification,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_ITEM_BYTES = 400_000  # DynamoDB: 400 KB per item, names included (moto: 405,000)
+ITEM_OVERHEAD = 2048  # keys, attribute names and small attributes beside a payload
+INPUT_ITEM_LIMIT = MAX_ITEM_BYTES - ITEM_OVERHEAD
+PART_BYTES = 350_000  # one part of a split payload
+INLINE_RESPONSE_BYTES = 200_000  # response + request inline must fit one record item
+INLINE_REQUEST_BYTES = 120_000
+COMPRESS_ABOVE = 1024  # small JSON stays a readable string
+TXN_MAX_ACTIONS = 100
+TXN_MAX_BYTES = 3_500_000  # under the 4 MB transaction limit
+RUNNING_STATUSES = ("queued", "in_progress")
+RECORD = "R"
+_CONFLICT_ATTEMPTS = 6
+_TORN_READ_ATTEMPTS = 5
+
+
+class _ConditionFailed(Exception):
+    """A ConditionExpression did not hold."""
+
+
+class _TornRead(Exception):
+    """The record and its parts came from different writes; read again."""
+
+
+# -- encoding ------------------------------------------------------------------------------------
+
+
+def _s(value: str) -> dict[str, Any]:
+    return {"S": value}
+
+
+def _n(value: float) -> dict[str, Any]:
+    return {"N": str(value)}
+
+
+def _pack(obj: Any) -> tuple[dict[str, Any], int]:
+    """JSON as a string attribute when small, zlib-compressed binary otherwise; and its size."""
+    data = orjson.dumps(obj)
+    if len(data) <= COMPRESS_ABOVE:
+        return {"S": data.decode()}, len(data)
+    packed = zlib.compress(data, 6)
+    return {"B": packed}, len(packed)
+
+
+def _unpack(value: dict[str, Any]) -> Any:
+    if "S" in value:
+        return orjson.loads(value["S"])
+    return orjson.loads(zlib.decompress(value["B"]))
+
+
+def _raw(value: dict[str, Any]) -> bytes:
+    return value["S"].encode() if "S" in value else value["B"]
+
+
+def _split(data: bytes) -> list[bytes]:
+    return [data[i : i + PART_BYTES] for i in range(0, len(data), PART_BYTES)] or [b""]
+
+
+def _in_sk(index: int) -> str:
+    return f"R#IN#{index:06d}"
+
+
+def _part_sk(prefix: str, index: int) -> str:
+    return f"R#{prefix}#{index:03d}"
+
+
+def _event_sk(last_seq: int) -> str:
+    return f"EV#{max(last_seq, 0):012d}"
+
+
+def _pointer_pk(tenant: str, item_id: str) -> str:
+    return f"ITEM#{tenant}#{item_id}"
+
+
+def _expired(item: dict[str, Any], now: float) -> bool:
+    ttl = item.get(TTL_ATTRIBUTE)
+    return ttl is not None and float(ttl["N"]) <= now
+
+
+def _blob(
+    response_id: str, name: str, prefix: str, obj: Any, inline_limit: int, ttl: dict[str, Any]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Record attributes for ``obj`` and, if it does not fit inline, its part items.
+
+    Parts have fixed keys and carry a version token that the record names, so a reader that
+    meets parts from another write (Query is read-committed, not a snapshot) reads again.
+    """
+    attr, size = _pack(obj)
+    if size <= inline_limit:
+        return {name: attr}, []
+    version = secrets.token_hex(6)
+    parts = [
+        {
+            "pk": _s(response_id),
+            "sk": _s(_part_sk(prefix, i)),
+            "d": {"B": part},
+            "v": _s(version),
+            TTL_ATTRIBUTE: ttl,
+        }
+        for i, part in enumerate(_split(_raw(attr)))
+    ]
+    return {f"{name}_n": _n(len(parts)), f"{name}_v": _s(version)}, parts
+
+
+def _read_blob(
+    record: dict[str, Any], name: str, prefix: str, parts: dict[str, dict[str, Any]]
+) -> Any:
+    if name in record:
+        return _unpack(record[name])
+    version = record[f"{name}_v"]["S"]
+    chunks = []
+    for i in range(int(record[f"{name}_n"]["N"])):
+        part = parts.get(_part_sk(prefix, i))
+        if part is None or part["v"]["S"] != version:
+            raise _TornRead
+        chunks.append(part["d"]["B"])
+    return orjson.loads(zlib.decompress(b"".join(chunks)))
+
+
+def _names(*names: str) -> tuple[str, dict[str, str]]:
+    """A ProjectionExpression with every name escaped (DynamoDB reserves hundreds of words)."""
+    return ", ".join(f"#p{i}" for i in range(len(names))), {
+        f"#p{i}": name for i, name in enumerate(names)
+    }
+
+
+# -- client ---------------------------------------------------------------------------------------
+
+
+def make_client(max_attempts: int = 5) -> Any:
+    """A DynamoDB client with standard retries.
+
+    botocore reads ``AWS_ENDPOINT_URL_DYNAMODB`` (or ``AWS_ENDPOINT_URL``) itself, so local
+    DynamoDB and moto need no extra code here.
+    """
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        retries={"mode": "standard", "max_attempts": max_attempts},
+        connect_timeout=5,
+        read_timeout=15,
+        max_pool_connections=32,
+    )
+    # A session of its own: creating clients from the default session is not thread-safe.
+    return boto3.session.Session().client("dynamodb", config=config)
+
+
+def create_table(table_name: str, client: Any = None) -> bool:
+    """Create the table (same definition as template.yaml) and enable TTL; True if created."""
+    from botocore.exceptions import ClientError
+
+    client = client or make_client()
+    created = True
+    try:
+        client.create_table(**table_definition(table_name))
+    except client.exceptions.ResourceInUseException:
+        created = False
+    client.get_waiter("table_exists").wait(
+        TableName=table_name, WaiterConfig={"Delay": 1, "MaxAttempts": 120}
+    )
+    try:
+        client.update_time_to_live(
+            TableName=table_name, TimeToLiveSpecification=ttl_specification()
+        )
+    except ClientError as e:
+        if "already enabled" not in str(e):
+            raise
+    return created
+
+
+# -- store ----------------------------------------------------------------------------------------
+
+
+class DynamoDBStore(Store):
+    """Responses in one DynamoDB table (layout in docs/store.md)."""
+
+    def __init__(
+        self,
+        table_name: str,
+        *,
+        retention_days: int = 30,
+        client: Any = None,
+        max_attempts: int = 5,
+    ) -> None:
+        self.table_name = table_name
+        self.retention_s = retention_days * 86400
+        self._client = client
+        self._max_attempts = max_attempts
+        self._client_lock = threading.Lock()
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            with self._client_lock:
+                if self._client is None:
+                    self._client = make_client(self._max_attempts)
+        return self._client
+
+    def _record_key(self, response_id: str) -> dict[str, Any]:
+        return {"pk": _s(response_id), "sk": _s(RECORD)}
+
+    def _ttl(self) -> dict[str, Any]:
+        return _n(int(time.time()) + self.retention_s)
+
+    def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
+        """One API call: condition failures become _ConditionFailed, transaction conflicts are
+        retried here (botocore does not), anything else left after botocore's retries becomes
+        StoreUnavailable."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        for attempt in range(_CONFLICT_ATTEMPTS):
+            try:
+                return getattr(self.client, operation)(**kwargs)
+            except ClientError as e:
+                error = e.response.get("Error", {})
+                code = error.get("Code", "")
+                if code == "ConditionalCheckFailedException":
+                    raise _ConditionFailed from None
+                conflict = code == "TransactionConflictException"
+                if code == "TransactionCanceledException":
+                    reasons = [r.get("Code") for r in e.response.get("CancellationReasons", [])]
+                    if "ConditionalCheckFailed" in reasons:
+                        raise _ConditionFailed from None
+                    conflict = "TransactionConflict" in reasons
+                if not conflict or attempt + 1 == _CONFLICT_ATTEMPTS:
+                    message = f"DynamoDB {operation} failed: {code}: {error.get('Message', '')}"
+                    raise StoreUnavailable(message) from e
+            except BotoCoreError as e:
+                raise StoreUnavailable(f"DynamoDB {operation} failed: {e}") from e
+            time.sleep(random.uniform(0, 0.05 * 2**attempt))
+        raise AssertionError("unreachable")
+
+    def _query(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        """All items of a strongly consistent Query, page after page."""
+        kwargs = {"TableName": self.table_name, "ConsistentRead": True, **kwargs}
+        while True:
+            page = self._call("query", **kwargs)
+            yield from page.get("Items", [])
+            if "LastEvaluatedKey" not in page:
+                return
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def _batch_write(self, requests: list[dict[str, Any]]) -> None:
+        """BatchWriteItem in groups of 25, resubmitting what DynamoDB left unprocessed."""
+        for start in range(0, len(requests), 25):
+            pending = {self.table_name: requests[start : start + 25]}
+            for attempt in range(10):
+                result = self._call("batch_write_item", RequestItems=pending)
+                pending = result.get("UnprocessedItems") or {}
+                if not pending:
+                    break
+                time.sleep(random.uniform(0, 0.05 * 2**attempt))
+            else:
+                raise StoreUnavailable("DynamoDB batch_write_item left items unprocessed")
+
+    def _batch_put(self, items: list[dict[str, Any]]) -> None:
+        self._batch_write([{"PutRequest": {"Item": item}} for item in items])
+
+    # -- put -------------------------------------------------------------------------------------
+
+    def check_input_items(self, items: list[dict[str, Any]]) -> None:
+        self._pack_inputs(items)
+
+    @staticmethod
+    def _pack_inputs(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        packed = []
+        for index, item in enumerate(items):
+            attr, size = _pack(item)
+            if size > INPUT_ITEM_LIMIT:
+                raise GatewayError(
+                    400,
+                    f"Input item {index} is too large to store: {size} bytes after compression,"
+                    f" more than the {INPUT_ITEM_LIMIT} bytes one stored item can hold."
+                    " Split its content across several input items.",
+                    param=f"input[{index}]",
+                )
+            packed.append(attr)
+        return packed
+
+    def _pointer(
+        self, tenant: str, item_id: str, response_id: str, where: str, index: int, ttl: Any
+    ) -> dict[str, Any]:
+        return {
+            "pk": _s(_pointer_pk(tenant, item_id)),
+            "sk": _s(response_id),
+            "loc": _s(where),
+            "idx": _n(index),
+            TTL_ATTRIBUTE: ttl,
+        }
+
+    def _output_pointers(
+        self, tenant: str, response_id: str, response: dict[str, Any], ttl: Any
+    ) -> list[dict[str, Any]]:
+        return [
+            self._pointer(tenant, item["id"], response_id, "out", i, ttl)
+            for i, item in enumerate(response.get("output") or [])
+            if isinstance(item, dict) and isinstance(item.get("id"), str) and item["id"]
+        ]
+
+    async def put(self, record: StoredResponse) -> None:
+        await asyncio.to_thread(self._put, record)
+
+    def _put(self, r: StoredResponse) -> None:
+        packed = self._pack_inputs(r.input_items)  # the 400 comes before any write
+        expires_at = (
+            r.expires_at if r.expires_at is not None else int(time.time()) + self.retention_s
+        )
+        ttl = _n(expires_at)
+        writes: list[dict[str, Any]] = []
+        for index, (item, attr) in enumerate(zip(r.input_items, packed, strict=True)):
+            entry = {"pk": _s(r.id), "sk": _s(_in_sk(index)), "item": attr, TTL_ATTRIBUTE: ttl}
+            item_id = item.get("id")
+            if isinstance(item_id, str) and item_id:
+                entry["iid"] = _s(item_id)
+                writes.append(self._pointer(r.tenant, item_id, r.id, "in", index, ttl))
+            writes.append(entry)
+        writes += self._output_pointers(r.tenant, r.id, r.response, ttl)
+        rsp_attrs, rsp_parts = _blob(r.id, "rsp", "RS", r.response, INLINE_RESPONSE_BYTES, ttl)
+        req_attrs, req_parts = _blob(r.id, "req", "RQ", r.request, INLINE_REQUEST_BYTES, ttl)
+        self._batch_put(writes + rsp_parts + req_parts)
+        # The record goes last: until it exists nothing above is visible.
+        item = {
+            **self._record_key(r.id),
+            "tenant": _s(r.tenant),
+            "status": _s(r.status),
+            "bg": {"BOOL": r.background},
+            "n_in": _n(len(r.input_items)),
+            TTL_ATTRIBUTE: ttl,
+            **rsp_attrs,
+            **req_attrs,
+        }
+        if r.previous_response_id:
+            item["prev"] = _s(r.previous_response_id)
+        if r.lease_until is not None:
+            item["lease_until"] = _n(r.lease_until)
+        self._call("put_item", TableName=self.table_name, Item=item)
+
+    # -- get -------------------------------------------------------------------------------------
+
+    async def get(self, response_id: str, tenant: str) -> StoredResponse | None:
+        return await asyncio.to_thread(self._get, response_id, tenant)
+
+    def _get(self, response_id: str, tenant: str) -> StoredResponse | None:
+        for _ in range(_TORN_READ_ATTEMPTS):
+            items = list(
+                self._query(
+                    KeyConditionExpression="pk = :pk AND sk >= :r",
+                    ExpressionAttributeValues={":pk": _s(response_id), ":r": _s(RECORD)},
+                )
+            )
+            if not items or items[0]["sk"]["S"] != RECORD:
+                return None
+            record = items[0]
+            if record["tenant"]["S"] != tenant or _expired(record, time.time()):
+                return None
+            try:
+                return self._assemble(response_id, record, items[1:])
+            except _TornRead:
+                continue
+        raise StoreUnavailable(f"Response {response_id} kept changing while being read")
+
+    @staticmethod
+    def _assemble(
+        response_id: str, record: dict[str, Any], rest: list[dict[str, Any]]
+    ) -> StoredResponse:
+        n_in = int(record["n_in"]["N"])
+        inputs: list[dict[str, Any]] = []
+        parts: dict[str, dict[str, Any]] = {}
+        for item in rest:  # sorted by sk: inputs arrive in order
+            sk = item["sk"]["S"]
+            if sk.startswith("R#IN#"):
+                if int(sk[5:]) < n_in:  # a longer earlier put may have left more
+                    inputs.append(_unpack(item["item"]))
+            else:
+                parts[sk] = item
+        if len(inputs) != n_in:
+            raise _TornRead
+        lease = record.get("lease_until")
+        return StoredResponse(
+            id=response_id,
+            tenant=record["tenant"]["S"],
+            response=_read_blob(record, "rsp", "RS", parts),
+            request=_read_blob(record, "req", "RQ", parts),
+            input_items=inputs,
+            previous_response_id=record["prev"]["S"] if "prev" in record else None,
+            background=record["bg"]["BOOL"],
+            lease_until=float(lease["N"]) if lease else None,
+            expires_at=int(record[TTL_ATTRIBUTE]["N"]),
+        )
+
+    def _load_response(self, response_id: str) -> dict[str, Any] | None:
+        """Only the Response object (no input items), for output item lookups."""
+        projection, names = _names("rsp", "rsp_n", "rsp_v", TTL_ATTRIBUTE)
+        for _ in range(_TORN_READ_ATTEMPTS):
+            record = self._call(
+                "get_item",
+                TableName=self.table_name,
+                Key=self._record_key(response_id),
+                ConsistentRead=True,
+                ProjectionExpression=projection,
+                ExpressionAttributeNames=names,
+            ).get("Item")
+            if record is None or _expired(record, time.time()):
+                return None
+            parts: dict[str, dict[str, Any]] = {}
+            if "rsp" not in record:
+                parts = {
+                    item["sk"]["S"]: item
+                    for item in self._query(
+                        KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
+                        ExpressionAttributeValues={":pk": _s(response_id), ":p": _s("R#RS#")},
+                    )
+                }
+            try:
+                return _read_blob(record, "rsp", "RS", parts)
+            except _TornRead:
+                continue
+        raise StoreUnavailable(f"Response {response_id} kept changing while being read")
+
+    # -- delete ----------------------------------------------------------------------------------
+
+    async def delete(self, response_id: str, tenant: str) -> bool:
+        return await asyncio.to_thread(self._delete, response_id, tenant)
+
+    def _delete(self, response_id: str, tenant: str) -> bool:
+        stored = self._get(response_id, tenant)
+        if stored is None:
+            return False
+        try:  # the record first: from here on the response is not found
+            self._call(
+                "delete_item",
+                TableName=self.table_name,
+                Key=self._record_key(response_id),
+                ConditionExpression="tenant = :t",
+                ExpressionAttributeValues={":t": _s(tenant)},
+            )
+        except _ConditionFailed:
+            return False
+        item_ids = {
+            item["id"]
+            for item in [*stored.input_items, *(stored.response.get("output") or [])]
+            if isinstance(item, dict) and isinstance(item.get("id"), str) and item["id"]
+        }
+        keys = [{"pk": _s(_pointer_pk(tenant, i)), "sk": _s(response_id)} for i in item_ids]
+        try:
+            keys += [
+                {"pk": item["pk"], "sk": item["sk"]}
+                for item in self._query(
+                    KeyConditionExpression="pk = :pk",
+                    ExpressionAttributeValues={":pk": _s(response_id)},
+                    ProjectionExpression="pk, sk",
+                )
+            ]
+            self._batch_write([{"DeleteRequest": {"Key": key}} for key in keys])
+        except StoreUnavailable:  # invisible leftovers; TTL removes them
+            log.warning("could not remove all items of deleted response %s", response_id)
+        return True
+
+    # -- item lookup -----------------------------------------------------------------------------
+
+    async def get_items(self, item_ids: list[str], tenant: str) -> dict[str, dict[str, Any]]:
+        ids = list(dict.fromkeys(item_ids))
+        if not ids:
+            return {}
+        pointers = await asyncio.gather(
+            *(asyncio.to_thread(self._pointers, tenant, item_id) for item_id in ids)
+        )
+        candidates = {i: p for i, p in zip(ids, pointers, strict=True) if p}
+        return await asyncio.to_thread(self._resolve, candidates)
+
+    def _pointers(self, tenant: str, item_id: str) -> list[tuple[str, str, int]]:
+        now = time.time()
+        return [
+            (item["sk"]["S"], item["loc"]["S"], int(item["idx"]["N"]))
+            for item in self._query(
+                KeyConditionExpression="pk = :pk",
+                ExpressionAttributeValues={":pk": _s(_pointer_pk(tenant, item_id))},
+            )
+            if not _expired(item, now)
+        ]
+
+    def _resolve(
+        self, candidates: dict[str, list[tuple[str, str, int]]]
+    ) -> dict[str, dict[str, Any]]:
+        """Follow pointers to items; a stale pointer (item gone or replaced) falls to the next."""
+        found: dict[str, dict[str, Any]] = {}
+        pending = {item_id: list(pointers) for item_id, pointers in candidates.items()}
+        responses: dict[str, dict[str, Any] | None] = {}
+        while pending:
+            wanted = {item_id: pointers.pop(0) for item_id, pointers in pending.items()}
+            inputs = {
+                (rid, idx): item_id
+                for item_id, (rid, where, idx) in wanted.items()
+                if where == "in"
+            }
+            found.update(self._get_input_items(inputs))
+            for item_id, (rid, where, idx) in wanted.items():
+                if where != "out":
+                    continue
+                if rid not in responses:
+                    responses[rid] = self._load_response(rid)
+                output = (responses[rid] or {}).get("output") or []
+                item = output[idx] if idx < len(output) else None
+                if isinstance(item, dict) and item.get("id") == item_id:
+                    found[item_id] = item
+            pending = {i: p for i, p in pending.items() if i not in found and p}
+        return found
+
+    def _get_input_items(self, keys: dict[tuple[str, int], str]) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
+        key_list = [{"pk": _s(rid), "sk": _s(_in_sk(idx))} for rid, idx in keys]
+        now = time.time()
+        for start in range(0, len(key_list), 100):
+            request = {
+                self.table_name: {"Keys": key_list[start : start + 100], "ConsistentRead": True}
+            }
+            for attempt in range(10):
+                result = self._call("batch_get_item", RequestItems=request)
+                for item in result.get("Responses", {}).get(self.table_name, []):
+                    item_id = keys.get((item["pk"]["S"], int(item["sk"]["S"][5:])))
+                    if (
+                        item_id
+                        and item.get("iid", {}).get("S") == item_id
+                        and not _expired(item, now)
+                    ):
+                        found[item_id] = _unpack(item["item"])
+                request = result.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+                time.sleep(random.uniform(0, 0.05 * 2**attempt))
+            else:
+                raise StoreUnavailable("DynamoDB batch_get_item left keys unprocessed")
+        return found
+
+    # -- status transitions ----------------------------------------------------------------------
+
+    async def update_response(
+        self,
+        response_id: str,
+        response: dict[str, Any],
+        *,
+        expect_status: frozenset[str] | set[str] | None = None,
+        lease_until: float | None = None,
+    ) -> bool:
+        expected = None if expect_status is None else sorted(expect_status)
+        return await asyncio.to_thread(self._update, response_id, response, expected, lease_until)
+
+    def _update(
+        self,
+        response_id: str,
+        response: dict[str, Any],
+        expected: list[str] | None,
+        lease_until: float | None,
+    ) -> bool:
+        if expected is not None and not expected:
+            return False
+        status = response.get("status", "")
+        rsp_attrs, parts = _blob(
+            response_id, "rsp", "RS", response, INLINE_RESPONSE_BYTES, self._ttl()
+        )
+        values: dict[str, Any] = {":s": _s(status)}
+        sets = ["#s = :s"]
+        for i, (name, value) in enumerate(rsp_attrs.items()):
+            sets.append(f"{name} = :r{i}")
+            values[f":r{i}"] = value
+        if lease_until is not None:
+            sets.append("lease_until = :l")
+            values[":l"] = _n(lease_until)
+        removes = [name for name in ("rsp", "rsp_n", "rsp_v") if name not in rsp_attrs]
+        condition = "attribute_exists(pk)"
+        if expected is not None:
+            condition += f" AND #s IN ({', '.join(f':e{i}' for i in range(len(expected)))})"
+            values.update({f":e{i}": _s(s) for i, s in enumerate(expected)})
+        update = {
+            "TableName": self.table_name,
+            "Key": self._record_key(response_id),
+            "UpdateExpression": f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": {"#s": "status"},
+            "ExpressionAttributeValues": values,
+        }
+        try:
+            if not parts:
+                self._call("update_item", **update)
+            elif len(parts) < TXN_MAX_ACTIONS and len(parts) * PART_BYTES < TXN_MAX_BYTES:
+                puts = [{"Put": {"TableName": self.table_name, "Item": p}} for p in parts]
+                self._call("transact_write_items", TransactItems=[{"Update": update}, *puts])
+            else:
+                raise StoreUnavailable(
+                    f"Response {response_id} is too large to store even compressed"
+                )
+        except _ConditionFailed:
+            return False
+        if status in TERMINAL_STATUSES and response.get("output"):
+            self._index_outputs(response_id, response)
+        return True
+
+    def _index_outputs(self, response_id: str, response: dict[str, Any]) -> None:
+        projection, names = _names("tenant", TTL_ATTRIBUTE)
+        record = self._call(
+            "get_item",
+            TableName=self.table_name,
+            Key=self._record_key(response_id),
+            ConsistentRead=True,
+            ProjectionExpression=projection,
+            ExpressionAttributeNames=names,
+        ).get("Item")
+        if record is not None:
+            tenant = record["tenant"]["S"]
+            self._batch_put(
+                self._output_pointers(tenant, response_id, response, record[TTL_ATTRIBUTE])
+            )
+
+    async def renew_lease(self, response_id: str, lease_until: float) -> bool:
+        return await asyncio.to_thread(self._renew, response_id, lease_until)
+
+    def _renew(self, response_id: str, lease_until: float) -> bool:
+        try:
+            self._call(
+                "update_item",
+                TableName=self.table_name,
+                Key=self._record_key(response_id),
+                UpdateExpression="SET lease_until = :l",
+                ConditionExpression="attribute_exists(pk) AND #s IN (:q, :p)",
+                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues={
+                    ":l": _n(lease_until),
+                    ":q": _s(RUNNING_STATUSES[0]),
+                    ":p": _s(RUNNING_STATUSES[1]),
+                },
+            )
+        except _ConditionFailed:
+            return False
+        return True
+
+    # -- event log -------------------------------------------------------------------------------
+
+    async def append_events(self, response_id: str, events: list[dict[str, Any]]) -> None:
+        if events:
+            await asyncio.to_thread(self._append, response_id, events)
+
+    def _append(self, response_id: str, events: list[dict[str, Any]]) -> None:
+        """One TransactWriteItems: a ConditionCheck that the response is not cancelled and the
+        batch item ``EV#<last seq>`` (plus parts if it is huge, the batch item written last)."""
+        first = int(events[0]["sequence_number"])
+        last = int(events[-1]["sequence_number"])
+        ttl = self._ttl()
+        attr, size = _pack(events)
+        base = {
+            "pk": _s(response_id),
+            "sk": _s(_event_sk(last)),
+            "first": _n(first),
+            "last": _n(last),
+            TTL_ATTRIBUTE: ttl,
+        }
+        items: list[dict[str, Any]] = []
+        if size <= PART_BYTES:
+            base["ev"] = attr
+        else:
+            chunks = _split(_raw(attr))
+            base["d"] = {"B": chunks[0]}
+            base["n"] = _n(len(chunks))
+            items = [
+                {
+                    "pk": _s(response_id),
+                    "sk": _s(f"{_event_sk(last)}#{k:03d}"),
+                    "d": {"B": chunk},
+                    TTL_ATTRIBUTE: ttl,
+                }
+                for k, chunk in enumerate(chunks[1:], start=1)
+            ]
+        items.append(base)
+        check = {
+            "ConditionCheck": {
+                "TableName": self.table_name,
+                "Key": self._record_key(response_id),
+                "ConditionExpression": "attribute_exists(pk) AND #s <> :c",
+                "ExpressionAttributeNames": {"#s": "status"},
+                "ExpressionAttributeValues": {":c": _s("cancelled")},
+            }
+        }
+        # Always one transaction in practice; a batch over ~3.5 MB compressed needs several,
+        # and readers ignore parts until the batch item (last) exists.
+        per_txn = max(1, min(TXN_MAX_ACTIONS - 1, TXN_MAX_BYTES // PART_BYTES))
+        for start in range(0, len(items), per_txn):
+            puts = [
+                {"Put": {"TableName": self.table_name, "Item": item}}
+                for item in items[start : start + per_txn]
+            ]
+            try:
+                self._call("transact_write_items", TransactItems=[check, *puts])
+            except _ConditionFailed:
+                raise CancelledError(response_id) from None
+
+    async def read_events(self, response_id: str, after: int = -1) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self._read_events, response_id, after)
+
+    def _read_events(self, response_id: str, after: int) -> list[dict[str, Any]]:
+        # Batches are keyed by their last sequence number, so this range starts at the first
+        # batch holding an event after `after`.
+        items = list(
+            self._query(
+                KeyConditionExpression="pk = :pk AND sk BETWEEN :lo AND :hi",
+                ExpressionAttributeValues={
+                    ":pk": _s(response_id),
+                    ":lo": _s(_event_sk(after + 1)),
+                    ":hi": _s("EV#~"),
+                },
+            )
+        )
+        parts = {
+            item["sk"]["S"]: item["d"]["B"] for item in items if item["sk"]["S"].count("#") == 2
+        }
+        now = time.time()
+        out: list[dict[str, Any]] = []
+        for item in items:
+            sk = item["sk"]["S"]
+            if sk.count("#") != 1 or _expired(item, now):
+                continue
+            if "ev" in item:
+                batch = _unpack(item["ev"])
+            else:
+                data = [item["d"]["B"]]
+                data += [parts[f"{sk}#{k:03d}"] for k in range(1, int(item["n"]["N"]))]
+                batch = orjson.loads(zlib.decompress(b"".join(data)))
+            out.extend(e for e in batch if e["sequence_number"] > after)
+        return out

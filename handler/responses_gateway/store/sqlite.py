@@ -1,0 +1,335 @@
+"""Embedded store: one SQLite file, no AWS account needed (``GATEWAY_STORE=sqlite:PATH``).
+
+All calls run on one dedicated thread that owns the connection, so the event loop never blocks
+and calls from concurrent tasks are serialised in this process. Across processes sharing the
+file, WAL mode lets readers run beside the writer, ``BEGIN IMMEDIATE`` makes every
+read-check-write atomic and ``busy_timeout`` waits for the other writer instead of failing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import orjson
+
+from responses_gateway.store.base import (
+    TERMINAL_STATUSES,
+    CancelledError,
+    Store,
+    StoredResponse,
+    StoreUnavailable,
+)
+
+DEFAULT_PATH = "./gateway.db"
+RUNNING_STATUSES = ("queued", "in_progress")
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    status TEXT NOT NULL,
+    response TEXT NOT NULL,
+    request TEXT NOT NULL,
+    previous_response_id TEXT,
+    background INTEGER NOT NULL,
+    lease_until REAL,
+    expires_at INTEGER
+);
+-- Input items (kind 'in', listed in idx order) and, once a response is terminal, its output
+-- items (kind 'out'), both findable by item id for item_reference.
+CREATE TABLE IF NOT EXISTS items (
+    response_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    item_id TEXT,
+    tenant TEXT NOT NULL,
+    item TEXT NOT NULL,
+    PRIMARY KEY (response_id, kind, idx)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS items_by_id ON items (tenant, item_id);
+CREATE TABLE IF NOT EXISTS events (
+    response_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    PRIMARY KEY (response_id, seq)
+) WITHOUT ROWID;
+"""
+
+
+def _dumps(obj: Any) -> str:
+    return orjson.dumps(obj).decode()
+
+
+def _alive(expires_at: int | None, now: float) -> bool:
+    return expires_at is None or expires_at > now
+
+
+class SQLiteStore(Store):
+    """Responses in a local SQLite file; ``retention_days=None`` keeps them until deleted."""
+
+    def __init__(
+        self,
+        path: str = DEFAULT_PATH,
+        *,
+        retention_days: int | None = None,
+        busy_timeout_ms: int = 10_000,
+    ) -> None:
+        self.path = path
+        self._retention_s = None if retention_days is None else retention_days * 86400
+        self._busy_timeout_ms = busy_timeout_ms
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
+        self._conn: sqlite3.Connection | None = None
+        # Open (and create the schema) now, so a bad path fails at startup, not on a request.
+        self._executor.submit(self._guarded, self._open).result()
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        self._conn = conn
+        with self._tx() as c:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    c.execute(statement)
+            self._purge_expired(c)
+
+    @staticmethod
+    def _purge_expired(c: sqlite3.Connection) -> None:
+        """Expired rows are invisible anyway; dropping them on open keeps the file from growing."""
+        now = int(time.time())
+        expired = "SELECT id FROM responses WHERE expires_at IS NOT NULL AND expires_at <= ?"
+        c.execute(f"DELETE FROM items WHERE response_id IN ({expired})", (now,))
+        c.execute(f"DELETE FROM events WHERE response_id IN ({expired})", (now,))
+        c.execute("DELETE FROM responses WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))
+
+    @contextmanager
+    def _tx(self, mode: str = "IMMEDIATE") -> Iterator[sqlite3.Connection]:
+        """A transaction; IMMEDIATE takes the write lock first so read-check-write is atomic."""
+        conn = self._conn
+        assert conn is not None, "store is closed"
+        conn.execute(f"BEGIN {mode}")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _guarded(self, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return fn(*args)
+        except sqlite3.Error as e:
+            raise StoreUnavailable(f"The response store ({self.path}) failed: {e}") from e
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, functools.partial(self._guarded, fn, *args)
+        )
+
+    # -- Store -------------------------------------------------------------------------------
+
+    async def put(self, record: StoredResponse) -> None:
+        await self._run(self._put, record)
+
+    def _put(self, r: StoredResponse) -> None:
+        expires_at = r.expires_at
+        if expires_at is None and self._retention_s is not None:
+            expires_at = int(time.time()) + self._retention_s
+        rows = [
+            (r.id, "in", i, item.get("id"), r.tenant, _dumps(item))
+            for i, item in enumerate(r.input_items)
+        ]
+        rows += self._output_rows(r.id, r.tenant, r.response)
+        with self._tx() as c:
+            c.execute(
+                "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    r.id,
+                    r.tenant,
+                    r.status,
+                    _dumps(r.response),
+                    _dumps(r.request),
+                    r.previous_response_id,
+                    int(r.background),
+                    r.lease_until,
+                    expires_at,
+                ),
+            )
+            c.execute("DELETE FROM items WHERE response_id = ?", (r.id,))
+            c.executemany("INSERT INTO items VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+    @staticmethod
+    def _output_rows(
+        response_id: str, tenant: str, response: dict[str, Any]
+    ) -> list[tuple[Any, ...]]:
+        return [
+            (response_id, "out", i, item["id"], tenant, _dumps(item))
+            for i, item in enumerate(response.get("output") or [])
+            if isinstance(item, dict) and item.get("id")
+        ]
+
+    async def get(self, response_id: str, tenant: str) -> StoredResponse | None:
+        return await self._run(self._get, response_id, tenant)
+
+    def _get(self, response_id: str, tenant: str) -> StoredResponse | None:
+        with self._tx("DEFERRED") as c:  # one snapshot for the record and its items
+            row = c.execute(
+                "SELECT tenant, response, request, previous_response_id, background,"
+                " lease_until, expires_at FROM responses WHERE id = ?",
+                (response_id,),
+            ).fetchone()
+            if row is None or row[0] != tenant or not _alive(row[6], time.time()):
+                return None
+            items = c.execute(
+                "SELECT item FROM items WHERE response_id = ? AND kind = 'in' ORDER BY idx",
+                (response_id,),
+            ).fetchall()
+        return StoredResponse(
+            id=response_id,
+            tenant=row[0],
+            response=orjson.loads(row[1]),
+            request=orjson.loads(row[2]),
+            input_items=[orjson.loads(item) for (item,) in items],
+            previous_response_id=row[3],
+            background=bool(row[4]),
+            lease_until=row[5],
+            expires_at=row[6],
+        )
+
+    async def delete(self, response_id: str, tenant: str) -> bool:
+        return await self._run(self._delete, response_id, tenant)
+
+    def _delete(self, response_id: str, tenant: str) -> bool:
+        with self._tx() as c:
+            row = c.execute(
+                "SELECT tenant, expires_at FROM responses WHERE id = ?", (response_id,)
+            ).fetchone()
+            if row is None or row[0] != tenant:
+                return False
+            for table, column in (("items", "response_id"), ("events", "response_id")):
+                c.execute(f"DELETE FROM {table} WHERE {column} = ?", (response_id,))
+            c.execute("DELETE FROM responses WHERE id = ?", (response_id,))
+        return _alive(row[1], time.time())  # an expired record was already "not there"
+
+    async def get_items(self, item_ids: list[str], tenant: str) -> dict[str, dict[str, Any]]:
+        if not item_ids:
+            return {}
+        return await self._run(self._get_items, list(dict.fromkeys(item_ids)), tenant)
+
+    def _get_items(self, item_ids: list[str], tenant: str) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
+        now = int(time.time())
+        for start in range(0, len(item_ids), 500):  # stay under SQLite's bound-variable limit
+            chunk = item_ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self._conn.execute(  # type: ignore[union-attr]
+                "SELECT i.item_id, i.item FROM items i JOIN responses r ON r.id = i.response_id"
+                f" WHERE i.tenant = ? AND i.item_id IN ({marks})"
+                " AND (r.expires_at IS NULL OR r.expires_at > ?)",
+                (tenant, *chunk, now),
+            ).fetchall()
+            for item_id, item in rows:
+                if item_id not in found:
+                    found[item_id] = orjson.loads(item)
+        return found
+
+    async def update_response(
+        self,
+        response_id: str,
+        response: dict[str, Any],
+        *,
+        expect_status: frozenset[str] | set[str] | None = None,
+        lease_until: float | None = None,
+    ) -> bool:
+        expected = None if expect_status is None else tuple(expect_status)
+        return await self._run(self._update, response_id, response, expected, lease_until)
+
+    def _update(
+        self,
+        response_id: str,
+        response: dict[str, Any],
+        expected: tuple[str, ...] | None,
+        lease_until: float | None,
+    ) -> bool:
+        status = response.get("status", "")
+        sql = (
+            "UPDATE responses SET response = ?, status = ?, lease_until = COALESCE(?, lease_until)"
+            " WHERE id = ?"
+        )
+        params: list[Any] = [_dumps(response), status, lease_until, response_id]
+        if expected is not None:
+            sql += f" AND status IN ({','.join('?' * len(expected))})"
+            params += expected
+        with self._tx() as c:
+            if c.execute(sql, params).rowcount == 0:
+                return False
+            if status in TERMINAL_STATUSES:
+                (tenant,) = c.execute(
+                    "SELECT tenant FROM responses WHERE id = ?", (response_id,)
+                ).fetchone()
+                c.execute(
+                    "DELETE FROM items WHERE response_id = ? AND kind = 'out'", (response_id,)
+                )
+                c.executemany(
+                    "INSERT INTO items VALUES (?, ?, ?, ?, ?, ?)",
+                    self._output_rows(response_id, tenant, response),
+                )
+        return True
+
+    async def append_events(self, response_id: str, events: list[dict[str, Any]]) -> None:
+        if events:
+            await self._run(self._append, response_id, events)
+
+    def _append(self, response_id: str, events: list[dict[str, Any]]) -> None:
+        rows = [(response_id, int(e["sequence_number"]), _dumps(e)) for e in events]
+        with self._tx() as c:
+            row = c.execute("SELECT status FROM responses WHERE id = ?", (response_id,)).fetchone()
+            if row is None or row[0] == "cancelled":
+                raise CancelledError(response_id)
+            c.executemany("INSERT OR REPLACE INTO events VALUES (?, ?, ?)", rows)
+
+    async def read_events(self, response_id: str, after: int = -1) -> list[dict[str, Any]]:
+        return await self._run(self._read_events, response_id, after)
+
+    def _read_events(self, response_id: str, after: int) -> list[dict[str, Any]]:
+        rows = self._conn.execute(  # type: ignore[union-attr]
+            "SELECT e.event FROM events e JOIN responses r ON r.id = e.response_id"
+            " WHERE e.response_id = ? AND e.seq > ?"
+            " AND (r.expires_at IS NULL OR r.expires_at > ?) ORDER BY e.seq",
+            (response_id, after, int(time.time())),
+        ).fetchall()
+        return [orjson.loads(event) for (event,) in rows]
+
+    async def renew_lease(self, response_id: str, lease_until: float) -> bool:
+        return await self._run(self._renew, response_id, lease_until)
+
+    def _renew(self, response_id: str, lease_until: float) -> bool:
+        with self._tx() as c:
+            cur = c.execute(
+                "UPDATE responses SET lease_until = ? WHERE id = ? AND status IN (?, ?)",
+                (lease_until, response_id, *RUNNING_STATUSES),
+            )
+            return cur.rowcount == 1
+
+    async def aclose(self) -> None:
+        if self._conn is not None:
+            await self._run(self._close)
+        self._executor.shutdown(wait=False)
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

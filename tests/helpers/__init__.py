@@ -1,0 +1,1 @@
+"""Reusable test helpers (servers started on 127.0.0.1, environment setup)."""

@@ -1,0 +1,676 @@
+"""One store suite, run against the embedded SQLite store and DynamoDB (moto server over HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from responses_gateway.errors import GatewayError
+from responses_gateway.store.base import (
+    CancelledError,
+    Store,
+    StoredResponse,
+    StoreUnavailable,
+)
+from responses_gateway.store.dynamodb import (
+    INPUT_ITEM_LIMIT,
+    DynamoDBStore,
+    _pack,
+    make_client,
+)
+from responses_gateway.store.dynamodb_schema import table_definition
+from responses_gateway.store.sqlite import SQLiteStore
+from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parent.parent
+WRITE_OPERATIONS = (
+    "PutItem",
+    "UpdateItem",
+    "DeleteItem",
+    "BatchWriteItem",
+    "TransactWriteItems",
+)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Any:
+    with moto_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    use_moto(monkeypatch, moto_endpoint)
+    return moto_endpoint
+
+
+StoreFactory = Callable[..., Store]
+
+
+@pytest.fixture(params=["sqlite", "dynamodb"])
+async def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StoreFactory]:
+    """A factory of stores of one kind sharing one database (file or table)."""
+    created: list[Store] = []
+    if request.param == "sqlite":
+        path = str(tmp_path / "gateway.db")
+
+        def factory(**kwargs: Any) -> Store:
+            created.append(SQLiteStore(path, **kwargs))
+            return created[-1]
+    else:
+        request.getfixturevalue("aws")
+        table = create_dynamodb_table()
+
+        def factory(**kwargs: Any) -> Store:
+            created.append(DynamoDBStore(table, **kwargs))
+            return created[-1]
+
+    yield factory
+    for store in created:
+        await store.aclose()
+
+
+@pytest.fixture
+def store(make_store: StoreFactory) -> Store:
+    return make_store()
+
+
+def new_id(prefix: str = "resp_") -> str:
+    return prefix + os.urandom(12).hex()
+
+
+def message(text: str, role: str = "user", item_id: str | None = None) -> dict[str, Any]:
+    return {
+        "id": item_id or new_id("msg_"),
+        "type": "message",
+        "role": role,
+        "content": [{"type": "input_text", "text": text}],
+    }
+
+
+def output_message(text: str) -> dict[str, Any]:
+    return {
+        "id": new_id("msg_"),
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def record(
+    *,
+    tenant: str = "tenant-a",
+    status: str = "completed",
+    inputs: list[dict[str, Any]] | None = None,
+    output: list[dict[str, Any]] | None = None,
+    **kwargs: Any,
+) -> StoredResponse:
+    rid = new_id()
+    inputs = [message("hello")] if inputs is None else inputs
+    return StoredResponse(
+        id=rid,
+        tenant=tenant,
+        response={"id": rid, "object": "response", "status": status, "output": output or []},
+        request={"model": "gpt-test", "input": inputs},
+        input_items=inputs,
+        **kwargs,
+    )
+
+
+def events(first: int, count: int, text: str = "x") -> list[dict[str, Any]]:
+    return [
+        {"type": "response.output_text.delta", "sequence_number": n, "delta": f"{text}{n}"}
+        for n in range(first, first + count)
+    ]
+
+
+def words(n_bytes: int, seed: int) -> str:
+    """Text that compresses like prose (a few times), not like a repeated string."""
+    rng = random.Random(seed)
+    vocabulary = [
+        "".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(2, 9))) for _ in range(3000)
+    ]
+    out: list[str] = []
+    size = 0
+    while size < n_bytes:
+        word = rng.choice(vocabulary)
+        out.append(word)
+        size += len(word) + 1
+    return " ".join(out)
+
+
+def incompressible(n_bytes: int) -> str:
+    return base64.b64encode(os.urandom(n_bytes * 3 // 4)).decode()
+
+
+# -- the shared suite ---------------------------------------------------------------------------
+
+
+async def test_put_get_round_trip(store: Store) -> None:
+    r = record(
+        status="in_progress",
+        inputs=[message("first"), message("second", role="developer")],
+        previous_response_id=new_id(),
+        background=True,
+        lease_until=time.time() + 30.5,
+    )
+    r.request["tools"] = [{"type": "function", "name": "f", "parameters": {"type": "object"}}]
+    await store.put(r)
+
+    got = await store.get(r.id, r.tenant)
+    assert got is not None
+    assert got.response == r.response
+    assert got.request == r.request
+    assert got.input_items == r.input_items
+    assert got.previous_response_id == r.previous_response_id
+    assert got.background is True
+    assert got.lease_until == pytest.approx(r.lease_until)
+    assert got.status == "in_progress"
+    assert await store.get(new_id(), r.tenant) is None
+
+
+async def test_put_overwrites_same_id(store: Store) -> None:
+    r = record(status="queued", inputs=[message(str(i)) for i in range(5)])
+    await store.put(r)
+    r.input_items = r.input_items[:2]
+    r.response["status"] = "completed"
+    await store.put(r)
+    got = await store.get(r.id, r.tenant)
+    assert got is not None
+    assert got.input_items == r.input_items
+    assert got.status == "completed"
+
+
+async def test_delete_removes_everything(store: Store) -> None:
+    r = record(status="in_progress")
+    await store.put(r)
+    await store.append_events(r.id, events(0, 3))
+    assert await store.delete(r.id, r.tenant) is True
+    assert await store.get(r.id, r.tenant) is None
+    assert await store.read_events(r.id) == []
+    assert await store.get_items([r.input_items[0]["id"]], r.tenant) == {}
+    assert await store.delete(r.id, r.tenant) is False
+
+
+async def test_tenant_isolation(store: Store) -> None:
+    r = record(tenant="tenant-a", output=[output_message("secret")])
+    await store.put(r)
+    ids = [r.input_items[0]["id"], r.response["output"][0]["id"]]
+
+    assert await store.get(r.id, "tenant-b") is None
+    assert await store.get_items(ids, "tenant-b") == {}
+    assert await store.delete(r.id, "tenant-b") is False
+    # ...and the owner still has all of it.
+    assert await store.get(r.id, "tenant-a") is not None
+    assert set(await store.get_items(ids, "tenant-a")) == set(ids)
+
+
+async def test_many_input_items_keep_their_order(store: Store) -> None:
+    inputs = [message(f"item {i} " + "pad " * 1000) for i in range(260)]  # > 1 MB: several pages
+    r = record(inputs=inputs)
+    await store.put(r)
+    got = await store.get(r.id, r.tenant)
+    assert got is not None
+    assert [i["id"] for i in got.input_items] == [i["id"] for i in inputs]
+    assert got.input_items == inputs
+
+
+async def test_get_items_across_responses(store: Store) -> None:
+    first = record(output=[output_message("answer one")])
+    second = record(status="in_progress", inputs=[message("again")])
+    await store.put(first)
+    await store.put(second)
+    finished = {**second.response, "status": "completed", "output": [output_message("two")]}
+    assert await store.update_response(second.id, finished, expect_status={"in_progress"})
+
+    wanted = {
+        first.input_items[0]["id"]: first.input_items[0],
+        first.response["output"][0]["id"]: first.response["output"][0],
+        second.input_items[0]["id"]: second.input_items[0],
+        finished["output"][0]["id"]: finished["output"][0],
+    }
+    found = await store.get_items([*wanted, "msg_unknown"], "tenant-a")
+    assert found == wanted
+    assert await store.get_items([], "tenant-a") == {}
+
+
+async def test_item_shared_by_two_responses_survives_deleting_one(store: Store) -> None:
+    shared = message("referenced twice")
+    a = record(inputs=[shared])
+    b = record(inputs=[shared, message("more")])
+    await store.put(a)
+    await store.put(b)
+    assert await store.delete(b.id, "tenant-a")
+    assert await store.get_items([shared["id"]], "tenant-a") == {shared["id"]: shared}
+
+
+async def test_update_response_is_conditional(store: Store) -> None:
+    r = record(status="in_progress")
+    await store.put(r)
+    completed = {**r.response, "status": "completed", "output": [output_message("done")]}
+
+    assert await store.update_response(r.id, completed, expect_status={"queued"}) is False
+    got = await store.get(r.id, r.tenant)
+    assert got is not None and got.response == r.response  # nothing written
+    assert await store.update_response(r.id, completed, expect_status=set()) is False
+
+    lease = time.time() + 60
+    progress = {**r.response, "output": [output_message("partial")]}
+    assert await store.update_response(
+        r.id, progress, expect_status={"queued", "in_progress"}, lease_until=lease
+    )
+    got = await store.get(r.id, r.tenant)
+    assert got is not None
+    assert got.response == progress and got.lease_until == pytest.approx(lease)
+
+    assert await store.update_response(r.id, completed) is True  # unconditional
+    got = await store.get(r.id, r.tenant)
+    assert got is not None and got.status == "completed"
+    assert got.lease_until == pytest.approx(lease)  # kept when not given
+    assert await store.update_response(new_id(), completed) is False  # never creates
+
+
+async def test_events_in_order_after_any_point(store: Store) -> None:
+    r = record(status="in_progress")
+    await store.put(r)
+    await store.append_events(r.id, events(0, 4))
+    await store.append_events(r.id, events(4, 1))
+    await store.append_events(r.id, events(5, 10))
+    await store.append_events(r.id, [])
+
+    every = await store.read_events(r.id)
+    assert [e["sequence_number"] for e in every] == list(range(15))
+    assert every == events(0, 15)
+    for after in (-1, 0, 2, 3, 4, 5, 9, 13):
+        got = await store.read_events(r.id, after=after)
+        assert [e["sequence_number"] for e in got] == list(range(after + 1, 15))
+    assert await store.read_events(r.id, after=14) == []
+    assert await store.read_events(new_id()) == []
+
+
+async def test_append_after_cancel_raises_and_writes_nothing(store: Store) -> None:
+    r = record(status="in_progress")
+    await store.put(r)
+    await store.append_events(r.id, events(0, 2))
+    cancelled = {**r.response, "status": "cancelled"}
+    assert await store.update_response(r.id, cancelled, expect_status={"queued", "in_progress"})
+
+    with pytest.raises(CancelledError):
+        await store.append_events(r.id, events(2, 3))
+    assert [e["sequence_number"] for e in await store.read_events(r.id)] == [0, 1]
+    with pytest.raises(CancelledError):  # a deleted (or never stored) response stops it too
+        await store.append_events(new_id(), events(0, 1))
+
+
+async def test_renew_lease_only_while_running(store: Store) -> None:
+    r = record(status="queued", background=True, lease_until=time.time())
+    await store.put(r)
+    later = time.time() + 120
+    assert await store.renew_lease(r.id, later) is True
+    got = await store.get(r.id, r.tenant)
+    assert got is not None and got.lease_until == pytest.approx(later)
+
+    assert await store.update_response(r.id, {**r.response, "status": "completed"})
+    assert await store.renew_lease(r.id, later + 100) is False
+    got = await store.get(r.id, r.tenant)
+    assert got is not None and got.lease_until == pytest.approx(later)
+    assert await store.renew_lease(new_id(), later) is False
+
+
+async def test_expired_records_are_absent(store: Store) -> None:
+    r = record(output=[output_message("old")], expires_at=int(time.time()) - 5)
+    await store.put(r)
+    ids = [r.input_items[0]["id"], r.response["output"][0]["id"]]
+    assert await store.get(r.id, r.tenant) is None
+    assert await store.get_items(ids, r.tenant) == {}
+    assert await store.delete(r.id, r.tenant) is False
+
+    fresh = record(expires_at=int(time.time()) + 3600)
+    await store.put(fresh)
+    got = await store.get(fresh.id, fresh.tenant)
+    assert got is not None and got.expires_at == fresh.expires_at
+
+
+async def test_retention_applies_to_record_and_events(make_store: StoreFactory) -> None:
+    store = make_store(retention_days=0)  # everything expires at once
+    r = record(status="in_progress")
+    await store.put(r)
+    await store.append_events(r.id, events(0, 2))
+    assert await store.get(r.id, r.tenant) is None
+    assert await store.read_events(r.id) == []
+
+
+async def test_large_inputs_are_kept_whole(store: Store) -> None:
+    inputs = [message(words(500_000, seed)) for seed in range(3)]  # 1.5 MB across 3 items
+    inputs.append(message(words(600_000, 7)))  # one 600 KB item (compresses below 400 KB)
+    r = record(inputs=inputs)
+    store.check_input_items(inputs)
+    await store.put(r)
+    got = await store.get(r.id, r.tenant)
+    assert got is not None
+    assert got.input_items == inputs
+    assert got.request == r.request  # the create body holds all 2.1 MB as well
+    if isinstance(store, DynamoDBStore):  # ...in several part items
+        parts = store.client.query(
+            TableName=store.table_name,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
+            ExpressionAttributeValues={":pk": {"S": r.id}, ":p": {"S": "R#RQ#"}},
+        )["Items"]
+        assert len(parts) >= 2
+    assert await store.get_items([inputs[3]["id"]], r.tenant) == {inputs[3]["id"]: inputs[3]}
+
+
+async def test_incompressible_huge_input_item(store: Store) -> None:
+    inputs = [message("small"), message(incompressible(600_000))]
+    r = record(inputs=inputs)
+    if isinstance(store, DynamoDBStore):
+        with pytest.raises(GatewayError) as raised:
+            store.check_input_items(inputs)
+        assert raised.value.status == 400 and raised.value.param == "input[1]"
+        with pytest.raises(GatewayError) as raised:
+            await store.put(r)
+        assert raised.value.status == 400
+        assert "Input item 1" in raised.value.message
+        assert raised.value.param == "input[1]"
+        # Up front: not a single item of this response was written.
+        page = store.client.query(
+            TableName=store.table_name,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": r.id}},
+        )
+        assert page["Items"] == []
+        assert await store.get_items([inputs[0]["id"]], r.tenant) == {}
+    else:  # no item limit in SQLite: it is simply kept
+        store.check_input_items(inputs)
+        await store.put(r)
+        got = await store.get(r.id, r.tenant)
+        assert got is not None and got.input_items == inputs
+
+
+def item_packing_to(target: int) -> dict[str, Any]:
+    """An input item whose stored (compressed) size is the largest not above ``target``."""
+    pool = incompressible(700_000)
+    lo, hi = 1, len(pool)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _pack(message(pool[:mid], item_id="msg_edge"))[1] <= target:
+            lo = mid
+        else:
+            hi = mid - 1
+    return message(pool[:lo], item_id="msg_edge")
+
+
+async def test_dynamodb_input_item_size_boundary(aws: str) -> None:
+    store = DynamoDBStore(create_dynamodb_table())
+    fits = item_packing_to(INPUT_ITEM_LIMIT)
+    r = record(inputs=[fits])
+    r.request = {"model": "gpt-test"}
+    await store.put(r)  # the largest allowed item really fits, with its keys and attributes
+    got = await store.get(r.id, r.tenant)
+    assert got is not None and got.input_items == [fits]
+
+    too_big = item_packing_to(INPUT_ITEM_LIMIT + 64)
+    with pytest.raises(GatewayError) as raised:
+        store.check_input_items([message("ok"), message("ok"), too_big])
+    assert raised.value.status == 400 and raised.value.param == "input[2]"
+
+
+async def test_dynamodb_torn_read_is_detected(aws: str) -> None:
+    store = DynamoDBStore(create_dynamodb_table())
+    r = record(status="in_progress")
+    await store.put(r)
+    big = {**r.response, "output": [output_message(incompressible(600_000))]}
+    assert await store.update_response(r.id, big)
+    parts = store.client.query(
+        TableName=store.table_name,
+        KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
+        ExpressionAttributeValues={":pk": {"S": r.id}, ":p": {"S": "R#RS#"}},
+    )["Items"]
+    assert len(parts) == 2  # the response really was split
+    # A part left by another write (different version) must never be stitched in.
+    store.client.update_item(
+        TableName=store.table_name,
+        Key={"pk": parts[1]["pk"], "sk": parts[1]["sk"]},
+        UpdateExpression="SET v = :v",
+        ExpressionAttributeValues={":v": {"S": "other-write"}},
+    )
+    with pytest.raises(StoreUnavailable):
+        await store.get(r.id, r.tenant)
+
+
+async def test_large_response_and_event_batch(store: Store) -> None:
+    r = record(status="in_progress")
+    await store.put(r)
+    big = output_message(incompressible(600_000))  # beyond one item even compressed
+    big_response = {**r.response, "output": [big]}
+    assert await store.update_response(r.id, big_response, expect_status={"in_progress"})
+    got = await store.get(r.id, r.tenant)
+    assert got is not None and got.response == big_response
+
+    done = {**big_response, "status": "completed"}
+    assert await store.update_response(r.id, done, expect_status={"in_progress"})
+    assert await store.get_items([big["id"]], r.tenant) == {big["id"]: big}
+
+    batch = events(0, 3)
+    batch.append({"type": "response.completed", "sequence_number": 3, "response": done})
+    await store.append_events(r.id, batch)
+    assert await store.read_events(r.id) == batch
+    assert await store.read_events(r.id, after=2) == batch[3:]
+
+    small = {**r.response, "status": "completed", "output": [output_message("short")]}
+    assert await store.update_response(r.id, small)  # back to inline
+    got = await store.get(r.id, r.tenant)
+    assert got is not None and got.response == small
+
+
+async def test_cancel_versus_complete_race(store: Store) -> None:
+    for _ in range(15):
+        r = record(status="in_progress", background=True)
+        await store.put(r)
+        cancelled = {**r.response, "status": "cancelled"}
+        completed = {**r.response, "status": "completed", "output": [output_message("done")]}
+        attempts = [("cancelled", cancelled, {"queued", "in_progress"})] * 8
+        attempts += [("completed", completed, {"in_progress"})] * 8
+        random.shuffle(attempts)
+        results = await asyncio.gather(
+            *(store.update_response(r.id, body, expect_status=exp) for _, body, exp in attempts)
+        )
+        winners = [status for (status, _, _), won in zip(attempts, results, strict=True) if won]
+        assert len(winners) == 1, winners
+        got = await store.get(r.id, r.tenant)
+        assert got is not None and got.status == winners[0]
+
+
+async def test_concurrent_appends_and_reads(store: Store) -> None:
+    r = record(status="in_progress")
+    await store.put(r)
+
+    async def writer() -> None:
+        for start in range(0, 100, 10):
+            await store.append_events(r.id, events(start, 10))
+
+    async def reader() -> list[int]:
+        seen = []
+        for _ in range(10):
+            seen.append(len(await store.read_events(r.id)))
+        return seen
+
+    _, counts = await asyncio.gather(writer(), reader())
+    assert counts == sorted(counts)  # the log only grows, whole batches at a time
+    assert all(c % 10 == 0 for c in counts)
+    assert [e["sequence_number"] for e in await store.read_events(r.id)] == list(range(100))
+
+
+# -- SQLite only ---------------------------------------------------------------------------------
+
+
+async def test_sqlite_two_processes_race_on_one_file(tmp_path: Path) -> None:
+    path = str(tmp_path / "shared.db")
+    store = SQLiteStore(path)
+    ids = []
+    for _ in range(40):
+        r = record(status="in_progress")
+        await store.put(r)
+        ids.append(r.id)
+    script = textwrap.dedent(
+        """
+        import asyncio, sys
+        from responses_gateway.store.sqlite import SQLiteStore
+
+        async def main():
+            store = SQLiteStore(sys.argv[1])
+            won = []
+            for rid in sys.argv[2:]:
+                if await store.update_response(
+                    rid, {"id": rid, "status": "cancelled"}, expect_status={"in_progress"}
+                ):
+                    won.append(rid)
+            print("\\n".join(won))
+            await store.aclose()
+
+        asyncio.run(main())
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "handler")}
+    other = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, path, *ids, stdout=subprocess.PIPE, env=env
+    )
+    mine = []
+    for rid in reversed(ids):
+        body = {"id": rid, "status": "completed"}
+        if await store.update_response(rid, body, expect_status={"in_progress"}):
+            mine.append(rid)
+    out, _ = await other.communicate()
+    assert other.returncode == 0
+    theirs = out.decode().split()
+    assert sorted(mine + theirs) == sorted(ids)  # each id won exactly once
+    for rid in ids:
+        got = await store.get(rid, "tenant-a")
+        assert got is not None
+        assert got.status == ("completed" if rid in mine else "cancelled")
+    await store.aclose()
+
+
+def test_sqlite_unusable_path_is_store_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(StoreUnavailable) as raised:
+        SQLiteStore(str(tmp_path / "missing-dir" / "gateway.db"))
+    assert raised.value.status == 503
+
+
+# -- DynamoDB only -------------------------------------------------------------------------------
+
+
+def count_writes(store: DynamoDBStore) -> list[str]:
+    calls: list[str] = []
+
+    def hook(model: Any, **_: Any) -> None:
+        if model.name in WRITE_OPERATIONS:
+            calls.append(model.name)
+
+    store.client.meta.events.register("before-call.dynamodb.*", hook)
+    return calls
+
+
+async def test_dynamodb_one_write_per_event_batch(aws: str) -> None:
+    store = DynamoDBStore(create_dynamodb_table())
+    r = record(status="in_progress")
+    await store.put(r)
+    calls = count_writes(store)
+    for start in range(0, 200, 20):
+        await store.append_events(r.id, events(start, 20))
+    assert calls == ["TransactWriteItems"] * 10
+    done = {
+        **r.response,
+        "status": "completed",
+        "output": [output_message(incompressible(500_000))],
+    }
+    calls.clear()
+    await store.append_events(
+        r.id, [{"type": "response.completed", "sequence_number": 200, "response": done}]
+    )
+    assert calls == ["TransactWriteItems"]  # a batch beyond one item: still one write
+    assert len(await store.read_events(r.id)) == 201
+
+
+async def test_dynamodb_endpoint_comes_from_service_variable(
+    aws: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = create_dynamodb_table()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    store = DynamoDBStore(table)  # client made lazily, no endpoint passed
+    r = record()
+    await store.put(r)
+    assert store.client.meta.endpoint_url == aws
+    assert await store.get(r.id, r.tenant) is not None
+
+
+async def test_dynamodb_table_definition_and_ttl(aws: str) -> None:
+    table = create_dynamodb_table()
+    client = make_client()
+    described = client.describe_table(TableName=table)["Table"]
+    definition = table_definition(table)
+    assert described["KeySchema"] == definition["KeySchema"]
+    assert described["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+    ttl = client.describe_time_to_live(TableName=table)["TimeToLiveDescription"]
+    assert ttl == {"TimeToLiveStatus": "ENABLED", "AttributeName": "expires_at"}
+    from responses_gateway.store.dynamodb import create_table
+
+    assert create_table(table) is False  # idempotent
+
+
+async def test_dynamodb_missing_table_is_store_unavailable(aws: str) -> None:
+    store = DynamoDBStore("no-such-table", max_attempts=1)
+    with pytest.raises(StoreUnavailable) as raised:
+        await store.get(new_id(), "tenant-a")
+    assert raised.value.status == 503
+    assert "ResourceNotFoundException" in raised.value.message
+
+
+class _ConflictingClient:
+    """Answers TransactWriteItems with a transaction conflict `fails` times, then succeeds."""
+
+    def __init__(self, fails: int) -> None:
+        self.fails = fails
+        self.calls = 0
+
+    def transact_write_items(self, **_: Any) -> dict[str, Any]:
+        self.calls += 1
+        if self.calls <= self.fails:
+            error = {
+                "Error": {"Code": "TransactionCanceledException", "Message": "conflict"},
+                "CancellationReasons": [{"Code": "TransactionConflict"}, {"Code": "None"}],
+            }
+            raise ClientError(error, "TransactWriteItems")  # type: ignore[arg-type]
+        return {}
+
+
+async def test_dynamodb_transaction_conflicts_are_retried() -> None:
+    client = _ConflictingClient(fails=2)
+    store = DynamoDBStore("t", client=client)
+    await store.append_events(new_id(), events(0, 2))
+    assert client.calls == 3
+
+    client = _ConflictingClient(fails=100)
+    store = DynamoDBStore("t", client=client)
+    with pytest.raises(StoreUnavailable):
+        await store.append_events(new_id(), events(0, 2))
