@@ -1,0 +1,854 @@
+"""The POST /v1/responses body: validated once, with OpenAI's limits and OpenAI's error shape.
+
+Pydantic (strict, so ``"0.5"`` is not a temperature) checks structure and value limits; every
+union is tagged with ``~``-prefixed tags so an error's location maps one-to-one onto OpenAI's
+``param`` (``input[2].content[0].image_url``) by dropping the tags. Checks that span fields or
+that OpenAI words specially (unsupported tools, ``file_id``, roles and content types) raise
+:class:`GatewayError` directly after the structural pass. Unknown top-level fields are ignored
+(forward compatibility); unknown keys inside items are kept so they survive into storage.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from responses_gateway import ids
+from responses_gateway.errors import GatewayError, invalid_request
+
+INCLUDABLE = frozenset(
+    {
+        "file_search_call.results",
+        "web_search_call.results",
+        "web_search_call.action.sources",
+        "message.input_image.image_url",
+        "computer_call_output.output.image_url",
+        "code_interpreter_call.outputs",
+        "reasoning.encrypted_content",
+        "message.output_text.logprobs",
+    }
+)
+LOGPROBS = "message.output_text.logprobs"
+ENCRYPTED_REASONING = "reasoning.encrypted_content"
+NAME_PATTERN = r"^[a-zA-Z0-9_-]+$"
+
+_ITEMS = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
+_PARAMS = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
+
+Status = Literal["in_progress", "completed", "incomplete"]
+
+
+def _by_type(value: Any) -> str | None:
+    """Discriminator for ``{"type": ...}`` unions; tags carry a ``~`` so they leave no param."""
+    if isinstance(value, dict) and value.get("type") is not None:
+        return f"~{value['type']}"
+    return None
+
+
+def _str_or_list(value: Any) -> str | None:
+    if isinstance(value, str):
+        return "~str"
+    return "~list" if isinstance(value, list) else None
+
+
+def _str_or_parts(parts: Any) -> Any:
+    return Annotated[
+        Union[Annotated[str, Tag("~str")], Annotated[list[parts], Tag("~list")]],  # noqa: UP007
+        Discriminator(
+            _str_or_list,
+            custom_error_type="invalid_type",
+            custom_error_message="one of a string or array of objects",
+        ),
+    ]
+
+
+# --- content parts -------------------------------------------------------------------------
+
+
+class InputText(BaseModel):
+    model_config = _ITEMS
+    type: Literal["input_text"]
+    text: str
+
+
+class InputImage(BaseModel):
+    model_config = _ITEMS
+    type: Literal["input_image"]
+    image_url: str | None = None
+    file_id: str | None = None
+    detail: Literal["low", "high", "auto", "original"] | None = None
+
+
+class InputFile(BaseModel):
+    model_config = _ITEMS
+    type: Literal["input_file"]
+    file_data: str | None = None
+    file_url: str | None = None
+    file_id: str | None = None
+    filename: str | None = None
+
+
+class OutputText(BaseModel):
+    model_config = _ITEMS
+    type: Literal["output_text"]
+    text: str
+    annotations: list[Any] | None = None
+    logprobs: list[Any] | None = None
+
+
+class Refusal(BaseModel):
+    model_config = _ITEMS
+    type: Literal["refusal"]
+    refusal: str
+
+
+InputPart = Annotated[
+    Union[  # noqa: UP007
+        Annotated[InputText, Tag("~input_text")],
+        Annotated[InputImage, Tag("~input_image")],
+        Annotated[InputFile, Tag("~input_file")],
+    ],
+    Discriminator(_by_type),
+]
+MessagePart = Annotated[
+    Union[  # noqa: UP007
+        Annotated[InputText, Tag("~input_text")],
+        Annotated[InputImage, Tag("~input_image")],
+        Annotated[InputFile, Tag("~input_file")],
+        Annotated[OutputText, Tag("~output_text")],
+        Annotated[Refusal, Tag("~refusal")],
+    ],
+    Discriminator(_by_type),
+]
+
+
+class SummaryText(BaseModel):
+    model_config = _ITEMS
+    type: Literal["summary_text"]
+    text: str
+
+
+class ReasoningText(BaseModel):
+    model_config = _ITEMS
+    type: Literal["reasoning_text"]
+    text: str
+
+
+# --- input items ---------------------------------------------------------------------------
+
+
+class Message(BaseModel):
+    model_config = _ITEMS
+    type: Literal["message"] = "message"
+    id: str | None = None
+    role: Literal["user", "system", "developer", "assistant"]
+    content: _str_or_parts(MessagePart)
+    status: Status | None = None
+
+
+class FunctionCall(BaseModel):
+    model_config = _ITEMS
+    type: Literal["function_call"]
+    id: str | None = None
+    call_id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    arguments: str
+    status: Status | None = None
+
+
+class FunctionCallOutput(BaseModel):
+    model_config = _ITEMS
+    type: Literal["function_call_output"]
+    id: str | None = None
+    call_id: str = Field(min_length=1)
+    output: _str_or_parts(InputPart)
+    status: Status | None = None
+
+
+class ReasoningItem(BaseModel):
+    model_config = _ITEMS
+    type: Literal["reasoning"]
+    id: str | None = None
+    summary: list[SummaryText] = Field(default_factory=list)
+    content: list[ReasoningText] | None = None
+    encrypted_content: str | None = None
+    status: Status | None = None
+
+
+class ItemReference(BaseModel):
+    model_config = _ITEMS
+    type: Literal["item_reference"] = "item_reference"
+    id: str
+
+
+def _item_tag(value: Any) -> str | None:
+    """Easy messages (``{"role", "content"}``) and bare ``{"id"}`` references have no type."""
+    if isinstance(value, dict) and value.get("type") is None:
+        if "role" in value:
+            return "~message"
+        return "~item_reference" if "id" in value else None
+    return _by_type(value)
+
+
+InputItem = Annotated[
+    Union[  # noqa: UP007
+        Annotated[Message, Tag("~message")],
+        Annotated[FunctionCall, Tag("~function_call")],
+        Annotated[FunctionCallOutput, Tag("~function_call_output")],
+        Annotated[ReasoningItem, Tag("~reasoning")],
+        Annotated[ItemReference, Tag("~item_reference")],
+    ],
+    Discriminator(_item_tag),
+]
+
+# --- tools and tool_choice -----------------------------------------------------------------
+
+
+class FunctionTool(BaseModel):
+    model_config = _PARAMS
+    type: Literal["function"]
+    name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+Tool = Annotated[Union[Annotated[FunctionTool, Tag("~function")]], Discriminator(_by_type)]  # noqa: UP007
+
+
+class ToolChoiceFunction(BaseModel):
+    model_config = _PARAMS
+    type: Literal["function"]
+    name: str
+
+
+class ToolChoiceAllowed(BaseModel):
+    model_config = _PARAMS
+    type: Literal["allowed_tools"]
+    mode: Literal["none", "auto", "required"] = "auto"
+    tools: list[
+        Annotated[
+            Union[Annotated[ToolChoiceFunction, Tag("~function")]],  # noqa: UP007
+            Discriminator(_by_type),
+        ]
+    ] = Field(min_length=1, max_length=128)
+
+
+def _tool_choice_tag(value: Any) -> str | None:
+    return "~mode" if isinstance(value, str) else _by_type(value)
+
+
+ToolChoice = Annotated[
+    Union[  # noqa: UP007
+        Annotated[Literal["none", "auto", "required"], Tag("~mode")],
+        Annotated[ToolChoiceFunction, Tag("~function")],
+        Annotated[ToolChoiceAllowed, Tag("~allowed_tools")],
+    ],
+    Discriminator(_tool_choice_tag),
+]
+
+# --- text, reasoning, stream options -------------------------------------------------------
+
+
+class FormatText(BaseModel):
+    model_config = _PARAMS
+    type: Literal["text"]
+
+
+class FormatJsonObject(BaseModel):
+    model_config = _PARAMS
+    type: Literal["json_object"]
+
+
+class FormatJsonSchema(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", populate_by_name=True)
+    type: Literal["json_schema"]
+    name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN)
+    schema_: dict[str, Any] = Field(alias="schema")
+    description: str | None = None
+    strict: bool | None = None
+
+
+TextFormat = Annotated[
+    Union[  # noqa: UP007
+        Annotated[FormatText, Tag("~text")],
+        Annotated[FormatJsonObject, Tag("~json_object")],
+        Annotated[FormatJsonSchema, Tag("~json_schema")],
+    ],
+    Discriminator(_by_type),
+]
+
+
+class TextConfig(BaseModel):
+    model_config = _PARAMS
+    format: TextFormat | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+
+SummaryMode = Literal["auto", "concise", "detailed"]
+
+
+class ReasoningConfig(BaseModel):
+    model_config = _PARAMS
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    summary: SummaryMode | None = None
+    generate_summary: SummaryMode | None = None  # deprecated spelling of ``summary``
+
+
+class StreamOptions(BaseModel):
+    model_config = _PARAMS
+    include_obfuscation: bool | None = None
+
+
+Metadata = dict[str, Annotated[str, Field(max_length=512)]]
+
+# --- the request ---------------------------------------------------------------------------
+
+
+class CreateResponseRequest(BaseModel):
+    """The create body, as attributes. ``None`` means "not sent" so upstream defaults apply."""
+
+    model_config = _PARAMS
+
+    model: str
+    input: _str_or_parts(InputItem) | None = None
+    instructions: str | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    max_output_tokens: int | None = Field(default=None, ge=16)
+    max_tool_calls: int | None = Field(default=None, ge=1)
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    user: str | None = None
+    safety_identifier: str | None = Field(default=None, max_length=128)
+    prompt_cache_key: str | None = Field(default=None, max_length=64)
+    prompt_cache_retention: Literal["in_memory", "in-memory", "24h"] | None = None
+    reasoning: ReasoningConfig | None = None
+    text: TextConfig | None = None
+    include: list[str] | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    store: bool = True
+    background: bool = False
+    previous_response_id: str | None = None
+    metadata: Metadata | None = Field(default=None, max_length=16)
+    truncation: Literal["auto", "disabled"] | None = None
+    service_tier: (
+        Literal["auto", "default", "flex", "scale", "priority", "fast", "ultrafast"] | None
+    ) = None
+    conversation: Any = None
+    prompt: Any = None
+
+    @field_validator("store", "background", mode="before")
+    @classmethod
+    def _null_is_default(cls, value: Any, info: Any) -> Any:
+        if value is None:
+            return info.field_name == "store"
+        return value
+
+    @field_validator("include")
+    @classmethod
+    def _known_includes(cls, value: list[str] | None) -> list[str] | None:
+        for entry in value or ():
+            if entry not in INCLUDABLE:
+                supported = ", ".join(f"'{v}'" for v in sorted(INCLUDABLE))
+                raise PydanticCustomError(
+                    "invalid_value",
+                    "Invalid value: '{value}'. Supported values are: {supported}.",
+                    {"value": entry, "supported": supported},
+                )
+        return value
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_keys(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for key in value or ():
+            if len(key) > 64:
+                raise PydanticCustomError(
+                    "string_above_max_length",
+                    "Invalid 'metadata': keys must be at most 64 characters, but got a key "
+                    "with length {length}.",
+                    {"length": len(key)},
+                )
+        return value
+
+    # -- what the rest of the gateway asks of a request --
+
+    @property
+    def streaming(self) -> bool:
+        return bool(self.stream)
+
+    @property
+    def summary(self) -> str | None:
+        """``reasoning.summary`` (or its deprecated spelling ``generate_summary``)."""
+        if self.reasoning is None:
+            return None
+        return self.reasoning.summary or self.reasoning.generate_summary
+
+    @property
+    def effort(self) -> str | None:
+        return self.reasoning.effort if self.reasoning else None
+
+    @property
+    def wants_logprobs(self) -> bool:
+        return LOGPROBS in (self.include or ())
+
+    @property
+    def wants_encrypted_reasoning(self) -> bool:
+        return ENCRYPTED_REASONING in (self.include or ())
+
+    @property
+    def function_tools(self) -> list[FunctionTool]:
+        return list(self.tools or ())
+
+    def echo(self) -> dict[str, Any]:
+        """The request fields a Response object repeats, with OpenAI's defaults filled in."""
+        return {
+            "model": self.model,
+            "instructions": self.instructions,
+            "max_output_tokens": self.max_output_tokens,
+            "max_tool_calls": self.max_tool_calls,
+            "parallel_tool_calls": (
+                True if self.parallel_tool_calls is None else self.parallel_tool_calls
+            ),
+            "previous_response_id": self.previous_response_id,
+            "reasoning": {"effort": self.effort, "summary": self.summary},
+            "service_tier": self.service_tier or "auto",
+            "store": self.store,
+            "background": self.background,
+            "temperature": 1.0 if self.temperature is None else self.temperature,
+            "top_p": 1.0 if self.top_p is None else self.top_p,
+            "presence_penalty": self.presence_penalty or 0.0,
+            "frequency_penalty": self.frequency_penalty or 0.0,
+            "text": self._echo_text(),
+            "tool_choice": self._echo_tool_choice(),
+            "tools": [_echo_tool(tool) for tool in self.function_tools],
+            "top_logprobs": self.top_logprobs or 0,
+            "truncation": self.truncation or "disabled",
+            "user": self.user,
+            "safety_identifier": self.safety_identifier,
+            "prompt_cache_key": self.prompt_cache_key,
+            "prompt_cache_retention": self.prompt_cache_retention,
+            "metadata": dict(self.metadata or {}),
+        }
+
+    def _echo_text(self) -> dict[str, Any]:
+        text = self.text or TextConfig()
+        fmt = text.format
+        if isinstance(fmt, FormatJsonSchema):
+            echoed: dict[str, Any] = {
+                "type": "json_schema",
+                "description": fmt.description,
+                "name": fmt.name,
+                "schema": fmt.schema_,
+                "strict": bool(fmt.strict),
+            }
+        else:
+            echoed = {"type": fmt.type if fmt else "text"}
+        return {"format": echoed, "verbosity": text.verbosity or "medium"}
+
+    def _echo_tool_choice(self) -> Any:
+        choice = self.tool_choice
+        if choice is None:
+            return "auto"
+        if isinstance(choice, str):
+            return choice
+        if isinstance(choice, ToolChoiceFunction):
+            return {"type": "function", "name": choice.name}
+        return {
+            "type": "allowed_tools",
+            "mode": choice.mode,
+            "tools": [{"type": "function", "name": t.name} for t in choice.tools],
+        }
+
+
+def _echo_tool(tool: FunctionTool) -> dict[str, Any]:
+    # Responses function tools are strict unless the client says otherwise (OpenAI echoes true).
+    return {
+        "type": "function",
+        "description": tool.description,
+        "name": tool.name,
+        "parameters": tool.parameters,
+        "strict": True if tool.strict is None else tool.strict,
+    }
+
+
+# --- parsing -------------------------------------------------------------------------------
+
+
+def parse_create_request(body: Any) -> CreateResponseRequest:
+    """Validate a decoded create body; any problem is a 400 naming the param as OpenAI does."""
+    if not isinstance(body, dict):
+        raise invalid_request(
+            f"The request body must be a JSON object, but got {_kind(body)} instead.",
+            code="invalid_type",
+        )
+    try:
+        req = CreateResponseRequest.model_validate(body)
+    except ValidationError as exc:
+        raise _from_validation(exc) from None
+    _check(req)
+    return req
+
+
+def normalize_input(req: CreateResponseRequest) -> list[dict[str, Any]]:
+    """This turn's input as Responses input items, each with a ``type`` and an ``id``.
+
+    These are stored and listed by ``GET /v1/responses/{id}/input_items``, so they take the
+    shape OpenAI lists: message content always a parts array (a string becomes one
+    ``input_text``, or ``output_text`` for the assistant), ``status`` ``completed`` unless
+    given, image ``detail`` ``auto`` unless given. ``item_reference`` entries are kept as they
+    are for the caller to resolve.
+    """
+    if req.input is None:
+        return []
+    if isinstance(req.input, str):
+        return [_message_item("user", [{"type": "input_text", "text": req.input}])]
+    return [_normalize_item(item) for item in req.input]
+
+
+def _message_item(role: str, content: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    item = {"id": ids.new_id(ids.MESSAGE), "type": "message", "role": role, "content": content}
+    item["status"] = "completed"
+    item.update(extra)
+    return item
+
+
+_ID_PREFIX = {
+    "message": ids.MESSAGE,
+    "function_call": ids.FUNCTION_CALL,
+    "function_call_output": ids.FUNCTION_CALL_OUTPUT,
+    "reasoning": ids.REASONING,
+}
+
+
+def _normalize_item(item: BaseModel) -> dict[str, Any]:
+    kind = item.type  # type: ignore[attr-defined]
+    fields = item.model_dump(exclude_unset=True, by_alias=True)
+    if kind == "item_reference":
+        return {"type": kind, "id": fields["id"]}
+    item_id = fields.pop("id", None) or ids.new_id(_ID_PREFIX[kind])
+    data = {"id": item_id, "type": kind, **fields}
+    if kind == "reasoning":
+        data.setdefault("summary", [])
+        return data
+    if data.get("status") is None:
+        data["status"] = "completed"
+    if kind == "message":
+        content = data["content"]
+        if isinstance(content, str):
+            if data["role"] == "assistant":
+                part = {"type": "output_text", "text": content, "annotations": []}
+            else:
+                part = {"type": "input_text", "text": content}
+            data["content"] = [part]
+        else:
+            assistant = data["role"] == "assistant"
+            data["content"] = [_normalize_part(p, assistant) for p in content]
+    elif kind == "function_call_output" and isinstance(data["output"], list):
+        data["output"] = [_normalize_part(p) for p in data["output"]]
+    return data
+
+
+def _normalize_part(part: dict[str, Any], assistant: bool = False) -> dict[str, Any]:
+    if assistant and part["type"] == "input_text":
+        part = {**part, "type": "output_text"}  # assistant messages list output_text parts
+    if part["type"] == "input_image" and part.get("detail") is None:
+        part["detail"] = "auto"
+    elif part["type"] == "output_text" and part.get("annotations") is None:
+        part["annotations"] = []
+    return part
+
+
+# --- checks pydantic cannot word the way OpenAI does ---------------------------------------
+
+_PARTS_BY_ROLE = {
+    "user": ("input_text", "input_image", "input_file"),
+    "system": ("input_text",),
+    "developer": ("input_text",),
+    "assistant": ("output_text", "refusal", "input_text"),
+}
+
+
+def _check(req: CreateResponseRequest) -> None:
+    if req.conversation is not None:
+        raise _unsupported(
+            "conversation",
+            "Conversations are not supported by this gateway; use 'previous_response_id' to "
+            "continue a conversation.",
+        )
+    if req.prompt is not None:
+        raise _unsupported(
+            "prompt",
+            "Prompt templates are not supported by this gateway; send 'instructions' and "
+            "'input' instead.",
+        )
+    if req.background and not req.store:
+        raise invalid_request(
+            "Background responses must be stored: 'background' requires 'store' to be true.",
+            param="background",
+        )
+    if req.stream_options is not None and not req.stream:
+        raise invalid_request(
+            "'stream_options' is only allowed when 'stream' is true.", param="stream_options"
+        )
+    _check_tool_choice(req)
+    if isinstance(req.input, list):
+        for i, item in enumerate(req.input):
+            if isinstance(item, Message) and isinstance(item.content, list):
+                allowed = _PARTS_BY_ROLE[item.role]
+                for j, part in enumerate(item.content):
+                    param = f"input[{i}].content[{j}]"
+                    if part.type not in allowed:
+                        raise invalid_request(
+                            f"Invalid value: '{part.type}'. Messages with role '{item.role}' "
+                            f"accept {_quoted(allowed)} content.",
+                            param=f"{param}.type",
+                            code="invalid_value",
+                        )
+                    _check_media(part, param)
+            elif isinstance(item, FunctionCallOutput) and isinstance(item.output, list):
+                for j, part in enumerate(item.output):
+                    _check_media(part, f"input[{i}].output[{j}]")
+
+
+def _check_media(part: BaseModel, param: str) -> None:
+    """Uploaded files live in OpenAI's file store, which a chat backend cannot read."""
+    if isinstance(part, InputImage):
+        if part.image_url is None:
+            if part.file_id is not None:
+                raise _file_id(f"{param}.file_id", "image_url")
+            raise _missing(f"{param}.image_url")
+    elif isinstance(part, InputFile) and part.file_data is None and part.file_url is None:
+        if part.file_id is not None:
+            raise _file_id(f"{param}.file_id", "file_data")
+        raise _missing(f"{param}.file_data")
+
+
+def _check_tool_choice(req: CreateResponseRequest) -> None:
+    choice = req.tool_choice
+    names = {tool.name for tool in req.function_tools}
+    if choice in (None, "auto", "none"):
+        return
+    if not names:
+        kind = choice if isinstance(choice, str) else choice.type
+        raise invalid_request(
+            f"Tool choice '{kind}' must be specified with 'tools' parameter.",
+            param="tool_choice",
+        )
+    if isinstance(choice, ToolChoiceFunction) and choice.name not in names:
+        raise invalid_request(
+            f"Tool choice function '{choice.name}' is not one of the functions in 'tools'.",
+            param="tool_choice.name",
+            code="invalid_value",
+        )
+    if isinstance(choice, ToolChoiceAllowed):
+        for i, allowed in enumerate(choice.tools):
+            if allowed.name not in names:
+                raise invalid_request(
+                    f"Allowed tool '{allowed.name}' is not one of the functions in 'tools'.",
+                    param=f"tool_choice.tools[{i}].name",
+                    code="invalid_value",
+                )
+
+
+def _unsupported(param: str, message: str) -> GatewayError:
+    return invalid_request(message, param=param, code="unsupported_parameter")
+
+
+def _missing(param: str) -> GatewayError:
+    return invalid_request(
+        f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
+    )
+
+
+def _file_id(param: str, instead: str) -> GatewayError:
+    return invalid_request(
+        f"'file_id' is not supported by this gateway (it refers to OpenAI's file storage); "
+        f"send the content inline with '{instead}' instead.",
+        param=param,
+        code="unsupported_parameter",
+    )
+
+
+# --- pydantic errors -> OpenAI errors -------------------------------------------------------
+
+_TYPE_NAMES = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a decimal",
+    "bool_type": "a boolean",
+    "dict_type": "an object",
+    "model_type": "an object",
+    "model_attributes_type": "an object",
+    "list_type": "an array",
+}
+_BOUNDS = {
+    "greater_than_equal": ("below minimum", "below_min", "ge", ">="),
+    "greater_than": ("below minimum", "below_min", "gt", ">"),
+    "less_than_equal": ("above maximum", "above_max", "le", "<="),
+    "less_than": ("above maximum", "above_max", "lt", "<"),
+}
+_SUPPORTED_ITEMS = (
+    "'message', 'function_call', 'function_call_output', 'reasoning', 'item_reference'"
+)
+
+
+def _from_validation(exc: ValidationError) -> GatewayError:
+    error = exc.errors(include_url=False)[0]
+    kind, loc, value = error["type"], error["loc"], error.get("input")
+    ctx = error.get("ctx") or {}
+    param = _param(loc)
+    if kind == "missing":
+        return _missing(param)
+    if kind in _TYPE_NAMES or kind == "invalid_type":
+        expected = _TYPE_NAMES.get(kind) or error["msg"]
+        return _invalid_type(param, expected, value)
+    if kind == "union_tag_not_found":
+        if not isinstance(value, dict):
+            return _invalid_type(param, "an object", value)
+        return _missing(f"{param}.type")
+    if kind == "union_tag_invalid":
+        return _invalid_tag(param, loc, ctx)
+    if kind == "literal_error":
+        return invalid_request(
+            f"Invalid value: {_show(value)}. Supported values are: {ctx.get('expected')}.",
+            param=param,
+            code="invalid_value",
+        )
+    if kind in _BOUNDS:
+        words, short, key, op = _BOUNDS[kind]
+        limit = ctx[key]
+        number = "decimal" if isinstance(limit, float) else "integer"
+        code = f"{number}_{short}_value"
+        return invalid_request(
+            f"Invalid '{param}': {number} {words} value. Expected a value {op} "
+            f"{_num(limit)}, but got {_num(value)} instead.",
+            param=param,
+            code=code,
+        )
+    if kind == "finite_number":
+        return invalid_request(
+            f"Invalid '{param}': expected a finite number.", param=param, code="invalid_value"
+        )
+    if kind in ("string_too_long", "string_too_short"):
+        longer = kind == "string_too_long"
+        limit = ctx["max_length" if longer else "min_length"]
+        return invalid_request(
+            f"Invalid '{param}': string too {'long' if longer else 'short'}. Expected a string "
+            f"with {'maximum' if longer else 'minimum'} length {limit}, but got a string with "
+            f"length {len(value) if isinstance(value, str) else '?'} instead.",
+            param=param,
+            code=f"string_{'above_max' if longer else 'below_min'}_length",
+        )
+    if kind in ("too_long", "too_short"):
+        longer = kind == "too_long"
+        noun = "object" if ctx.get("field_type") == "Dictionary" else "array"
+        unit = " properties" if noun == "object" else ""
+        limit = ctx["max_length" if longer else "min_length"]
+        return invalid_request(
+            f"Invalid '{param}': {noun} too {'long' if longer else 'short'}. Expected an {noun} "
+            f"with {'maximum' if longer else 'minimum'} length {limit}{unit}, but got "
+            f"{ctx.get('actual_length', '?')}{unit} instead.",
+            param=param,
+            code=f"{noun}_{'above_max' if longer else 'below_min'}_length",
+        )
+    if kind == "string_pattern_mismatch":
+        return invalid_request(
+            f"Invalid '{param}': string does not match pattern. Expected a string that matches "
+            f"the pattern '{ctx.get('pattern')}'.",
+            param=param,
+            code="invalid_value",
+        )
+    if kind in ("invalid_value", "string_above_max_length"):  # our own PydanticCustomErrors
+        return invalid_request(error["msg"], param=param, code=kind)
+    return invalid_request(f"Invalid '{param}': {error['msg']}.", param=param)
+
+
+def _invalid_tag(param: str, loc: tuple[Any, ...], ctx: dict[str, Any]) -> GatewayError:
+    tag = str(ctx.get("tag", "")).removeprefix("~")
+    type_param = f"{param}.type"
+    if loc[0] == "tools" and len(loc) == 2:
+        message = (
+            f"Tool type '{tag}' is not supported by this gateway: it serves only 'function' "
+            f"tools (hosted tools such as web_search, file_search, code_interpreter, "
+            f"computer_use, mcp or image_generation run inside OpenAI)."
+        )
+    elif loc[0] == "tool_choice" and len(loc) == 1:
+        message = (
+            f"Tool choice type '{tag}' is not supported by this gateway. Supported values "
+            f"are: 'none', 'auto', 'required', a 'function' or 'allowed_tools'."
+        )
+    elif loc[0] == "input" and len(loc) == 3:
+        message = (
+            f"Input items of type '{tag}' are not supported by this gateway. Supported "
+            f"values are: {_SUPPORTED_ITEMS}."
+        )
+    else:
+        expected = str(ctx.get("expected_tags", "")).replace("~", "")
+        message = f"Invalid value: '{tag}'. Supported values are: {expected}."
+    return invalid_request(message, param=type_param, code="invalid_value")
+
+
+def _invalid_type(param: str, expected: str, value: Any) -> GatewayError:
+    return invalid_request(
+        f"Invalid type for '{param}': expected {expected}, but got {_kind(value)} instead.",
+        param=param,
+        code="invalid_type",
+    )
+
+
+def _param(loc: tuple[Any, ...]) -> str:
+    """``('input', '~list', 2, '~message', 'content')`` -> ``input[2].content``."""
+    out = ""
+    for seg in loc:
+        if isinstance(seg, int):
+            out += f"[{seg}]"
+        elif not str(seg).startswith("~"):
+            out += f".{seg}" if out else str(seg)
+    return out
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a decimal"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _show(value: Any) -> str:
+    return f"'{value}'" if isinstance(value, str) else repr(value)
+
+
+def _num(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _quoted(values: tuple[str, ...]) -> str:
+    return ", ".join(f"'{v}'" for v in values)

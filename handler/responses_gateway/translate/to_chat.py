@@ -1,0 +1,419 @@
+"""A validated Responses request plus its conversation items → one Chat Completions body.
+
+Choices made for OpenAI-compatible servers (documented here because clients cannot see them):
+
+- ``developer`` messages become ``system`` messages: OpenAI's chat API accepts ``developer``,
+  many compatible servers (vLLM templates, Groq, Mistral, Bedrock via our adapter) do not, and
+  the two mean the same to a model. ``instructions`` is the first system message.
+- System text parts are joined with newlines into one string (chat templates expect strings);
+  a user message with one text part is sent as a string, otherwise as a parts array.
+- ``input_file`` becomes a chat ``file`` part. ``file_data`` is passed through; a ``file_url``
+  travels in ``file_data`` as well (the shape OpenRouter and LiteLLM accept for URLs; OpenAI's
+  chat API has no ``file_url``). A missing ``filename`` is derived from the URL or ``"file"``.
+- Assistant turns: text parts join into ``content``, refusals into ``refusal``; a
+  ``function_call`` joins the open assistant message (so a text message followed by calls, or
+  consecutive calls, make one assistant turn with ``tool_calls``).
+- A ``function_call_output`` becomes a ``tool`` message whose content is its text parts joined
+  by newlines. Chat tool messages cannot carry images or files, so those parts follow the run of
+  tool messages as one ``user`` message, introduced by a line naming the call.
+- Reasoning items are dropped unless the backend accepts reasoning back: ``reasoning_input``
+  names the assistant field that carries it (``"reasoning_content"`` for DeepSeek, vLLM, Z.ai;
+  ``"reasoning"`` for OpenRouter). Their text goes onto the next assistant message, and a sealed
+  ``encrypted_content`` is opened with ``unseal`` into ``reasoning_details``.
+- ``user`` and ``safety_identifier`` are both passed on under their own names (OpenAI's chat
+  API takes both); ``metadata``, ``store``, ``truncation``, ``service_tier``, ``max_tool_calls``
+  are not sent. Fields the client did not set are omitted so upstream defaults apply, and
+  function tools carry ``strict`` only when the client set it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.translate.request_models import (
+    CreateResponseRequest,
+    FormatJsonObject,
+    FormatJsonSchema,
+    ToolChoiceAllowed,
+    ToolChoiceFunction,
+)
+
+Unseal = Callable[[str], dict[str, Any]]
+
+_DETAILS = frozenset({"low", "high", "auto"})
+
+
+def to_chat_request(
+    req: CreateResponseRequest,
+    items: list[dict[str, Any]],
+    *,
+    model: str,
+    reasoning_input: str | None = None,
+    unseal: Unseal | None = None,
+) -> dict[str, Any]:
+    """Build the chat body. ``items`` is the whole conversation, this turn's input last."""
+    current = 0 if req.input is None else 1 if isinstance(req.input, str) else len(req.input)
+    builder = _Messages(reasoning_input, unseal, first_current=len(items) - current)
+    if req.instructions:
+        builder.messages.append({"role": "system", "content": req.instructions})
+    for index, item in enumerate(items):
+        builder.add(index, item)
+    body: dict[str, Any] = {"model": model, "messages": builder.finish()}
+    _add_tools(body, req)
+    _add_options(body, req)
+    return body
+
+
+def _add_tools(body: dict[str, Any], req: CreateResponseRequest) -> None:
+    tools = req.function_tools
+    choice: Any = req.tool_choice
+    if isinstance(choice, ToolChoiceAllowed):
+        allowed = {tool.name for tool in choice.tools}
+        tools = [tool for tool in tools if tool.name in allowed]
+        choice = choice.mode
+    elif isinstance(choice, ToolChoiceFunction):
+        choice = {"type": "function", "function": {"name": choice.name}}
+    if not tools:
+        return  # chat rejects tool_choice / parallel_tool_calls without tools
+    chat_tools = []
+    for tool in tools:
+        function: dict[str, Any] = {"name": tool.name}
+        if tool.description is not None:
+            function["description"] = tool.description
+        if tool.parameters is not None:
+            function["parameters"] = tool.parameters
+        if tool.strict is not None:
+            function["strict"] = tool.strict
+        chat_tools.append({"type": "function", "function": function})
+    body["tools"] = chat_tools
+    if choice is not None:
+        body["tool_choice"] = choice
+    if req.parallel_tool_calls is not None:
+        body["parallel_tool_calls"] = req.parallel_tool_calls
+
+
+_PASSTHROUGH = (
+    "temperature",
+    "top_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "user",
+    "safety_identifier",
+    "prompt_cache_key",
+)
+
+
+def _add_options(body: dict[str, Any], req: CreateResponseRequest) -> None:
+    for name in _PASSTHROUGH:
+        value = getattr(req, name)
+        if value is not None:
+            body[name] = value
+    if req.max_output_tokens is not None:
+        body["max_completion_tokens"] = req.max_output_tokens
+    if req.effort is not None:
+        body["reasoning_effort"] = req.effort
+    if req.text is not None:
+        fmt = req.text.format
+        if isinstance(fmt, FormatJsonObject):
+            body["response_format"] = {"type": "json_object"}
+        elif isinstance(fmt, FormatJsonSchema):
+            schema: dict[str, Any] = {"name": fmt.name, "schema": fmt.schema_}
+            if fmt.description is not None:
+                schema["description"] = fmt.description
+            if fmt.strict is not None:
+                schema["strict"] = fmt.strict
+            body["response_format"] = {"type": "json_schema", "json_schema": schema}
+        if req.text.verbosity is not None:
+            body["verbosity"] = req.text.verbosity
+    if req.wants_logprobs:
+        body["logprobs"] = True
+        if req.top_logprobs is not None:
+            body["top_logprobs"] = req.top_logprobs
+    body["stream"] = req.streaming
+    if req.streaming:
+        body["stream_options"] = {"include_usage": True}
+
+
+class _Messages:
+    """Walks the items once, keeping the open assistant turn and what waits to attach to it."""
+
+    __slots__ = (
+        "_assistant",
+        "_details",
+        "_first_current",
+        "_media",
+        "_reasoning",
+        "_reasoning_field",
+        "_unseal",
+        "messages",
+    )
+
+    def __init__(self, reasoning_field: str | None, unseal: Unseal | None, first_current: int):
+        self.messages: list[dict[str, Any]] = []
+        self._reasoning_field = reasoning_field
+        self._unseal = unseal
+        self._first_current = first_current
+        # The open assistant turn accepts further tool calls. Pending reasoning waits for the
+        # next assistant turn, so it is only ever non-empty while no turn is open.
+        self._assistant: dict[str, Any] | None = None
+        self._reasoning: list[str] = []
+        self._details: list[Any] = []
+        self._media: list[dict[str, Any]] = []  # tool-output images/files, sent after the tools
+
+    def param(self, index: int) -> str:
+        """Items before this turn's input came from the store via ``previous_response_id``."""
+        if index < self._first_current:
+            return "previous_response_id"
+        return f"input[{index - self._first_current}]"
+
+    def add(self, index: int, item: dict[str, Any]) -> None:
+        if not isinstance(item, dict):
+            raise invalid_request("Input items must be objects.", param=self.param(index))
+        kind = item.get("type") or ("message" if "role" in item else None)
+        if kind == "message":
+            self._message(index, item)
+        elif kind == "function_call":
+            self._function_call(index, item)
+        elif kind == "function_call_output":
+            self._function_call_output(index, item)
+        elif kind == "reasoning":
+            self._reasoning_item(index, item)
+        elif kind == "item_reference":
+            raise invalid_request(
+                f"Item reference '{item.get('id')}' cannot be resolved: no stored item has "
+                f"this id for this API key.",
+                param=self.param(index),
+            )
+        else:
+            raise invalid_request(
+                f"Input items of type '{kind}' are not supported by this gateway.",
+                param=f"{self.param(index)}.type",
+                code="invalid_value",
+            )
+
+    def finish(self) -> list[dict[str, Any]]:
+        self._close_assistant()
+        self._flush_media()
+        return self.messages
+
+    # -- items --
+
+    def _message(self, index: int, item: dict[str, Any]) -> None:
+        role = item.get("role")
+        content = item.get("content")
+        param = f"{self.param(index)}.content"
+        if role == "assistant":
+            self._assistant_message(content, param)
+            return
+        if role not in ("user", "system", "developer"):
+            raise invalid_request(
+                f"Invalid value: '{role}'. Supported values are: 'user', 'system', "
+                f"'developer', and 'assistant'.",
+                param=f"{self.param(index)}.role",
+                code="invalid_value",
+            )
+        self._close_assistant()
+        self._flush_media()
+        if role == "user":
+            self.messages.append({"role": "user", "content": self._user_content(content, param)})
+        else:
+            text = (
+                content
+                if isinstance(content, str)
+                else "\n".join(
+                    _text_of(part, f"{param}[{j}]", ("input_text",))
+                    for j, part in enumerate(_parts(content, param))
+                )
+            )
+            self.messages.append({"role": "system", "content": text})
+
+    def _assistant_message(self, content: Any, param: str) -> None:
+        texts: list[str] = []
+        refusals: list[str] = []
+        if isinstance(content, str):
+            texts.append(content)
+        else:
+            for j, part in enumerate(_parts(content, param)):
+                if part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
+                    refusals.append(part["refusal"])
+                else:
+                    texts.append(_text_of(part, f"{param}[{j}]", ("output_text", "input_text")))
+        self._assistant = None  # a message starts a new assistant turn; calls may join it
+        message = self._open_assistant()
+        message["content"] = "".join(texts)  # "" rather than null: a refusal alone needs content
+        if refusals:
+            message["refusal"] = "".join(refusals)
+
+    def _function_call(self, index: int, item: dict[str, Any]) -> None:
+        call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments")
+        for key, value in (("call_id", call_id), ("name", name), ("arguments", arguments)):
+            if not isinstance(value, str):
+                raise invalid_request(
+                    f"Missing required parameter: '{self.param(index)}.{key}'.",
+                    param=f"{self.param(index)}.{key}",
+                    code="missing_required_parameter",
+                )
+        message = self._assistant or self._open_assistant()
+        message.setdefault("tool_calls", []).append(
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        )
+
+    def _function_call_output(self, index: int, item: dict[str, Any]) -> None:
+        self._close_assistant()
+        call_id, output = item.get("call_id"), item.get("output")
+        param = f"{self.param(index)}.output"
+        if not isinstance(call_id, str):
+            raise invalid_request(
+                f"Missing required parameter: '{self.param(index)}.call_id'.",
+                param=f"{self.param(index)}.call_id",
+                code="missing_required_parameter",
+            )
+        if isinstance(output, str):
+            text = output
+        else:
+            texts: list[str] = []
+            media: list[dict[str, Any]] = []
+            for j, part in enumerate(_parts(output, param)):
+                chat_part = _chat_part(part, f"{param}[{j}]")
+                if chat_part["type"] == "text":
+                    texts.append(chat_part["text"])
+                else:
+                    media.append(chat_part)
+            if media:
+                intro = f"Content returned by tool call {call_id}:"
+                self._media.extend([{"type": "text", "text": intro}, *media])
+            text = "\n".join(texts) if texts or not media else "(attached in the next message)"
+        self.messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
+
+    def _reasoning_item(self, index: int, item: dict[str, Any]) -> None:
+        if self._reasoning_field is None:
+            return
+        self._assistant = None  # reasoning precedes the assistant turn it belongs to
+        parts = item.get("content") or ()
+        texts = [p.get("text") for p in parts if isinstance(p, dict)]
+        joiner = ""
+        if not any(texts):
+            texts = [p.get("text") for p in item.get("summary") or () if isinstance(p, dict)]
+            joiner = "\n\n"
+        text = joiner.join(t for t in texts if isinstance(t, str))
+        if text:
+            self._reasoning.append(text)
+        sealed = item.get("encrypted_content")
+        if sealed and self._unseal is not None:
+            opened = self._unseal(sealed)
+            details = opened.get("reasoning_details") if isinstance(opened, dict) else None
+            if isinstance(details, list):
+                self._details.extend(details)
+
+    # -- turn bookkeeping --
+
+    def _open_assistant(self) -> dict[str, Any]:
+        self._flush_media()
+        message: dict[str, Any] = {"role": "assistant", "content": None}
+        self._attach_reasoning(message)
+        self.messages.append(message)
+        self._assistant = message
+        return message
+
+    def _attach_reasoning(self, message: dict[str, Any]) -> None:
+        if self._reasoning and self._reasoning_field:
+            message[self._reasoning_field] = "\n\n".join(self._reasoning)
+        if self._details:
+            message["reasoning_details"] = self._details
+        self._reasoning = []
+        self._details = []
+
+    def _close_assistant(self) -> None:
+        """End the assistant turn; reasoning with no assistant message after it is dropped."""
+        self._assistant = None
+        self._reasoning = []
+        self._details = []
+
+    def _flush_media(self) -> None:
+        if self._media:
+            self.messages.append({"role": "user", "content": self._media})
+            self._media = []
+
+    def _user_content(self, content: Any, param: str) -> Any:
+        if isinstance(content, str):
+            return content
+        parts = [_chat_part(part, f"{param}[{j}]") for j, part in enumerate(_parts(content, param))]
+        if not parts:
+            return ""
+        if len(parts) == 1 and parts[0]["type"] == "text":
+            return parts[0]["text"]
+        return parts
+
+
+def _parts(content: Any, param: str) -> list[dict[str, Any]]:
+    if not isinstance(content, list) or not all(isinstance(p, dict) for p in content):
+        raise invalid_request(
+            f"Invalid type for '{param}': expected one of a string or array of objects.",
+            param=param,
+            code="invalid_type",
+        )
+    return content
+
+
+def _text_of(part: dict[str, Any], param: str, kinds: tuple[str, ...]) -> str:
+    if part.get("type") not in kinds or not isinstance(part.get("text"), str):
+        raise invalid_request(
+            f"Invalid value: '{part.get('type')}'. Supported values are: "
+            + ", ".join(f"'{k}'" for k in kinds)
+            + ".",
+            param=f"{param}.type",
+            code="invalid_value",
+        )
+    return part["text"]
+
+
+def _chat_part(part: dict[str, Any], param: str) -> dict[str, Any]:
+    """One Responses input content part as a chat content part."""
+    kind = part.get("type")
+    if kind == "input_text":
+        return {"type": "text", "text": _text_of(part, param, ("input_text",))}
+    if kind == "input_image":
+        url = part.get("image_url")
+        if not isinstance(url, str):
+            raise _no_inline(param, "image_url", part)
+        image: dict[str, Any] = {"url": url}
+        if part.get("detail") in _DETAILS:
+            image["detail"] = part["detail"]
+        return {"type": "image_url", "image_url": image}
+    if kind == "input_file":
+        data = part.get("file_data") or part.get("file_url")
+        if not isinstance(data, str):
+            raise _no_inline(param, "file_data", part)
+        filename = part.get("filename") or _filename(part.get("file_url"))
+        return {"type": "file", "file": {"file_data": data, "filename": filename}}
+    raise invalid_request(
+        f"Invalid value: '{kind}'. Supported values are: 'input_text', 'input_image', "
+        f"'input_file'.",
+        param=f"{param}.type",
+        code="invalid_value",
+    )
+
+
+def _no_inline(param: str, field: str, part: dict[str, Any]) -> GatewayError:
+    if part.get("file_id"):
+        return invalid_request(
+            f"'file_id' is not supported by this gateway (it refers to OpenAI's file storage); "
+            f"send the content inline with '{field}' instead.",
+            param=f"{param}.file_id",
+            code="unsupported_parameter",
+        )
+    return invalid_request(
+        f"Missing required parameter: '{param}.{field}'.",
+        param=f"{param}.{field}",
+        code="missing_required_parameter",
+    )
+
+
+def _filename(url: Any) -> str:
+    if isinstance(url, str) and not url.startswith("data:"):
+        name = url.split("?", 1)[0].split("#", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+        if name and "." in name:
+            return name
+    return "file"
