@@ -1,0 +1,245 @@
+"""The Bedrock backend: chat request in, chat chunks out, through boto3 Converse[Stream].
+
+boto3 is blocking, so each stream runs in its own thread (a long stream must not occupy the
+default executor) that iterates the botocore ``EventStream`` and hands events to the async
+generator through a queue. Closing the generator shuts the socket down, which wakes the
+blocked read at once, so Bedrock stops generating and the connection is released.
+
+Errors: a ``ClientError`` before the first event, or an exception frame / dropped connection
+before any chunk was yielded, raises :class:`UpstreamError` (an HTTP error). After output
+started, an exception frame is yielded as ``{"error": …}`` and a dropped connection raises;
+either way the pipeline ends the response ``failed``. The role chunk of ``messageStart`` is
+held until the next event arrived, so an exception frame right after it is still an HTTP error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+from responses_gateway.backends.base import BackendRequest
+from responses_gateway.backends.bedrock import failures
+from responses_gateway.backends.bedrock.images import Fetched, MediaFetcher
+from responses_gateway.backends.bedrock.request import build_converse_request, remote_media
+from responses_gateway.backends.bedrock.response import completion_from_converse
+from responses_gateway.backends.bedrock.stream import (
+    CLAUDE_REASONING_FORMAT,
+    OTHER_REASONING_FORMAT,
+    StreamTranslator,
+)
+from responses_gateway.errors import UpstreamError
+
+_END = object()
+
+
+class _Failure:
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+def _to_upstream(exc: BaseException) -> tuple[UpstreamError, bool]:
+    """(error, whether it was a modeled in-stream exception frame)."""
+    from botocore.exceptions import BotoCoreError, ClientError, EventStreamError
+
+    if isinstance(exc, UpstreamError):
+        return exc, False
+    if isinstance(exc, EventStreamError):
+        return failures.from_stream_exception(exc), True
+    if isinstance(exc, ClientError):
+        return failures.from_client_error(exc), False
+    name = type(exc).__name__
+    if name in ("ProtocolError", "ResponseStreamingError", "IncompleteRead"):
+        return UpstreamError(502, f"The connection to Bedrock dropped mid-stream ({name}).",
+                             code="server_error"), False
+    if isinstance(exc, BotoCoreError | OSError) or name.endswith("Error"):
+        return failures.from_botocore_error(exc), False
+    return UpstreamError(502, f"Bedrock call failed ({name}).", code="server_error"), False
+
+
+class _EventPump:
+    """Calls ``converse_stream`` and iterates its events in a dedicated thread."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, call: Callable[[], dict[str, Any]]):
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.request_id = ""
+        self._loop = loop
+        self._call = call
+        self._closed = threading.Event()
+        self._stream: Any = None
+        self.thread = threading.Thread(target=self._run, name="bedrock-stream", daemon=True)
+
+    def _put(self, item: Any) -> None:
+        if self._closed.is_set():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
+            self._loop.call_soon_threadsafe(self.queue.put_nowait, item)
+
+    def _run(self) -> None:
+        try:
+            response = self._call()
+            self.request_id = (response.get("ResponseMetadata") or {}).get("RequestId") or ""
+            self._stream = response["stream"]
+            if self._closed.is_set():
+                return
+            for event in self._stream:
+                if self._closed.is_set():
+                    return
+                self._put(event)
+            self._put(_END)
+        except BaseException as exc:  # handed to the consumer, which decides
+            self._put(_Failure(exc))
+        finally:
+            if self._stream is not None:
+                with contextlib.suppress(Exception):
+                    self._stream.close()
+
+    def close(self) -> None:
+        """Stop now: later events are dropped and a blocked socket read is woken up."""
+        self._closed.set()
+        stream = self._stream
+        raw = getattr(stream, "_raw_stream", None)
+        if raw is None:
+            return
+        with contextlib.suppress(Exception):
+            raw.shutdown()  # urllib3 >= 2.3: shuts the socket for reading
+            return
+        with contextlib.suppress(Exception):
+            raw._connection.sock.shutdown(socket.SHUT_RDWR)
+
+
+class BedrockBackend:
+    """Backend over Amazon Bedrock Converse / ConverseStream."""
+
+    name = "bedrock"
+
+    def __init__(
+        self,
+        region: str | None = None,
+        client: Any = None,
+        endpoint_url: str | None = None,
+        image_fetcher: MediaFetcher | None = None,
+        *,
+        read_timeout: float = 300.0,
+        connect_timeout: float = 10.0,
+        max_attempts: int = 2,
+    ) -> None:
+        self.region = region
+        self.endpoint_url = endpoint_url
+        self.read_timeout = read_timeout
+        self.connect_timeout = connect_timeout
+        self.max_attempts = max_attempts
+        self._client = client
+        self._owns_client = client is None
+        self._client_lock = threading.Lock()
+        self.fetcher = image_fetcher or MediaFetcher.from_env()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> BedrockBackend:
+        """``GATEWAY_BEDROCK_REGION`` (else the AWS default chain), ``…_ENDPOINT_URL``,
+        ``…_READ_TIMEOUT`` (s, default 300), ``…_MAX_ATTEMPTS`` (default 2, 1 = no retry)."""
+        return cls(
+            region=environ.get("GATEWAY_BEDROCK_REGION") or None,
+            endpoint_url=environ.get("GATEWAY_BEDROCK_ENDPOINT_URL") or None,
+            image_fetcher=MediaFetcher.from_env(environ),
+            read_timeout=float(environ.get("GATEWAY_BEDROCK_READ_TIMEOUT") or 300),
+            max_attempts=int(environ.get("GATEWAY_BEDROCK_MAX_ATTEMPTS") or 2),
+        )
+
+    def client(self) -> Any:
+        """The boto3 client, created on first use (in a worker thread: creation is slow)."""
+        with self._client_lock:
+            if self._client is None:
+                import boto3
+                from botocore.config import Config
+
+                config = Config(
+                    read_timeout=self.read_timeout,
+                    connect_timeout=self.connect_timeout,
+                    retries={"mode": "standard", "total_max_attempts": self.max_attempts},
+                    max_pool_connections=64,
+                    user_agent_extra="responses-gateway",
+                )
+                self._client = boto3.session.Session().client(
+                    "bedrock-runtime", region_name=self.region, endpoint_url=self.endpoint_url,
+                    config=config)
+            return self._client
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None and self._owns_client:
+            with contextlib.suppress(Exception):
+                client.close()
+
+    async def _fetch_media(self, body: Mapping[str, Any]) -> dict[str, Fetched]:
+        wanted = remote_media(body)
+        if not wanted:
+            return {}
+        results = await asyncio.gather(
+            *(self.fetcher.fetch(url, kind=kind, param=param) for url, kind, param in wanted))
+        return {url: fetched for (url, _, _), fetched in zip(wanted, results, strict=True)}
+
+    async def stream(self, request: BackendRequest) -> AsyncIterator[dict[str, Any]]:
+        body = request.body
+        streaming = bool(body.get("stream", request.stream))
+        call = build_converse_request(body, media=await self._fetch_media(body), stream=streaming)
+        model = str(body.get("model") or call.model.model_id)
+        fmt = CLAUDE_REASONING_FORMAT if call.model.is_claude else OTHER_REASONING_FORMAT
+        if not streaming:
+            try:
+                response = await asyncio.to_thread(lambda: self.client().converse(**call.kwargs))
+            except Exception as exc:
+                raise _to_upstream(exc)[0] from exc
+            yield completion_from_converse(response, model=model, tool_names=call.tool_names,
+                                           reasoning_format=fmt)
+            return
+
+        pump = _EventPump(asyncio.get_running_loop(),
+                          lambda: self.client().converse_stream(**call.kwargs))
+        pump.thread.start()
+        try:
+            translator: StreamTranslator | None = None
+            held: dict[str, Any] | None = None  # the role chunk, until the next event
+            yielded = False
+            while True:
+                item = await pump.queue.get()
+                if item is _END:
+                    break
+                if isinstance(item, _Failure):
+                    error, in_band = _to_upstream(item.exc)
+                    if translator is not None and translator.finished:
+                        break  # only usage was still to come; the answer is complete
+                    if yielded and in_band:
+                        yield failures.error_chunk(error)
+                        return
+                    raise error from item.exc
+                if translator is None:
+                    translator = StreamTranslator(
+                        chunk_id=f"chatcmpl-{pump.request_id}", model=model,
+                        created=int(time.time()), tool_names=call.tool_names,
+                        reasoning_format=fmt)
+                chunk = translator.feed(item)
+                if chunk is None:
+                    continue
+                if not yielded and held is None and "messageStart" in item:
+                    held = chunk
+                    continue
+                if held is not None:
+                    yield held
+                    held = None
+                yielded = True
+                yield chunk
+                if translator.failed:
+                    return
+            if translator is None or not translator.finished:
+                raise UpstreamError(502, "The Bedrock stream ended before messageStop.",
+                                    code="server_error")
+        finally:
+            pump.close()
