@@ -14,10 +14,15 @@ from typing import Any
 import orjson
 
 _dumps = orjson.dumps
+_PREFIXES: dict[str, bytes] = {}
 
 
 def encode_event(event: dict[str, Any]) -> bytes:
-    return b"event: " + event["type"].encode() + b"\ndata: " + _dumps(event) + b"\n\n"
+    kind = event["type"]
+    prefix = _PREFIXES.get(kind)
+    if prefix is None:
+        prefix = _PREFIXES[kind] = b"event: " + kind.encode() + b"\ndata: "
+    return prefix + _dumps(event) + b"\n\n"
 
 
 def encode_comment(text: str = "keep-alive") -> bytes:

@@ -77,7 +77,10 @@ def usage_from_chat(usage: dict[str, Any]) -> dict[str, Any]:
     completion_details = usage.get("completion_tokens_details") or {}
     return {
         "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": prompt_details.get("cached_tokens") or 0},
+        "input_tokens_details": {
+            "cache_write_tokens": prompt_details.get("cache_write_tokens") or 0,
+            "cached_tokens": prompt_details.get("cached_tokens") or 0,
+        },
         "output_tokens": completion,
         "output_tokens_details": {
             "reasoning_tokens": completion_details.get("reasoning_tokens") or 0

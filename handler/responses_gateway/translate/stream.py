@@ -29,6 +29,7 @@ Event = dict[str, Any]
 _NONE, _REASONING, _TEXT, _REFUSAL, _CALL = range(5)
 
 _INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
+_NO_CHOICE: dict[str, Any] = {}
 
 
 @dataclass(slots=True)
@@ -71,6 +72,7 @@ class ResponseTranslator:
         "_pieces",
         "_seq",
         "_usage",
+        "_want_logprobs",
         "done",
         "options",
         "response",
@@ -81,6 +83,7 @@ class ResponseTranslator:
         self.response = response
         self.options = options or TranslateOptions()
         self.done = False
+        self._want_logprobs = self.options.logprobs
         #: item id -> sealed reasoning blob, kept even when the client did not ask to see it,
         #: so a stored chain can send signatures back upstream.
         self.sealed_reasoning: dict[str, str] = {}
@@ -121,25 +124,48 @@ class ResponseTranslator:
         out: list[Event] = []
         if self.done:
             return out
-        error = chunk.get("error")
-        if error is not None:
-            return self._fail_from_upstream(error)
         choices = chunk.get("choices")
         if choices:
             choice = choices[0]
             if choice.get("index", 0) != 0:
-                choice = next((c for c in choices if c.get("index", 0) == 0), None)
-            if choice is not None:
-                delta = choice.get("delta") or choice.get("message")
-                if delta:
+                # n > 1: only choice 0 is the answer; chunks of other choices carry nothing.
+                choice = next((c for c in choices if c.get("index", 0) == 0), _NO_CHOICE)
+            delta = choice.get("delta") or choice.get("message")
+            if delta:
+                get = delta.get
+                content = get("content")
+                if (
+                    content.__class__ is str
+                    and self._kind == _TEXT
+                    and not self._want_logprobs
+                    and not (len(delta) > 1 and _has_other_parts(get))
+                ):
+                    # Hot path: one more piece of text for the open output_text part.
+                    if content:
+                        self._pieces.append(content)
+                        seq = self._seq
+                        self._seq = seq + 1
+                        out.append({
+                            "type": "response.output_text.delta",
+                            "item_id": self._item_id,
+                            "output_index": self._output_index,
+                            "content_index": self._content_index,
+                            "delta": content,
+                            "logprobs": [],
+                            "sequence_number": seq,
+                        })
+                else:
                     try:
                         self._apply_delta(delta, choice, out)
                     except TranslationError as exc:
                         out.extend(self.fail("upstream_protocol_error", str(exc)))
                         return out
-                reason = choice.get("finish_reason")
-                if reason:
-                    self._finish_reason = reason
+            reason = choice.get("finish_reason")
+            if reason:
+                self._finish_reason = reason
+        if "error" in chunk:
+            out.extend(self._fail_from_upstream(chunk["error"]))
+            return out
         usage = chunk.get("usage")
         if usage:
             self._usage = usage
@@ -200,7 +226,7 @@ class ResponseTranslator:
         if content:
             if content.__class__ is str:
                 logprobs = None
-                if self.options.logprobs:
+                if self._want_logprobs:
                     lp = choice.get("logprobs")
                     logprobs = lp.get("content") if lp else None
                 self._text(content, logprobs, out)
@@ -678,6 +704,14 @@ class ResponseTranslator:
         else:
             code, message = "upstream_error", str(error)
         return self.fail(str(code), f"Upstream error: {message}")
+
+
+def _has_other_parts(get: Callable[[str], Any]) -> bool:
+    """Whether a delta that carries text also carries reasoning, refusal or tool calls."""
+    return bool(
+        get("reasoning_content") or get("reasoning") or get("reasoning_details")
+        or get("refusal") or get("tool_calls")
+    )
 
 
 class TranslationError(Exception):

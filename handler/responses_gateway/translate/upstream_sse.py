@@ -34,16 +34,47 @@ def parse_chunk(event: str | None, data: bytes) -> dict[str, Any] | None:
 
 
 def chunks_from_lines(lines: Iterable[bytes | str]) -> Iterator[dict[str, Any]]:
-    """Chunks from SSE lines until ``[DONE]`` or the end of the lines."""
+    """Chunks from SSE lines until ``[DONE]`` or the end of the lines.
+
+    A single ``data: `` line followed by a blank line (what nearly every provider sends) skips
+    the general decoder; anything else (``event:``, multi-line data, CRLF, comments) uses it.
+    """
     decoder = SSEDecoder()
     line = decoder.line
+    stash: bytes | None = None  # data of a one-line event waiting for its blank line
+    pending = False  # the general decoder holds part of an event
     for raw in lines:
-        frame = line(raw)
+        if raw.__class__ is str:
+            raw = raw.encode()  # type: ignore[union-attr]
+        if not raw:
+            if stash is not None:
+                data, stash = stash, None
+                if data == DONE:
+                    return
+                chunk = parse_chunk(None, data)
+                if chunk is not None:
+                    yield chunk
+                continue
+            pending = False
+            frame = decoder.flush()
+        elif stash is None and not pending and raw[:6] == b"data: " and raw[-1] != 13:
+            stash = raw[6:]  # type: ignore[index]
+            continue
+        else:
+            if stash is not None:
+                line(b"data: " + stash)
+                stash = None
+            pending = True
+            frame = line(raw)
+            if frame is not None:
+                pending = False
         if frame is not None:
             chunk = parse_chunk(*frame)
             if chunk is None:
                 return
             yield chunk
+    if stash is not None:
+        line(b"data: " + stash)
     frame = decoder.flush()
     if frame is not None:
         chunk = parse_chunk(*frame)

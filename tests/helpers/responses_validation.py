@@ -1,0 +1,537 @@
+"""Judges for what the gateway emits: Responses streaming events and Response objects.
+
+Three independent checks, reusable by any test (unit, end-to-end, recordings):
+
+- ``validate_event`` / ``validate_response`` against the openai SDK models, the types clients
+  parse into, in pydantic's strict mode (no ``"0"`` for ``0``). Each event is validated against
+  the one model its ``type`` names (not just "some member of the union"), and no unknown field
+  may appear anywhere: the SDK models accept extras, so a misspelt field would otherwise pass.
+- the same two functions against the Open Responses OpenAPI document
+  (``tests/fixtures/spec/openresponses-openapi.json``) with ``jsonschema``, ``$ref``s resolved
+  inside the document; event schemas are found through the ``type`` enum of each member of the
+  ``text/event-stream`` ``oneOf`` of ``POST /responses``.
+- ``check_grammar``: the event order OpenAI's streams follow (see
+  ``tests/fixtures/responses-streams``), with the terminal response equal to the finished items.
+
+Documented tolerances, each because real OpenAI output needs it:
+- fields OpenAI sends that openai-python does not declare (``_SDK_MISSING_FIELDS``:
+  ``frequency_penalty``, ``presence_penalty``, ``store`` on the response, ``bytes`` on the
+  logprobs of output_text events) are not "unknown";
+- ``error.code`` of a failed response may be any non-empty string. openai-python types it as a
+  closed ``Literal``, yet OpenAI itself sends codes outside it (recording
+  ``openai-gpt5nano-failed-insufficient-quota.jsonl``: ``insufficient_quota``); the SDK builds
+  objects without validation at run time, so clients accept any string.
+- OpenAI names raw reasoning events ``response.reasoning_text.delta`` / ``.done`` (the SDK's
+  names, which we emit); Open Responses calls the same events ``response.reasoning.delta`` /
+  ``.done`` with the same fields. They are validated against those schemas.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, get_args
+
+import jsonschema
+import pydantic
+import referencing
+from openai.types.responses import Response, ResponseStreamEvent
+from openai.types.responses.response_error import ResponseError
+from referencing.jsonschema import DRAFT202012
+
+SPEC_PATH = Path(__file__).resolve().parents[1] / "fixtures" / "spec" / "openresponses-openapi.json"
+_SPEC_URI = "urn:openresponses:openapi"
+
+TERMINAL_TYPES = frozenset({"response.completed", "response.incomplete", "response.failed"})
+ITEM_ID_PREFIXES = {"message": "msg_", "function_call": "fc_", "reasoning": "rs_"}
+_TERMINAL_STATUS = {
+    "response.completed": "completed",
+    "response.incomplete": "incomplete",
+    "response.failed": "failed",
+}
+# Open Responses' names for the events OpenAI calls reasoning_text.* (same fields).
+_SPEC_ALIASES = {
+    "response.reasoning_text.delta": "response.reasoning.delta",
+    "response.reasoning_text.done": "response.reasoning.done",
+}
+_SDK_ERROR_CODES = frozenset(get_args(ResponseError.model_fields["code"].annotation))
+# Fields OpenAI sends (see the recordings) that openai-python's models do not declare, so the
+# SDK keeps them as extras: not "unknown". The Response fields are required by the spec's
+# ResponseResource; ``bytes`` is on every logprob of OpenAI's output_text events (recording
+# openai-gpt4omini-text-logprobs.sse) and required on the output_text part's logprobs.
+_SDK_MISSING_FIELDS: dict[str, frozenset[str]] = {
+    "openai.types.responses.response.Response": frozenset(
+        {"frequency_penalty", "presence_penalty", "store"}
+    ),
+    **{
+        f"openai.types.responses.response_text_{kind}_event.{cls}": frozenset({"bytes"})
+        for kind in ("delta", "done")
+        for cls in ("Logprob", "LogprobTopLogprob")
+    },
+}
+
+class ValidationFailure(AssertionError):
+    """An event or response broke the SDK model, the spec or the stream grammar."""
+
+
+# -- openai SDK ---------------------------------------------------------------------------------
+
+
+@cache
+def _sdk_event_models() -> dict[str, type[pydantic.BaseModel]]:
+    """Event ``type`` -> the SDK model for it, read from the ``ResponseStreamEvent`` union."""
+    union = get_args(ResponseStreamEvent)[0]
+    models: dict[str, type[pydantic.BaseModel]] = {}
+    for model in get_args(union):
+        for literal in get_args(model.model_fields["type"].annotation):
+            models[literal] = model
+    return models
+
+
+@cache
+def _adapter(tp: Any) -> pydantic.TypeAdapter[Any]:
+    return pydantic.TypeAdapter(tp)
+
+
+def _extras(obj: Any, path: str, allowed: frozenset[str]) -> list[str]:
+    """Paths of fields no SDK model declares (openai models keep them as extras)."""
+    found: list[str] = []
+    if isinstance(obj, pydantic.BaseModel):
+        cls = type(obj)
+        known = _SDK_MISSING_FIELDS.get(f"{cls.__module__}.{cls.__qualname__}", frozenset())
+        for name in obj.model_extra or {}:
+            if name not in allowed and name not in known:
+                found.append(f"{path}.{name}")
+        for name in type(obj).model_fields:
+            found.extend(_extras(getattr(obj, name), f"{path}.{name}", allowed))
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            found.extend(_extras(value, f"{path}[{i}]", allowed))
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            found.extend(_extras(value, f"{path}.{key}", allowed))
+    return found
+
+
+def _with_sdk_error_code(response: dict[str, Any], where: str) -> dict[str, Any]:
+    """``response`` with an ``error.code`` outside the SDK's Literal replaced (see module doc)."""
+    error = response.get("error")
+    if not isinstance(error, dict) or error.get("code") in _SDK_ERROR_CODES:
+        return response
+    code = error.get("code")
+    if not isinstance(code, str) or not code:
+        raise ValidationFailure(f"{where}: error.code must be a non-empty string, got {code!r}")
+    return {**response, "error": {**error, "code": "server_error"}}
+
+
+def sdk_validate_event(event: dict[str, Any], *, allow_extra: Iterable[str] = ()) -> Any:
+    """Validate ``event`` against the SDK model its ``type`` names; returns the parsed model."""
+    kind = event.get("type")
+    model = _sdk_event_models().get(kind)  # type: ignore[arg-type]
+    if model is None:
+        raise ValidationFailure(f"event type {kind!r} is not in openai's ResponseStreamEvent")
+    payload = event
+    if isinstance(event.get("response"), dict):
+        payload = {**event, "response": _with_sdk_error_code(event["response"], kind)}
+    try:
+        parsed = model.model_validate(payload, strict=True)
+        via_union = _adapter(ResponseStreamEvent).validate_python(payload, strict=True)
+    except pydantic.ValidationError as exc:
+        raise ValidationFailure(f"{kind} does not match openai {model.__name__}: {exc}") from exc
+    if type(via_union) is not model or via_union.type != kind:
+        raise ValidationFailure(
+            f"{kind} resolved to {type(via_union).__name__} in the SDK union, not {model.__name__}"
+        )
+    extras = _extras(parsed, kind, frozenset(allow_extra))
+    if extras:
+        raise ValidationFailure(f"fields unknown to the openai SDK: {extras}")
+    return parsed
+
+
+def sdk_validate_response(resp: dict[str, Any], *, allow_extra: Iterable[str] = ()) -> Response:
+    try:
+        parsed = Response.model_validate(_with_sdk_error_code(resp, "response"), strict=True)
+    except pydantic.ValidationError as exc:
+        raise ValidationFailure(f"response does not match openai Response: {exc}") from exc
+    extras = _extras(parsed, "response", frozenset(allow_extra))
+    if extras:
+        raise ValidationFailure(f"fields unknown to the openai SDK: {extras}")
+    return parsed
+
+
+# -- Open Responses spec ------------------------------------------------------------------------
+
+
+@cache
+def _spec() -> dict[str, Any]:
+    return json.loads(SPEC_PATH.read_text())
+
+
+@cache
+def _registry() -> referencing.Registry:
+    resource = referencing.Resource.from_contents(_spec(), default_specification=DRAFT202012)
+    return referencing.Registry().with_resource(_SPEC_URI, resource)
+
+
+@cache
+def _validator(schema_name: str) -> jsonschema.Draft202012Validator:
+    if schema_name not in _spec()["components"]["schemas"]:
+        raise KeyError(schema_name)
+    schema = {"$ref": f"{_SPEC_URI}#/components/schemas/{schema_name}"}
+    return jsonschema.Draft202012Validator(schema, registry=_registry())
+
+
+@cache
+def spec_event_schemas() -> dict[str, str]:
+    """Event ``type`` -> component name, from the streaming ``oneOf`` of ``POST /responses``."""
+    spec = _spec()
+    content = spec["paths"]["/responses"]["post"]["responses"]["200"]["content"]
+    schemas = spec["components"]["schemas"]
+    found: dict[str, str] = {}
+    for ref in content["text/event-stream"]["schema"]["oneOf"]:
+        name = ref["$ref"].rsplit("/", 1)[1]
+        for kind in schemas[name]["properties"]["type"]["enum"]:
+            found[kind] = name
+    return found
+
+
+def _spec_errors(instance: Any, schema_name: str) -> list[str]:
+    errors = sorted(_validator(schema_name).iter_errors(instance), key=lambda e: list(e.path))
+    return [f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message[:300]}" for e in errors]
+
+
+def spec_validate_event(event: dict[str, Any]) -> None:
+    kind = event.get("type")
+    spec_kind = _SPEC_ALIASES.get(kind, kind)  # type: ignore[arg-type]
+    name = spec_event_schemas().get(spec_kind)  # type: ignore[arg-type]
+    if name is None:
+        raise ValidationFailure(f"event type {kind!r} has no schema in the Open Responses spec")
+    instance = event if spec_kind == kind else {**event, "type": spec_kind}
+    errors = _spec_errors(instance, name)
+    if errors:
+        raise ValidationFailure(f"{kind} does not match spec {name}: {errors}")
+
+
+def spec_validate_response(resp: dict[str, Any]) -> None:
+    errors = _spec_errors(resp, "ResponseResource")
+    if errors:
+        raise ValidationFailure(f"response does not match spec ResponseResource: {errors}")
+
+
+# -- both ---------------------------------------------------------------------------------------
+
+
+def validate_event(event: dict[str, Any], *, allow_extra: Iterable[str] = ()) -> Any:
+    """SDK model (the specific one, no unknown fields) and Open Responses schema."""
+    parsed = sdk_validate_event(event, allow_extra=allow_extra)
+    spec_validate_event(event)
+    return parsed
+
+
+def validate_response(resp: dict[str, Any], *, allow_extra: Iterable[str] = ()) -> Response:
+    """openai ``Response`` (no unknown fields) and the spec's ``ResponseResource``."""
+    parsed = sdk_validate_response(resp, allow_extra=allow_extra)
+    spec_validate_response(resp)
+    return parsed
+
+
+# -- SSE framing --------------------------------------------------------------------------------
+
+
+def events_from_sse(blobs: Iterable[bytes]) -> list[dict[str, Any]]:
+    """Our SSE output as event dicts; each blob must be exactly one well-formed event."""
+    events: list[dict[str, Any]] = []
+    for blob in blobs:
+        if b"\r" in blob or not blob.startswith(b"event: ") or not blob.endswith(b"\n\n"):
+            raise ValidationFailure(f"not one `event: ..\\ndata: ..\\n\\n` frame: {blob[:120]!r}")
+        head, data = blob[:-2].split(b"\n", 1)
+        if not data.startswith(b"data: ") or b"\n" in data:
+            raise ValidationFailure(f"expected one data line: {blob[:120]!r}")
+        event = json.loads(data[6:])
+        if head[7:].decode() != event.get("type"):
+            raise ValidationFailure(f"event line {head!r} but type {event.get('type')!r}")
+        events.append(event)
+    return events
+
+
+# -- grammar ------------------------------------------------------------------------------------
+
+
+@dataclass
+class ItemTrace:
+    """One output item as the stream told it."""
+
+    output_index: int
+    id: str
+    type: str
+    events: list[str] = field(default_factory=list)  # event types, in order
+    added: dict[str, Any] = field(default_factory=dict)
+    done: dict[str, Any] | None = None
+
+
+@dataclass
+class Grammar:
+    items: list[ItemTrace]
+    terminal: dict[str, Any]
+
+
+class _Part:
+    __slots__ = ("deltas", "done_text", "index", "kind", "part_type")
+
+    def __init__(self, kind: str, index: int, part_type: str) -> None:
+        self.kind = kind  # "content" or "summary"
+        self.index = index
+        self.part_type = part_type
+        self.deltas: list[str] = []
+        self.done_text: str | None = None
+
+
+# event type -> (part kind, part type it belongs to, role) for events inside a part
+_PART_EVENTS = {
+    "response.output_text.delta": ("content", "output_text", "delta"),
+    "response.output_text.done": ("content", "output_text", "done"),
+    "response.refusal.delta": ("content", "refusal", "delta"),
+    "response.refusal.done": ("content", "refusal", "done"),
+    "response.reasoning_text.delta": ("content", "reasoning_text", "delta"),
+    "response.reasoning_text.done": ("content", "reasoning_text", "done"),
+    "response.reasoning_summary_text.delta": ("summary", "summary_text", "delta"),
+    "response.reasoning_summary_text.done": ("summary", "summary_text", "done"),
+}
+_PART_TEXT_KEY = {"output_text": "text", "refusal": "refusal", "reasoning_text": "text",
+                  "summary_text": "text"}
+_ITEM_PART_TYPES = {
+    "message": {"content": {"output_text", "refusal"}},
+    "reasoning": {"content": {"reasoning_text"}, "summary": {"summary_text"}},
+    "function_call": {},
+}
+
+
+def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ()) -> Grammar:
+    """Assert the stream grammar OpenAI follows; return the items as the stream told them.
+
+    - ``sequence_number`` is 0, 1, 2, ... ; ``response.created`` then ``response.in_progress``
+      first (``response.queued`` allowed between); exactly one terminal event, last;
+    - per item: ``output_item.added`` -> (part added -> deltas -> done -> part done)* ->
+      ``output_item.done``; function calls: argument deltas -> one ``.done``; items never
+      interleave, ``output_index`` is dense in start order, nothing is open at the end;
+    - done texts equal their deltas, the done item carries exactly the closed parts;
+    - ids: ``resp_``, ``msg_``, ``fc_``, ``rs_``; the terminal response's output equals the
+      items of the ``output_item.done`` events, in order, and its status matches the event.
+
+    ``volatile`` names item fields left out of that last comparison: OpenAI re-encrypts
+    ``encrypted_content`` at every emission, so its recordings need ``("encrypted_content",)``.
+    """
+    skip = frozenset(volatile)
+
+    def stable(items: list[Any]) -> list[Any]:
+        return [{k: v for k, v in i.items() if k not in skip} for i in items]
+
+
+    def fail(i: int, why: str) -> ValidationFailure:
+        kind = events[i].get("type") if i < len(events) else "<end>"
+        return ValidationFailure(f"event {i} ({kind}): {why}")
+
+    if len(events) < 3:
+        raise ValidationFailure(f"a stream needs created, in_progress and a terminal: {events}")
+    for i, event in enumerate(events):
+        if event.get("sequence_number") != i:
+            raise fail(i, f"sequence_number {event.get('sequence_number')!r}, expected {i}")
+    if events[0]["type"] != "response.created":
+        raise fail(0, "the first event must be response.created")
+    start = 1
+    if events[1]["type"] == "response.queued":
+        start = 2
+    if events[start]["type"] != "response.in_progress":
+        raise fail(start, "response.in_progress must follow response.created")
+    response_id = events[0]["response"]["id"]
+    if not response_id.startswith("resp_"):
+        raise fail(0, f"response id {response_id!r} lacks resp_")
+    if events[0]["response"]["output"] != []:
+        raise fail(0, "response.created must carry an empty output")
+    for i in range(start + 1):
+        if events[i]["response"]["id"] != response_id:
+            raise fail(i, "response id changed")
+        if events[i]["response"]["status"] not in ("queued", "in_progress"):
+            raise fail(i, f"status {events[i]['response']['status']!r} before the end")
+    terminals = [i for i, e in enumerate(events) if e["type"] in TERMINAL_TYPES]
+    if terminals != [len(events) - 1]:
+        raise ValidationFailure(f"terminal events at {terminals}; expected one, last")
+
+    items: list[ItemTrace] = []
+    item: ItemTrace | None = None
+    part: _Part | None = None
+    closed_parts: dict[str, list[_Part]] = {}
+    args: list[str] = []
+    args_done: str | None = None
+
+    for i in range(start + 1, len(events) - 1):
+        event = events[i]
+        kind = event["type"]
+        if kind == "response.output_item.added":
+            if item is not None:
+                raise fail(i, f"item {item.id} is still open: items must not interleave")
+            new = event["item"]
+            if event["output_index"] != len(items):
+                raise fail(i, f"output_index {event['output_index']}, expected {len(items)}")
+            prefix = ITEM_ID_PREFIXES.get(new.get("type"))
+            if prefix is None:
+                raise fail(i, f"unexpected item type {new.get('type')!r}")
+            if not str(new.get("id", "")).startswith(prefix):
+                raise fail(i, f"item id {new.get('id')!r} lacks {prefix}")
+            if new["type"] != "reasoning" and new.get("status") != "in_progress":
+                raise fail(i, f"an added item has status {new.get('status')!r}")
+            if new["type"] == "message" and new.get("content") != []:
+                raise fail(i, "an added message must have empty content")
+            if new["type"] == "function_call" and new.get("arguments") != "":
+                raise fail(i, "an added function_call must have empty arguments")
+            if new["type"] == "reasoning" and new.get("summary") != []:
+                raise fail(i, "an added reasoning item must have an empty summary")
+            item = ItemTrace(len(items), new["id"], new["type"], [kind], added=new)
+            items.append(item)
+            closed_parts = {"content": [], "summary": []}
+            args, args_done = [], None
+            continue
+        if item is None:
+            raise fail(i, "an item event with no open item")
+        if event.get("output_index") != item.output_index:
+            raise fail(i, f"output_index {event.get('output_index')} but item "
+                          f"{item.output_index} is the open one")
+        if kind != "response.output_item.done" and event.get("item_id") != item.id:
+            raise fail(i, f"item_id {event.get('item_id')!r} but {item.id!r} is open")
+        item.events.append(kind)
+        allowed = _ITEM_PART_TYPES[item.type]
+
+        if kind in ("response.content_part.added", "response.reasoning_summary_part.added"):
+            part_kind = "content" if kind == "response.content_part.added" else "summary"
+            index_key = "content_index" if part_kind == "content" else "summary_index"
+            if part is not None:
+                raise fail(i, "a part is already open")
+            ptype = event["part"].get("type")
+            if ptype not in allowed.get(part_kind, ()):
+                raise fail(i, f"part type {ptype!r} in a {item.type} {part_kind}")
+            if event["part"].get(_PART_TEXT_KEY[ptype]) != "":
+                raise fail(i, "an added part must be empty")
+            if event[index_key] != len(closed_parts[part_kind]):
+                raise fail(i, f"{index_key} {event[index_key]}, expected "
+                              f"{len(closed_parts[part_kind])}")
+            part = _Part(part_kind, event[index_key], ptype)
+        elif kind in _PART_EVENTS:
+            part_kind, ptype, role = _PART_EVENTS[kind]
+            index_key = "content_index" if part_kind == "content" else "summary_index"
+            if part is None or part.kind != part_kind or part.part_type != ptype:
+                raise fail(i, f"no open {ptype} part")
+            if event[index_key] != part.index:
+                raise fail(i, f"{index_key} {event[index_key]} but part {part.index} is open")
+            if part.done_text is not None:
+                raise fail(i, "event after the part's text was done")
+            if role == "delta":
+                part.deltas.append(event["delta"])
+            else:
+                text = event[_PART_TEXT_KEY[ptype]]
+                if text != "".join(part.deltas):
+                    raise fail(i, "done text differs from the deltas")
+                part.done_text = text
+        elif kind in ("response.content_part.done", "response.reasoning_summary_part.done"):
+            part_kind = "content" if kind == "response.content_part.done" else "summary"
+            index_key = "content_index" if part_kind == "content" else "summary_index"
+            if part is None or part.kind != part_kind or event[index_key] != part.index:
+                raise fail(i, "closing a part that is not open")
+            if part.done_text is None:
+                raise fail(i, "part closed before its text .done event")
+            done_part = event["part"]
+            if done_part.get("type") != part.part_type or (
+                done_part.get(_PART_TEXT_KEY[part.part_type]) != part.done_text
+            ):
+                raise fail(i, "the closed part differs from its text")
+            closed_parts[part_kind].append(part)
+            part = None
+        elif kind == "response.function_call_arguments.delta":
+            if item.type != "function_call" or args_done is not None:
+                raise fail(i, "argument delta outside an open function call")
+            args.append(event["delta"])
+        elif kind == "response.function_call_arguments.done":
+            if item.type != "function_call" or args_done is not None:
+                raise fail(i, "arguments done twice or outside a function call")
+            if event["arguments"] != "".join(args):
+                raise fail(i, "arguments differ from their deltas")
+            args_done = event["arguments"]
+        elif kind == "response.output_item.done":
+            if part is not None:
+                raise fail(i, "item closed with a part still open")
+            done = event["item"]
+            if done.get("id") != item.id or done.get("type") != item.type:
+                raise fail(i, "the done item is not the added one")
+            if item.type == "function_call":
+                if args_done is None:
+                    raise fail(i, "function call closed without arguments.done")
+                if done.get("arguments") != args_done:
+                    raise fail(i, "done item arguments differ from arguments.done")
+                for key in ("call_id", "name"):
+                    if done.get(key) != item.added.get(key):
+                        raise fail(i, f"{key} changed between added and done")
+            for part_kind in ("content", "summary"):
+                if part_kind not in allowed:
+                    continue
+                got = done.get(part_kind) or []
+                want = [(p.part_type, p.done_text) for p in closed_parts[part_kind]]
+                have = [(p.get("type"), p.get(_PART_TEXT_KEY.get(p.get("type"), "text")))
+                        for p in got]
+                if have != want:
+                    raise fail(i, f"done item {part_kind} {have} differs from its parts {want}")
+            if item.type != "reasoning" and done.get("status") not in ("completed", "incomplete"):
+                raise fail(i, f"done item status {done.get('status')!r}")
+            item.done = done
+            item = None
+        else:
+            raise fail(i, f"unexpected event type {kind!r}")
+
+    last = len(events) - 1
+    if item is not None:
+        raise fail(last, f"item {item.id} still open at the end")
+    terminal = events[last]
+    response = terminal["response"]
+    if response["id"] != response_id:
+        raise fail(last, "response id changed")
+    if response["status"] != _TERMINAL_STATUS[terminal["type"]]:
+        raise fail(last, f"status {response['status']!r} in {terminal['type']}")
+    finished = [t.done for t in items]
+    if stable(response["output"]) != stable(finished):
+        raise fail(last, "terminal output differs from the output_item.done items")
+    return Grammar(items, terminal)
+
+
+# -- reading content back out of events ---------------------------------------------------------
+
+
+@dataclass
+class Reconstructed:
+    text: str = ""
+    refusal: str = ""
+    reasoning: str = ""
+    calls: list[tuple[str, str, str]] = field(default_factory=list)  # (call_id, name, arguments)
+
+
+def reconstruct(events: list[dict[str, Any]]) -> Reconstructed:
+    """Text, refusal, reasoning and calls as a client reading only the deltas would see them."""
+    out = Reconstructed()
+    text, refusal, reasoning = [], [], []
+    calls: dict[str, list[Any]] = {}
+    for event in events:
+        kind = event["type"]
+        if kind == "response.output_text.delta":
+            text.append(event["delta"])
+        elif kind == "response.refusal.delta":
+            refusal.append(event["delta"])
+        elif kind in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta"):
+            reasoning.append(event["delta"])
+        elif kind == "response.output_item.added" and event["item"]["type"] == "function_call":
+            added = event["item"]
+            calls[added["id"]] = [added["call_id"], added["name"], []]
+        elif kind == "response.function_call_arguments.delta":
+            calls[event["item_id"]][2].append(event["delta"])
+    out.text, out.refusal, out.reasoning = "".join(text), "".join(refusal), "".join(reasoning)
+    out.calls = [(c, n, "".join(a)) for c, n, a in calls.values()]
+    return out
