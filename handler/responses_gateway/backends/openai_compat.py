@@ -1,0 +1,412 @@
+"""Backend for any OpenAI-compatible Chat Completions server, over pooled httpx clients.
+
+Why it is shaped this way:
+- Retries (connect errors, 429, 5xx) happen only before the first byte of a successful body,
+  so a client never sees output twice; ``Retry-After`` is honoured up to a cap.
+- The generator reads the first chunk before yielding anything, so the caller's
+  ``await anext(agen)`` raises :class:`UpstreamError` while HTTP headers can still carry it.
+- The upstream response is closed in a ``finally``: a consumer that stops iterating (aclose,
+  task cancelled, client gone) closes the upstream connection at once.
+- The connection pool is a few httpx clients of 32 connections each rather than one big one:
+  httpcore's pool bookkeeping is quadratic in its size (see ``_acquire``).
+- Lines are split from raw bytes rather than ``aiter_lines()``: no str round trip and two fewer
+  async generator layers per network read; the loop lives in ``stream`` itself so each chunk
+  passes one generator, not two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+
+from responses_gateway.backends.base import BackendRequest
+from responses_gateway.errors import UpstreamError
+from responses_gateway.sse import SSEDecoder
+from responses_gateway.translate.upstream_sse import parse_chunk
+
+_RETRYABLE_TRANSPORT = (httpx.ConnectError, httpx.ConnectTimeout)
+# Raised while the request is sent and headers awaited on a pooled connection the server had
+# already closed: nothing was processed, so a retry is safe.
+_STALE_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+_DROPPED = (httpx.RemoteProtocolError, httpx.ReadError)
+_DRAIN_SECONDS = 1.0  # after [DONE], how long to wait for the body's end (keeps the conn pooled)
+_MAX_ERROR_TEXT = 500
+_SHARD_SIZE = 32  # connections per pool shard (see OpenAICompatBackend._acquire)
+_SHARD_LIMITS = httpx.Limits(max_connections=_SHARD_SIZE, max_keepalive_connections=_SHARD_SIZE)
+
+
+def _closed_error() -> UpstreamError:
+    return UpstreamError(
+        502,
+        "Upstream error: upstream connection closed before the response finished",
+        code="upstream_connection_closed",
+    )
+
+
+def _timeout_error() -> UpstreamError:
+    return UpstreamError(
+        504,
+        "Upstream error: upstream timed out (no data within the read timeout)",
+        code="upstream_timeout",
+    )
+
+
+class OpenAICompatBackend:
+    """POSTs to ``{base_url}/chat/completions`` and yields chunk dicts (see ``backends.base``)."""
+
+    name = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        *,
+        connect_timeout: float = 10,
+        read_timeout: float = 300,
+        max_retries: int = 2,
+        client: httpx.AsyncClient | None = None,
+        backoff_base: float = 0.5,
+        backoff_max: float = 8.0,
+        retry_after_cap: float = 20.0,
+        max_connections: int | None = 1000,
+    ) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.retry_after_cap = retry_after_cap
+        self._timeout = httpx.Timeout(
+            connect=connect_timeout, read=read_timeout, write=read_timeout, pool=connect_timeout
+        )
+        self._max_shards = (
+            None if max_connections is None else max(1, -(-max_connections // _SHARD_SIZE))
+        )
+        self._headers = {"content-type": "application/json", "accept": "application/json"}
+        if api_key:
+            self._headers["authorization"] = f"Bearer {api_key}"
+        self._owns_client = client is None
+        self._clients: list[httpx.AsyncClient] = [client] if client is not None else []
+        self._in_flight: list[int] = [0] * len(self._clients)
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- client lifecycle ------------------------------------------------------------------
+
+    def _acquire(self) -> int:
+        """A pool shard for one request: the first with room, so idle connections get reused.
+
+        The pool is split in shards of ``_SHARD_SIZE`` connections because httpcore's pool does
+        O(connections²) bookkeeping on every request start and end (encode/httpcore#1035): at
+        200 concurrent streams one pool costs milliseconds of CPU per request; small shards
+        keep it flat. Shards are created lazily in the running loop (a pool is bound to one).
+        """
+        clients = self._clients
+        if self._owns_client:
+            loop = asyncio.get_running_loop()
+            if self._loop is not loop:
+                clients = self._clients = []
+                self._in_flight = []
+                self._loop = loop
+        in_flight = self._in_flight
+        shard = next((i for i, n in enumerate(in_flight) if n < _SHARD_SIZE), -1)
+        if shard < 0:
+            if self._owns_client and (self._max_shards is None or len(clients) < self._max_shards):
+                clients.append(httpx.AsyncClient(timeout=self._timeout, limits=_SHARD_LIMITS))
+                in_flight.append(0)
+                shard = len(clients) - 1
+            else:
+                shard = in_flight.index(min(in_flight))
+        in_flight[shard] += 1
+        return shard
+
+    def _release(self, shard: int, in_flight: list[int]) -> None:
+        if in_flight is self._in_flight:  # not a pool left behind by a loop change
+            in_flight[shard] -= 1
+
+    async def aclose(self) -> None:
+        clients = self._clients
+        if self._owns_client:
+            self._clients, self._in_flight, self._loop = [], [], None
+            for client in clients:
+                await client.aclose()
+
+    # -- streaming -------------------------------------------------------------------------
+
+    async def stream(self, request: BackendRequest) -> AsyncIterator[dict[str, Any]]:
+        """Yield chunk dicts (or one chat.completion when ``body["stream"]`` is false).
+
+        The hot loop: bytes -> lines -> SSE frames -> chunk dicts, until ``[DONE]``. A plain
+        ``data: ...`` line followed by a blank line (what nearly every server sends) skips the
+        general decoder; anything else (``event:``, multi-line data, comments) goes through it.
+        """
+        streaming = bool(request.body.get("stream"))
+        shard = self._acquire()
+        in_flight = self._in_flight
+        try:
+            response = await self._send(self._clients[shard], orjson.dumps(request.body))
+        except BaseException:
+            self._release(shard, in_flight)
+            raise
+        try:
+            if not streaming or response.headers.get("content-type", "").startswith(
+                "application/json"
+            ):
+                # A server that ignores stream=true answers with a chat.completion, which the
+                # translator accepts as one chunk.
+                yield await self._read_completion(response)
+                return
+            feed = SSEDecoder().line
+            body = response.aiter_bytes()
+            buf = b""
+            stash: bytes | None = None  # data of a one-line event waiting for its blank line
+            busy = False  # the general decoder holds part of an event
+            cr_pending = False
+            finished = False  # a finish_reason or an error was seen: an end without [DONE] is ok
+            try:
+                async for data in body:
+                    if cr_pending:
+                        cr_pending = False
+                        if data[:1] == b"\n":
+                            data = data[1:]
+                    if b"\r" in data:
+                        # CRLF and bare CR line ends; a CR ending this read may pair with an LF
+                        cr_pending = data[-1:] == b"\r"
+                        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+                    if buf:
+                        data = buf + data
+                    lines = data.split(b"\n")
+                    buf = lines.pop()
+                    for line in lines:
+                        if line:
+                            if stash is None and not busy and line[:6] == b"data: ":
+                                stash = line[6:]
+                                continue
+                            if stash is not None:
+                                feed(b"data: " + stash)
+                                stash = None
+                            busy = True
+                            frame = feed(line)
+                            if frame is None:
+                                continue
+                        elif stash is not None:
+                            frame = (None, stash)
+                            stash = None
+                        else:
+                            busy = False
+                            frame = feed(line)
+                            if frame is None:
+                                continue
+                        chunk = parse_chunk(*frame)
+                        if chunk is None:  # [DONE]
+                            await _drain(body)
+                            return
+                        if not finished:
+                            finished = _is_final(chunk)
+                        yield chunk
+            except httpx.TimeoutException as exc:
+                raise _timeout_error() from exc
+            except _DROPPED as exc:
+                raise _closed_error() from exc
+            except httpx.HTTPError as exc:
+                raise UpstreamError(
+                    502, f"Upstream error: reading the stream failed ({type(exc).__name__})",
+                    code="upstream_error",
+                ) from exc
+            # The body ended without [DONE]: take a last unterminated event, then judge.
+            if stash is not None:
+                feed(b"data: " + stash)
+            if buf:
+                feed(buf)
+            frame = feed(b"")
+            if frame is not None:
+                chunk = parse_chunk(*frame)
+                if chunk is None:
+                    return
+                finished = finished or _is_final(chunk)
+                yield chunk
+            if not finished:
+                raise _closed_error()
+        finally:
+            await response.aclose()
+            self._release(shard, in_flight)
+
+    async def _send(self, client: httpx.AsyncClient, content: bytes) -> httpx.Response:
+        """Send with retries; return a 2xx response whose body is still unread."""
+        attempt = 0
+        while True:
+            req = client.build_request("POST", self.url, content=content, headers=self._headers)
+            try:
+                response = await client.send(req, stream=True)
+            except httpx.TimeoutException as exc:
+                if isinstance(exc, httpx.ConnectTimeout) and attempt < self.max_retries:
+                    await asyncio.sleep(self._backoff(attempt))
+                    attempt += 1
+                    continue
+                raise _timeout_error() from exc
+            except (*_RETRYABLE_TRANSPORT, *_STALE_CONNECTION) as exc:
+                if attempt < self.max_retries:
+                    await asyncio.sleep(self._backoff(attempt))
+                    attempt += 1
+                    continue
+                raise UpstreamError(
+                    502, f"Upstream error: could not reach the upstream ({type(exc).__name__})",
+                    code="upstream_unavailable",
+                ) from exc
+            except httpx.HTTPError as exc:
+                raise UpstreamError(
+                    502, f"Upstream error: request failed ({type(exc).__name__})",
+                    code="upstream_error",
+                ) from exc
+            status = response.status_code
+            if status < 300:
+                return response
+            if status < 400:
+                await response.aclose()
+                raise UpstreamError(
+                    502, f"Upstream error (HTTP {status}): unexpected redirect to "
+                    f"{response.headers.get('location', '?')}; check the upstream base URL",
+                    code="upstream_error",
+                )
+            try:
+                error = await _http_error(response)
+            finally:
+                await response.aclose()
+            if (status == 429 or status >= 500) and attempt < self.max_retries:
+                delay = self._backoff(attempt)
+                if error.retry_after is not None:
+                    delay = min(max(error.retry_after, 0.0), self.retry_after_cap)
+                await asyncio.sleep(delay)
+                attempt += 1
+                continue
+            raise error
+
+    def _backoff(self, attempt: int) -> float:
+        """Exponential backoff with full jitter in its upper half."""
+        base = min(self.backoff_base * (2**attempt), self.backoff_max)
+        return base * (0.5 + random.random() * 0.5)
+
+    async def _read_completion(self, response: httpx.Response) -> dict[str, Any]:
+        try:
+            raw = await response.aread()
+        except httpx.TimeoutException as exc:
+            raise _timeout_error() from exc
+        except _DROPPED as exc:
+            raise _closed_error() from exc
+        except httpx.HTTPError as exc:
+            raise UpstreamError(
+                502, f"Upstream error: reading the response failed ({type(exc).__name__})",
+                code="upstream_error",
+            ) from exc
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            body = None
+        if body.__class__ is not dict:
+            raise UpstreamError(
+                502, "Upstream error: the upstream answered with a body that is not a JSON object",
+                code="upstream_protocol_error",
+            )
+        if "error" in body and not body.get("choices"):
+            message, code = _error_fields(body)
+            raise UpstreamError(
+                502, f"Upstream error (HTTP {response.status_code}): {message}",
+                code=code or "upstream_error",
+            )
+        return body
+
+
+def _is_final(chunk: dict[str, Any]) -> bool:
+    """A chunk after which the end of the body is a proper end: a finish_reason or an error."""
+    choices = chunk.get("choices")
+    if not choices:
+        return "error" in chunk
+    try:
+        for choice in choices:
+            if choice.get("finish_reason"):
+                return True
+    except (AttributeError, TypeError):
+        pass
+    return False
+
+
+async def _drain(body: AsyncIterator[bytes]) -> None:
+    """Read to the end of the body after ``[DONE]`` so the connection returns to the pool."""
+    try:
+        async with asyncio.timeout(_DRAIN_SECONDS):
+            async for _ in body:
+                pass
+    except (TimeoutError, httpx.HTTPError):
+        pass  # the response is closed by the caller either way
+
+
+async def _http_error(response: httpx.Response) -> UpstreamError:
+    """An upstream 4xx/5xx as the same status with OpenAI's type and the upstream's code."""
+    status = response.status_code
+    try:
+        raw = await response.aread()
+    except httpx.HTTPError:
+        raw = b""
+    try:
+        body: Any = orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
+        body = None
+    if body is None:
+        text = raw.decode("utf-8", "replace").strip()
+        message = text[:_MAX_ERROR_TEXT] if text else (response.reason_phrase or "no details")
+        code = None
+    else:
+        message, code = _error_fields(body)
+    return UpstreamError(
+        status,
+        f"Upstream error (HTTP {status}): {message}",
+        code=code,
+        retry_after=parse_retry_after(response.headers),
+    )
+
+
+def _error_fields(body: Any) -> tuple[str, str | None]:
+    """(message, code) from the error shapes servers send: OpenAI's, FastAPI's, lists, strings."""
+    if isinstance(body, list) and body:
+        body = body[0]
+    if not isinstance(body, dict):
+        return str(body)[:_MAX_ERROR_TEXT], None
+    error = body.get("error", body)
+    if isinstance(error, str):
+        return error[:_MAX_ERROR_TEXT], None
+    if not isinstance(error, dict):
+        return str(error)[:_MAX_ERROR_TEXT], None
+    message = error.get("message") or error.get("detail") or body.get("detail") or "no details"
+    if not isinstance(message, str):
+        message = orjson.dumps(message).decode()
+    code = error.get("code")
+    if code is not None and not isinstance(code, str):
+        code = str(code)
+    return message[:_MAX_ERROR_TEXT], code or None
+
+
+def parse_retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
+    value = headers.get("retry-after-ms")
+    if value:
+        try:
+            return max(float(value) / 1000.0, 0.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
