@@ -439,3 +439,79 @@ async def test_closing_the_generator_closes_the_upstream_stream_promptly(
                 if t.name == "bedrock-stream" and t.ident not in before]
     assert "hang" in fake.disconnects
     assert time.monotonic() - started < 3
+
+
+def _sealed_details(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the Responses translator seals for the reasoning item these chunks produce."""
+    from responses_gateway.translate.response_object import new_response
+    from responses_gateway.translate.stream import ResponseTranslator, TranslateOptions
+
+    translator = ResponseTranslator(
+        new_response({"model": "m"}, response_id="resp_t", created_at=1),
+        TranslateOptions(seal=lambda payload: json.dumps(payload), encrypted_reasoning=True))
+    translator.start()
+    for chunk in chunks:
+        translator.feed(chunk)
+    translator.finish()
+    [item] = [i for i in translator.response["output"] if i["type"] == "reasoning"]
+    return json.loads(item["encrypted_content"])["reasoning_details"]
+
+
+def _delta(**delta: Any) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+
+
+async def test_each_signed_block_of_one_reasoning_item_is_sealed_with_its_own_text(
+    fake: FakeBedrock, backend: BedrockBackend
+) -> None:
+    """Two signed thinking blocks (and a redacted one) in a row form one reasoning item; each
+    block keeps its own text and signature, in order, so Claude can verify them next turn."""
+    events = [{"messageStart": {"role": "assistant"}}]
+    for index, step in enumerate([("One, ", "two.", "sig-1"), None, ("Three.", "", "sig-2")]):
+        if step is None:
+            events.append({"contentBlockDelta": {"contentBlockIndex": index, "delta": {
+                "reasoningContent": {"redactedContent": base64.b64encode(b"\x00r").decode()}}}})
+        else:
+            events += [{"contentBlockDelta": {"contentBlockIndex": index, "delta": {
+                "reasoningContent": d}}} for d in ({"text": step[0]}, {"text": step[1]},
+                                                     {"signature": step[2]})]
+        events.append({"contentBlockStop": {"contentBlockIndex": index}})
+    events += [{"contentBlockDelta": {"contentBlockIndex": 3, "delta": {"text": "Hi"}}},
+               {"messageStop": {"stopReason": "end_turn"}}]
+    fake.stream("anthropic.claude-two-blocks", events)
+    chunks = await collect(backend, chat("anthropic.claude-two-blocks"))
+
+    fmt = {"format": "anthropic-claude-v1"}
+    assert _sealed_details(chunks) == [
+        {"type": "reasoning.text", "text": "One, two.", "signature": "sig-1", **fmt},
+        {"type": "reasoning.encrypted", "data": base64.b64encode(b"\x00r").decode(), **fmt},
+        {"type": "reasoning.text", "text": "Three.", "signature": "sig-2", **fmt},
+    ]
+
+
+async def test_sealed_block_text_for_other_chunk_shapes() -> None:
+    # the signature in the same delta as the block's last text (text is read first)
+    assert _sealed_details([
+        _delta(reasoning_content="Head, "),
+        _delta(reasoning_content="tail.", reasoning_details=[
+            {"type": "reasoning.text", "signature": "s1"}]),
+    ]) == [{"type": "reasoning.text", "text": "Head, tail.", "signature": "s1"}]
+    # OpenRouter: fragments with text in the details too; unsigned text after the last
+    # signature is not sealed (it could not be verified)
+    assert _sealed_details([
+        _delta(reasoning="A", reasoning_details=[{"type": "reasoning.text", "text": "A"}]),
+        _delta(reasoning="B", reasoning_details=[
+            {"type": "reasoning.text", "text": "B", "signature": "sa"}]),
+        _delta(reasoning="C", reasoning_details=[
+            {"type": "reasoning.text", "text": "C", "signature": "sc"}]),
+        _delta(reasoning="unsigned"),
+    ]) == [{"type": "reasoning.text", "text": "AB", "signature": "sa"},
+           {"type": "reasoning.text", "text": "C", "signature": "sc"}]
+    # a whole chat.completion: the joined reasoning plus per-block details with their text
+    completion = {"choices": [{"index": 0, "finish_reason": "stop", "message": {
+        "role": "assistant", "content": "ok", "reasoning_content": "XY",
+        "reasoning_details": [{"type": "reasoning.text", "text": "X", "signature": "sx"},
+                              {"type": "reasoning.text", "text": "Y", "signature": "sy"}]}}]}
+    assert _sealed_details([completion]) == [
+        {"type": "reasoning.text", "text": "X", "signature": "sx"},
+        {"type": "reasoning.text", "text": "Y", "signature": "sy"}]

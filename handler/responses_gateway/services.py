@@ -6,6 +6,7 @@ are created on first use, so the streaming entry point starts fast.
 
 from __future__ import annotations
 
+from responses_gateway import observability
 from responses_gateway.backends.base import Backend
 from responses_gateway.config import Settings
 from responses_gateway.runner import Gateway
@@ -38,7 +39,7 @@ class Backends:
     def __call__(self, kind: str) -> Backend:
         backend = self._made.get(kind)
         if backend is None:
-            backend = self._made[kind] = self._make(kind)
+            backend = self._made[kind] = observability.trace_backend(self._make(kind))
         return backend
 
     def _make(self, kind: str) -> Backend:
@@ -46,7 +47,13 @@ class Backends:
         if kind == "bedrock":
             from responses_gateway.backends.bedrock import BedrockBackend
 
-            return BedrockBackend(region=s.bedrock_region, endpoint_url=s.bedrock_endpoint_url)
+            return BedrockBackend(
+                region=s.bedrock_region,
+                endpoint_url=s.bedrock_endpoint_url,
+                read_timeout=s.read_timeout,
+                connect_timeout=s.connect_timeout,
+                max_attempts=s.max_retries + 1,  # botocore counts the first attempt
+            )
         from responses_gateway.backends.openai_compat import OpenAICompatBackend
 
         return OpenAICompatBackend(
@@ -64,9 +71,10 @@ class Backends:
 
 
 def build_gateway(settings: Settings, store: Store | None = None) -> Gateway:
+    observability.configure(settings)
     return Gateway(
         settings,
-        store or build_store(settings),
+        store or observability.trace_store(build_store(settings)),
         Backends(settings),
         Sealer.from_secret(settings.seal_key),
     )

@@ -62,6 +62,7 @@ class ResponseTranslator:
         "_calls_by_id",
         "_calls_by_index",
         "_content_index",
+        "_detail_text",
         "_details",
         "_finish_reason",
         "_item",
@@ -96,6 +97,7 @@ class ResponseTranslator:
         self._pieces: list[str] = []
         self._logprobs: list[Any] = []
         self._details: list[dict[str, Any]] = []
+        self._detail_text: list[str] = []  # text of reasoning_details since the last signature
         self._call: _Call | None = None
         self._calls_by_index: dict[int, _Call] = {}
         self._calls_by_id: dict[str, _Call] = {}
@@ -217,11 +219,11 @@ class ResponseTranslator:
 
     def _apply_delta(self, delta: dict[str, Any], choice: dict[str, Any], out: list[Event]) -> None:
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if reasoning and isinstance(reasoning, str):
+            self._reasoning(reasoning, out)  # first: a signature below closes text up to here
         details = delta.get("reasoning_details")
         if details:
             self._reasoning_details(details, not reasoning, out)
-        if reasoning and isinstance(reasoning, str):
-            self._reasoning(reasoning, out)
         content = delta.get("content")
         if content:
             if content.__class__ is str:
@@ -263,7 +265,7 @@ class ResponseTranslator:
                 signature = part.get("signature")
                 if signature:
                     self._open_reasoning(out)
-                    self._details.append({"type": "reasoning.text", "signature": signature})
+                    self._signed_block(signature, {})
 
     def _text(self, text: str, logprobs: list[Any] | None, out: list[Event]) -> None:
         if self._kind != _TEXT:
@@ -346,19 +348,29 @@ class ResponseTranslator:
                 text = detail.get("text") or detail.get("summary")
                 if take_text and text:
                     self._reasoning(text, out)
+                if text and self._kind == _REASONING:
+                    self._detail_text.append(text)
                 signature = detail.get("signature")
                 if signature:
                     if self._kind != _REASONING:
                         self._open_reasoning(out)
-                    self._details.append(
-                        {"type": "reasoning.text", "signature": signature, **_format_of(detail)}
-                    )
+                    self._signed_block(signature, _format_of(detail))
             elif kind == "reasoning.encrypted" and detail.get("data"):
                 if self._kind != _REASONING:
                     self._open_reasoning(out)
                 self._details.append(
                     {"type": "reasoning.encrypted", "data": detail["data"], **_format_of(detail)}
                 )
+
+    def _signed_block(self, signature: str, fmt: dict[str, Any]) -> None:
+        """A signature ends one reasoning block; an item may hold several (Claude), and each
+        must go back upstream with exactly its own text. The block's text is what its details
+        carried (a whole ``chat.completion``), else the reasoning streamed since the last one."""
+        self._details.append({
+            "type": "reasoning.text", "signature": signature, **fmt,
+            "text": "".join(self._detail_text), "end": len(self._pieces),
+        })
+        self._detail_text = []
 
     def _tool_call(self, tool_call: dict[str, Any], out: list[Event]) -> None:
         index = tool_call.get("index")
@@ -443,6 +455,7 @@ class ResponseTranslator:
             item["content"] = []
         self._kind = _REASONING
         self._details = []
+        self._detail_text = []
         self._add_item(item, out)
 
     def _open_reasoning_part(self, out: list[Event]) -> None:
@@ -662,12 +675,13 @@ class ResponseTranslator:
                 item["content"].append(part)
         if self._details and self.options.seal is not None:
             sealed = self.options.seal(
-                {"reasoning_details": _merge_details(self._details, "".join(self._pieces))}
+                {"reasoning_details": _merge_details(self._details, self._pieces)}
             )
             self.sealed_reasoning[item["id"]] = sealed
             if self.options.encrypted_reasoning:
                 item["encrypted_content"] = sealed
         self._details = []
+        self._detail_text = []
 
     def _close_pending_calls(self, out: list[Event]) -> None:
         """Calls whose name never came cannot be items; their arguments would be lost."""
@@ -723,20 +737,27 @@ def _format_of(detail: dict[str, Any]) -> dict[str, Any]:
     return {"format": fmt} if fmt else {}
 
 
-def _merge_details(details: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
-    """One ``reasoning.text`` entry (text + signature) plus the encrypted blobs, in order."""
+def _merge_details(details: list[dict[str, Any]], pieces: list[str]) -> list[dict[str, Any]]:
+    """Each signed block (text + signature) and encrypted blob, in the order they came.
+
+    A block's text is the text its details carried or, when they carried none (streamed
+    ``reasoning_content``), the pieces between the previous signature and this one; text after
+    the last signature is unsigned and stays out (the upstream would reject it anyway).
+    """
     merged: list[dict[str, Any]] = []
-    signature = None
-    fmt = None
+    start = 0
     for detail in details:
-        if detail["type"] == "reasoning.text":
-            signature = detail["signature"]
-            fmt = detail.get("format", fmt)
-        else:
+        if detail["type"] != "reasoning.text":
             merged.append(detail)
-    if signature is not None:
-        entry: dict[str, Any] = {"type": "reasoning.text", "text": text, "signature": signature}
-        if fmt:
-            entry["format"] = fmt
-        merged.insert(0, entry)
+            continue
+        end = detail["end"]
+        entry: dict[str, Any] = {
+            "type": "reasoning.text",
+            "text": detail["text"] or "".join(pieces[start:end]),
+            "signature": detail["signature"],
+        }
+        if detail.get("format"):
+            entry["format"] = detail["format"]
+        merged.append(entry)
+        start = end
     return merged
