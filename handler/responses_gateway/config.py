@@ -65,6 +65,15 @@ class Settings:
             value = env.get(name)
             return value if value not in (None, "") else default
 
+        def secret(name: str) -> str | None:
+            """The variable, else the Secrets Manager / SSM value it references (AWS)."""
+            value = get(name)
+            if value is None and (get(name + "_SECRET_ARN") or get(name + "_PARAMETER")):
+                from responses_gateway.secrets import resolve
+
+                value = resolve(name, env)
+            return value
+
         backend = (get("GATEWAY_BACKEND", "openai") or "openai").lower()
         if backend not in ("openai", "bedrock"):
             raise ValueError(f"GATEWAY_BACKEND must be 'openai' or 'bedrock', not {backend!r}")
@@ -72,7 +81,7 @@ class Settings:
         return cls(
             backend=backend,
             upstream_url=(get("GATEWAY_UPSTREAM_URL", cls.upstream_url) or "").rstrip("/"),
-            upstream_api_key=get("GATEWAY_UPSTREAM_API_KEY"),
+            upstream_api_key=secret("GATEWAY_UPSTREAM_API_KEY"),
             model_map=parse_model_map(get("GATEWAY_MODEL_MAP") or ""),
             connect_timeout=float(get("GATEWAY_CONNECT_TIMEOUT", "10") or 10),
             read_timeout=float(get("GATEWAY_READ_TIMEOUT", "300") or 300),
@@ -80,10 +89,10 @@ class Settings:
             max_body_bytes=int(get("GATEWAY_MAX_BODY_BYTES", str(cls.max_body_bytes)) or 0),
             store=get("GATEWAY_STORE", cls.store) or cls.store,
             api_keys=tuple(
-                k.strip() for k in (get("GATEWAY_API_KEYS") or "").split(",") if k.strip()
+                k.strip() for k in (secret("GATEWAY_API_KEYS") or "").split(",") if k.strip()
             ),
             retention_days=int(get("GATEWAY_RETENTION_DAYS", "30") or 30),
-            seal_key=get("GATEWAY_SEAL_KEY"),
+            seal_key=secret("GATEWAY_SEAL_KEY"),
             reasoning_input=get("GATEWAY_REASONING_INPUT"),
             keepalive_seconds=float(get("GATEWAY_KEEPALIVE_SECONDS", "15") or 15),
             stream_grace_seconds=float(get("GATEWAY_STREAM_GRACE_SECONDS", "0.5") or 0),

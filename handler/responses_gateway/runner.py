@@ -20,7 +20,8 @@ from responses_gateway import ids
 from responses_gateway.backends.base import Backend, BackendRequest
 from responses_gateway.config import Settings
 from responses_gateway.errors import GatewayError, UpstreamError, invalid_request, not_found
-from responses_gateway.store.base import Store, StoredResponse
+from responses_gateway.observability import ResponseMetrics
+from responses_gateway.store.base import Store, StoredResponse, StoreUnavailable
 from responses_gateway.translate.request_models import (
     CreateResponseRequest,
     normalize_input,
@@ -87,6 +88,9 @@ class Gateway:
         return Job(self, record, stream=req.streaming, store=req.store)
 
     async def aclose(self) -> None:
+        feed = getattr(self, "local_feed", None)  # background responses running here
+        if feed is not None:
+            await feed.stop_all()
         aclose = getattr(self.backend_for, "aclose", None)
         if aclose is not None:
             await aclose()
@@ -160,8 +164,14 @@ class Job:
         if not stream:
             chat["stream"] = False
             chat.pop("stream_options", None)
+        elif not chat.get("stream"):  # a background job streams, whatever its client asked
+            chat["stream"] = True
+            chat["stream_options"] = {"include_usage": True}
         self.backend = gateway.backend_for(record.request["backend"])
         self.backend_request = BackendRequest(body=chat, tenant=record.tenant, stream=stream)
+        self.metrics = ResponseMetrics(
+            record.id, record.response.get("model") or "", stream=stream, content=chat
+        )
         self._chunks: AsyncIterator[dict[str, Any]] | None = None
         self._first: asyncio.Future[dict[str, Any]] | None = None
         #: called with each batch of events before they leave (background persistence)
@@ -189,20 +199,25 @@ class Job:
         a true state (``cancelled``).
         """
         translator = self.translator
+        metrics = self.metrics
         first = self.open()
         try:
             for event in translator.start():
                 yield event
             try:
-                chunk = await first
+                # shield: a cancelled consumer must not cancel ``first`` itself (anyio repeats
+                # a cancel, which would break httpx's shielded connection close); close() does.
+                chunk = await asyncio.shield(first)
             except StopAsyncIteration:
                 chunk = None
             chunks = self._chunks
             assert chunks is not None
             while chunk is not None:
                 events = translator.feed(chunk)
+                if metrics.waiting and events:
+                    metrics.first_content()
                 if translator.done:  # an upstream error chunk ended it
-                    await self.persist()
+                    events = await self._stored(events)
                 for event in events:
                     yield event
                 if translator.done:
@@ -212,15 +227,15 @@ class Job:
                 except StopAsyncIteration:
                     chunk = None
             if not translator.done:
-                terminal = translator.finish()
-                await self.persist()
+                terminal = await self._stored(translator.finish())
                 for event in terminal:
                     yield event
         except UpstreamError as exc:
             if translator.done:
                 return
-            terminal = translator.fail(exc.code or "upstream_error", exc.message)
-            await self.persist()
+            terminal = await self._stored(
+                translator.fail(exc.code or "upstream_error", exc.message)
+            )
             for event in terminal:
                 yield event
         finally:
@@ -238,13 +253,40 @@ class Job:
 
     async def close(self) -> None:
         first, chunks = self._first, self._chunks
+        self.metrics.finish(self.translator.response, first)
         if first is not None and not first.done():
             first.cancel()
+            await asyncio.wait({first})  # the backend closes its upstream response on cancel
+        if first is not None and first.done() and not first.cancelled():
+            first.exception()  # retrieved: no "exception was never retrieved" warning
         if chunks is not None:
             aclose = getattr(chunks, "aclose", None)
             if aclose is not None:
                 with contextlib.suppress(Exception, asyncio.CancelledError):
                     await aclose()  # the stream may already be dead; closing is best effort
+
+    async def _stored(self, events: list[Event]) -> list[Event]:
+        """Persist, then let ``events`` (the last one terminal) leave.
+
+        When the store fails for good a stream cannot take back what it sent, so its terminal
+        event becomes ``response.failed`` (nothing was stored: the client must not be told
+        ``completed``); a non-stream request raises, which is a 503.
+        """
+        try:
+            await self.persist()
+        except StoreUnavailable as exc:
+            if not self.backend_request.stream or not events:
+                raise
+            response = self.translator.response
+            response.update(
+                status="failed",
+                completed_at=None,
+                incomplete_details=None,
+                error={"code": exc.code or "store_unavailable", "message": exc.message},
+            )
+            seq = events[-1]["sequence_number"]
+            events[-1] = {"type": "response.failed", "response": response, "sequence_number": seq}
+        return events
 
     async def persist(self) -> None:
         """Write the record before the terminal event leaves (background jobs replace this)."""

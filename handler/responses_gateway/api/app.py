@@ -16,6 +16,7 @@ from responses_gateway.api import routes
 from responses_gateway.api.auth import Authenticator
 from responses_gateway.config import Settings
 from responses_gateway.errors import GatewayError
+from responses_gateway.observability import RequestContext
 from responses_gateway.runner import Gateway
 from responses_gateway.services import build_gateway
 
@@ -85,6 +86,7 @@ def create_app(settings: Settings | None = None, gateway: Gateway | None = None)
         },
         lifespan=lifespan,
     )
+    app.add_middleware(RequestContext)  # Lambda request id / trace header for logs, traces
     app.state.auth = Authenticator(settings.api_keys)
     app.state.settings = settings
     return app

@@ -1,0 +1,135 @@
+"""Cold start: what each Lambda entry point costs a fresh interpreter, beside a bare one.
+
+    python benchmarks/cold_start.py [--runs 9] [--importtime]
+
+Each figure is the median (and min) over ``--runs`` fresh interpreters, all in this one run:
+
+- ``bare interpreter``: ``python -c pass``, wall time of the whole process;
+- ``streaming entry``: ``import responses_gateway.api.app`` + ``create_app()``, timed inside the
+  process (what uvicorn does before the Lambda Web Adapter's readiness check can pass);
+- ``streaming entry + uvicorn``: the same plus ``import uvicorn`` (run.sh's whole import);
+- ``streaming ready``: the above plus the app's lifespan startup (services built) under a
+  Lambda-like environment (JSON logging configured), i.e. until /health could answer;
+- ``worker handler``: ``import responses_gateway.worker.lambda_handler``;
+- ``buffered handler``: ``import responses_gateway.lambda_buffered`` (Mangum, services built).
+
+The environment is the deployed one (DynamoDB store, worker function set) with dummy values;
+nothing is contacted. ``--importtime`` prints the 15 slowest imports of the streaming entry
+(``python -X importtime``) to show what to make lazy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET_MS = 250.0
+
+ENV = {
+    "GATEWAY_STORE": "dynamodb:cold-start-bench",
+    "GATEWAY_WORKER_FUNCTION": "responses-gateway-worker",
+    "GATEWAY_UPSTREAM_URL": "http://127.0.0.1:9/v1",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "dummy",
+    "AWS_SECRET_ACCESS_KEY": "dummy",
+    "POWERTOOLS_SERVICE_NAME": "cold-start-bench",
+}
+LAMBDA_ENV = {"AWS_LAMBDA_FUNCTION_NAME": "cold-start-bench", "POWERTOOLS_METRICS_DISABLED": "1"}
+
+TIMED = """
+import time
+t0 = time.perf_counter()
+{body}
+print((time.perf_counter() - t0) * 1000)
+"""
+
+CASES: dict[str, tuple[str, dict[str, str]]] = {
+    "streaming entry": (
+        "from responses_gateway.api.app import create_app\napp = create_app()", {}),
+    "streaming entry + uvicorn": (
+        "import uvicorn\nfrom responses_gateway.api.app import create_app\napp = create_app()",
+        {}),
+    "streaming ready": (
+        "import asyncio, uvicorn\nfrom responses_gateway.api.app import create_app\n"
+        "app = create_app()\n"
+        "async def ready():\n"
+        "    async with app.router.lifespan_context(app):\n"
+        "        pass\n"
+        "asyncio.run(ready())", LAMBDA_ENV),
+    "worker handler": ("import responses_gateway.worker.lambda_handler", {}),
+    "buffered handler": ("import responses_gateway.lambda_buffered", {}),
+}
+
+
+def child_env(extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GATEWAY_", "AWS_", "POWERTOOLS_"))}
+    env.update(ENV)
+    env.update(extra)
+    env["PYTHONPATH"] = str(ROOT / "handler")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # Lambda runs from compiled bytecode too
+    return env
+
+
+def bare_start_ms() -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], check=True, env=child_env({}))
+    return (time.perf_counter() - start) * 1000
+
+
+def timed_ms(body: str, extra: dict[str, str]) -> float:
+    out = subprocess.run([sys.executable, "-c", TIMED.format(body=body)], check=True,
+                         capture_output=True, text=True, env=child_env(extra), cwd=ROOT)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def slowest_imports(count: int = 15) -> list[tuple[int, int, str]]:
+    body = CASES["streaming entry"][0]
+    out = subprocess.run([sys.executable, "-X", "importtime", "-c", body], check=True,
+                         capture_output=True, text=True, env=child_env({}), cwd=ROOT)
+    rows = []
+    for line in out.stderr.splitlines():
+        if not line.startswith("import time:") or "cumulative" in line:
+            continue
+        own, cumulative, name = line[len("import time:"):].split("|")
+        rows.append((int(cumulative), int(own), name.rstrip()))
+    return sorted(rows, reverse=True)[:count]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--importtime", action="store_true")
+    args = parser.parse_args()
+
+    timed_ms(CASES["buffered handler"][0], {})  # warm the bytecode caches once
+    results: dict[str, list[float]] = {"bare interpreter": []}
+    results.update({name: [] for name in CASES})
+    for _ in range(args.runs):  # interleaved, so machine noise hits every case alike
+        results["bare interpreter"].append(bare_start_ms())
+        for name, (body, extra) in CASES.items():
+            results[name].append(timed_ms(body, extra))
+
+    print(f"python {sys.version.split()[0]}, {args.runs} fresh interpreters per case")
+    print(f"{'':28}{'median ms':>10}{'min ms':>10}")
+    for name, values in results.items():
+        note = "  (process wall time)" if name == "bare interpreter" else ""
+        print(f"{name:28}{statistics.median(values):10.1f}{min(values):10.1f}{note}")
+    entry = statistics.median(results["streaming entry"])
+    verdict = "under" if entry < TARGET_MS else "OVER"
+    print(f"streaming entry: {entry:.1f} ms median, {verdict} the {TARGET_MS:.0f} ms target")
+    if args.importtime:
+        print("\nslowest imports of the streaming entry (cumulative us, own us):")
+        for cumulative, own, name in slowest_imports():
+            print(f"{cumulative:10d}{own:10d}  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,380 @@
+"""Logs, metrics and traces with Powertools, paid for only where they are read: in Lambda.
+
+- **Logger**: in Lambda the ``responses_gateway`` loggers write Powertools JSON lines with the
+  service name and two correlation ids, ``request_id`` (the Lambda request) and
+  ``response_id``. One summary line per response says how it ended (model, status, timings,
+  tokens), never prompt or output text nor keys, unless ``GATEWAY_DEBUG_LOG_CONTENT`` is set.
+- **Metrics**: one EMF record per response (namespace ``ResponsesGateway``):
+  ``TimeToFirstToken`` (streaming only), ``Duration``, ``InputTokens``, ``OutputTokens``,
+  ``Responses``, for the service and per ``Model``; ``Errors`` per ``ErrorType``. Printed to
+  stdout only in Lambda, where CloudWatch turns the lines into metrics; elsewhere nothing.
+- **Tracer**: subsegments for the upstream call and every store call, only in Lambda with
+  tracing on (``POWERTOOLS_TRACE_DISABLED`` unset or false). Subsegments hang directly off
+  the invocation's segment, never off the SDK's thread-local stack, because a streaming
+  response and its store writes overlap in one thread.
+
+Nothing here runs per chunk: a job records its first content once and reports at its end.
+Powertools and the X-Ray SDK are imported only when enabled, so local starts stay fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from contextvars import ContextVar
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from responses_gateway.store.base import Store, StoredResponse
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
+    from responses_gateway.backends.base import Backend, BackendRequest
+    from responses_gateway.config import Settings
+
+SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "responses-gateway"
+NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ResponsesGateway"
+TERMINAL = frozenset({"completed", "incomplete", "failed", "cancelled"})
+
+request_id: ContextVar[str | None] = ContextVar("request_id", default=None)
+response_id: ContextVar[str | None] = ContextVar("response_id", default=None)
+logger = logging.getLogger("responses_gateway.observability")
+_state: dict[str, Any] = {"debug_content": False, "configured": False}
+
+
+def in_lambda() -> bool:
+    return bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def configure(settings: Settings) -> None:
+    """Once per process (services are built): JSON logs in Lambda, the debug switch."""
+    _state["debug_content"] = settings.debug_log_content
+    if _state["configured"] or not in_lambda():
+        return
+    _state["configured"] = True
+    from aws_lambda_powertools import Logger
+    from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+
+    level = (os.environ.get("GATEWAY_LOG_LEVEL") or "INFO").upper()
+    source = Logger(service=SERVICE, level=level)
+    source.registered_handler.addFilter(_Correlation())
+    logging.getLogger("responses_gateway")  # registered, so its config is copied
+    copy_config_to_registered_loggers(source_logger=source, include={"responses_gateway"})
+
+
+class _Correlation(logging.Filter):
+    """Adds the request and response ids of the current task to every record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        rid = request_id.get()
+        if rid is not None:
+            record.request_id = rid
+        resp = response_id.get()
+        if resp is not None:
+            record.response_id = resp
+        return True
+
+
+# -- per request --------------------------------------------------------------------------
+
+
+class RequestContext:
+    """ASGI middleware: binds the Lambda request id (Mangum's context or the Lambda Web
+    Adapter's ``x-amzn-lambda-context`` header) and, when tracing, the X-Ray trace header.
+
+    The adapter runs the app in its own process, so ``_X_AMZN_TRACE_ID`` is not updated per
+    invocation there; it arrives as the ``x-amzn-trace-id`` header instead. Lambda sends one
+    request at a time to an execution environment, so setting it process-wide is safe.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = None
+        context = scope.get("aws.context")
+        if context is not None:
+            rid = getattr(context, "aws_request_id", None)
+        else:
+            for name, value in scope["headers"]:
+                if name == b"x-amzn-lambda-context":
+                    with contextlib.suppress(ValueError, AttributeError):
+                        rid = orjson.loads(value).get("request_id")
+                elif name == b"x-amzn-trace-id" and tracing_enabled():
+                    os.environ["_X_AMZN_TRACE_ID"] = value.decode("latin-1")
+        token = request_id.set(rid)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            request_id.reset(token)
+
+
+# -- per response -------------------------------------------------------------------------
+
+
+class ResponseMetrics:
+    """One response's timings; reported once, when its job closes."""
+
+    __slots__ = ("content", "done", "model", "started", "ttft_ms", "waiting")
+
+    def __init__(self, response: str, model: str, *, stream: bool, content: Any = None) -> None:
+        self.started = time.perf_counter()
+        self.model = model
+        self.waiting = stream  # time to first token is measured for streams only
+        self.ttft_ms: float | None = None
+        self.done = False
+        self.content = content if _state["debug_content"] else None
+        response_id.set(response)
+
+    def first_content(self) -> None:
+        """The first chunk that produced output (called once, by the job's event loop)."""
+        self.waiting = False
+        self.ttft_ms = (time.perf_counter() - self.started) * 1000
+
+    def finish(self, response: dict[str, Any], first: Any = None) -> None:
+        """Log and (in Lambda) emit this response's figures; later calls do nothing.
+
+        ``first`` is the job's first-chunk future: a response that never started because the
+        upstream refused it before any output ends as that refusal's error.
+        """
+        if self.done:
+            return
+        self.done = True
+        duration_ms = (time.perf_counter() - self.started) * 1000
+        status = response.get("status") or ""
+        error_type = None
+        if status == "failed":
+            error_type = (response.get("error") or {}).get("code") or "failed"
+        elif status not in TERMINAL:
+            status, error_type = _unstarted(first)
+        usage = response.get("usage") or {}
+        summary: dict[str, Any] = {
+            "model": self.model,
+            "status": status,
+            "duration_ms": round(duration_ms, 1),
+            "ttft_ms": None if self.ttft_ms is None else round(self.ttft_ms, 1),
+            "input_tokens": usage.get("input_tokens"),
+            "output_tokens": usage.get("output_tokens"),
+            "error_type": error_type,
+        }
+        if self.content is not None:
+            summary["request"] = self.content
+            summary["output"] = response.get("output")
+        logger.info("response finished", extra={"response": summary})
+        if in_lambda() and not _truthy(os.environ.get("POWERTOOLS_METRICS_DISABLED")):
+            try:
+                _emit(self.model, self.ttft_ms, duration_ms, usage, error_type)
+            except Exception:  # metrics must never fail a response
+                logger.exception("could not emit metrics")
+
+
+def _unstarted(first: Any) -> tuple[str, str | None]:
+    """Status and error type of a response that never reached a terminal state."""
+    from responses_gateway.errors import GatewayError
+
+    if first is not None and first.done() and not first.cancelled():
+        exc = first.exception()
+        if isinstance(exc, GatewayError):
+            return "rejected", exc.code or exc.type or "upstream_error"
+    return "cancelled", None
+
+
+def _emit(
+    model: str,
+    ttft_ms: float | None,
+    duration_ms: float,
+    usage: dict[str, Any],
+    error_type: str | None,
+) -> None:
+    from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
+
+    metrics = EphemeralMetrics(namespace=NAMESPACE, service=SERVICE)
+    _dimension_set(metrics, Model=model or "unknown")
+    if ttft_ms is not None:
+        metrics.add_metric("TimeToFirstToken", MetricUnit.Milliseconds, ttft_ms)
+    metrics.add_metric("Duration", MetricUnit.Milliseconds, duration_ms)
+    metrics.add_metric("InputTokens", MetricUnit.Count, usage.get("input_tokens") or 0)
+    metrics.add_metric("OutputTokens", MetricUnit.Count, usage.get("output_tokens") or 0)
+    metrics.add_metric("Responses", MetricUnit.Count, 1)
+    metrics.flush_metrics()
+    if error_type:
+        errors = EphemeralMetrics(namespace=NAMESPACE, service=SERVICE)
+        _dimension_set(errors, ErrorType=error_type)
+        errors.add_metric("Errors", MetricUnit.Count, 1)
+        errors.flush_metrics()
+
+
+def _dimension_set(metrics: Any, **dimensions: str) -> None:
+    """A second dimension set beside the service-only one (so alarms see every model)."""
+    add_set = getattr(metrics, "add_dimensions", None)
+    if add_set is not None:
+        add_set(service=SERVICE, **dimensions)
+    else:  # older Powertools: one set, the service dimension plus these
+        for name, value in dimensions.items():
+            metrics.add_dimension(name=name, value=value)
+
+
+# -- tracing ------------------------------------------------------------------------------
+
+
+@cache
+def tracing_enabled() -> bool:
+    """In Lambda (not ``sam local``) with ``POWERTOOLS_TRACE_DISABLED`` unset or false."""
+    return (
+        bool(os.environ.get("LAMBDA_TASK_ROOT"))
+        and in_lambda()
+        and not os.environ.get("AWS_SAM_LOCAL")
+        and not _truthy(os.environ.get("POWERTOOLS_TRACE_DISABLED"))
+    )
+
+
+@cache
+def _recorder() -> Any:
+    from aws_lambda_powertools import Tracer
+
+    return Tracer(service=SERVICE, auto_patch=False).provider
+
+
+@contextlib.asynccontextmanager
+async def subsegment(name: str, **annotations: str) -> AsyncIterator[None]:
+    """A subsegment of the invocation's segment around the block (nothing when not tracing)."""
+    sub = _begin(name, annotations) if tracing_enabled() else None
+    try:
+        yield
+    except Exception as exc:  # not CancelledError / GeneratorExit: a client going away
+        if sub is not None:
+            sub.add_fault_flag()
+            sub.put_metadata("error", repr(exc), SERVICE)
+        raise
+    finally:
+        if sub is not None:
+            _end(sub)
+
+
+def _begin(name: str, annotations: dict[str, str]) -> Any:
+    try:
+        from aws_xray_sdk.core.models.subsegment import Subsegment
+
+        recorder = _recorder()
+        segment = recorder.current_segment()
+        if segment is None or not getattr(segment, "sampled", False):
+            return None
+        sub = Subsegment(name, "remote", segment)
+        segment.add_subsegment(sub)
+        for key, value in annotations.items():
+            sub.put_annotation(key, value)
+        return sub
+    except Exception:  # tracing must never fail a response
+        logger.debug("could not open subsegment %s", name, exc_info=True)
+        return None
+
+
+def _end(sub: Any) -> None:
+    try:
+        sub.close()
+        _recorder().stream_subsegments()
+    except Exception:
+        logger.debug("could not close subsegment", exc_info=True)
+
+
+def trace_backend(backend: Backend) -> Backend:
+    """The backend, its ``stream`` a subsegment when tracing (else the backend itself)."""
+    return _TracedBackend(backend) if tracing_enabled() else backend
+
+
+def trace_store(store: Store) -> Store:
+    """The store, every call a subsegment when tracing (else the store itself)."""
+    return _TracedStore(store) if tracing_enabled() else store
+
+
+class _TracedBackend:
+    def __init__(self, inner: Backend) -> None:
+        self._inner = inner
+        self.name = getattr(inner, "name", type(inner).__name__)
+
+    async def stream(self, request: BackendRequest) -> AsyncIterator[dict[str, Any]]:
+        chunks = self._inner.stream(request)
+        async with subsegment("upstream", backend=self.name):
+            try:
+                async for chunk in chunks:
+                    yield chunk
+            finally:
+                aclose = getattr(chunks, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _TracedStore(Store):
+    """Every store call in a ``store.<method>`` subsegment."""
+
+    def __init__(self, inner: Store) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def put(self, record: StoredResponse) -> None:
+        async with subsegment("store.put"):
+            await self._inner.put(record)
+
+    async def get(self, response_id: str, tenant: str) -> StoredResponse | None:
+        async with subsegment("store.get"):
+            return await self._inner.get(response_id, tenant)
+
+    async def delete(self, response_id: str, tenant: str) -> bool:
+        async with subsegment("store.delete"):
+            return await self._inner.delete(response_id, tenant)
+
+    async def get_items(self, item_ids: list[str], tenant: str) -> dict[str, dict[str, Any]]:
+        async with subsegment("store.get_items"):
+            return await self._inner.get_items(item_ids, tenant)
+
+    async def update_response(
+        self,
+        response_id: str,
+        response: dict[str, Any],
+        *,
+        expect_status: frozenset[str] | set[str] | None = None,
+        lease_until: float | None = None,
+    ) -> bool:
+        async with subsegment("store.update_response"):
+            return await self._inner.update_response(
+                response_id, response, expect_status=expect_status, lease_until=lease_until
+            )
+
+    async def append_events(self, response_id: str, events: list[dict[str, Any]]) -> None:
+        async with subsegment("store.append_events"):
+            await self._inner.append_events(response_id, events)
+
+    async def read_events(self, response_id: str, after: int = -1) -> list[dict[str, Any]]:
+        async with subsegment("store.read_events"):
+            return await self._inner.read_events(response_id, after)
+
+    async def renew_lease(self, response_id: str, lease_until: float) -> bool:
+        async with subsegment("store.renew_lease"):
+            return await self._inner.renew_lease(response_id, lease_until)
+
+    def check_input_items(self, items: list[dict[str, Any]]) -> None:
+        self._inner.check_input_items(items)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()

@@ -1,0 +1,351 @@
+"""template.yaml: linted by cfn-lint and `sam validate --lint`, consistent with the code, built.
+
+`sam build` runs without containers when a Python 3.12 interpreter (the template's runtime) is
+on this machine; it downloads the layer's arm64 wheels from PyPI, so a network failure skips
+it (with the reason) instead of failing. Without it, the offline checks below still hold the
+layer to pyproject.toml's runtime dependencies.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from responses_gateway.store import dynamodb_schema
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "template.yaml"
+REQUIREMENTS = ROOT / "layers" / "dependencies" / "requirements.txt"
+RUNTIME = "python3.12"
+
+#: GATEWAY_* settings the template deliberately leaves at their defaults, and why.
+NOT_PARAMETERS = {
+    "GATEWAY_UPSTREAM_API_KEY": "from the secret (GATEWAY_UPSTREAM_API_KEY_SECRET_ARN)",
+    "GATEWAY_API_KEYS": "from the secret (GATEWAY_API_KEYS_SECRET_ARN)",
+    "GATEWAY_SEAL_KEY": "from the secret (GATEWAY_SEAL_KEY_SECRET_ARN)",
+    "GATEWAY_BEDROCK_ENDPOINT_URL": "local Bedrock stand-ins only",
+    "GATEWAY_MAX_BODY_BYTES": "function URLs cap request bodies at 6 MB anyway",
+    "GATEWAY_STREAM_GRACE_SECONDS": "an internal tuning knob",
+}
+
+
+def aws_env() -> dict[str, str]:
+    """Dummy region and credentials: validation needs them, and must not reach AWS."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_REGION="us-east-1",
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_CONFIG_FILE="/nonexistent/aws-config",
+        AWS_SHARED_CREDENTIALS_FILE="/nonexistent/aws-credentials",
+        AWS_EC2_METADATA_DISABLED="true",
+        SAM_CLI_TELEMETRY="0",
+    )
+    return env
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    from cfnlint.decode import decode
+
+    tpl, problems = decode(str(TEMPLATE))
+    assert not problems, problems
+    return tpl
+
+
+@pytest.fixture(scope="module")
+def transformed(template: dict[str, Any]) -> dict[str, Any]:
+    """The template after the SAM transform, as CloudFormation will see it."""
+    import copy
+
+    from samtranslator.translator.transform import transform
+
+    class NoManagedPolicies:
+        def load(self) -> dict[str, str]:
+            return {}
+
+    tpl = copy.deepcopy(template)
+    tpl["Globals"]["Function"]["CodeUri"] = "s3://bucket/code.zip"
+    tpl["Resources"]["DependenciesLayer"]["Properties"]["ContentUri"] = "s3://bucket/layer.zip"
+    old = os.environ.get("AWS_DEFAULT_REGION")
+    os.environ["AWS_DEFAULT_REGION"] = "us-east-1"
+    try:
+        return transform(tpl, {}, NoManagedPolicies())
+    finally:
+        if old is None:
+            os.environ.pop("AWS_DEFAULT_REGION", None)
+        else:
+            os.environ["AWS_DEFAULT_REGION"] = old
+
+
+def resources(tpl: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in tpl["Resources"].items() if v["Type"] == kind}
+
+
+# -- linters --------------------------------------------------------------------------------
+
+
+def test_cfn_lint_passes() -> None:
+    cfn_lint = shutil.which("cfn-lint")
+    assert cfn_lint, "cfn-lint is a test dependency (pip install -e '.[test]')"
+    result = subprocess.run([cfn_lint, str(TEMPLATE)], capture_output=True, text=True,
+                            cwd=ROOT, env=aws_env(), timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_sam_validate_lint_passes() -> None:
+    sam = shutil.which("sam")
+    assert sam, "aws-sam-cli is a test dependency (pip install -e '.[test]')"
+    result = subprocess.run(
+        [sam, "validate", "--lint", "--template-file", str(TEMPLATE)],
+        capture_output=True, text=True, cwd=ROOT, env=aws_env(), timeout=300,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "is a valid SAM Template" in output
+
+
+# -- consistency with the code ----------------------------------------------------------------
+
+
+def test_table_matches_the_store_schema(template: dict[str, Any]) -> None:
+    (table,) = resources(template, "AWS::DynamoDB::Table").values()
+    props = table["Properties"]
+    expected = dynamodb_schema.table_definition("ignored")
+    assert props["AttributeDefinitions"] == expected["AttributeDefinitions"]
+    assert props["KeySchema"] == expected["KeySchema"]
+    assert props["BillingMode"] == expected["BillingMode"] == "PAY_PER_REQUEST"
+    assert props["TimeToLiveSpecification"] == dynamodb_schema.ttl_specification()
+    assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    # No secondary index: the store has none either.
+    assert not set(props) & {"GlobalSecondaryIndexes", "LocalSecondaryIndexes"}
+    assert not set(expected) & {"GlobalSecondaryIndexes", "LocalSecondaryIndexes"}
+
+
+def test_api_function_runs_under_the_lambda_web_adapter(template: dict[str, Any]) -> None:
+    api = template["Resources"]["ApiFunction"]["Properties"]
+    env = api["Environment"]["Variables"]
+    assert env["AWS_LAMBDA_EXEC_WRAPPER"] == "/opt/bootstrap"
+    assert env["AWS_LWA_INVOKE_MODE"] == "response_stream"
+    assert env["AWS_LWA_READINESS_CHECK_PATH"] == "/health"
+    assert env["AWS_LWA_PORT"].isdigit()
+    assert env["GATEWAY_WORKER_FUNCTION"] == {"Ref": "WorkerFunction"}
+    assert api["FunctionUrlConfig"] == {
+        "AuthType": {"Ref": "FunctionUrlAuthType"},
+        "InvokeMode": "RESPONSE_STREAM",
+    }
+    assert template["Parameters"]["FunctionUrlAuthType"]["AllowedValues"] == ["NONE", "AWS_IAM"]
+    layer = {"Fn::Sub": "arn:aws:lambda:${AWS::Region}:753240598075:layer:"
+                        "LambdaAdapterLayerArm64:${LwaLayerVersion}"}
+    assert layer in api["Layers"]
+    globals_ = template["Globals"]["Function"]
+    assert globals_["Runtime"] == RUNTIME and globals_["Architectures"] == ["arm64"]
+    assert globals_["CodeUri"] == "handler/"
+    # The handler is the script the adapter runs; it serves the app on the adapter's port.
+    assert api["Handler"] == "run.sh"
+    script = ROOT / "handler" / "run.sh"
+    assert script.stat().st_mode & stat.S_IXUSR, "run.sh must be executable"
+    text = script.read_text()
+    assert "AWS_LWA_PORT" in text and "responses_gateway.api.app:create_app" in text
+    assert "/opt/python" in text
+
+
+def test_worker_dead_letters_come_back_to_the_worker(template: dict[str, Any]) -> None:
+    worker = template["Resources"]["WorkerFunction"]["Properties"]
+    assert worker["Handler"] == "responses_gateway.worker.lambda_handler.handler"
+    queue = {"Fn::GetAtt": ["WorkerDeadLetterQueue", "Arn"]}
+    assert worker["EventInvokeConfig"]["DestinationConfig"]["OnFailure"] == {
+        "Type": "SQS", "Destination": queue,
+    }
+    assert worker["Events"]["DeadLetters"] == {
+        "Type": "SQS", "Properties": {"Queue": queue, "BatchSize": 10},
+    }
+    visibility = template["Resources"]["WorkerDeadLetterQueue"]["Properties"]["VisibilityTimeout"]
+    assert visibility > template["Parameters"]["WorkerTimeout"]["MaxValue"]
+    assert "SAFETY_MARGIN_SECONDS" in (
+        ROOT / "handler/responses_gateway/worker/lambda_handler.py").read_text()
+
+
+def test_every_setting_is_configured(template: dict[str, Any]) -> None:
+    """Every GATEWAY_* variable config.py reads is set by the template or excused above."""
+    source = (ROOT / "handler/responses_gateway/config.py").read_text()
+    read = set(re.findall(r'"(GATEWAY_[A-Z_]+)"', source))
+    env = dict(template["Globals"]["Function"]["Environment"]["Variables"])
+    env.update(template["Resources"]["ApiFunction"]["Properties"]["Environment"]["Variables"])
+    missing = read - set(env) - set(NOT_PARAMETERS)
+    assert not missing, f"template.yaml does not set {sorted(missing)}"
+    for name in ("UPSTREAM_API_KEY", "API_KEYS", "SEAL_KEY"):
+        assert f"GATEWAY_{name}_SECRET_ARN" in env
+    assert env["GATEWAY_STORE"] == {"Fn::Sub": "dynamodb:${ResponsesTable}"}
+
+
+def test_permissions_are_least_privilege(template: dict[str, Any]) -> None:
+    statements: list[dict[str, Any]] = []
+
+    def collect(document: dict[str, Any]) -> None:
+        for statement in document["Statement"]:
+            if "Fn::If" in statement:
+                statement = statement["Fn::If"][1]
+            statements.append(statement)
+
+    collect(template["Resources"]["GatewayAccessPolicy"]["Properties"]["PolicyDocument"])
+    for role in ("ApiRole", "WorkerRole"):
+        for policy in template["Resources"][role]["Properties"]["Policies"]:
+            collect(policy["PolicyDocument"])
+        assert "ManagedPolicyArns" in template["Resources"][role]["Properties"]
+    by_sid = {s["Sid"]: s for s in statements}
+    assert by_sid["ResponsesTable"]["Resource"] == {"Fn::GetAtt": ["ResponsesTable", "Arn"]}
+    assert all(a.startswith("dynamodb:") for a in by_sid["ResponsesTable"]["Action"])
+    assert by_sid["StartWorker"] == {
+        "Sid": "StartWorker", "Effect": "Allow", "Action": "lambda:InvokeFunction",
+        "Resource": {"Fn::GetAtt": ["WorkerFunction", "Arn"]},
+    }
+    assert by_sid["GatewaySecret"]["Action"] == "secretsmanager:GetSecretValue"
+    assert by_sid["BedrockModels"]["Resource"] == {"Ref": "BedrockModelArns"}
+    for statement in statements:
+        if statement["Resource"] == "*":  # only X-Ray, which has no resource-level permissions
+            assert statement["Sid"] == "XRay", statement
+        assert statement["Effect"] == "Allow"
+        assert "*" not in str(statement["Action"]), statement
+
+
+def test_public_function_url_gets_both_permissions(transformed: dict[str, Any]) -> None:
+    """SAM adds the public-URL permissions only for a literal NONE; the template adds them."""
+    permissions = resources(transformed, "AWS::Lambda::Permission")
+    public = [p for p in permissions.values() if p.get("Condition") == "PublicUrl"]
+    actions = sorted(p["Properties"]["Action"] for p in public)
+    assert actions == ["lambda:InvokeFunction", "lambda:InvokeFunctionUrl"]
+    for permission in public:
+        assert permission["Properties"]["FunctionName"] == {"Ref": "ApiFunction"}
+        assert permission["Properties"]["Principal"] == "*"
+    url = resources(transformed, "AWS::Lambda::Url")["ApiFunctionUrl"]["Properties"]
+    assert url["InvokeMode"] == "RESPONSE_STREAM"
+    # No role is generated by SAM (each would carry broad managed policies).
+    assert not [r for r in resources(transformed, "AWS::IAM::Role") if r not in
+                ("ApiRole", "WorkerRole")]
+
+
+def test_dashboard_and_alarms_cover_what_the_issue_asks(template: dict[str, Any]) -> None:
+    import json
+
+    alarms = resources(template, "AWS::CloudWatch::Alarm")
+    assert set(alarms) >= {"ApiErrorsAlarm", "ThrottlesAlarm", "TimeToFirstTokenAlarm",
+                           "WorkerFailuresAlarm", "ResponseErrorsAlarm"}
+    ttft = alarms["TimeToFirstTokenAlarm"]["Properties"]
+    assert ttft["Namespace"] == "ResponsesGateway" and ttft["MetricName"] == "TimeToFirstToken"
+    assert ttft["ExtendedStatistic"] == "p99"
+    body = template["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    filled = re.sub(r"\$\{[^}]+\}", "x", body)
+    widgets = json.loads(filled)["widgets"]
+    assert any("Time to first token" in w["properties"]["title"] for w in widgets)
+
+
+# -- the dependency layer ---------------------------------------------------------------------
+
+
+def _requirements() -> dict[str, str]:
+    pins = {}
+    for line in REQUIREMENTS.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, sep, version = line.partition("==")
+            assert sep, f"{line!r}: layer requirements are pinned with =="
+            pins[_normal(name)] = version.strip()
+    return pins
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower().strip()
+
+
+def test_layer_pins_every_runtime_dependency_within_pyproject() -> None:
+    from packaging.requirements import Requirement
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    pins = _requirements()
+    for spec in pyproject["project"]["dependencies"]:
+        req = Requirement(spec)
+        name = _normal(req.name)
+        assert name in pins, f"{req.name} is a runtime dependency missing from the layer"
+        assert req.specifier.contains(pins[name]), f"{name}=={pins[name]} is not {req}"
+    assert "aws-xray-sdk" in pins  # Powertools Tracer
+    for dev_only in ("openai", "pytest", "moto", "aws-sam-cli", "cfn-lint"):
+        assert dev_only not in pins
+
+
+def _runtime_python() -> str | None:
+    """A working ``python3.12`` (PATH, or a pyenv install not selected in this shell)."""
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    candidates = [shutil.which(RUNTIME), *sorted(glob.glob(f"{root}/versions/3.12*/bin/{RUNTIME}"))]
+    for candidate in candidates:
+        if candidate and subprocess.run([candidate, "-m", "pip", "--version"],
+                                        capture_output=True).returncode == 0:
+            return candidate
+    return None
+
+
+NETWORK_ERRORS = ("NewConnectionError", "Temporary failure in name resolution",
+                  "ReadTimeoutError", "Could not fetch URL", "ConnectTimeoutError",
+                  "No matching distribution found")
+
+
+@pytest.mark.timeout(900)
+def test_sam_build_without_containers(tmp_path: Path) -> None:
+    sam = shutil.which("sam")
+    assert sam, "aws-sam-cli is a test dependency"
+    python = _runtime_python()
+    if python is None:
+        pytest.skip(f"no {RUNTIME} interpreter here: `sam build` without a container needs the "
+                    "function's runtime; the layer is checked by the test above instead")
+    env = aws_env()
+    env["PATH"] = os.path.dirname(python) + os.pathsep + env.get("PATH", "")
+    env.pop("PYENV_VERSION", None)
+    result = subprocess.run(
+        [sam, "build", "--template-file", str(TEMPLATE), "--base-dir", str(ROOT),
+         "--build-dir", str(tmp_path / "build"), "--cache-dir", str(tmp_path / "cache")],
+        capture_output=True, text=True, cwd=ROOT, env=env, timeout=850,
+    )
+    output = result.stdout + result.stderr
+    if result.returncode != 0 and any(e in output for e in NETWORK_ERRORS):
+        pytest.skip("sam build could not download the layer's wheels from PyPI:\n" + output[-2000:])
+    assert result.returncode == 0, output
+    build = tmp_path / "build"
+    layer = build / "DependenciesLayer" / "python"
+    for package in ("pydantic_core", "orjson", "starlette", "uvicorn", "mangum",
+                    "aws_lambda_powertools", "aws_xray_sdk", "boto3", "httpx", "cryptography"):
+        assert (layer / package).is_dir(), f"{package} missing from the layer"
+    native = glob.glob(str(layer / "pydantic_core" / "*.so"))
+    assert native and all("aarch64" in n for n in native), native  # built for arm64
+    for function in ("ApiFunction", "WorkerFunction"):
+        code = build / function
+        assert sorted(p.name for p in code.iterdir() if not p.name.startswith(".")) == [
+            "responses_gateway", "run.sh"], "handler/ holds only our code"
+    assert os.access(build / "ApiFunction" / "run.sh", os.X_OK)
+    built = (build / "template.yaml").read_text()
+    assert "RESPONSE_STREAM" in built
+
+
+def test_the_buffered_entry_point_is_importable_from_the_built_layout() -> None:
+    """handler/ alone (plus site-packages standing in for the layer) imports both handlers."""
+    code = (
+        "import sys, os; sys.path.insert(0, os.environ['CODE']);"
+        "import responses_gateway.worker.lambda_handler as w;"
+        "import responses_gateway.lambda_buffered as b;"
+        "assert callable(w.handler) and callable(b.handler)"
+    )
+    env = {**aws_env(), "CODE": str(ROOT / "handler"), "GATEWAY_STORE": "sqlite::memory:"}
+    env.pop("PYTHONPATH", None)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=env, cwd="/", timeout=120)
+    assert result.returncode == 0, result.stderr
