@@ -30,6 +30,8 @@ _NONE, _REASONING, _TEXT, _REFUSAL, _CALL = range(5)
 
 _INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
 _NO_CHOICE: dict[str, Any] = {}
+_TEXT_DELTA = "response.output_text.delta"
+_ARGS_DELTA = "response.function_call_arguments.delta"
 
 
 @dataclass(slots=True)
@@ -71,6 +73,8 @@ class ResponseTranslator:
         "_logprobs",
         "_output_index",
         "_pieces",
+        "_reasoning_delta_type",
+        "_reasoning_index_key",
         "_seq",
         "_usage",
         "_want_logprobs",
@@ -85,6 +89,11 @@ class ResponseTranslator:
         self.options = options or TranslateOptions()
         self.done = False
         self._want_logprobs = self.options.logprobs
+        summary = self.options.summary
+        self._reasoning_delta_type = (
+            "response.reasoning_summary_text.delta" if summary else "response.reasoning_text.delta"
+        )
+        self._reasoning_index_key = "summary_index" if summary else "content_index"
         #: item id -> sealed reasoning blob, kept even when the client did not ask to see it,
         #: so a stored chain can send signatures back upstream.
         self.sealed_reasoning: dict[str, str] = {}
@@ -134,34 +143,71 @@ class ResponseTranslator:
                 choice = next((c for c in choices if c.get("index", 0) == 0), _NO_CHOICE)
             delta = choice.get("delta") or choice.get("message")
             if delta:
+                # Hot paths: one more fragment for the item already open, nothing else in
+                # the delta. Anything unusual takes the general path, _apply_delta.
                 get = delta.get
-                content = get("content")
-                if (
-                    content.__class__ is str
-                    and self._kind == _TEXT
-                    and not self._want_logprobs
-                    and not (len(delta) > 1 and _has_other_parts(get))
-                ):
-                    # Hot path: one more piece of text for the open output_text part.
-                    if content:
-                        self._pieces.append(content)
-                        seq = self._seq
-                        self._seq = seq + 1
-                        out.append({
-                            "type": "response.output_text.delta",
-                            "item_id": self._item_id,
-                            "output_index": self._output_index,
-                            "content_index": self._content_index,
-                            "delta": content,
-                            "logprobs": [],
-                            "sequence_number": seq,
-                        })
-                else:
+                kind = self._kind
+                fragment = None
+                if kind == _TEXT:
+                    content = get("content")
+                    if (
+                        content.__class__ is str
+                        and not self._want_logprobs
+                        and not (len(delta) > 1 and _has_other_parts(get))
+                    ):
+                        fragment = content
+                        kind = _TEXT_DELTA
+                elif kind == _REASONING:
+                    content = get("reasoning_content") or get("reasoning")
+                    if (
+                        content.__class__ is str
+                        and self._content_index >= 0
+                        and not get("content")
+                        and not (len(delta) > 1 and _has_other_reasoning_parts(get))
+                    ):
+                        fragment = content
+                        kind = self._reasoning_delta_type
+                elif kind == _CALL:
+                    calls = get("tool_calls")
+                    if calls and len(calls) == 1 and not get("content"):
+                        call = calls[0]
+                        function = call.get("function")
+                        index = call.get("index")
+                        if (
+                            function
+                            and not call.get("id")
+                            and not function.get("name")
+                            and (index is None or self._calls_by_index.get(index) is self._call)
+                            and not (len(delta) > 1 and _has_other_call_parts(get))
+                        ):
+                            fragment = function.get("arguments") or ""
+                            kind = _ARGS_DELTA
+                if fragment is None:
                     try:
                         self._apply_delta(delta, choice, out)
                     except TranslationError as exc:
                         out.extend(self.fail("upstream_protocol_error", str(exc)))
                         return out
+                elif fragment:
+                    seq = self._seq
+                    self._seq = seq + 1
+                    if kind is _TEXT_DELTA:
+                        self._pieces.append(fragment)
+                        out.append({"type": kind, "item_id": self._item_id,
+                                    "output_index": self._output_index,
+                                    "content_index": self._content_index, "delta": fragment,
+                                    "logprobs": [], "sequence_number": seq})
+                    elif kind is _ARGS_DELTA:
+                        self._call.args.append(fragment)  # type: ignore[union-attr]
+                        out.append({"type": kind, "item_id": self._item_id,
+                                    "output_index": self._output_index, "delta": fragment,
+                                    "sequence_number": seq})
+                    else:
+                        self._pieces.append(fragment)
+                        out.append({"type": kind, "item_id": self._item_id,
+                                    "output_index": self._output_index,
+                                    self._reasoning_index_key: self._content_index,
+                                    "delta": fragment, "sequence_number": seq})
             reason = choice.get("finish_reason")
             if reason:
                 self._finish_reason = reason
@@ -718,6 +764,16 @@ class ResponseTranslator:
         else:
             code, message = "upstream_error", str(error)
         return self.fail(str(code), f"Upstream error: {message}")
+
+
+def _has_other_reasoning_parts(get: Callable[[str], Any]) -> bool:
+    return bool(get("reasoning_details") or get("refusal") or get("tool_calls"))
+
+
+def _has_other_call_parts(get: Callable[[str], Any]) -> bool:
+    return bool(
+        get("reasoning_content") or get("reasoning") or get("reasoning_details") or get("refusal")
+    )
 
 
 def _has_other_parts(get: Callable[[str], Any]) -> bool:

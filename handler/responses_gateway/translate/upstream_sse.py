@@ -43,17 +43,22 @@ def chunks_from_lines(lines: Iterable[bytes | str]) -> Iterator[dict[str, Any]]:
     line = decoder.line
     stash: bytes | None = None  # data of a one-line event waiting for its blank line
     pending = False  # the general decoder holds part of an event
+    loads = orjson.loads
     for raw in lines:
-        if raw.__class__ is str:
-            raw = raw.encode()  # type: ignore[union-attr]
         if not raw:
             if stash is not None:
                 data, stash = stash, None
                 if data == DONE:
                     return
-                chunk = parse_chunk(None, data)
-                if chunk is not None:
-                    yield chunk
+                try:
+                    chunk = loads(data)
+                except orjson.JSONDecodeError:
+                    chunk = None
+                if chunk.__class__ is not dict:
+                    chunk = parse_chunk(None, data)  # the error chunk (or None for [DONE])
+                    if chunk is None:
+                        continue
+                yield chunk
                 continue
             pending = False
             frame = decoder.flush()
@@ -61,6 +66,7 @@ def chunks_from_lines(lines: Iterable[bytes | str]) -> Iterator[dict[str, Any]]:
             stash = raw[6:]  # type: ignore[index]
             continue
         else:
+            # str lines, CRLF, event:, comments, multi-line data: the general decoder.
             if stash is not None:
                 line(b"data: " + stash)
                 stash = None
