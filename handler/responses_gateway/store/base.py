@@ -85,10 +85,20 @@ class Store(ABC):
         """
 
     @abstractmethod
-    async def append_events(self, response_id: str, events: list[dict[str, Any]]) -> None:
+    async def append_events(
+        self,
+        response_id: str,
+        events: list[dict[str, Any]],
+        *,
+        response: dict[str, Any] | None = None,
+        lease_until: float | None = None,
+    ) -> None:
         """Persist a batch of consecutive events (one write for the whole range).
 
-        Raises CancelledError, writing nothing, if the response was cancelled.
+        Raises CancelledError, writing nothing, if the response was cancelled. A running
+        worker's flush may carry its Response object (and lease) in the same write: then the
+        record is replaced too, and only while it is ``in_progress`` (else CancelledError), so a
+        terminal Response lands atomically with its terminal events and never after a cancel.
         """
 
     @abstractmethod

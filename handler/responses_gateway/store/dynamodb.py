@@ -597,6 +597,30 @@ class DynamoDBStore(Store):
     ) -> bool:
         if expected is not None and not expected:
             return False
+        update, parts = self._response_update(response_id, response, expected, lease_until)
+        try:
+            if not parts:
+                self._call("update_item", **update)
+            elif len(parts) < TXN_MAX_ACTIONS and len(parts) * PART_BYTES < TXN_MAX_BYTES:
+                puts = [{"Put": {"TableName": self.table_name, "Item": p}} for p in parts]
+                self._call("transact_write_items", TransactItems=[{"Update": update}, *puts])
+            else:
+                raise StoreUnavailable(
+                    f"Response {response_id} is too large to store even compressed"
+                )
+        except _ConditionFailed:
+            return False
+        self._after_update(response_id, response)
+        return True
+
+    def _response_update(
+        self,
+        response_id: str,
+        response: dict[str, Any],
+        expected: list[str] | None,
+        lease_until: float | None,
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The UpdateItem of the record (conditional on ``expected``) and its part items."""
         status = response.get("status", "")
         rsp_attrs, parts = _blob(
             response_id, "rsp", "RS", response, INLINE_RESPONSE_BYTES, self._ttl()
@@ -622,21 +646,11 @@ class DynamoDBStore(Store):
             "ExpressionAttributeNames": {"#s": "status"},
             "ExpressionAttributeValues": values,
         }
-        try:
-            if not parts:
-                self._call("update_item", **update)
-            elif len(parts) < TXN_MAX_ACTIONS and len(parts) * PART_BYTES < TXN_MAX_BYTES:
-                puts = [{"Put": {"TableName": self.table_name, "Item": p}} for p in parts]
-                self._call("transact_write_items", TransactItems=[{"Update": update}, *puts])
-            else:
-                raise StoreUnavailable(
-                    f"Response {response_id} is too large to store even compressed"
-                )
-        except _ConditionFailed:
-            return False
-        if status in TERMINAL_STATUSES and response.get("output"):
+        return update, parts
+
+    def _after_update(self, response_id: str, response: dict[str, Any]) -> None:
+        if response.get("status") in TERMINAL_STATUSES and response.get("output"):
             self._index_outputs(response_id, response)
-        return True
 
     def _index_outputs(self, response_id: str, response: dict[str, Any]) -> None:
         projection, names = _names("tenant", TTL_ATTRIBUTE)
@@ -678,13 +692,74 @@ class DynamoDBStore(Store):
 
     # -- event log -------------------------------------------------------------------------------
 
-    async def append_events(self, response_id: str, events: list[dict[str, Any]]) -> None:
-        if events:
-            await asyncio.to_thread(self._append, response_id, events)
+    async def append_events(
+        self,
+        response_id: str,
+        events: list[dict[str, Any]],
+        *,
+        response: dict[str, Any] | None = None,
+        lease_until: float | None = None,
+    ) -> None:
+        if events or response is not None:
+            await asyncio.to_thread(self._append, response_id, events, response, lease_until)
 
-    def _append(self, response_id: str, events: list[dict[str, Any]]) -> None:
-        """One TransactWriteItems: a ConditionCheck that the response is not cancelled and the
-        batch item ``EV#<last seq>`` (plus parts if it is huge, the batch item written last)."""
+    def _append(
+        self,
+        response_id: str,
+        events: list[dict[str, Any]],
+        response: dict[str, Any] | None = None,
+        lease_until: float | None = None,
+    ) -> None:
+        """One TransactWriteItems: the batch item ``EV#<last seq>`` (plus parts if it is huge,
+        the batch item written last) and either a ConditionCheck that the response is not
+        cancelled or, with ``response``, the record's update conditional on ``in_progress``."""
+        event_items = self._event_items(response_id, events) if events else []
+        check = {
+            "ConditionCheck": {
+                "TableName": self.table_name,
+                "Key": self._record_key(response_id),
+                "ConditionExpression": "attribute_exists(pk) AND #s <> :c",
+                "ExpressionAttributeNames": {"#s": "status"},
+                "ExpressionAttributeValues": {":c": _s("cancelled")},
+            }
+        }
+        head: dict[str, Any] = check
+        record_parts: list[dict[str, Any]] = []
+        if response is not None:
+            update, record_parts = self._response_update(
+                response_id, response, ["in_progress"], lease_until
+            )
+            head = {"Update": update}
+        try:
+            items = record_parts + event_items
+            if not self._fits(items):
+                # A batch over ~3.5 MB compressed: its parts go first in transactions of their
+                # own (invisible until their batch item exists); the batch item goes last,
+                # with the record's update, so the two still land together or not at all.
+                early, items = event_items[:-1], [*record_parts, *event_items[-1:]]
+                per_txn = max(1, min(TXN_MAX_ACTIONS - 1, TXN_MAX_BYTES // PART_BYTES))
+                for start in range(0, len(early), per_txn):
+                    self._transact(check, early[start : start + per_txn])
+                if not self._fits(items):
+                    raise StoreUnavailable(
+                        f"Response {response_id} is too large to store even compressed"
+                    )
+            self._transact(head, items)
+        except _ConditionFailed:
+            raise CancelledError(response_id) from None
+        if response is not None:
+            self._after_update(response_id, response)
+
+    @staticmethod
+    def _fits(items: list[dict[str, Any]]) -> bool:
+        size = sum(len(_raw(item.get("ev") or item["d"])) for item in items)
+        return len(items) < TXN_MAX_ACTIONS and size < TXN_MAX_BYTES
+
+    def _transact(self, head: dict[str, Any], items: list[dict[str, Any]]) -> None:
+        puts = [{"Put": {"TableName": self.table_name, "Item": item}} for item in items]
+        self._call("transact_write_items", TransactItems=[head, *puts])
+
+    def _event_items(self, response_id: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         first = int(events[0]["sequence_number"])
         last = int(events[-1]["sequence_number"])
         ttl = self._ttl()
@@ -713,27 +788,7 @@ class DynamoDBStore(Store):
                 for k, chunk in enumerate(chunks[1:], start=1)
             ]
         items.append(base)
-        check = {
-            "ConditionCheck": {
-                "TableName": self.table_name,
-                "Key": self._record_key(response_id),
-                "ConditionExpression": "attribute_exists(pk) AND #s <> :c",
-                "ExpressionAttributeNames": {"#s": "status"},
-                "ExpressionAttributeValues": {":c": _s("cancelled")},
-            }
-        }
-        # Always one transaction in practice; a batch over ~3.5 MB compressed needs several,
-        # and readers ignore parts until the batch item (last) exists.
-        per_txn = max(1, min(TXN_MAX_ACTIONS - 1, TXN_MAX_BYTES // PART_BYTES))
-        for start in range(0, len(items), per_txn):
-            puts = [
-                {"Put": {"TableName": self.table_name, "Item": item}}
-                for item in items[start : start + per_txn]
-            ]
-            try:
-                self._call("transact_write_items", TransactItems=[check, *puts])
-            except _ConditionFailed:
-                raise CancelledError(response_id) from None
+        return items
 
     async def read_events(self, response_id: str, after: int = -1) -> list[dict[str, Any]]:
         return await asyncio.to_thread(self._read_events, response_id, after)

@@ -264,6 +264,17 @@ class SQLiteStore(Store):
         expected: tuple[str, ...] | None,
         lease_until: float | None,
     ) -> bool:
+        with self._tx() as c:
+            return self._write_response(c, response_id, response, expected, lease_until)
+
+    def _write_response(
+        self,
+        c: sqlite3.Connection,
+        response_id: str,
+        response: dict[str, Any],
+        expected: tuple[str, ...] | None,
+        lease_until: float | None,
+    ) -> bool:
         status = response.get("status", "")
         sql = (
             "UPDATE responses SET response = ?, status = ?, lease_until = COALESCE(?, lease_until)"
@@ -273,32 +284,46 @@ class SQLiteStore(Store):
         if expected is not None:
             sql += f" AND status IN ({','.join('?' * len(expected))})"
             params += expected
-        with self._tx() as c:
-            if c.execute(sql, params).rowcount == 0:
-                return False
-            if status in TERMINAL_STATUSES:
-                (tenant,) = c.execute(
-                    "SELECT tenant FROM responses WHERE id = ?", (response_id,)
-                ).fetchone()
-                c.execute(
-                    "DELETE FROM items WHERE response_id = ? AND kind = 'out'", (response_id,)
-                )
-                c.executemany(
-                    "INSERT INTO items VALUES (?, ?, ?, ?, ?, ?)",
-                    self._output_rows(response_id, tenant, response),
-                )
+        if c.execute(sql, params).rowcount == 0:
+            return False
+        if status in TERMINAL_STATUSES:
+            (tenant,) = c.execute(
+                "SELECT tenant FROM responses WHERE id = ?", (response_id,)
+            ).fetchone()
+            c.execute("DELETE FROM items WHERE response_id = ? AND kind = 'out'", (response_id,))
+            c.executemany(
+                "INSERT INTO items VALUES (?, ?, ?, ?, ?, ?)",
+                self._output_rows(response_id, tenant, response),
+            )
         return True
 
-    async def append_events(self, response_id: str, events: list[dict[str, Any]]) -> None:
-        if events:
-            await self._run(self._append, response_id, events)
+    async def append_events(
+        self,
+        response_id: str,
+        events: list[dict[str, Any]],
+        *,
+        response: dict[str, Any] | None = None,
+        lease_until: float | None = None,
+    ) -> None:
+        if events or response is not None:
+            await self._run(self._append, response_id, events, response, lease_until)
 
-    def _append(self, response_id: str, events: list[dict[str, Any]]) -> None:
+    def _append(
+        self,
+        response_id: str,
+        events: list[dict[str, Any]],
+        response: dict[str, Any] | None,
+        lease_until: float | None,
+    ) -> None:
         rows = [(response_id, int(e["sequence_number"]), _dumps(e)) for e in events]
         with self._tx() as c:
             row = c.execute("SELECT status FROM responses WHERE id = ?", (response_id,)).fetchone()
             if row is None or row[0] == "cancelled":
                 raise CancelledError(response_id)
+            if response is not None and not self._write_response(
+                c, response_id, response, ("in_progress",), lease_until
+            ):
+                raise CancelledError(response_id)  # ended by someone else: write nothing
             c.executemany("INSERT OR REPLACE INTO events VALUES (?, ?, ?)", rows)
 
     async def read_events(self, response_id: str, after: int = -1) -> list[dict[str, Any]]:

@@ -1,13 +1,15 @@
 """Background responses: start, run under a lease, follow live, cancel.
 
-The record in the store is the truth every invocation shares:
+The record in the store is the truth every invocation shares (docs/background.md):
 
 - ``start``  writes the record ``queued`` and hands its id to a worker (an in-process task
   locally, an asynchronous Lambda invoke in AWS);
-- ``run``    claims it (``queued`` -> ``in_progress``, conditional), runs the ordinary
-  :class:`~responses_gateway.runner.Job`, persists events in batches (each flush one write,
-  conditional on "not cancelled": a failed condition is how the worker learns of a cancel),
-  renews its lease, and ends with a conditional terminal write, so a cancel always wins;
+- ``run``    claims it (``queued`` -> ``in_progress``, conditional) and runs the ordinary
+  :class:`~responses_gateway.runner.Job`; :class:`EventLog` persists its events in batches, one
+  write per flush, conditional on the response still running (a failed condition is how the
+  worker learns of a cancel), renews the lease and the readable snapshot on the way, and ends
+  with the terminal events and the terminal Response in one conditional write, so a cancel
+  always wins and the log never holds a terminal the record contradicts;
 - ``follow`` replays stored events after a sequence number and then the live ones;
 - ``load``   turns a record whose lease expired (worker crashed or timed out) into ``failed``.
 """
@@ -15,6 +17,8 @@ The record in the store is the truth every invocation shares:
 from __future__ import annotations
 
 import asyncio
+import bisect
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -22,49 +26,81 @@ from typing import Any
 
 import anyio
 
-from responses_gateway.errors import invalid_request
+from responses_gateway.backends.base import Backend, BackendRequest
+from responses_gateway.errors import GatewayError, UpstreamError, invalid_request
 from responses_gateway.runner import Gateway, Job
-from responses_gateway.store.base import TERMINAL_STATUSES, CancelledError, StoredResponse
+from responses_gateway.store.base import (
+    TERMINAL_STATUSES,
+    CancelledError,
+    StoredResponse,
+    StoreUnavailable,
+)
 from responses_gateway.translate.stream import Event
 
 logger = logging.getLogger("responses_gateway.worker")
 
-FLUSH_SECONDS = 0.25
-FLUSH_EVENTS = 256
-POLL_SECONDS = 0.2
+FLUSH_SECONDS = 0.25  # events reach the store (and other invocations) this often
+FLUSH_EVENTS = 1000  # ... or as soon as this many are waiting (a very fast stream)
+SNAPSHOT_SECONDS = 1.0  # the readable Response (and the lease) ride along a flush this often
+POLL_SECONDS = 0.2  # a follower without a local feed reads the store this often
+STOP_SECONDS = 5.0  # on shutdown, how long the cancelled workers get to record the failure
 RUNNING = frozenset({"queued", "in_progress"})
-_TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
 class LocalFeed:
-    """Events of the background responses this process runs, for live followers here."""
+    """Events of the background responses this process runs, for live followers here.
+
+    Non-terminal events appear as soon as they are produced; terminal ones only once stored.
+    """
 
     def __init__(self) -> None:
         self.events: dict[str, list[Event]] = {}
-        self._changed: dict[str, asyncio.Event] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        self._changed: dict[str, asyncio.Event] = {}
 
     def open(self, response_id: str) -> None:
-        self.events[response_id] = []
-        self._changed[response_id] = asyncio.Event()
+        self.events.setdefault(response_id, [])
+        self._changed.setdefault(response_id, asyncio.Event())
 
     def publish(self, response_id: str, events: list[Event]) -> None:
-        self.events[response_id].extend(events)
-        self._changed[response_id].set()
+        log = self.events.get(response_id)
+        if log is not None and events:
+            log.extend(events)
+            self._wake(response_id)
 
     def close(self, response_id: str) -> None:
-        changed = self._changed.pop(response_id, None)
         self.events.pop(response_id, None)
+        changed = self._changed.pop(response_id, None)
         if changed is not None:
             changed.set()
 
-    async def wait(self, response_id: str, timeout: float) -> None:
+    def after(self, response_id: str, seq: int) -> tuple[list[Event], asyncio.Event] | None:
+        """Events after ``seq`` and the signal of the next change; None if not running here."""
+        log = self.events.get(response_id)
+        if log is None:
+            return None
+        start = bisect.bisect_right(log, seq, key=_seq_of)
+        return log[start:], self._changed[response_id]
+
+    def _wake(self, response_id: str) -> None:
+        # A fresh Event per change: every waiter wakes, none can clear another's signal.
         changed = self._changed.get(response_id)
-        if changed is None:
-            return
-        with anyio.move_on_after(timeout):
-            await changed.wait()
-        changed.clear()
+        if changed is not None:
+            self._changed[response_id] = asyncio.Event()
+            changed.set()
+
+    async def stop_all(self) -> None:
+        """Process shutdown: stop the responses running here; each ends ``failed``."""
+        tasks = [task for task in self.tasks.values() if not task.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=STOP_SECONDS)
+
+
+def _seq_of(event: Event) -> int:
+    return event["sequence_number"]
 
 
 def feed_of(gateway: Gateway) -> LocalFeed:
@@ -83,6 +119,7 @@ async def start(gateway: Gateway, job: Job) -> Any:
     from responses_gateway.api.sse_response import EventStreamResponse
 
     record = job.record
+    # Until a worker claims it, this lease bounds how long it may stay queued.
     record.lease_until = time.time() + 2 * gateway.settings.lease_seconds
     await gateway.store.put(record)
     await dispatch(gateway, record)
@@ -98,7 +135,18 @@ async def dispatch(gateway: Gateway, record: StoredResponse) -> None:
     if function:
         from responses_gateway.worker.invoke import invoke_worker
 
-        await invoke_worker(function, record.id, record.tenant)
+        try:
+            await invoke_worker(function, record.id, record.tenant)
+        except Exception as exc:
+            logger.exception("could not invoke worker %s for %s", function, record.id)
+            with contextlib.suppress(Exception):
+                await gateway.store.delete(record.id, record.tenant)
+            raise GatewayError(
+                503,
+                "The background worker could not be started; the response was not created.",
+                type="server_error",
+                code="worker_unavailable",
+            ) from exc
         return
     feed = feed_of(gateway)
     feed.open(record.id)
@@ -115,124 +163,275 @@ async def run(
 ) -> None:
     """Run one background response to its end (the worker's whole job).
 
-    ``deadline`` (epoch seconds) is when this process will be stopped: before then the
-    response is ended ``failed`` rather than left ``in_progress``.
+    ``deadline`` (epoch seconds) is when this process will be stopped: the upstream stream is
+    cut there and the response ends ``failed`` (``worker_timeout``), never left running.
     """
     store = gateway.store
     feed = feed_of(gateway)
-    if response_id not in feed.events:
-        feed.open(response_id)
+    feed.open(response_id)
     try:
         record = await store.get(response_id, tenant)
-        if record is None or record.status != "queued":
-            return
+        if record is None or not record.background or record.status != "queued":
+            return  # gone, cancelled before it started, or another worker's
         lease = gateway.settings.lease_seconds
-        record.response["status"] = "in_progress"
+        claimed = dict(record.response, status="in_progress")
         if not await store.update_response(
-            response_id, record.response, expect_status={"queued"}, lease_until=time.time() + lease
+            response_id, claimed, expect_status={"queued"}, lease_until=time.time() + lease
         ):
-            return  # cancelled before it started, or claimed by another worker
-        job = gateway.job_for(record)
-        log = EventLog(gateway, job)
+            return
+        job = gateway.job_for(record)  # record.response is still queued: response.queued
+        if deadline is not None:
+            job.backend = DeadlineBackend(job.backend, deadline)
+        log = EventLog(gateway, job, lease)
         job.persist = log.finish  # type: ignore[method-assign]
-        async with anyio.create_task_group() as group:
-            group.start_soon(log.keep_flushing, lease)
-            try:
-                with anyio.fail_after(None if deadline is None else deadline - time.time()):
-                    async for event in job.events():
-                        log.add(event)
-                        if len(log.pending) >= FLUSH_EVENTS:
-                            await log.flush()
-                await log.flush()
-            except CancelledError:
-                await job.close()
-            except TimeoutError:
-                await log.fail_unfinished(
-                    "worker_timeout",
-                    "The worker ran out of time before the response finished.",
-                )
-            finally:
-                group.cancel_scope.cancel()
-    except Exception:
+        await log.run()
+    except asyncio.CancelledError:  # this process is stopping
+        with anyio.CancelScope(shield=True):
+            await _fail_quietly(
+                gateway, response_id, tenant, "worker_stopped",
+                "The gateway stopped while running this background response.",
+            )
+        raise
+    except Exception as exc:
         logger.exception("background response %s failed", response_id)
-        await _fail_if_running(gateway, response_id, tenant, "server_error",
-                               "The gateway failed while running this background response.")
+        if isinstance(exc, StoreUnavailable):
+            code, message = "store_unavailable", f"Storing this response failed: {exc.message}"
+        else:
+            code = "server_error"
+            message = "The gateway failed while running this background response."
+        await _fail_quietly(gateway, response_id, tenant, code, message)
     finally:
         feed.close(response_id)
 
 
-class EventLog:
-    """Batches a running response's events into the store; learns of a cancel from it."""
+class DeadlineBackend:
+    """The backend, cut off at the worker's deadline as an upstream failure.
 
-    def __init__(self, gateway: Gateway, job: Job) -> None:
-        self.gateway = gateway
+    Ending it as an error (not a cancellation) lets the job close its open items and end
+    ``failed`` through its ordinary path: terminal events, one conditional write.
+    """
+
+    def __init__(self, backend: Backend, deadline: float) -> None:
+        self.backend = backend
+        self.deadline = deadline
+
+    async def stream(self, request: BackendRequest) -> AsyncIterator[dict[str, Any]]:
+        chunks = self.backend.stream(request)
+        end = object()
+        try:
+            while True:
+                with anyio.move_on_after(self.deadline - time.time()) as scope:
+                    chunk = await anext(chunks, end)  # type: ignore[call-overload]
+                if scope.cancelled_caught:
+                    raise UpstreamError(
+                        504,
+                        "The worker ran out of time before the response finished.",
+                        type="server_error",
+                        code="worker_timeout",
+                    )
+                if chunk is end:
+                    return
+                yield chunk
+        finally:
+            with contextlib.suppress(Exception):
+                await chunks.aclose()  # type: ignore[attr-defined]
+
+
+class EventLog:
+    """Runs a job's events into the store in batches; learns of a cancel from the store.
+
+    One write per flush: the events since the last one, plus (every SNAPSHOT_SECONDS) the
+    Response as far as it got and a renewed lease. The terminal events and the terminal
+    Response go in one last write conditional on ``in_progress``.
+    """
+
+    def __init__(self, gateway: Gateway, job: Job, lease: float) -> None:
+        self.store = gateway.store
         self.job = job
+        self.id = job.record.id
+        self.lease = lease
         self.pending: list[Event] = []
-        self.last_seq = -1
-        self._lock = asyncio.Lock()
+        self.progress = Progress()
+        self.closing = False  # the terminal events are being produced: hold them back
+        self.error: Exception | None = None
         self._feed = feed_of(gateway)
+        self._lock = asyncio.Lock()
+        self._consumer: anyio.CancelScope | None = None
+        # The lease is renewed (by a snapshot, or alone when idle) well before it runs out.
+        self._renew_every = min(lease / 3, SNAPSHOT_SECONDS)
+        self._next_renewal = time.monotonic() + self._renew_every
+        self._last_flush = time.monotonic()
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._keep_flushing)
+            try:
+                with anyio.CancelScope() as self._consumer:
+                    await self._consume()
+            except CancelledError:
+                pass  # a flush found the response cancelled (or ended elsewhere): stop
+            except Exception as exc:  # kept out of the task group (no exception groups)
+                self.error = self.error or exc
+            finally:
+                group.cancel_scope.cancel()
+        if self.error is not None:
+            raise self.error
+
+    async def _consume(self) -> None:
+        async with contextlib.aclosing(self.job.events()) as events:
+            async for event in events:
+                self.add(event)
+                if len(self.pending) >= FLUSH_EVENTS and not self.closing:
+                    await self.flush()
+        if self.job.response.get("status") in TERMINAL_STATUSES - {"cancelled"}:
+            await self.flush(final=True)
+            await self._keep_sealed_reasoning()
+
+    async def _keep_sealed_reasoning(self) -> None:
+        """Reasoning a later turn must send back upstream lives in the record's request (the
+        foreground writes it with the record; here it follows the terminal write)."""
+        sealed = self.job.translator.sealed_reasoning
+        if not sealed:
+            return
+        try:
+            record = await self.store.get(self.id, self.job.record.tenant)
+            if record is not None and record.status == self.job.response["status"]:
+                record.request["sealed_reasoning"] = sealed
+                await self.store.put(record)
+        except Exception:
+            logger.warning("could not keep the sealed reasoning of %s", self.id, exc_info=True)
 
     def add(self, event: Event) -> None:
         self.pending.append(event)
-        self.last_seq = event["sequence_number"]
-        self._feed.publish(self.job.record.id, [event])
-
-    async def flush(self) -> None:
-        async with self._lock:
-            if not self.pending:
-                return
-            batch, self.pending = self.pending, []
-            await self.gateway.store.append_events(self.job.record.id, batch)
-
-    async def keep_flushing(self, lease: float) -> None:
-        """Flush every FLUSH_SECONDS and renew the lease, until cancelled."""
-        renew_every = max(lease / 3, FLUSH_SECONDS)
-        next_renewal = time.monotonic() + renew_every
-        record = self.job.record
-        while True:
-            await anyio.sleep(FLUSH_SECONDS)
-            try:
-                await self.flush()
-                if time.monotonic() >= next_renewal:
-                    next_renewal = time.monotonic() + renew_every
-                    if not await self.gateway.store.renew_lease(record.id, time.time() + lease):
-                        raise CancelledError(record.id)
-            except CancelledError:
-                await self.job.close()
-                self.job.translator.cancel()
-                return
+        if not self.closing:
+            self.progress.apply(event)
+            self._feed.publish(self.id, [event])
 
     async def finish(self) -> None:
-        """The job's terminal write: events so far, then the record, both conditional."""
-        if self.job.translator.response["status"] == "cancelled":
-            return  # the consumer stopped: the record says whatever the canceller wrote
-        await self.flush()
-        ok = await self.gateway.store.update_response(
-            self.job.record.id,
-            self.job.response,
-            expect_status={"in_progress"},
-            lease_until=0,
-        )
-        if not ok:
-            raise CancelledError(self.job.record.id)
+        """The job's hook before its terminal events: hold them for the final write."""
+        if self.job.response.get("status") != "cancelled":
+            self.closing = True
 
-    async def fail_unfinished(self, code: str, message: str) -> None:
-        """End the response ``failed`` (time limit), if nobody ended it first."""
-        await self.job.close()
-        response = self.job.response
-        response["status"] = "failed"
-        response["error"] = {"code": code, "message": message}
-        if await self.gateway.store.update_response(
-            self.job.record.id, response, expect_status={"in_progress"}, lease_until=0
-        ):
-            self.add({"type": "response.failed", "response": response,
-                      "sequence_number": self.last_seq + 1})
-            await self.flush()
+    async def flush(self, *, final: bool = False) -> None:
+        async with self._lock:
+            if self.closing and not final:
+                return
+            now = self._last_flush = time.monotonic()
+            response: dict[str, Any] | None = None
+            lease_until: float | None = None
+            if final:
+                response, lease_until = self.job.response, 0.0
+            elif now >= self._next_renewal:
+                self._next_renewal = now + self._renew_every
+                if not self.pending:  # idle: renew alone (also how a cancel is noticed)
+                    if not await self.store.renew_lease(self.id, time.time() + self.lease):
+                        raise CancelledError(self.id)
+                    return
+                response, lease_until = self.progress.snapshot(), time.time() + self.lease
+            if not self.pending and response is None:
+                return
+            batch, self.pending = self.pending, []
+            await self.store.append_events(
+                self.id, batch, response=response, lease_until=lease_until
+            )
+            if final:
+                self._feed.publish(self.id, batch)
+
+    async def _keep_flushing(self) -> None:
+        """Flush every FLUSH_SECONDS; on a cancel or a store failure, stop the consumer."""
+        try:
+            while not self.closing:  # once closing, the consumer makes the last write
+                # FLUSH_SECONDS after the last flush, whichever triggered it
+                await anyio.sleep(max(0.0, self._last_flush + FLUSH_SECONDS - time.monotonic()))
+                if time.monotonic() >= self._last_flush + FLUSH_SECONDS:
+                    await self.flush()
+        except CancelledError:
+            self._stop()
+        except Exception as exc:
+            self.error = exc
+            self._stop()
+
+    def _stop(self) -> None:
+        if self._consumer is not None and not self.closing:
+            self._consumer.cancel()
+
+
+class Progress:
+    """The Response as far as its events go: what a reader sees while it runs.
+
+    The translator fills an item's text only when the item closes; this follows the deltas so
+    a poll shows the output growing.
+    """
+
+    __slots__ = ("items", "open", "response")
+
+    def __init__(self) -> None:
+        self.response: dict[str, Any] = {}
+        self.items: list[dict[str, Any]] = []
+        self.open: dict[tuple[Any, ...], list[str]] = {}
+
+    def apply(self, event: Event) -> None:
+        kind = event["type"]
+        key = _DELTA_KEYS.get(kind)
+        if key is not None:
+            self.open.setdefault(key(event), []).append(event["delta"])
+            return
+        if kind == "response.output_item.added":
+            item = dict(event["item"])
+            self.items.append(item)
+        elif kind == "response.output_item.done":
+            index = event["output_index"]
+            self.items[index] = event["item"]
+            for k in [k for k in self.open if k[0] == index]:
+                del self.open[k]
+        elif kind == "response.content_part.added":
+            item = self.items[event["output_index"]]
+            item["content"] = [*item.get("content", ()), dict(event["part"])]
+        elif kind == "response.reasoning_summary_part.added":
+            item = self.items[event["output_index"]]
+            item["summary"] = [*item.get("summary", ()), dict(event["part"])]
+        elif kind in ("response.created", "response.queued", "response.in_progress"):
+            self.response = event["response"]
+
+    def snapshot(self) -> dict[str, Any]:
+        output = list(self.items)
+        copied: set[int] = set()
+        for key, pieces in self.open.items():
+            index = key[0]
+            if index >= len(output):
+                continue
+            if index not in copied:
+                copied.add(index)
+                output[index] = dict(output[index])
+            item = output[index]
+            text = "".join(pieces)
+            if key[1] == "arguments":
+                item["arguments"] = text
+                continue
+            where = key[1]
+            parts = item[where] = list(item.get(where, ()))
+            if key[2] < len(parts):
+                part = dict(parts[key[2]])
+                part["refusal" if part.get("type") == "refusal" else "text"] = text
+                parts[key[2]] = part
+        return dict(self.response, status="in_progress", output=output)
+
+
+_DELTA_KEYS: dict[str, Any] = {
+    "response.output_text.delta": lambda e: (e["output_index"], "content", e["content_index"]),
+    "response.refusal.delta": lambda e: (e["output_index"], "content", e["content_index"]),
+    "response.reasoning_text.delta": lambda e: (e["output_index"], "content", e["content_index"]),
+    "response.reasoning_summary_text.delta": lambda e: (
+        e["output_index"], "summary", e["summary_index"]
+    ),
+    "response.function_call_arguments.delta": lambda e: (e["output_index"], "arguments"),
+}
 
 
 async def _fail_if_running(
     gateway: Gateway, response_id: str, tenant: str, code: str, message: str
 ) -> StoredResponse | None:
+    """End a queued or running response ``failed`` (conditional: a cancel or finish wins)."""
     record = await gateway.store.get(response_id, tenant)
     if record is None or record.status not in RUNNING:
         return record
@@ -243,6 +442,16 @@ async def _fail_if_running(
     ):
         return record
     return await gateway.store.get(response_id, tenant)
+
+
+async def _fail_quietly(
+    gateway: Gateway, response_id: str, tenant: str, code: str, message: str
+) -> None:
+    """Best effort: if the store is down too, the lease expiry ends it on the next read."""
+    try:
+        await _fail_if_running(gateway, response_id, tenant, code, message)
+    except Exception:
+        logger.exception("could not mark background response %s failed", response_id)
 
 
 # -- read side ------------------------------------------------------------------------------
@@ -259,63 +468,82 @@ async def load(gateway: Gateway, response_id: str, tenant: str) -> StoredRespons
             response_id,
             tenant,
             "worker_lost",
-            "The worker running this background response stopped (it crashed or timed out) "
-            "before the response finished.",
+            "The worker running this background response stopped (it crashed or ran out of "
+            "time) before the response finished.",
         )
     return record
 
 
 async def cancel(gateway: Gateway, record: StoredResponse) -> dict[str, Any]:
+    """Cancel a queued or running background response; any other state is returned as is."""
     if not record.background:
         raise invalid_request(
-            "Only responses created with background=true can be cancelled.",
+            "Cannot cancel a synchronous response. Only responses created with "
+            "background=true can be cancelled.",
             param="response_id",
         )
-    if record.status in RUNNING:
-        response = dict(record.response, status="cancelled")
-        if await gateway.store.update_response(
-            record.id, response, expect_status=RUNNING, lease_until=0
-        ):
-            task = feed_of(gateway).tasks.get(record.id)
-            if task is not None:
-                task.cancel()
-            return response
-        current = await gateway.store.get(record.id, record.tenant)
-        return current.response if current is not None else record.response
-    return record.response
+    if record.status not in RUNNING:
+        return record.response
+    response = dict(record.response, status="cancelled")
+    if await gateway.store.update_response(
+        record.id, response, expect_status=RUNNING, lease_until=0
+    ):
+        task = feed_of(gateway).tasks.get(record.id)
+        if task is not None:
+            task.cancel()  # running here: stop the upstream now, not at the next flush
+        return response
+    current = await gateway.store.get(record.id, record.tenant)  # it ended meanwhile
+    return current.response if current is not None else record.response
 
 
 async def follow(gateway: Gateway, record: StoredResponse, after: int) -> AsyncIterator[Event]:
-    """Stored events after ``after``, then live ones, through the terminal event."""
+    """Stored events after ``after``, then live ones, through the terminal event.
+
+    A response ended without terminal events (lease expired, dead letter) gets a synthesized
+    ``response.failed``; a cancelled one just ends.
+    """
     feed = feed_of(gateway)
     store = gateway.store
     last = after
-    stale_polls = 0
+    last_type: str | None = None  # of the event numbered ``last``, once known
     while True:
-        local = feed.events.get(record.id)
-        if local is not None:
-            new = local[last + 1 :]  # published in order from 0: the index is the number
-        else:
-            new = await store.read_events(record.id, last)
-        for event in new:
-            if event["sequence_number"] <= last:
-                continue
-            last = event["sequence_number"]
-            yield event
-            if event["type"] in _TERMINAL_EVENTS:
-                return
-        if local is not None:
-            await feed.wait(record.id, POLL_SECONDS * 5)
+        local = feed.after(record.id, last)
+        if local is not None:  # running in this process: no store round trips
+            new, changed = local
+            for event in new:
+                last, last_type = event["sequence_number"], event["type"]
+                yield event
+                if last_type in TERMINAL_EVENTS:
+                    return
+            if not new:
+                with anyio.move_on_after(POLL_SECONDS * 5):
+                    await changed.wait()
             continue
+        for event in await store.read_events(record.id, last):
+            last, last_type = event["sequence_number"], event["type"]
+            yield event
+            if last_type in TERMINAL_EVENTS:
+                return
         current = await load(gateway, record.id, record.tenant)
-        if current is None or current.status == "cancelled":
+        if current is None:
             return
         if current.status in TERMINAL_STATUSES:
-            stale_polls += 1
-            if stale_polls > 10:  # the terminal write landed but its event never did
-                kind = "response." + current.status
-                yield {"type": kind, "response": current.response, "sequence_number": last + 1}
-                return
+            # The terminal events commit with the terminal record: read once more for them.
+            for event in await store.read_events(record.id, last):
+                last, last_type = event["sequence_number"], event["type"]
+                yield event
+                if last_type in TERMINAL_EVENTS:
+                    return
+            if last_type is None and last >= 0:  # resumed at the very end?
+                seen = await store.read_events(record.id, last - 1)
+                last_type = seen[0]["type"] if seen else None
+            if current.status != "cancelled" and last_type not in TERMINAL_EVENTS:
+                yield {
+                    "type": "response." + current.status,
+                    "response": current.response,
+                    "sequence_number": last + 1,
+                }
+            return
         await anyio.sleep(POLL_SECONDS)
 
 

@@ -1,19 +1,27 @@
 """The worker Lambda: runs one background response per asynchronous invocation.
 
 Event: ``{"response_id": "resp_...", "tenant": "..."}``. A failed asynchronous invocation that
-reaches the dead-letter target arrives here too (``Records`` from SQS): the response is ended
-``failed`` so nobody waits on it forever.
+reaches the dead-letter queue arrives here too (``Records`` from SQS, the body being the
+original event, or an on-failure destination record holding it as ``requestPayload``): the
+response is ended ``failed`` so nobody waits on it forever.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
+import orjson
+
+from responses_gateway.api.auth import OPEN_TENANT
 from responses_gateway.config import Settings
 from responses_gateway.runner import Gateway
 
+logger = logging.getLogger("responses_gateway.worker")
+
+#: stop this long before Lambda's own limit, to end the response ``failed`` and store it
 SAFETY_MARGIN_SECONDS = 10.0
 _gateway: Gateway | None = None
 # One loop for the life of the execution environment: pooled clients stay bound to it.
@@ -38,22 +46,37 @@ async def _handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
     gateway = _get_gateway()
     if "Records" in event:  # dead letters: the invocation itself failed
-        import orjson
-
         ended = []
         for record in event["Records"]:
-            body = orjson.loads(record.get("body") or "{}")
-            payload = body.get("requestPayload", body)
-            if "response_id" in payload:
-                await background.fail_dead_letter(gateway, payload["response_id"],
-                                                  payload.get("tenant", "default"))
-                ended.append(payload["response_id"])
+            payload = _dead_letter_payload(record)
+            if payload is None:
+                logger.warning("dead letter without a response id: %r", record.get("body"))
+                continue
+            response_id = payload["response_id"]
+            await background.fail_dead_letter(
+                gateway, response_id, payload.get("tenant", OPEN_TENANT)
+            )
+            ended.append(response_id)
         return {"failed": ended}
+    response_id = event["response_id"]
+    tenant = event.get("tenant", OPEN_TENANT)
     deadline = None
     if context is not None and hasattr(context, "get_remaining_time_in_millis"):
         remaining = context.get_remaining_time_in_millis() / 1000
         deadline = time.time() + remaining - SAFETY_MARGIN_SECONDS
-    await background.run(gateway, event["response_id"], event.get("tenant", "default"),
-                         deadline=deadline)
-    record = await gateway.store.get(event["response_id"], event.get("tenant", "default"))
-    return {"response_id": event["response_id"], "status": record.status if record else None}
+    await background.run(gateway, response_id, tenant, deadline=deadline)
+    record = await gateway.store.get(response_id, tenant)
+    return {"response_id": response_id, "status": record.status if record else None}
+
+
+def _dead_letter_payload(record: dict[str, Any]) -> dict[str, Any] | None:
+    try:
+        body = orjson.loads(record.get("body") or "{}")
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    payload = body.get("requestPayload", body)
+    if not isinstance(payload, dict) or not isinstance(payload.get("response_id"), str):
+        return None
+    return payload
