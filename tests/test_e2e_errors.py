@@ -283,3 +283,13 @@ def test_another_tenants_ids_are_404(secured: GatewayServer, upstream: ScriptedU
         alpha.responses.delete(mine.id)
         with pytest.raises(openai.NotFoundError):
             alpha.responses.retrieve(mine.id)
+
+
+def test_stream_retrieve_of_a_foreground_response_is_400(client: OpenAI) -> None:
+    """Only background responses keep an event log to replay."""
+    done = client.responses.create(model=MODEL, input="hello")
+    with pytest.raises(openai.BadRequestError) as caught:
+        list(client.responses.retrieve(done.id, stream=True))
+    error = _error(caught.value)
+    assert error["param"] == "stream"
+    assert "background" in error["message"]

@@ -111,6 +111,12 @@ async def retrieve_response(request: Request) -> Response:
     record = await _record(request)
     params = request.query_params
     if params.get("stream", "").lower() == "true":
+        if not record.background:
+            raise invalid_request(
+                "Streaming a stored response is only supported for responses created with "
+                "background=true.",
+                param="stream",
+            )
         starting_after = _int_param(params.get("starting_after"), "starting_after", -1)
         gateway = _gateway(request)
         return EventStreamResponse(
