@@ -63,12 +63,6 @@ def get_time(ctx: RunContextWrapper[Calls], city: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[ScriptedUpstream]:
-    with ScriptedUpstream() as up:
-        yield up
-
-
-@pytest.fixture(scope="module")
 def gateway(
     upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayServer]:

@@ -232,12 +232,6 @@ def gateway(fake: FakeBedrock, tmp_path_factory: pytest.TempPathFactory
         yield server
 
 
-@pytest.fixture(scope="module")
-def client(gateway: GatewayServer) -> Iterator[OpenAI]:
-    with client_for(gateway) as c:
-        yield c
-
-
 @pytest.fixture
 def bedrock(fake: FakeBedrock) -> FakeBedrock:
     """The fake with this test's requests only."""

@@ -30,12 +30,6 @@ BODY_LIMIT = 2048
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[ScriptedUpstream]:
-    with ScriptedUpstream() as up:
-        yield up
-
-
-@pytest.fixture(scope="module")
 def gateway(
     upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayServer]:
@@ -52,12 +46,6 @@ def secured(
     db = tmp_path_factory.mktemp("e2e-auth") / "gateway.db"
     with GatewayServer(e2e_settings(upstream, db, api_keys=(KEY_A, KEY_B))) as server:
         yield server
-
-
-@pytest.fixture(scope="module")
-def client(gateway: GatewayServer) -> Iterator[OpenAI]:
-    with client_for(gateway) as c:
-        yield c
 
 
 def _error(exc: openai.APIStatusError) -> dict[str, Any]:

@@ -26,7 +26,6 @@ from tests.helpers.e2e import (
     WEATHER_TOOL,
     check_response,
     check_stream,
-    client_for,
     e2e_settings,
     request_with,
     sdk_events,
@@ -45,24 +44,12 @@ from tests.helpers.scripted_upstream import (
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[ScriptedUpstream]:
-    with ScriptedUpstream() as up:
-        yield up
-
-
-@pytest.fixture(scope="module")
 def gateway(
     upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayServer]:
     db = tmp_path_factory.mktemp("e2e-gateway") / "gateway.db"
     with GatewayServer(e2e_settings(upstream, db)) as server:
         yield server
-
-
-@pytest.fixture(scope="module")
-def client(gateway: GatewayServer) -> Iterator[OpenAI]:
-    with client_for(gateway) as c:
-        yield c
 
 
 # -- text ----------------------------------------------------------------------------------

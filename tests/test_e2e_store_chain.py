@@ -18,18 +18,11 @@ from tests.helpers.e2e import (
     WEATHER_TOOL,
     check_response,
     check_stream,
-    client_for,
     e2e_settings,
     request_with,
 )
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.scripted_upstream import DEFAULT_TEXT, ScriptedUpstream
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[ScriptedUpstream]:
-    with ScriptedUpstream() as up:
-        yield up
 
 
 @pytest.fixture(scope="module")
@@ -39,12 +32,6 @@ def gateway(
     db = tmp_path_factory.mktemp("e2e-store") / "gateway.db"
     with GatewayServer(e2e_settings(upstream, db)) as server:
         yield server
-
-
-@pytest.fixture(scope="module")
-def client(gateway: GatewayServer) -> Iterator[OpenAI]:
-    with client_for(gateway) as c:
-        yield c
 
 
 def _not_found(exc: openai.NotFoundError) -> dict[str, Any]:
