@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from itertools import islice
 from typing import Any
 
 import orjson
@@ -33,56 +34,101 @@ def parse_chunk(event: str | None, data: bytes) -> dict[str, Any] | None:
     return chunk
 
 
-def chunks_from_lines(lines: Iterable[bytes | str]) -> Iterator[dict[str, Any]]:
-    """Chunks from SSE lines until ``[DONE]`` or the end of the lines.
+class ChunkDecoder:
+    """Upstream SSE bytes or lines → chunk dicts, incrementally, until ``[DONE]``.
 
-    A single ``data: `` line followed by a blank line (what nearly every provider sends) skips
-    the general decoder; anything else (``event:``, multi-line data, CRLF, comments) uses it.
+    The one decoder every SSE backend and the benchmark entry use. A single ``data: `` line
+    followed by a blank line (what nearly every provider sends) is parsed directly; anything
+    else (``event:``, multi-line data, comments) goes through :class:`SSEDecoder`. Work is done
+    a batch of lines at a time, so the per-chunk cost is one loop turn and one JSON parse.
     """
-    decoder = SSEDecoder()
-    line = decoder.line
-    stash: bytes | None = None  # data of a one-line event waiting for its blank line
-    pending = False  # the general decoder holds part of an event
-    loads = orjson.loads
-    for raw in lines:
-        if not raw:
-            if stash is not None:
-                data, stash = stash, None
-                if data == DONE:
-                    return
-                try:
-                    chunk = loads(data)
-                except orjson.JSONDecodeError:
-                    chunk = None
-                if chunk.__class__ is not dict:
-                    chunk = parse_chunk(None, data)  # the error chunk (or None for [DONE])
-                    if chunk is None:
-                        continue
-                yield chunk
+
+    __slots__ = ("_buf", "_busy", "_cr", "_line", "_stash", "done")
+
+    def __init__(self) -> None:
+        self._line = SSEDecoder().line
+        self._buf = b""  # an unterminated line from the previous read
+        self._cr = False  # the previous read ended in CR (its LF may start this one)
+        self._stash: bytes | None = None  # one-line data event waiting for its blank line
+        self._busy = False  # the general decoder holds part of an event
+        self.done = False  # [DONE] was seen
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        """Chunks completed by one network read (any size, any split)."""
+        if self._cr:
+            self._cr = False
+            if data[:1] == b"\n":
+                data = data[1:]
+        if b"\r" in data:  # CRLF and bare CR line ends
+            self._cr = data[-1:] == b"\r"
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if self._buf:
+            data = self._buf + data
+        lines = data.split(b"\n")
+        self._buf = lines.pop()
+        return self.lines(lines)
+
+    def lines(self, lines: Iterable[bytes | str]) -> list[dict[str, Any]]:
+        """Chunks completed by these whole lines (given without their line ends)."""
+        out: list[dict[str, Any]] = []
+        if self.done:
+            return out
+        line = self._line
+        loads = orjson.loads
+        stash = self._stash
+        for raw in lines:
+            if not raw:
+                if stash is not None:
+                    data, stash = stash, None
+                    try:
+                        chunk = loads(data)
+                    except orjson.JSONDecodeError:
+                        chunk = None
+                    if chunk.__class__ is not dict:
+                        chunk = parse_chunk(None, data)  # [DONE] (None) or an error chunk
+                        if chunk is None:
+                            self.done = True
+                            break
+                    out.append(chunk)
+                    continue
+                self._busy = False
+                frame = line(b"")
+            elif stash is None and not self._busy and raw[:6] == b"data: " and raw[-1] != 13:
+                stash = raw[6:]  # type: ignore[assignment]
                 continue
-            pending = False
-            frame = decoder.flush()
-        elif stash is None and not pending and raw[:6] == b"data: " and raw[-1] != 13:
-            stash = raw[6:]  # type: ignore[index]
-            continue
-        else:
-            # str lines, CRLF, event:, comments, multi-line data: the general decoder.
-            if stash is not None:
-                line(b"data: " + stash)
-                stash = None
-            pending = True
-            frame = line(raw)
+            else:  # str lines, a stray CR, event:, comments, multi-line data
+                if stash is not None:
+                    line(b"data: " + stash)
+                    stash = None
+                self._busy = True
+                frame = line(raw)
+                if frame is not None:
+                    self._busy = False
             if frame is not None:
-                pending = False
-        if frame is not None:
-            chunk = parse_chunk(*frame)
-            if chunk is None:
-                return
-            yield chunk
-    if stash is not None:
-        line(b"data: " + stash)
-    frame = decoder.flush()
-    if frame is not None:
-        chunk = parse_chunk(*frame)
-        if chunk is not None:
-            yield chunk
+                chunk = parse_chunk(*frame)
+                if chunk is None:
+                    self.done = True
+                    break
+                out.append(chunk)
+        self._stash = stash
+        return out
+
+    def end(self) -> list[dict[str, Any]]:
+        """The stream ended: an unterminated last event still counts (``done`` stays False
+        unless that event was ``[DONE]``: the caller judges an end without it)."""
+        if self.done:
+            return []
+        pending = [self._buf] if self._buf else []
+        self._buf = b""
+        return self.lines([*pending, b""])
+
+
+def chunks_from_lines(lines: Iterable[bytes | str]) -> Iterator[dict[str, Any]]:
+    """Chunks from SSE lines until ``[DONE]`` or the end of the lines."""
+    decoder = ChunkDecoder()
+    source = iter(lines)
+    while block := list(islice(source, 256)):
+        yield from decoder.lines(block)
+        if decoder.done:
+            return
+    yield from decoder.end()
