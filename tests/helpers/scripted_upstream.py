@@ -684,7 +684,8 @@ class ScriptedUpstream:
             self.stream_closed.clear()
 
     def start(self) -> ScriptedUpstream:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP explicitly: only then does asyncio set TCP_NODELAY on accepted sockets.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, 0))
         self.port = sock.getsockname()[1]
