@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
+from itertools import islice
 
 from responses_gateway import ids
 from responses_gateway.sse import encode_event
 from responses_gateway.translate.response_object import new_response
 from responses_gateway.translate.stream import ResponseTranslator, TranslateOptions
-from responses_gateway.translate.upstream_sse import chunks_from_lines
+from responses_gateway.translate.upstream_sse import ChunkDecoder
 
 
 def translate_sse(
@@ -27,7 +28,13 @@ def translate_sse(
     for event in translator.start():
         yield encode_event(event)
     feed, encode = translator.feed, encode_event
-    for chunk in chunks_from_lines(lines):
+    decoder = ChunkDecoder()
+    source = iter(lines)
+    while not decoder.done and (block := list(islice(source, 256))):
+        for chunk in decoder.lines(block):
+            for event in feed(chunk):
+                yield encode(event)
+    for chunk in decoder.end():
         for event in feed(chunk):
             yield encode(event)
     for event in translator.finish():

@@ -27,6 +27,8 @@ from responses_gateway.translate.response_object import usage_from_chat
 Event = dict[str, Any]
 
 _NONE, _REASONING, _TEXT, _REFUSAL, _CALL = range(5)
+_DONE_FAST = -1  # feed(): a hot path consumed the delta
+_NO_LOGPROBS: list[Any] = []  # shared by text deltas without logprobs; never mutated
 
 _INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
 _NO_CHOICE: dict[str, Any] = {}
@@ -45,10 +47,11 @@ class TranslateOptions:
 
 
 class _Call:
-    __slots__ = ("args", "call_id", "item", "name", "output_index", "state")
+    __slots__ = ("args", "call_id", "index", "item", "name", "output_index", "state")
 
-    def __init__(self, call_id: str) -> None:
+    def __init__(self, call_id: str, index: int | None) -> None:
         self.call_id = call_id
+        self.index = index  # the upstream's tool call index, when it sends one
         self.name = ""
         self.args: list[str] = []
         self.item: dict[str, Any] | None = None
@@ -71,6 +74,7 @@ class ResponseTranslator:
         "_item_id",
         "_kind",
         "_logprobs",
+        "_open_index",
         "_output_index",
         "_pieces",
         "_reasoning_delta_type",
@@ -108,6 +112,7 @@ class ResponseTranslator:
         self._details: list[dict[str, Any]] = []
         self._detail_text: list[str] = []  # text of reasoning_details since the last signature
         self._call: _Call | None = None
+        self._open_index: int | None = -1  # the open call's upstream index (-1: none open)
         self._calls_by_index: dict[int, _Call] = {}
         self._calls_by_id: dict[str, _Call] = {}
         self._finish_reason: str | None = None
@@ -138,76 +143,85 @@ class ResponseTranslator:
         choices = chunk.get("choices")
         if choices:
             choice = choices[0]
-            if choice.get("index", 0) != 0:
+            if choice.get("index"):
                 # n > 1: only choice 0 is the answer; chunks of other choices carry nothing.
                 choice = next((c for c in choices if c.get("index", 0) == 0), _NO_CHOICE)
             delta = choice.get("delta") or choice.get("message")
             if delta:
-                # Hot paths: one more fragment for the item already open, nothing else in
-                # the delta. Anything unusual takes the general path, _apply_delta.
-                get = delta.get
+                # Hot paths, written out flat: one more fragment for the item already open,
+                # nothing else in the delta. Anything unusual takes _apply_delta.
                 kind = self._kind
-                fragment = None
                 if kind == _TEXT:
-                    content = get("content")
+                    content = delta.get("content")
                     if (
                         content.__class__ is str
+                        and (len(delta) == 1 or not _has_other_parts(delta.get))
                         and not self._want_logprobs
-                        and not (len(delta) > 1 and _has_other_parts(get))
                     ):
-                        fragment = content
-                        kind = _TEXT_DELTA
+                        if content:
+                            self._pieces.append(content)
+                            seq = self._seq
+                            self._seq = seq + 1
+                            out.append({"type": _TEXT_DELTA, "item_id": self._item_id,
+                                        "output_index": self._output_index,
+                                        "content_index": self._content_index,
+                                        "delta": content, "logprobs": _NO_LOGPROBS,
+                                        "sequence_number": seq})
+                        kind = _DONE_FAST
                 elif kind == _REASONING:
+                    get = delta.get
                     content = get("reasoning_content") or get("reasoning")
                     if (
                         content.__class__ is str
                         and self._content_index >= 0
-                        and not get("content")
-                        and not (len(delta) > 1 and _has_other_reasoning_parts(get))
+                        and (
+                            (n := len(delta)) == 1
+                            or (n == 2 and get("content", 0) is None)  # DeepSeek's shape
+                            or not (get("content") or get("reasoning_details")
+                                    or get("refusal") or get("tool_calls"))
+                        )
                     ):
-                        fragment = content
-                        kind = self._reasoning_delta_type
+                        if content:
+                            self._pieces.append(content)
+                            seq = self._seq
+                            self._seq = seq + 1
+                            out.append({"type": self._reasoning_delta_type,
+                                        "item_id": self._item_id,
+                                        "output_index": self._output_index,
+                                        self._reasoning_index_key: self._content_index,
+                                        "delta": content, "sequence_number": seq})
+                        kind = _DONE_FAST
                 elif kind == _CALL:
-                    calls = get("tool_calls")
-                    if calls and len(calls) == 1 and not get("content"):
+                    calls = delta.get("tool_calls")
+                    if (
+                        calls
+                        and len(calls) == 1
+                        and (len(delta) == 1 or not _has_other_call_parts(delta.get))
+                    ):
                         call = calls[0]
                         function = call.get("function")
                         index = call.get("index")
                         if (
                             function
+                            and (index is None or index == self._open_index)
                             and not call.get("id")
                             and not function.get("name")
-                            and (index is None or self._calls_by_index.get(index) is self._call)
-                            and not (len(delta) > 1 and _has_other_call_parts(get))
                         ):
-                            fragment = function.get("arguments") or ""
-                            kind = _ARGS_DELTA
-                if fragment is None:
+                            arguments = function.get("arguments")
+                            if arguments:
+                                self._call.args.append(arguments)  # type: ignore[union-attr]
+                                seq = self._seq
+                                self._seq = seq + 1
+                                out.append({"type": _ARGS_DELTA, "item_id": self._item_id,
+                                            "output_index": self._output_index,
+                                            "delta": arguments, "sequence_number": seq})
+                            kind = _DONE_FAST
+                if kind != _DONE_FAST:
                     try:
                         self._apply_delta(delta, choice, out)
                     except TranslationError as exc:
                         out.extend(self.fail("upstream_protocol_error", str(exc)))
                         return out
-                elif fragment:
-                    seq = self._seq
-                    self._seq = seq + 1
-                    if kind is _TEXT_DELTA:
-                        self._pieces.append(fragment)
-                        out.append({"type": kind, "item_id": self._item_id,
-                                    "output_index": self._output_index,
-                                    "content_index": self._content_index, "delta": fragment,
-                                    "logprobs": [], "sequence_number": seq})
-                    elif kind is _ARGS_DELTA:
-                        self._call.args.append(fragment)  # type: ignore[union-attr]
-                        out.append({"type": kind, "item_id": self._item_id,
-                                    "output_index": self._output_index, "delta": fragment,
-                                    "sequence_number": seq})
-                    else:
-                        self._pieces.append(fragment)
-                        out.append({"type": kind, "item_id": self._item_id,
-                                    "output_index": self._output_index,
-                                    self._reasoning_index_key: self._content_index,
-                                    "delta": fragment, "sequence_number": seq})
             reason = choice.get("finish_reason")
             if reason:
                 self._finish_reason = reason
@@ -436,7 +450,7 @@ class ResponseTranslator:
         if call is None:
             if not name and not arguments and not upstream_id:
                 return  # an empty trailing fragment for nothing we know
-            call = _Call(upstream_id or ids.new_id(ids.CALL))
+            call = _Call(upstream_id or ids.new_id(ids.CALL), index)
             if index is not None:
                 self._calls_by_index[index] = call
             if upstream_id:
@@ -583,6 +597,7 @@ class ResponseTranslator:
         }
         self._kind = _CALL
         self._call = call
+        self._open_index = call.index
         call.state = 1
         call.item = item
         self._add_item(item, out)
@@ -766,13 +781,10 @@ class ResponseTranslator:
         return self.fail(str(code), f"Upstream error: {message}")
 
 
-def _has_other_reasoning_parts(get: Callable[[str], Any]) -> bool:
-    return bool(get("reasoning_details") or get("refusal") or get("tool_calls"))
-
-
 def _has_other_call_parts(get: Callable[[str], Any]) -> bool:
     return bool(
-        get("reasoning_content") or get("reasoning") or get("reasoning_details") or get("refusal")
+        get("content") or get("reasoning_content") or get("reasoning")
+        or get("reasoning_details") or get("refusal")
     )
 
 

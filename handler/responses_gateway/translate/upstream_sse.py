@@ -76,6 +76,7 @@ class ChunkDecoder:
         line = self._line
         loads = orjson.loads
         stash = self._stash
+        busy = self._busy
         for raw in lines:
             if not raw:
                 if stash is not None:
@@ -91,19 +92,19 @@ class ChunkDecoder:
                             break
                     out.append(chunk)
                     continue
-                self._busy = False
+                busy = False
                 frame = line(b"")
-            elif stash is None and not self._busy and raw[:6] == b"data: " and raw[-1] != 13:
+            elif stash is None and not busy and raw[:6] == b"data: " and raw[-1] != 13:
                 stash = raw[6:]  # type: ignore[assignment]
                 continue
             else:  # str lines, a stray CR, event:, comments, multi-line data
                 if stash is not None:
                     line(b"data: " + stash)
                     stash = None
-                self._busy = True
+                busy = True
                 frame = line(raw)
                 if frame is not None:
-                    self._busy = False
+                    busy = False
             if frame is not None:
                 chunk = parse_chunk(*frame)
                 if chunk is None:
@@ -111,6 +112,7 @@ class ChunkDecoder:
                     break
                 out.append(chunk)
         self._stash = stash
+        self._busy = busy
         return out
 
     def end(self) -> list[dict[str, Any]]:
