@@ -17,11 +17,12 @@ Why it is shaped this way:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import random
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -56,6 +57,22 @@ def _timeout_error() -> UpstreamError:
         "Upstream error: upstream timed out (no data within the read timeout)",
         code="upstream_timeout",
     )
+
+
+@contextlib.contextmanager
+def _read_errors(what: str) -> Iterator[None]:
+    """Reading a body that had started: transport failures become UpstreamErrors."""
+    try:
+        yield
+    except httpx.TimeoutException as exc:
+        raise _timeout_error() from exc
+    except _DROPPED as exc:
+        raise _closed_error() from exc
+    except httpx.HTTPError as exc:
+        raise UpstreamError(
+            502, f"Upstream error: reading the {what} failed ({type(exc).__name__})",
+            code="upstream_error",
+        ) from exc
 
 
 class OpenAICompatBackend:
@@ -168,7 +185,7 @@ class OpenAICompatBackend:
             decoder = ChunkDecoder()
             body = response.aiter_bytes()
             finished = False  # a finish_reason or an error was seen: an end without [DONE] is ok
-            try:
+            with _read_errors("stream"):
                 async for data in body:
                     for chunk in decoder.feed(data):
                         if not finished:
@@ -177,15 +194,6 @@ class OpenAICompatBackend:
                     if decoder.done:
                         await _drain(body)
                         return
-            except httpx.TimeoutException as exc:
-                raise _timeout_error() from exc
-            except _DROPPED as exc:
-                raise _closed_error() from exc
-            except httpx.HTTPError as exc:
-                raise UpstreamError(
-                    502, f"Upstream error: reading the stream failed ({type(exc).__name__})",
-                    code="upstream_error",
-                ) from exc
             # The body ended without [DONE]: take a last unterminated event, then judge.
             for chunk in decoder.end():
                 finished = finished or _is_final(chunk)
@@ -252,17 +260,8 @@ class OpenAICompatBackend:
         return base * (0.5 + random.random() * 0.5)
 
     async def _read_completion(self, response: httpx.Response) -> dict[str, Any]:
-        try:
+        with _read_errors("response"):
             raw = await response.aread()
-        except httpx.TimeoutException as exc:
-            raise _timeout_error() from exc
-        except _DROPPED as exc:
-            raise _closed_error() from exc
-        except httpx.HTTPError as exc:
-            raise UpstreamError(
-                502, f"Upstream error: reading the response failed ({type(exc).__name__})",
-                code="upstream_error",
-            ) from exc
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
