@@ -666,11 +666,6 @@ def test_prompt_cache_key_places_cache_points_and_usage_reports_cached_tokens(
     }
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "KNOWN GAP: errors raised inside the Bedrock backend name the internal chat message "
-    "('messages[2].content[0].image_url') in `param`, not the client's input path "
-    "('input[1].content[0].image_url'); mapping needs to_chat to carry message -> input "
-    "indexes"))
 def test_bedrock_media_error_param_names_the_client_input_path(
     client: OpenAI, bedrock: FakeBedrock
 ) -> None:
@@ -682,6 +677,7 @@ def test_bedrock_media_error_param_names_the_client_input_path(
 
     assert isinstance(caught.value.body, dict)
     assert caught.value.body["param"] == "input[1].content[0].image_url"
+
 
 # -- Claude thinking + tools, stateless (store=false, encrypted_content) ---------------------
 

@@ -1789,3 +1789,28 @@ def test_arbitrary_json_fields_translate_or_400(
 @given(json_values)
 def test_arbitrary_json_bodies_translate_or_400(body: Any) -> None:
     translate_or_400(body, None)
+
+
+def test_message_params_name_the_client_side_source_of_each_chat_message() -> None:
+    """Backends report errors per chat message; these params say what the client sent."""
+    req = parse_create_request({
+        "model": "m",
+        "instructions": "Be brief.",
+        "input": [
+            {"role": "user", "content": "now"},
+            {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c2", "output": "ok"},
+        ],
+    })
+    history = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "then"}]},
+        {"type": "message", "role": "assistant",
+         "content": [{"type": "output_text", "text": "hi", "annotations": []}]},
+    ]
+    params: list[str] = []
+    body = to_chat_request(req, history + normalize_input(req), model="m", message_params=params)
+    assert [m["role"] for m in body["messages"]] == [
+        "system", "user", "assistant", "user", "assistant", "tool"]
+    assert params == [
+        "instructions", "previous_response_id", "previous_response_id",
+        "input[0]", "input[1]", "input[2]"]

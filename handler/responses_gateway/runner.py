@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
@@ -33,6 +34,7 @@ from responses_gateway.translate.stream import Event, ResponseTranslator, Transl
 from responses_gateway.translate.to_chat import to_chat_request
 
 BackendFactory = Callable[[str], Backend]
+_MESSAGE_PARAM = re.compile(r"messages\[(\d+)\](.*)", re.S)
 
 
 class Gateway:
@@ -56,12 +58,14 @@ class Gateway:
         reasoning_input = "reasoning_content" if route.backend == "bedrock" else (
             self.settings.reasoning_input
         )
+        message_params: list[str] = []
         chat = to_chat_request(
             req,
             history + items,
             model=route.model,
             reasoning_input=reasoning_input,
             unseal=partial(self.sealer.unseal, tenant=tenant),
+            message_params=message_params,
         )
         response_id = ids.new_id(ids.RESPONSE)
         response = new_response(
@@ -79,6 +83,7 @@ class Gateway:
                 "backend": route.backend,
                 "options": _options_of(req),
                 "sealed_reasoning": {},
+                "message_params": message_params,
             },
             input_items=items,
             previous_response_id=req.previous_response_id,
@@ -188,8 +193,23 @@ class Job:
         """
         if self._first is None:
             self._chunks = self.backend.stream(self.backend_request)
-            self._first = asyncio.ensure_future(anext(self._chunks))  # type: ignore[arg-type]
+            self._first = asyncio.ensure_future(self._first_chunk())
         return self._first
+
+    async def _first_chunk(self) -> dict[str, Any]:
+        assert self._chunks is not None
+        try:
+            return await anext(self._chunks)
+        except GatewayError as exc:
+            raise self._client_param(exc) from None
+
+    def _client_param(self, exc: GatewayError) -> GatewayError:
+        """A backend names chat messages (``messages[2].content[0]``); the client sent input."""
+        match = _MESSAGE_PARAM.match(exc.param or "")
+        sources = self.record.request.get("message_params") or ()
+        if match and int(match[1]) < len(sources):
+            exc.param = sources[int(match[1])] + match[2]
+        return exc
 
     async def events(self) -> AsyncIterator[Event]:
         """``response.created`` first, then everything up to exactly one terminal event.

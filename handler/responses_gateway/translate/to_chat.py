@@ -52,15 +52,25 @@ def to_chat_request(
     model: str,
     reasoning_input: str | None = None,
     unseal: Unseal | None = None,
+    message_params: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Build the chat body. ``items`` is the whole conversation, this turn's input last."""
+    """Build the chat body. ``items`` is the whole conversation, this turn's input last.
+
+    ``message_params``, when given, is filled with the client-side param of each chat message
+    (``instructions``, ``input[3]``, ``previous_response_id``), so an error a backend raises
+    about ``messages[k]...`` can name what the client sent.
+    """
     current = 0 if req.input is None else 1 if isinstance(req.input, str) else len(req.input)
     builder = _Messages(reasoning_input, unseal, first_current=len(items) - current)
+    sources = message_params if message_params is not None else []
     if req.instructions:
         builder.messages.append({"role": "system", "content": req.instructions})
+        sources.append("instructions")
     for index, item in enumerate(items):
         builder.add(index, item)
+        sources.extend([builder.param(index)] * (len(builder.messages) - len(sources)))
     body: dict[str, Any] = {"model": model, "messages": builder.finish()}
+    sources.extend(["input"] * (len(body["messages"]) - len(sources)))
     _add_tools(body, req)
     _add_options(body, req)
     return body
