@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -20,8 +21,9 @@ import anyio
 from responses_gateway import ids
 from responses_gateway.backends.base import Backend, BackendRequest
 from responses_gateway.config import Settings
-from responses_gateway.errors import GatewayError, UpstreamError, invalid_request, not_found
+from responses_gateway.errors import GatewayError, invalid_request, not_found
 from responses_gateway.observability import ResponseMetrics
+from responses_gateway.store.base import CancelledError as StoreCancelled
 from responses_gateway.store.base import Store, StoredResponse, StoreUnavailable
 from responses_gateway.translate.request_models import (
     CreateResponseRequest,
@@ -33,6 +35,7 @@ from responses_gateway.translate.sealing import Sealer
 from responses_gateway.translate.stream import Event, ResponseTranslator, TranslateOptions
 from responses_gateway.translate.to_chat import to_chat_request
 
+logger = logging.getLogger("responses_gateway")
 BackendFactory = Callable[[str], Backend]
 _MESSAGE_PARAM = re.compile(r"messages\[(\d+)\](.*)", re.S)
 
@@ -250,12 +253,25 @@ class Job:
                 terminal = await self._stored(translator.finish())
                 for event in terminal:
                     yield event
-        except UpstreamError as exc:
+        except (StoreUnavailable, StoreCancelled):
+            raise  # the store's own verdicts: a 503, or a background job that must stop
+        except GatewayError as exc:
+            # An upstream failure, or a backend refusing part of the request (a Bedrock
+            # image it cannot fetch) after the stream had started: the response fails.
             if translator.done:
                 return
             terminal = await self._stored(
                 translator.fail(exc.code or "upstream_error", exc.message)
             )
+            for event in terminal:
+                yield event
+        except Exception:
+            logger.exception("response %s failed inside the gateway", self.record.id)
+            if translator.done:
+                return
+            terminal = await self._stored(translator.fail(
+                "server_error", "The gateway failed while producing this response."
+            ))
             for event in terminal:
                 yield event
         finally:

@@ -90,11 +90,11 @@ async def create_response(request: Request) -> Response:
         )
     try:
         await first
-    except StopAsyncIteration:
-        pass
     except GatewayError:
         await job.close()
         raise
+    except Exception:
+        pass
     return JSON(await job.run_to_end())
 
 

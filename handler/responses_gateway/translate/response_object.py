@@ -69,21 +69,32 @@ def new_response(
 
 
 def usage_from_chat(usage: dict[str, Any]) -> dict[str, Any]:
-    """Chat ``usage`` → Responses ``usage`` (cached and reasoning tokens included)."""
-    prompt = usage.get("prompt_tokens") or 0
-    completion = usage.get("completion_tokens") or 0
-    total = usage.get("total_tokens") or prompt + completion
-    prompt_details = usage.get("prompt_tokens_details") or {}
-    completion_details = usage.get("completion_tokens_details") or {}
+    """Chat ``usage`` → Responses ``usage`` (cached and reasoning tokens included).
+
+    Upstreams are not trusted to send well-formed numbers: anything else counts as 0.
+    """
+    prompt = _count(usage.get("prompt_tokens"))
+    completion = _count(usage.get("completion_tokens"))
+    total = _count(usage.get("total_tokens")) or prompt + completion
+    prompt_details = _object(usage.get("prompt_tokens_details"))
+    completion_details = _object(usage.get("completion_tokens_details"))
     return {
         "input_tokens": prompt,
         "input_tokens_details": {
-            "cache_write_tokens": prompt_details.get("cache_write_tokens") or 0,
-            "cached_tokens": prompt_details.get("cached_tokens") or 0,
+            "cache_write_tokens": _count(prompt_details.get("cache_write_tokens")),
+            "cached_tokens": _count(prompt_details.get("cached_tokens")),
         },
         "output_tokens": completion,
         "output_tokens_details": {
-            "reasoning_tokens": completion_details.get("reasoning_tokens") or 0
+            "reasoning_tokens": _count(completion_details.get("reasoning_tokens"))
         },
         "total_tokens": total,
     }
+
+
+def _count(value: Any) -> int:
+    return value if value.__class__ is int and value > 0 else 0
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if value.__class__ is dict else {}

@@ -140,98 +140,108 @@ class ResponseTranslator:
         out: list[Event] = []
         if self.done:
             return out
-        choices = chunk.get("choices")
-        if choices:
-            choice = choices[0]
-            if choice.get("index"):
-                # n > 1: only choice 0 is the answer; chunks of other choices carry nothing.
-                choice = next((c for c in choices if c.get("index", 0) == 0), _NO_CHOICE)
-            delta = choice.get("delta") or choice.get("message")
-            if delta:
-                # Hot paths, written out flat: one more fragment for the item already open,
-                # nothing else in the delta. Anything unusual takes _apply_delta.
-                kind = self._kind
-                if kind == _TEXT:
-                    content = delta.get("content")
-                    if (
-                        content.__class__ is str
-                        and (len(delta) == 1 or not _has_other_parts(delta.get))
-                        and not self._want_logprobs
-                    ):
-                        if content:
-                            self._pieces.append(content)
-                            seq = self._seq
-                            self._seq = seq + 1
-                            out.append({"type": _TEXT_DELTA, "item_id": self._item_id,
-                                        "output_index": self._output_index,
-                                        "content_index": self._content_index,
-                                        "delta": content, "logprobs": _NO_LOGPROBS,
-                                        "sequence_number": seq})
-                        kind = _DONE_FAST
-                elif kind == _REASONING:
-                    get = delta.get
-                    content = get("reasoning_content") or get("reasoning")
-                    if (
-                        content.__class__ is str
-                        and self._content_index >= 0
-                        and (
-                            (n := len(delta)) == 1
-                            or (n == 2 and get("content", 0) is None)  # DeepSeek's shape
-                            or not (get("content") or get("reasoning_details")
-                                    or get("refusal") or get("tool_calls"))
-                        )
-                    ):
-                        if content:
-                            self._pieces.append(content)
-                            seq = self._seq
-                            self._seq = seq + 1
-                            out.append({"type": self._reasoning_delta_type,
-                                        "item_id": self._item_id,
-                                        "output_index": self._output_index,
-                                        self._reasoning_index_key: self._content_index,
-                                        "delta": content, "sequence_number": seq})
-                        kind = _DONE_FAST
-                elif kind == _CALL:
-                    calls = delta.get("tool_calls")
-                    if (
-                        calls
-                        and len(calls) == 1
-                        and (len(delta) == 1 or not _has_other_call_parts(delta.get))
-                    ):
-                        call = calls[0]
-                        function = call.get("function")
-                        index = call.get("index")
+        try:
+            choices = chunk.get("choices")
+            if choices:
+                choice = choices[0]
+                if choice.get("index"):
+                    # n > 1: only choice 0 is the answer; chunks of other choices carry nothing.
+                    choice = next((c for c in choices if c.get("index", 0) == 0), _NO_CHOICE)
+                delta = choice.get("delta") or choice.get("message")
+                if delta:
+                    # Hot paths, written out flat: one more fragment for the item already open,
+                    # nothing else in the delta. Anything unusual takes _apply_delta.
+                    kind = self._kind
+                    if kind == _TEXT:
+                        content = delta.get("content")
                         if (
-                            function
-                            and (index is None or index == self._open_index)
-                            and not call.get("id")
-                            and not function.get("name")
+                            content.__class__ is str
+                            and (len(delta) == 1 or not _has_other_parts(delta.get))
+                            and not self._want_logprobs
                         ):
-                            arguments = function.get("arguments")
-                            if arguments:
-                                self._call.args.append(arguments)  # type: ignore[union-attr]
+                            if content:
+                                self._pieces.append(content)
                                 seq = self._seq
                                 self._seq = seq + 1
-                                out.append({"type": _ARGS_DELTA, "item_id": self._item_id,
+                                out.append({"type": _TEXT_DELTA, "item_id": self._item_id,
                                             "output_index": self._output_index,
-                                            "delta": arguments, "sequence_number": seq})
+                                            "content_index": self._content_index,
+                                            "delta": content, "logprobs": _NO_LOGPROBS,
+                                            "sequence_number": seq})
                             kind = _DONE_FAST
-                if kind != _DONE_FAST:
-                    try:
+                    elif kind == _REASONING:
+                        get = delta.get
+                        content = get("reasoning_content") or get("reasoning")
+                        if (
+                            content.__class__ is str
+                            and self._content_index >= 0
+                            and (
+                                (n := len(delta)) == 1
+                                or (n == 2 and get("content", 0) is None)  # DeepSeek's shape
+                                or not (get("content") or get("reasoning_details")
+                                        or get("refusal") or get("tool_calls"))
+                            )
+                        ):
+                            if content:
+                                self._pieces.append(content)
+                                seq = self._seq
+                                self._seq = seq + 1
+                                out.append({"type": self._reasoning_delta_type,
+                                            "item_id": self._item_id,
+                                            "output_index": self._output_index,
+                                            self._reasoning_index_key: self._content_index,
+                                            "delta": content, "sequence_number": seq})
+                            kind = _DONE_FAST
+                    elif kind == _CALL:
+                        calls = delta.get("tool_calls")
+                        if (
+                            calls
+                            and len(calls) == 1
+                            and (len(delta) == 1 or not _has_other_call_parts(delta.get))
+                        ):
+                            call = calls[0]
+                            function = call.get("function")
+                            index = call.get("index")
+                            if (
+                                function
+                                and (index is None or index == self._open_index)
+                                and not call.get("id")
+                                and not function.get("name")
+                            ):
+                                arguments = function.get("arguments")
+                                if arguments:
+                                    self._call.args.append(arguments)  # type: ignore[union-attr]
+                                    seq = self._seq
+                                    self._seq = seq + 1
+                                    out.append({"type": _ARGS_DELTA, "item_id": self._item_id,
+                                                "output_index": self._output_index,
+                                                "delta": arguments, "sequence_number": seq})
+                                kind = _DONE_FAST
+                    if kind != _DONE_FAST:
                         self._apply_delta(delta, choice, out)
-                    except TranslationError as exc:
-                        out.extend(self.fail("upstream_protocol_error", str(exc)))
-                        return out
-            reason = choice.get("finish_reason")
-            if reason:
-                self._finish_reason = reason
-        if "error" in chunk:
-            out.extend(self._fail_from_upstream(chunk["error"]))
+                reason = choice.get("finish_reason")
+                if reason:
+                    self._finish_reason = reason if reason.__class__ is str else str(reason)
+            if "error" in chunk:
+                out.extend(self._fail_from_upstream(chunk["error"]))
+                return out
+            usage = chunk.get("usage")
+            if usage:
+                if usage.__class__ is not dict:
+                    raise TypeError("usage is not an object")
+                self._usage = usage
             return out
-        usage = chunk.get("usage")
-        if usage:
-            self._usage = usage
-        return out
+        except TranslationError as exc:
+            out.extend(self.fail("upstream_protocol_error", str(exc)))
+            return out
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+            # A chunk of the wrong shape ({"choices": [null]}, "usage": "x", ...): the
+            # upstream broke the protocol; end the response failed, keeping what was sent.
+            out.extend(self.fail(
+                "upstream_protocol_error",
+                f"The upstream sent a malformed chunk ({type(exc).__name__}: {exc}).",
+            ))
+            return out
 
     def finish(self) -> list[Event]:
         """The upstream ended cleanly: close what is open and emit the terminal event."""
@@ -296,6 +306,8 @@ class ResponseTranslator:
                 self._content_parts(content, out)
         refusal = delta.get("refusal")
         if refusal:
+            if refusal.__class__ is not str:
+                raise TranslationError("a refusal that is not a string")
             self._refusal(refusal, out)
         tool_calls = delta.get("tool_calls")
         if tool_calls:
@@ -328,6 +340,8 @@ class ResponseTranslator:
                     self._signed_block(signature, {})
 
     def _text(self, text: str, logprobs: list[Any] | None, out: list[Event]) -> None:
+        if text.__class__ is not str:
+            raise TranslationError("text content that is not a string")
         if self._kind != _TEXT:
             self._open_message_part(_TEXT, out)
         self._pieces.append(text)
@@ -365,6 +379,8 @@ class ResponseTranslator:
         )
 
     def _reasoning(self, text: str, out: list[Event]) -> None:
+        if text.__class__ is not str:
+            raise TranslationError("reasoning text that is not a string")
         if self._kind != _REASONING:
             self._open_reasoning(out)
         if not self._pieces and self._content_index < 0:
@@ -447,6 +463,10 @@ class ResponseTranslator:
         function = tool_call.get("function") or {}
         name = function.get("name")
         arguments = function.get("arguments")
+        if (name and name.__class__ is not str) or (
+            arguments and arguments.__class__ is not str
+        ):
+            raise TranslationError("a tool call whose name or arguments are not strings")
         if call is None:
             if not name and not arguments and not upstream_id:
                 return  # an empty trailing fragment for nothing we know
