@@ -505,12 +505,12 @@ def test_worker_crash_is_failed_after_lease_expiry(
 def test_worker_never_started_is_failed_after_lease_expiry(
     env: Env, lambda_client: FakeLambdaClient
 ) -> None:
-    server = env.server(worker_function="gateway-worker", lease_seconds=0.3)
+    server = env.server(worker_function="gateway-worker", lease_seconds=0.3, queued_seconds=0.6)
     c = client(server)
     created = create(c, "text")
     assert created.status == "queued"
     assert c.responses.retrieve(created.id).status == "queued"
-    time.sleep(0.7)  # the queued lease is twice the lease
+    time.sleep(0.7)  # past the queued bound
     failed = c.responses.retrieve(created.id)
     assert failed.status == "failed" and failed.error.code == "worker_lost"  # type: ignore[union-attr]
 
@@ -909,3 +909,32 @@ def test_store_init_creates_the_table(
     # The store works on it.
     store = DynamoDBStore(name)
     assert sync(store.get("resp_missing", "default")) is None
+
+
+def test_resume_at_or_past_the_end_sends_nothing_more(env: Env) -> None:
+    """A cursor at the terminal event, or past it, has nothing left to replay."""
+    server = env.server()
+    c = client(server)
+    created = create(c, "deltas n=5")
+    wait_terminal(c, created.id)
+    everything = read_sse(resume_url(server, created.id, None))
+    last = everything[-1]["sequence_number"]
+    assert everything[-1]["type"] == "response.completed"
+    assert [e["sequence_number"] for e in everything] == list(range(last + 1))
+    assert read_sse(resume_url(server, created.id, last)) == []
+    assert read_sse(resume_url(server, created.id, last + 500)) == []
+    tail = read_sse(resume_url(server, created.id, last - 1))
+    assert [e["sequence_number"] for e in tail] == [last]
+
+
+def test_local_feed_keeps_each_event_once_in_order() -> None:
+    """The final flush republishes its batch; events already published must not repeat."""
+    feed = background.LocalFeed()
+    feed.open("resp_1")
+    events = [{"type": "response.output_text.delta", "sequence_number": n} for n in range(6)]
+    feed.publish("resp_1", events[:4])
+    feed.publish("resp_1", events[2:])  # overlaps 2 and 3
+    assert [e["sequence_number"] for e in feed.events["resp_1"]] == list(range(6))
+    after = feed.after("resp_1", 3)
+    assert after is not None
+    assert [e["sequence_number"] for e in after[0]] == [4, 5]

@@ -36,6 +36,7 @@ NOT_PARAMETERS = {
     "GATEWAY_BEDROCK_ENDPOINT_URL": "local Bedrock stand-ins only",
     "GATEWAY_MAX_BODY_BYTES": "function URLs cap request bodies at 6 MB anyway",
     "GATEWAY_STREAM_GRACE_SECONDS": "an internal tuning knob",
+    "GATEWAY_QUEUED_SECONDS": "default fits the worker's MaximumEventAgeInSeconds (300 s)",
 }
 
 

@@ -281,3 +281,12 @@ def test_stream_retrieve_of_a_foreground_response_is_400(client: OpenAI) -> None
     error = _error(caught.value)
     assert error["param"] == "stream"
     assert "background" in error["message"]
+
+
+def test_out_of_range_cursor_is_400(gateway: GatewayServer) -> None:
+    with httpx.Client(base_url=gateway.base_url, timeout=10) as http:
+        reply = http.get("/responses/resp_x/input_items", params={"limit": "9" * 30})
+        assert _raw_error(reply, 404)["param"] == "response_id"  # unknown id checked first
+        done = http.post("/responses", json={"model": MODEL, "input": "hi"}).json()
+        reply = http.get(f"/responses/{done['id']}/input_items", params={"limit": "9" * 30})
+        assert _raw_error(reply, 400)["param"] == "limit"

@@ -25,16 +25,16 @@ class Route:
 class Settings:
     backend: str = "openai"
     upstream_url: str = "http://127.0.0.1:11434/v1"
-    upstream_api_key: str | None = None
+    upstream_api_key: str | None = field(default=None, repr=False)  # secrets stay out of logs
     model_map: dict[str, str] = field(default_factory=dict)
     connect_timeout: float = 10.0
     read_timeout: float = 300.0
     max_retries: int = 2
     max_body_bytes: int = 20 * 1024 * 1024
     store: str = "sqlite:gateway.db"
-    api_keys: tuple[str, ...] = ()
+    api_keys: tuple[str, ...] = field(default=(), repr=False)
     retention_days: int = 30
-    seal_key: str | None = None
+    seal_key: str | None = field(default=None, repr=False)
     reasoning_input: str | None = None  # reasoning sent back upstream: None, "reasoning_content"
     keepalive_seconds: float = 15.0
     stream_grace_seconds: float = 0.5
@@ -43,6 +43,7 @@ class Settings:
     bedrock_endpoint_url: str | None = None
     worker_function: str | None = None  # async-invoked worker Lambda (AWS); unset: in-process
     lease_seconds: float = 30.0
+    queued_seconds: float | None = None  # how long a background response may wait for a worker
     debug_log_content: bool = False
 
     def route(self, model: str) -> Route:
@@ -101,6 +102,7 @@ class Settings:
             bedrock_endpoint_url=get("GATEWAY_BEDROCK_ENDPOINT_URL"),
             worker_function=get("GATEWAY_WORKER_FUNCTION"),
             lease_seconds=float(get("GATEWAY_LEASE_SECONDS", "30") or 30),
+            queued_seconds=float(q) if (q := get("GATEWAY_QUEUED_SECONDS")) else None,
             debug_log_content=(get("GATEWAY_DEBUG_LOG_CONTENT", "false") or "").lower()
             in ("1", "true", "yes"),
         )

@@ -36,6 +36,7 @@ from responses_gateway.translate.stream import Event, ResponseTranslator, Transl
 from responses_gateway.translate.to_chat import to_chat_request
 
 logger = logging.getLogger("responses_gateway")
+MAX_ITEM_REFERENCES = 1000
 BackendFactory = Callable[[str], Backend]
 _MESSAGE_PARAM = re.compile(r"messages\[(\d+)\](.*)", re.S)
 
@@ -55,7 +56,8 @@ class Gateway:
         """Validate and translate a create body; every client mistake raises a 4xx here."""
         req = parse_create_request(body)
         items = await self._resolve_references(normalize_input(req), tenant)
-        self.store.check_input_items(items) if req.store else None
+        if req.store:
+            self.store.check_input_items(items)
         history = await self._history(req.previous_response_id, tenant)
         route = self.settings.route(req.model)
         reasoning_input = "reasoning_content" if route.backend == "bedrock" else (
@@ -114,6 +116,12 @@ class Gateway:
         wanted = [item["id"] for item in items if item.get("type") == "item_reference"]
         if not wanted:
             return items
+        if len(set(wanted)) > MAX_ITEM_REFERENCES:  # each one is a store lookup
+            raise invalid_request(
+                f"Too many item references: {len(set(wanted))}; at most {MAX_ITEM_REFERENCES} "
+                "per request.",
+                param="input",
+            )
         found = await self.store.get_items(wanted, tenant)
         resolved = []
         for index, item in enumerate(items):
@@ -182,8 +190,6 @@ class Job:
         )
         self._chunks: AsyncIterator[dict[str, Any]] | None = None
         self._first: asyncio.Future[dict[str, Any]] | None = None
-        #: called with each batch of events before they leave (background persistence)
-        self.on_events: Callable[[list[Event]], Awaitable[None]] | None = None
 
     @property
     def response(self) -> dict[str, Any]:

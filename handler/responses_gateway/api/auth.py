@@ -20,10 +20,6 @@ class Authenticator:
     def __init__(self, keys: tuple[str, ...] | list[str]) -> None:
         self._digests = [hashlib.sha256(key.encode()).digest() for key in keys]
 
-    @property
-    def enabled(self) -> bool:
-        return bool(self._digests)
-
     def tenant(self, authorization: str | None) -> str:
         """The tenant for an ``Authorization`` header, or a 401 GatewayError."""
         if not self._digests:

@@ -202,8 +202,11 @@ def _int_param(value: str | None, name: str, default: int) -> int:
     if value is None or value == "":
         return default
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
         raise invalid_request(
             f"Invalid '{name}': expected an integer, but got {value!r} instead.", param=name
         ) from None
+    if not -(2**62) < number < 2**62:  # stores index sequence numbers as 64-bit integers
+        raise invalid_request(f"Invalid '{name}': {value} is out of range.", param=name)
+    return number

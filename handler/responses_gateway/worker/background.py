@@ -45,6 +45,7 @@ SNAPSHOT_SECONDS = 1.0  # the readable Response (and the lease) ride along a flu
 POLL_SECONDS = 0.2  # a follower without a local feed reads the store this often
 STOP_SECONDS = 5.0  # on shutdown, how long the cancelled workers get to record the failure
 RUNNING = frozenset({"queued", "in_progress"})
+QUEUED_SECONDS_AWS = 360.0
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
@@ -64,8 +65,14 @@ class LocalFeed:
         self._changed.setdefault(response_id, asyncio.Event())
 
     def publish(self, response_id: str, events: list[Event]) -> None:
+        """Append events not published yet; the log stays in sequence order, no repeats."""
         log = self.events.get(response_id)
-        if log is not None and events:
+        if log is None or not events:
+            return
+        last = log[-1]["sequence_number"] if log else -1
+        if events[0]["sequence_number"] <= last:
+            events = [e for e in events if e["sequence_number"] > last]
+        if events:
             log.extend(events)
             self._wake(response_id)
 
@@ -119,8 +126,14 @@ async def start(gateway: Gateway, job: Job) -> Any:
     from responses_gateway.api.sse_response import EventStreamResponse
 
     record = job.record
-    # Until a worker claims it, this lease bounds how long it may stay queued.
-    record.lease_until = time.time() + 2 * gateway.settings.lease_seconds
+    # Until a worker claims it, this lease bounds how long it may stay queued. An async Lambda
+    # invocation may wait in its queue up to the template's MaximumEventAgeInSeconds (300 s;
+    # after that the dead letter ends it failed), so in AWS the bound is past that.
+    settings = gateway.settings
+    queued_for = settings.queued_seconds or (
+        QUEUED_SECONDS_AWS if settings.worker_function else 2 * settings.lease_seconds
+    )
+    record.lease_until = time.time() + queued_for
     await gateway.store.put(record)
     await dispatch(gateway, record)
     if job.backend_request.stream:
@@ -534,14 +547,19 @@ async def follow(gateway: Gateway, record: StoredResponse, after: int) -> AsyncI
                 yield event
                 if last_type in TERMINAL_EVENTS:
                     return
-            if last_type is None and last >= 0:  # resumed at the very end?
-                seen = await store.read_events(record.id, last - 1)
-                last_type = seen[0]["type"] if seen else None
-            if current.status != "cancelled" and last_type not in TERMINAL_EVENTS:
+            if current.status == "cancelled":
+                return
+            end = last
+            if last_type is None:  # nothing after the cursor: where does the log end?
+                log = await store.read_events(record.id, -1)
+                if log and log[-1]["type"] in TERMINAL_EVENTS:
+                    return  # the cursor is at (or past) the terminal event
+                end = log[-1]["sequence_number"] if log else -1
+            if end + 1 > after:  # the log has no terminal event: say how it ended
                 yield {
                     "type": "response." + current.status,
                     "response": current.response,
-                    "sequence_number": last + 1,
+                    "sequence_number": end + 1,
                 }
             return
         await anyio.sleep(POLL_SECONDS)
