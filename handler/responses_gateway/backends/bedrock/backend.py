@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import socket
 import threading
 import time
@@ -140,18 +139,6 @@ class BedrockBackend:
         self._owns_client = client is None
         self._client_lock = threading.Lock()
         self.fetcher = image_fetcher or MediaFetcher.from_env()
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ) -> BedrockBackend:
-        """``GATEWAY_BEDROCK_REGION`` (else the AWS default chain), ``…_ENDPOINT_URL``,
-        ``…_READ_TIMEOUT`` (s, default 300), ``…_MAX_ATTEMPTS`` (default 2, 1 = no retry)."""
-        return cls(
-            region=environ.get("GATEWAY_BEDROCK_REGION") or None,
-            endpoint_url=environ.get("GATEWAY_BEDROCK_ENDPOINT_URL") or None,
-            image_fetcher=MediaFetcher.from_env(environ),
-            read_timeout=float(environ.get("GATEWAY_BEDROCK_READ_TIMEOUT") or 300),
-            max_attempts=int(environ.get("GATEWAY_BEDROCK_MAX_ATTEMPTS") or 2),
-        )
 
     def client(self) -> Any:
         """The boto3 client, created on first use (in a worker thread: creation is slow)."""
