@@ -433,16 +433,8 @@ class DynamoDBStore(Store):
 
     def _load_response(self, response_id: str) -> dict[str, Any] | None:
         """Only the Response object (no input items), for output item lookups."""
-        projection, names = _names("rsp", "rsp_n", "rsp_v", TTL_ATTRIBUTE)
         for _ in range(_TORN_READ_ATTEMPTS):
-            record = self._call(
-                "get_item",
-                TableName=self.table_name,
-                Key=self._record_key(response_id),
-                ConsistentRead=True,
-                ProjectionExpression=projection,
-                ExpressionAttributeNames=names,
-            ).get("Item")
+            record = self._get_record(response_id, "rsp", "rsp_n", "rsp_v", TTL_ATTRIBUTE)
             if record is None or _expired(record, time.time()):
                 return None
             parts: dict[str, dict[str, Any]] = {}
@@ -652,9 +644,10 @@ class DynamoDBStore(Store):
         if response.get("status") in TERMINAL_STATUSES and response.get("output"):
             self._index_outputs(response_id, response)
 
-    def _index_outputs(self, response_id: str, response: dict[str, Any]) -> None:
-        projection, names = _names("tenant", TTL_ATTRIBUTE)
-        record = self._call(
+    def _get_record(self, response_id: str, *attributes: str) -> dict[str, Any] | None:
+        """Some attributes of the response's record item (strongly consistent)."""
+        projection, names = _names(*attributes)
+        return self._call(
             "get_item",
             TableName=self.table_name,
             Key=self._record_key(response_id),
@@ -662,6 +655,9 @@ class DynamoDBStore(Store):
             ProjectionExpression=projection,
             ExpressionAttributeNames=names,
         ).get("Item")
+
+    def _index_outputs(self, response_id: str, response: dict[str, Any]) -> None:
+        record = self._get_record(response_id, "tenant", TTL_ATTRIBUTE)
         if record is not None:
             tenant = record["tenant"]["S"]
             self._batch_put(
