@@ -352,4 +352,4 @@ async def _shielded(awaitable: Awaitable[None]) -> None:
         await awaitable
 
 
-__all__ = ["Gateway", "GatewayError", "Job", "invalid_request"]
+__all__ = ["Gateway", "Job"]

@@ -76,7 +76,13 @@ async def create_response(request: Request) -> Response:
     gateway = _gateway(request)
     job = await gateway.prepare(await _json_body(request), tenant)
     if job.record.background:
-        return await background.start(gateway, job)
+        await background.start(gateway, job)
+        if not job.backend_request.stream:
+            return JSON(job.record.response)
+        return EventStreamResponse(
+            background.follow(gateway, job.record, -1),
+            keepalive_seconds=gateway.settings.keepalive_seconds,
+        )
     first = job.open()
     if job.backend_request.stream:
         # Give a fast upstream refusal the chance to be a real HTTP error; past the grace

@@ -120,11 +120,8 @@ def feed_of(gateway: Gateway) -> LocalFeed:
 # -- start ----------------------------------------------------------------------------------
 
 
-async def start(gateway: Gateway, job: Job) -> Any:
-    """Store the record ``queued``, dispatch it, and answer as OpenAI does (stream or not)."""
-    from responses_gateway.api.routes import JSON
-    from responses_gateway.api.sse_response import EventStreamResponse
-
+async def start(gateway: Gateway, job: Job) -> None:
+    """Store the record ``queued`` and hand it to a worker; the caller answers the client."""
     record = job.record
     # Until a worker claims it, this lease bounds how long it may stay queued. An async Lambda
     # invocation may wait in its queue up to the template's MaximumEventAgeInSeconds (300 s;
@@ -136,11 +133,6 @@ async def start(gateway: Gateway, job: Job) -> Any:
     record.lease_until = time.time() + queued_for
     await gateway.store.put(record)
     await dispatch(gateway, record)
-    if job.backend_request.stream:
-        return EventStreamResponse(
-            follow(gateway, record, -1), keepalive_seconds=gateway.settings.keepalive_seconds
-        )
-    return JSON(record.response)
 
 
 async def dispatch(gateway: Gateway, record: StoredResponse) -> None:
