@@ -14,6 +14,7 @@ import pytest
 from responses_gateway.backends.base import BackendRequest
 from responses_gateway.backends.openai_compat import OpenAICompatBackend, parse_retry_after
 from responses_gateway.errors import UpstreamError
+from responses_gateway.translate.upstream_sse import parse_chunk
 from tests.conftest import FIXTURES
 from tests.helpers.scripted_upstream import (
     DEFAULT_REASONING,
@@ -25,6 +26,15 @@ from tests.helpers.scripted_upstream import (
 
 T = TypeVar("T")
 Chunk = dict[str, Any]
+
+
+def as_dict(chunk: dict[str, Any] | bytes) -> Chunk:
+    """Plain data events come as their JSON bytes (the translator parses them)."""
+    if isinstance(chunk, bytes):
+        parsed = parse_chunk(None, chunk)
+        assert parsed is not None
+        return parsed
+    return chunk
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +71,7 @@ def backend_for(up: ScriptedUpstream, **kwargs: Any) -> OpenAICompatBackend:
 
 async def collect(backend: OpenAICompatBackend, req: BackendRequest) -> list[Chunk]:
     try:
-        return [chunk async for chunk in backend.stream(req)]
+        return [as_dict(chunk) async for chunk in backend.stream(req)]
     finally:
         await backend.aclose()
 
@@ -72,7 +82,7 @@ async def collect_until_error(
     chunks: list[Chunk] = []
     try:
         async for chunk in backend.stream(req):
-            chunks.append(chunk)
+            chunks.append(as_dict(chunk))
     except UpstreamError as exc:
         return chunks, exc
     finally:
@@ -256,10 +266,29 @@ def test_fixture_replay_matches_the_recording(up: ScriptedUpstream, name: str) -
     assert chunks == expected
 
 
-def test_fixture_error_frame_without_done_ends_cleanly(up: ScriptedUpstream) -> None:
-    chunks = stream_chunks(up, "fixture:groq-gpt-oss-120b-reasoning-error-midstream.sse")
+def test_fixture_error_frame_without_done_then_the_close_is_reported(
+    up: ScriptedUpstream,
+) -> None:
+    """The backend reports an end without [DONE]; judging it is the caller's (the error frame
+    has already ended the response there)."""
+    chunks, err = run(lambda: collect_until_error(
+        backend_for(up), request("fixture:groq-gpt-oss-120b-reasoning-error-midstream.sse")))
     assert chunks[-1]["error"]["code"] == "tool_use_failed"
     assert all("error" not in c for c in chunks[:-1])
+    assert err is not None and err.code == "upstream_connection_closed"
+
+
+def test_plain_data_events_come_as_their_wire_bytes(up: ScriptedUpstream) -> None:
+    async def raw() -> list[Any]:
+        backend = backend_for(up)
+        try:
+            return [chunk async for chunk in backend.stream(request("text n=3"))]
+        finally:
+            await backend.aclose()
+
+    chunks = run(raw)
+    assert chunks and all(isinstance(c, bytes) for c in chunks)
+    assert [json.loads(c) for c in chunks] == [as_dict(c) for c in chunks]
 
 
 def test_echo_and_directive_in_system_message(up: ScriptedUpstream) -> None:
@@ -443,7 +472,9 @@ def test_malformed_json_chunk_becomes_error_chunk(up: ScriptedUpstream) -> None:
 
 
 def test_event_error_frame(up: ScriptedUpstream) -> None:
-    chunks = stream_chunks(up, 'error_event after=2 code=overloaded message="busy"')
+    chunks, err = run(lambda: collect_until_error(
+        backend_for(up), request('error_event after=2 code=overloaded message="busy"')))
+    assert err is not None and err.code == "upstream_connection_closed"  # no [DONE] after it
     assert chunks[-1] == {"error": {"message": "busy", "type": "server_error", "param": None,
                                     "code": "overloaded"}}
     assert field_text(chunks[:-1], "content") == DEFAULT_TEXT[:len(field_text(chunks[:-1],
@@ -504,7 +535,7 @@ def test_finished_streams_reuse_the_pooled_connection(up: ScriptedUpstream) -> N
     async def main() -> None:
         backend = backend_for(up)
         for _ in range(3):
-            assert field_text([c async for c in backend.stream(request("text"))],
+            assert field_text([as_dict(c) async for c in backend.stream(request("text"))],
                               "content") == DEFAULT_TEXT
         await backend.aclose()
 
@@ -518,7 +549,7 @@ def test_concurrent_streams_spread_over_pool_shards(up: ScriptedUpstream) -> Non
         backend = backend_for(up)
 
         async def one() -> str:
-            return field_text([c async for c in backend.stream(request("deltas n=50"))],
+            return field_text([as_dict(c) async for c in backend.stream(request("deltas n=50"))],
                               "content")
 
         texts = await asyncio.gather(*(one() for _ in range(40)))

@@ -34,6 +34,7 @@ from responses_gateway.translate.response_object import new_response
 from responses_gateway.translate.sealing import Sealer
 from responses_gateway.translate.stream import Event, ResponseTranslator, TranslateOptions
 from responses_gateway.translate.to_chat import to_chat_request
+from responses_gateway.translate.upstream_sse import Chunk
 
 logger = logging.getLogger("responses_gateway")
 MAX_ITEM_REFERENCES = 1000
@@ -188,14 +189,14 @@ class Job:
         self.metrics = ResponseMetrics(
             record.id, record.response.get("model") or "", stream=stream, content=chat
         )
-        self._chunks: AsyncIterator[dict[str, Any]] | None = None
-        self._first: asyncio.Future[dict[str, Any]] | None = None
+        self._chunks: AsyncIterator[Chunk] | None = None
+        self._first: asyncio.Future[Chunk] | None = None
 
     @property
     def response(self) -> dict[str, Any]:
         return self.translator.response
 
-    def open(self) -> asyncio.Future[dict[str, Any]]:
+    def open(self) -> asyncio.Future[Chunk]:
         """Send the request upstream; the future resolves with the first chunk.
 
         An UpstreamError from it happened before any output, so it can still be an HTTP error.
@@ -205,7 +206,7 @@ class Job:
             self._first = asyncio.ensure_future(self._first_chunk())
         return self._first
 
-    async def _first_chunk(self) -> dict[str, Any]:
+    async def _first_chunk(self) -> Chunk:
         assert self._chunks is not None
         try:
             return await anext(self._chunks)
@@ -266,9 +267,11 @@ class Job:
             # image it cannot fetch) after the stream had started: the response fails.
             if translator.done:
                 return
-            terminal = await self._stored(
-                translator.fail(exc.code or "upstream_error", exc.message)
-            )
+            if exc.code == "upstream_connection_closed" and translator.finish_reason:
+                ending = translator.finish()  # closed early, but after the model had finished
+            else:
+                ending = translator.fail(exc.code or "upstream_error", exc.message)
+            terminal = await self._stored(ending)
             for event in terminal:
                 yield event
         except Exception:

@@ -3,11 +3,13 @@
 A backend takes the chat request the translator built and yields ``chat.completion.chunk``
 dicts exactly as an OpenAI-compatible server would stream them (``choices[0].delta`` with
 ``content`` / ``reasoning_content`` / ``reasoning_details`` / ``refusal`` / ``tool_calls``,
-``finish_reason``, ``usage``). An upstream error frame mid-stream is yielded as
-``{"error": {...}}``; the translator turns it into ``response.failed``.
+``finish_reason``, ``usage``), or such a chunk's JSON bytes as they came off the wire (the
+translator parses those, cheaply when they repeat). An upstream error frame mid-stream is
+yielded as ``{"error": {...}}``; the translator turns it into ``response.failed``.
 
 Failures raise :class:`~responses_gateway.errors.UpstreamError`: before the first chunk it
-becomes an HTTP error, after it the response ends ``failed``.
+becomes an HTTP error, after it the response ends ``failed``, except that a stream closing
+early (``upstream_connection_closed``) after a ``finish_reason`` is complete all the same.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from responses_gateway.translate.upstream_sse import Chunk
 
 
 @dataclass(slots=True)
@@ -30,8 +34,8 @@ class BackendRequest:
 class Backend(Protocol):
     name: str
 
-    def stream(self, request: BackendRequest) -> AsyncIterator[dict[str, Any]]:
-        """Yield chat.completion.chunk dicts; raise UpstreamError on failure."""
+    def stream(self, request: BackendRequest) -> AsyncIterator[Chunk]:
+        """Yield chat.completion.chunk dicts (or their JSON bytes); raise UpstreamError."""
         ...
 
     async def aclose(self) -> None: ...

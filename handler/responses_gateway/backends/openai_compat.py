@@ -30,7 +30,7 @@ import orjson
 
 from responses_gateway.backends.base import BackendRequest
 from responses_gateway.errors import UpstreamError
-from responses_gateway.translate.upstream_sse import ChunkDecoder
+from responses_gateway.translate.upstream_sse import Chunk, ChunkDecoder
 
 _RETRYABLE_TRANSPORT = (httpx.ConnectError, httpx.ConnectTimeout)
 # Raised while the request is sent and headers awaited on a pooled connection the server had
@@ -159,12 +159,12 @@ class OpenAICompatBackend:
 
     # -- streaming -------------------------------------------------------------------------
 
-    async def stream(self, request: BackendRequest) -> AsyncIterator[dict[str, Any]]:
-        """Yield chunk dicts (or one chat.completion when ``body["stream"]`` is false).
+    async def stream(self, request: BackendRequest) -> AsyncIterator[Chunk]:
+        """Yield chunks (or one chat.completion when ``body["stream"]`` is false).
 
-        The hot loop: bytes -> lines -> SSE frames -> chunk dicts, until ``[DONE]``. A plain
-        ``data: ...`` line followed by a blank line (what nearly every server sends) skips the
-        general decoder; anything else (``event:``, multi-line data, comments) goes through it.
+        The hot loop: bytes -> lines -> chunks, until ``[DONE]``. A plain ``data: ...`` event
+        (what nearly every server sends) is yielded as its JSON bytes for the translator to
+        parse; anything else (``event:``, multi-line data, comments) comes parsed.
         """
         streaming = bool(request.body.get("stream"))
         shard = self._acquire()
@@ -184,21 +184,18 @@ class OpenAICompatBackend:
                 return
             decoder = ChunkDecoder()
             body = response.aiter_bytes()
-            finished = False  # a finish_reason or an error was seen: an end without [DONE] is ok
             with _read_errors("stream"):
                 async for data in body:
                     for chunk in decoder.feed(data):
-                        if not finished:
-                            finished = _is_final(chunk)
                         yield chunk
                     if decoder.done:
                         await _drain(body)
                         return
-            # The body ended without [DONE]: take a last unterminated event, then judge.
+            # The body ended without [DONE]: take a last unterminated event, then say so. The
+            # caller judges it: after a finish_reason the response is whole all the same.
             for chunk in decoder.end():
-                finished = finished or _is_final(chunk)
                 yield chunk
-            if not finished and not decoder.done:
+            if not decoder.done:
                 raise _closed_error()
         finally:
             await response.aclose()
@@ -278,20 +275,6 @@ class OpenAICompatBackend:
                 code=code or "upstream_error",
             )
         return body
-
-
-def _is_final(chunk: dict[str, Any]) -> bool:
-    """A chunk after which the end of the body is a proper end: a finish_reason or an error."""
-    choices = chunk.get("choices")
-    if not choices:
-        return "error" in chunk
-    try:
-        for choice in choices:
-            if choice.get("finish_reason"):
-                return True
-    except (AttributeError, TypeError):
-        pass
-    return False
 
 
 async def _drain(body: AsyncIterator[bytes]) -> None:

@@ -21,19 +21,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from responses_gateway import ids
 from responses_gateway.translate.response_object import usage_from_chat
+from responses_gateway.translate.upstream_sse import parse_chunk
 
 Event = dict[str, Any]
 
 _NONE, _REASONING, _TEXT, _REFUSAL, _CALL = range(5)
-_DONE_FAST = -1  # feed(): a hot path consumed the delta
 _NO_LOGPROBS: list[Any] = []  # shared by text deltas without logprobs; never mutated
 
 _INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
 _NO_CHOICE: dict[str, Any] = {}
 _TEXT_DELTA = "response.output_text.delta"
 _ARGS_DELTA = "response.function_call_arguments.delta"
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
+_REPEAT_MAX_MISSES = 4  # repeat shapes that never matched (per-chunk nonces): stop learning
 
 
 @dataclass(slots=True)
@@ -70,6 +75,7 @@ class ResponseTranslator:
         "_detail_text",
         "_details",
         "_finish_reason",
+        "_fragment_seen",
         "_item",
         "_item_id",
         "_kind",
@@ -79,6 +85,8 @@ class ResponseTranslator:
         "_pieces",
         "_reasoning_delta_type",
         "_reasoning_index_key",
+        "_repeat",
+        "_repeat_misses",
         "_seq",
         "_usage",
         "_want_logprobs",
@@ -117,8 +125,16 @@ class ResponseTranslator:
         self._calls_by_id: dict[str, _Call] = {}
         self._finish_reason: str | None = None
         self._usage: dict[str, Any] | None = None
+        self._fragment_seen: str | None = None  # the last chunk was only this fragment
+        self._repeat: _Repeat | None = None
+        self._repeat_misses = 0
 
     # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def finish_reason(self) -> str | None:
+        """The upstream's finish_reason, once a chunk carried one."""
+        return self._finish_reason
 
     @property
     def sequence_number(self) -> int:
@@ -135,8 +151,52 @@ class ResponseTranslator:
         events.append(self._snapshot_event("response.in_progress"))
         return events
 
-    def feed(self, chunk: dict[str, Any]) -> list[Event]:
-        """Apply one chat.completion.chunk (or a whole chat.completion)."""
+    def feed(self, chunk: dict[str, Any] | bytes) -> list[Event]:
+        """Apply one chat.completion.chunk (or a whole chat.completion).
+
+        ``chunk`` is a dict, or the chunk's JSON as the upstream sent it: then a chunk that
+        repeats the previous one but for its fragment string skips most of the parse.
+        """
+        if chunk.__class__ is bytes:
+            return self._feed_json(chunk)  # type: ignore[arg-type]
+        self._repeat = None
+        return self._feed(chunk)  # type: ignore[arg-type]
+
+    def _feed_json(self, data: bytes) -> list[Event]:
+        """Most providers send every fragment of an item as the same bytes around a new string
+        (same id, created, model, field order). Once a chunk was nothing but a fragment for the
+        open item, the bytes around its string are kept (:class:`_Repeat`); a next chunk with
+        those same bytes around one JSON string is another such fragment, proven without
+        parsing the rest. Anything else is parsed whole and fed as a dict."""
+        repeat = self._repeat
+        if repeat is not None:
+            if repeat.matches(data):
+                try:
+                    value = _loads(data[repeat.start : len(data) - repeat.tail])
+                except _JSONDecodeError:
+                    value = None
+                if value.__class__ is str:
+                    out: list[Event] = []
+                    if value:
+                        self._fragment(value, out)
+                    repeat.hits += 1
+                    return out
+            self._repeat = None
+            if not repeat.hits:
+                self._repeat_misses += 1
+        chunk = parse_chunk(None, data)
+        if chunk is None:  # [DONE] never reaches here from a ChunkDecoder; nothing to apply
+            return []
+        self._fragment_seen = None
+        out = self._feed(chunk)
+        value = self._fragment_seen
+        if value is not None and self._repeat_misses < _REPEAT_MAX_MISSES and not self.done:
+            self._repeat = _Repeat.learn(data, chunk, value, self._kind)
+            if self._repeat is None:
+                self._repeat_misses += 1
+        return out
+
+    def _feed(self, chunk: dict[str, Any]) -> list[Event]:
         out: list[Event] = []
         if self.done:
             return out
@@ -149,9 +209,10 @@ class ResponseTranslator:
                     choice = next((c for c in choices if c.get("index", 0) == 0), _NO_CHOICE)
                 delta = choice.get("delta") or choice.get("message")
                 if delta:
-                    # Hot paths, written out flat: one more fragment for the item already open,
-                    # nothing else in the delta. Anything unusual takes _apply_delta.
+                    # Hot paths: one more fragment for the item already open, nothing else in
+                    # the delta. Anything unusual takes _apply_delta.
                     kind = self._kind
+                    value = None
                     if kind == _TEXT:
                         content = delta.get("content")
                         if (
@@ -159,16 +220,7 @@ class ResponseTranslator:
                             and (len(delta) == 1 or not _has_other_parts(delta.get))
                             and not self._want_logprobs
                         ):
-                            if content:
-                                self._pieces.append(content)
-                                seq = self._seq
-                                self._seq = seq + 1
-                                out.append({"type": _TEXT_DELTA, "item_id": self._item_id,
-                                            "output_index": self._output_index,
-                                            "content_index": self._content_index,
-                                            "delta": content, "logprobs": _NO_LOGPROBS,
-                                            "sequence_number": seq})
-                            kind = _DONE_FAST
+                            value = content
                     elif kind == _REASONING:
                         get = delta.get
                         content = get("reasoning_content") or get("reasoning")
@@ -182,16 +234,7 @@ class ResponseTranslator:
                                         or get("refusal") or get("tool_calls"))
                             )
                         ):
-                            if content:
-                                self._pieces.append(content)
-                                seq = self._seq
-                                self._seq = seq + 1
-                                out.append({"type": self._reasoning_delta_type,
-                                            "item_id": self._item_id,
-                                            "output_index": self._output_index,
-                                            self._reasoning_index_key: self._content_index,
-                                            "delta": content, "sequence_number": seq})
-                            kind = _DONE_FAST
+                            value = content
                     elif kind == _CALL:
                         calls = delta.get("tool_calls")
                         if (
@@ -208,17 +251,16 @@ class ResponseTranslator:
                                 and not call.get("id")
                                 and not function.get("name")
                             ):
-                                arguments = function.get("arguments")
-                                if arguments:
-                                    self._call.args.append(arguments)  # type: ignore[union-attr]
-                                    seq = self._seq
-                                    self._seq = seq + 1
-                                    out.append({"type": _ARGS_DELTA, "item_id": self._item_id,
-                                                "output_index": self._output_index,
-                                                "delta": arguments, "sequence_number": seq})
-                                kind = _DONE_FAST
-                    if kind != _DONE_FAST:
+                                value = function.get("arguments") or ""
+                                if value.__class__ is not str:
+                                    raise TranslationError("tool call arguments not a string")
+                    if value is None:
                         self._apply_delta(delta, choice, out)
+                    else:
+                        if value:
+                            self._fragment(value, out)
+                        if not choice.get("finish_reason"):
+                            self._fragment_seen = value
                 reason = choice.get("finish_reason")
                 if reason:
                     self._finish_reason = reason if reason.__class__ is str else str(reason)
@@ -230,6 +272,7 @@ class ResponseTranslator:
                 if usage.__class__ is not dict:
                     raise TypeError("usage is not an object")
                 self._usage = usage
+                self._fragment_seen = None
             return out
         except TranslationError as exc:
             out.extend(self.fail("upstream_protocol_error", str(exc)))
@@ -242,6 +285,29 @@ class ResponseTranslator:
                 f"The upstream sent a malformed chunk ({type(exc).__name__}: {exc}).",
             ))
             return out
+
+    def _fragment(self, value: str, out: list[Event]) -> None:
+        """One more fragment of the open item's text, reasoning or arguments."""
+        seq = self._seq
+        self._seq = seq + 1
+        kind = self._kind
+        if kind == _TEXT:
+            self._pieces.append(value)
+            out.append({"type": _TEXT_DELTA, "item_id": self._item_id,
+                        "output_index": self._output_index,
+                        "content_index": self._content_index,
+                        "delta": value, "logprobs": _NO_LOGPROBS, "sequence_number": seq})
+        elif kind == _REASONING:
+            self._pieces.append(value)
+            out.append({"type": self._reasoning_delta_type, "item_id": self._item_id,
+                        "output_index": self._output_index,
+                        self._reasoning_index_key: self._content_index,
+                        "delta": value, "sequence_number": seq})
+        else:
+            self._call.args.append(value)  # type: ignore[union-attr]
+            out.append({"type": _ARGS_DELTA, "item_id": self._item_id,
+                        "output_index": self._output_index,
+                        "delta": value, "sequence_number": seq})
 
     def finish(self) -> list[Event]:
         """The upstream ended cleanly: close what is open and emit the terminal event."""
@@ -284,6 +350,7 @@ class ResponseTranslator:
         self._close([], "incomplete")
         self.response["status"] = "cancelled"
         self.done = True
+        self._repeat = None
 
     # -- chunk handling --------------------------------------------------------------------
 
@@ -790,6 +857,7 @@ class ResponseTranslator:
 
     def _terminal(self, kind: str) -> Event:
         self.done = True
+        self._repeat = None
         return self._event({"type": kind, "response": self.response})
 
     def _fail_from_upstream(self, error: Any) -> list[Event]:
@@ -799,6 +867,70 @@ class ResponseTranslator:
         else:
             code, message = "upstream_error", str(error)
         return self.fail(str(code), f"Upstream error: {message}")
+
+
+class _Repeat:
+    """The bytes of a fragment-only chunk around its fragment string.
+
+    Learned only once a probe string put in the fragment's place parses to the same chunk
+    with the probe at the fragment's slot: that proves the string sits between tokens at that
+    slot (the probe's opening quote then backslash would break the JSON anywhere else), so any
+    one JSON string in its place is the same chunk with another fragment.
+    """
+
+    __slots__ = ("head", "hits", "minimum", "start", "tail", "tail_bytes")
+
+    def __init__(self, head: bytes, tail: bytes) -> None:
+        self.head = head
+        self.tail_bytes = tail
+        self.start = len(head)
+        self.tail = len(tail)
+        self.minimum = len(head) + len(tail) + 1  # room for at least a two-byte string
+        self.hits = 0
+
+    def matches(self, data: bytes) -> bool:
+        return (
+            len(data) > self.minimum
+            and data.startswith(self.head)
+            and data.endswith(self.tail_bytes)
+        )
+
+    @classmethod
+    def learn(cls, data: bytes, chunk: dict[str, Any], value: str, kind: int) -> _Repeat | None:
+        needle = orjson.dumps(value)  # the upstream may escape otherwise: then no repeat yet
+        at = data.find(needle)
+        if at < 0 or data.find(needle, at + 1) >= 0:
+            return None
+        head, tail = data[:at], data[at + len(needle) :]
+        try:
+            probe = _loads(head + _PROBE + tail)
+        except _JSONDecodeError:
+            return None
+        slot = _fragment_slot(probe, kind)
+        if slot is None or slot[0].get(slot[1]) != _PROBE_TEXT:
+            return None
+        slot[0][slot[1]] = value
+        return cls(head, tail) if probe == chunk else None
+
+
+_PROBE = b'"\\u0000probe"'
+_PROBE_TEXT = "\x00probe"
+
+
+def _fragment_slot(chunk: Any, kind: int) -> tuple[dict[str, Any], str] | None:
+    """Where a fragment-only chunk of ``kind`` holds its fragment."""
+    try:
+        delta = chunk["choices"][0]["delta"]
+        if kind == _CALL:
+            delta = delta["tool_calls"][0]["function"]
+            key = "arguments"
+        elif kind == _TEXT:
+            key = "content"
+        else:
+            key = "reasoning_content" if delta.get("reasoning_content") else "reasoning"
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return (delta, key) if delta.__class__ is dict else None
 
 
 def _has_other_call_parts(get: Callable[[str], Any]) -> bool:

@@ -11,6 +11,8 @@ import orjson
 from responses_gateway.sse import SSEDecoder
 
 DONE = b"[DONE]"
+#: A chunk dict, or a chunk's JSON bytes as the upstream sent them (see ChunkDecoder).
+Chunk = dict[str, Any] | bytes
 
 
 def parse_chunk(event: str | None, data: bytes) -> dict[str, Any] | None:
@@ -35,12 +37,14 @@ def parse_chunk(event: str | None, data: bytes) -> dict[str, Any] | None:
 
 
 class ChunkDecoder:
-    """Upstream SSE bytes or lines → chunk dicts, incrementally, until ``[DONE]``.
+    """Upstream SSE bytes or lines → chunks, incrementally, until ``[DONE]``.
 
     The one decoder every SSE backend and the benchmark entry use. A single ``data: `` line
-    followed by a blank line (what nearly every provider sends) is parsed directly; anything
-    else (``event:``, multi-line data, comments) goes through :class:`SSEDecoder`. Work is done
-    a batch of lines at a time, so the per-chunk cost is one loop turn and one JSON parse.
+    followed by a blank line (what nearly every provider sends) comes out as its JSON bytes,
+    unparsed: :meth:`ResponseTranslator.feed` parses it, and skips most of that for a chunk
+    that repeats the previous one's bytes. Anything else (``event:``, multi-line data,
+    comments) goes through :class:`SSEDecoder` and comes out parsed (an ``event: error`` frame
+    becomes an error chunk). Work is done a batch of lines at a time.
     """
 
     __slots__ = ("_buf", "_busy", "_cr", "_line", "_stash", "done")
@@ -53,7 +57,7 @@ class ChunkDecoder:
         self._busy = False  # the general decoder holds part of an event
         self.done = False  # [DONE] was seen
 
-    def feed(self, data: bytes) -> list[dict[str, Any]]:
+    def feed(self, data: bytes) -> list[Chunk]:
         """Chunks completed by one network read (any size, any split)."""
         if self._cr:
             self._cr = False
@@ -68,29 +72,23 @@ class ChunkDecoder:
         self._buf = lines.pop()
         return self.lines(lines)
 
-    def lines(self, lines: Iterable[bytes | str]) -> list[dict[str, Any]]:
+    def lines(self, lines: Iterable[bytes | str]) -> list[Chunk]:
         """Chunks completed by these whole lines (given without their line ends)."""
-        out: list[dict[str, Any]] = []
+        out: list[Chunk] = []
         if self.done:
             return out
         line = self._line
-        loads = orjson.loads
         stash = self._stash
         busy = self._busy
         for raw in lines:
             if not raw:
                 if stash is not None:
-                    data, stash = stash, None
-                    try:
-                        chunk = loads(data)
-                    except orjson.JSONDecodeError:
-                        chunk = None
-                    if chunk.__class__ is not dict:
-                        chunk = parse_chunk(None, data)  # [DONE] (None) or an error chunk
-                        if chunk is None:
-                            self.done = True
-                            break
-                    out.append(chunk)
+                    if stash == DONE:
+                        stash = None
+                        self.done = True
+                        break
+                    out.append(stash)
+                    stash = None
                     continue
                 busy = False
                 frame = line(b"")
@@ -115,7 +113,7 @@ class ChunkDecoder:
         self._busy = busy
         return out
 
-    def end(self) -> list[dict[str, Any]]:
+    def end(self) -> list[Chunk]:
         """The stream ended: an unterminated last event still counts (``done`` stays False
         unless that event was ``[DONE]``: the caller judges an end without it)."""
         if self.done:
@@ -126,11 +124,15 @@ class ChunkDecoder:
 
 
 def chunks_from_lines(lines: Iterable[bytes | str]) -> Iterator[dict[str, Any]]:
-    """Chunks from SSE lines until ``[DONE]`` or the end of the lines."""
+    """Chunk dicts from SSE lines until ``[DONE]`` or the end of the lines."""
     decoder = ChunkDecoder()
     source = iter(lines)
     while block := list(islice(source, 256)):
-        yield from decoder.lines(block)
+        yield from map(_parsed, decoder.lines(block))
         if decoder.done:
             return
-    yield from decoder.end()
+    yield from map(_parsed, decoder.end())
+
+
+def _parsed(chunk: Chunk) -> dict[str, Any]:
+    return parse_chunk(None, chunk) if chunk.__class__ is bytes else chunk  # type: ignore[return-value]
