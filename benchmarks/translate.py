@@ -1,7 +1,9 @@
 """Translation hot-path benchmark: µs per upstream chunk, beside an orjson baseline.
 
 The baseline is the least any translator must do: parse each chunk with orjson and write one
-JSON document back. The target is at most 1.5x that baseline on every workload.
+JSON document back. The target is at most 1.5x that baseline on the four workloads of the
+translation issue. A fifth, text whose chunks each carry a nonce, shows the cost when no chunk
+repeats its predecessor's bytes (docs/translation.md).
 
     python benchmarks/translate.py [--repeat N]
 """
@@ -74,6 +76,18 @@ def mixed() -> list[bytes]:
     return _stream(deltas, "tool_calls")
 
 
+def text_with_nonce(n: int = 4000) -> list[bytes]:
+    """Text whose chunks each carry a different ``obfuscation`` string (OpenAI, Azure): no
+    chunk repeats the previous one's bytes, so every chunk is parsed whole."""
+    lines: list[bytes] = []
+    for i in range(n):
+        body = dict(_BASE, obfuscation="abcdefgh"[: i % 7 + 1],
+                    choices=[{"index": 0, "delta": {"content": f" word{i}"}, "logprobs": None,
+                              "finish_reason": None}])
+        lines += [b"data: " + orjson.dumps(body), b""]
+    return lines + _stream([], "stop")
+
+
 def baseline(lines: Iterable[bytes]) -> Iterator[bytes]:
     """Parse every data line and write it back: the floor for any JSON-to-JSON translator."""
     loads, dumps = orjson.loads, orjson.dumps
@@ -97,7 +111,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=15)
     args = parser.parse_args()
     workloads = {"text (4000 deltas)": text(), "reasoning (1500+1500)": reasoning(),
-                 "tool calls (6 x 300)": tool_calls(), "mixed": mixed()}
+                 "tool calls (6 x 300)": tool_calls(), "mixed": mixed(),
+                 "text, nonce per chunk": text_with_nonce()}
+    targeted = list(workloads)[:4]  # the issue's four; the nonce stream shows the no-repeat cost
     print(f"{'workload':24} {'chunks':>7} {'baseline us':>12} {'gateway us':>11} {'ratio':>6}")
     worst = 0.0
     for name, lines in workloads.items():
@@ -105,9 +121,10 @@ def main() -> None:
         _time(translate_sse, lines, 2)  # warm up
         base = _time(baseline, lines, args.repeat) / chunks * 1e6
         ours = _time(translate_sse, lines, args.repeat) / chunks * 1e6
-        worst = max(worst, ours / base)
+        if name in targeted:
+            worst = max(worst, ours / base)
         print(f"{name:24} {chunks:7d} {base:12.2f} {ours:11.2f} {ours / base:6.2f}")
-    print(f"worst ratio {worst:.2f} (target <= 1.5)")
+    print(f"worst ratio of the first four {worst:.2f} (target <= 1.5)")
 
 
 if __name__ == "__main__":

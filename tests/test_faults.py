@@ -272,6 +272,20 @@ def test_midstream_fault_ends_failed_with_the_partial_output_stored(
         assert answer.comments  # keep-alive comments went out while the upstream was silent
 
 
+@pytest.mark.parametrize("stream", [True, False])
+def test_an_end_without_done_after_the_finish_reason_is_complete(
+    gateway: GatewayServer, stream: bool
+) -> None:
+    """Some servers close after the finish_reason (and usage) without ``data: [DONE]``."""
+    answer = post(gateway.base_url + "/responses",
+                  {"model": MODEL, "input": "[[script:text n=4 done=0]]", "stream": stream})
+    response = terminal_of(answer)["response"] if stream else answer.json()
+    assert response["status"] == "completed"
+    assert response["output"][0]["content"][0]["text"] == DEFAULT_TEXT
+    assert response["usage"] is not None
+    assert settle(gateway, response["id"]) == response
+
+
 @pytest.mark.parametrize(
     ("script", "status", "code"),
     [

@@ -154,20 +154,17 @@ class ResponseTranslator:
     def feed(self, chunk: dict[str, Any] | bytes) -> list[Event]:
         """Apply one chat.completion.chunk (or a whole chat.completion).
 
-        ``chunk`` is a dict, or the chunk's JSON as the upstream sent it: then a chunk that
-        repeats the previous one but for its fragment string skips most of the parse.
+        ``chunk`` is a dict, or the chunk's JSON as the upstream sent it. Most providers send
+        every fragment of an item as the same bytes around a new string (same id, created,
+        model, field order): once a chunk was nothing but a fragment for the open item, the
+        bytes around its string are kept (:class:`_Repeat`), and a next chunk with those same
+        bytes around one JSON string is another such fragment, without parsing the rest.
+        Anything else is parsed whole. See docs/translation.md.
         """
-        if chunk.__class__ is bytes:
-            return self._feed_json(chunk)  # type: ignore[arg-type]
-        self._repeat = None
-        return self._feed(chunk)  # type: ignore[arg-type]
-
-    def _feed_json(self, data: bytes) -> list[Event]:
-        """Most providers send every fragment of an item as the same bytes around a new string
-        (same id, created, model, field order). Once a chunk was nothing but a fragment for the
-        open item, the bytes around its string are kept (:class:`_Repeat`); a next chunk with
-        those same bytes around one JSON string is another such fragment, proven without
-        parsing the rest. Anything else is parsed whole and fed as a dict."""
+        if chunk.__class__ is not bytes:
+            self._repeat = None
+            return self._feed(chunk)  # type: ignore[arg-type]
+        data: bytes = chunk  # type: ignore[assignment]
         repeat = self._repeat
         if repeat is not None:
             if repeat.matches(data):
@@ -184,14 +181,21 @@ class ResponseTranslator:
             self._repeat = None
             if not repeat.hits:
                 self._repeat_misses += 1
-        chunk = parse_chunk(None, data)
-        if chunk is None:  # [DONE] never reaches here from a ChunkDecoder; nothing to apply
-            return []
+        try:
+            parsed = _loads(data)
+        except _JSONDecodeError:
+            parsed = None
+        if parsed.__class__ is not dict:
+            parsed = parse_chunk(None, data)  # an error chunk; None for [DONE]
+            if parsed is None:
+                return []
+        if self._repeat_misses >= _REPEAT_MAX_MISSES:
+            return self._feed(parsed)
         self._fragment_seen = None
-        out = self._feed(chunk)
+        out = self._feed(parsed)
         value = self._fragment_seen
-        if value is not None and self._repeat_misses < _REPEAT_MAX_MISSES and not self.done:
-            self._repeat = _Repeat.learn(data, chunk, value, self._kind)
+        if value is not None and not self.done:
+            self._repeat = _Repeat.learn(data, parsed, value, self._kind)
             if self._repeat is None:
                 self._repeat_misses += 1
         return out
