@@ -415,11 +415,11 @@ class ResponseTranslator:
             raise TranslationError("text content that is not a string")
         if self._kind != _TEXT:
             self._open_message_part(_TEXT, out)
+        if not logprobs:
+            self._fragment(text, out)
+            return
         self._pieces.append(text)
-        if logprobs:
-            self._logprobs.extend(logprobs)
-        else:
-            logprobs = []
+        self._logprobs.extend(logprobs)
         self._seq += 1
         out.append(
             {
@@ -456,30 +456,7 @@ class ResponseTranslator:
             self._open_reasoning(out)
         if not self._pieces and self._content_index < 0:
             self._open_reasoning_part(out)
-        self._pieces.append(text)
-        self._seq += 1
-        if self.options.summary:
-            out.append(
-                {
-                    "type": "response.reasoning_summary_text.delta",
-                    "item_id": self._item_id,
-                    "output_index": self._output_index,
-                    "summary_index": self._content_index,
-                    "delta": text,
-                    "sequence_number": self._seq - 1,
-                }
-            )
-        else:
-            out.append(
-                {
-                    "type": "response.reasoning_text.delta",
-                    "item_id": self._item_id,
-                    "output_index": self._output_index,
-                    "content_index": self._content_index,
-                    "delta": text,
-                    "sequence_number": self._seq - 1,
-                }
-            )
+        self._fragment(text, out)
 
     def _reasoning_details(
         self, details: list[dict[str, Any]], take_text: bool, out: list[Event]
@@ -565,17 +542,7 @@ class ResponseTranslator:
             # is not current cannot exist because opening one closes the other.
             raise TranslationError(f"tool call {call.call_id!r} is not the open item")
         if arguments:
-            call.args.append(arguments)
-            self._seq += 1
-            out.append(
-                {
-                    "type": "response.function_call_arguments.delta",
-                    "item_id": self._item_id,
-                    "output_index": self._output_index,
-                    "delta": arguments,
-                    "sequence_number": self._seq - 1,
-                }
-            )
+            self._fragment(arguments, out)
 
     # -- opening and closing items -----------------------------------------------------------
 
