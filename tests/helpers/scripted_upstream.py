@@ -609,9 +609,16 @@ def _encode(chunk: dict[str, Any], plan: Plan, seq: int) -> bytes:
 class ScriptedUpstream:
     """The server; a context manager. See the module docstring."""
 
-    def __init__(self, *, api_key: str | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        host: str = "127.0.0.1",
+        tls: tuple[str, str] | None = None,
+    ) -> None:
         self.api_key = api_key  # when set, requests without "Bearer <api_key>" get a 401
         self.host = host
+        self.tls = tls  # (certificate file, key file): serve https
         self.port = 0
         self._lock = threading.Lock()
         self._requests: list[dict[str, Any]] = []
@@ -634,7 +641,7 @@ class ScriptedUpstream:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}/v1"
 
     @property
     def requests(self) -> list[dict[str, Any]]:
@@ -692,6 +699,7 @@ class ScriptedUpstream:
         config = uvicorn.Config(
             self.app, log_config=None, access_log=False, lifespan="off",
             timeout_graceful_shutdown=1, timeout_keep_alive=30,
+            **({"ssl_certfile": self.tls[0], "ssl_keyfile": self.tls[1]} if self.tls else {}),
         )
         self._server = uvicorn.Server(config)
         logging.getLogger("uvicorn.error").addFilter(_QuietDrops())

@@ -1,0 +1,370 @@
+"""The upstream network layer (backends/network.py) under httpx, against real sockets.
+
+Raw asyncio servers on 127.0.0.1 play the upstream so each transport behaviour (pacing, stalls,
+resets, closed idle connections, a slow reader, a slow writer, TLS) is exact; the end-to-end
+tests at the bottom put the gateway in front of an https scripted upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import struct
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import httpcore
+import httpx
+import pytest
+import trustme
+from openai import APIStatusError, OpenAI
+
+from responses_gateway.backends import network
+from responses_gateway.backends.network import ProtocolBackend, use_protocol_backend
+from responses_gateway.backends.openai_compat import OpenAICompatBackend
+from tests.helpers.e2e import e2e_settings
+from tests.helpers.gateway_server import GatewayServer
+from tests.helpers.scripted_upstream import ScriptedUpstream
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+def _client(**kwargs: object) -> httpx.AsyncClient:
+    transport = httpx.AsyncHTTPTransport(**kwargs)  # type: ignore[arg-type]
+    assert use_protocol_backend(transport), "httpx's pool layout changed: backend not installed"
+    return httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(5.0, read=1.0))
+
+
+async def _serve(handler: Handler, ssl_context: ssl.SSLContext | None = None) -> asyncio.Server:
+    return await asyncio.start_server(handler, "127.0.0.1", 0, ssl=ssl_context)
+
+
+def _url(server: asyncio.Server, scheme: str = "http") -> str:
+    return f"{scheme}://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+
+
+async def _read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    return await reader.readexactly(length) if length else b""
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+CHUNKED_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+)
+
+
+def test_installs_under_a_plain_pool_only() -> None:
+    plain = httpx.AsyncHTTPTransport()
+    assert use_protocol_backend(plain)
+    assert isinstance(plain._pool._network_backend, ProtocolBackend)
+    proxied = httpx.AsyncHTTPTransport(proxy="http://127.0.0.1:9")
+    assert not use_protocol_backend(proxied)
+
+
+def test_the_gateway_backend_reads_through_it() -> None:
+    async def main() -> None:
+        backend = OpenAICompatBackend("http://127.0.0.1:9/v1", None, max_retries=0)
+        backend._acquire()
+        pool = backend._clients[0]._transport._pool  # type: ignore[attr-defined]
+        assert isinstance(pool._network_backend, ProtocolBackend)
+        await backend.aclose()
+
+    asyncio.run(main())
+
+
+def test_paced_chunks_arrive_in_order_and_the_connection_is_reused() -> None:
+    peers: list[tuple[str, int]] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peers.append(writer.get_extra_info("peername"))
+        for _ in range(2):
+            await _read_request(reader)
+            writer.write(CHUNKED_HEAD)
+            for i in range(20):
+                writer.write(_chunk(b"data: %d\n\n" % i))
+                await writer.drain()
+                await asyncio.sleep(0.002)
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        writer.close()
+
+    async def main() -> None:
+        server = await _serve(handler)
+        async with server, _client() as client:
+            for _ in range(2):
+                async with client.stream("POST", _url(server), content=b"{}") as response:
+                    body = b"".join([piece async for piece in response.aiter_raw()])
+                assert body == b"".join(b"data: %d\n\n" % i for i in range(20))
+        assert len(peers) == 1  # keep-alive: both requests on one connection
+
+    asyncio.run(main())
+
+
+def test_a_stall_past_the_read_timeout_is_a_read_timeout() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(CHUNKED_HEAD + _chunk(b"data: 1\n\n"))
+        await asyncio.sleep(3)
+        writer.close()
+
+    async def main() -> None:
+        server = await _serve(handler)
+        async with (
+            server,
+            _client() as client,
+            client.stream("POST", _url(server), content=b"{}") as response,
+        ):
+            pieces = response.aiter_raw()
+            assert await anext(pieces) == b"data: 1\n\n"
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            with pytest.raises(httpx.ReadTimeout):
+                await anext(pieces)
+            assert 0.9 <= loop.time() - started < 2.5
+
+    asyncio.run(main())
+
+
+def test_a_close_mid_body_and_a_reset_are_errors_not_an_end() -> None:
+    async def closes(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(CHUNKED_HEAD + _chunk(b"data: 1\n\n"))
+        await writer.drain()
+        writer.close()
+
+    async def resets(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(CHUNKED_HEAD + _chunk(b"data: 1\n\n"))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()  # RST
+
+    async def main() -> None:
+        for handler, errors in ((closes, httpx.RemoteProtocolError),
+                                (resets, (httpx.ReadError, httpx.RemoteProtocolError))):
+            server = await _serve(handler)
+            async with (
+                server,
+                _client() as client,
+                client.stream("POST", _url(server), content=b"{}") as response,
+            ):
+                with pytest.raises(errors):
+                    async for _ in response.aiter_raw():
+                        pass
+
+    asyncio.run(main())
+
+
+def test_an_idle_connection_the_server_closed_is_not_reused() -> None:
+    peers: list[tuple[str, int]] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peers.append(writer.get_extra_info("peername"))
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.close()  # an idle keep-alive connection, closed by the server
+
+    async def main() -> None:
+        server = await _serve(handler)
+        async with server, _client() as client:
+            assert (await client.post(_url(server), content=b"{}")).text == "ok"
+            await asyncio.sleep(0.2)
+            assert (await client.post(_url(server), content=b"{}")).text == "ok"
+        assert len(peers) == 2 and peers[0] != peers[1]
+
+    asyncio.run(main())
+
+
+def test_a_slow_reader_holds_the_upstream_back_and_loses_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(network, "HIGH_WATER", 64 * 1024)
+    payload = bytes(range(256)) * 8 * 1024  # 2 MiB
+    paused: list[bool] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(payload))
+        for i in range(0, len(payload), 16 * 1024):
+            writer.write(payload[i : i + 16 * 1024])
+            await writer.drain()
+        writer.close()
+
+    async def main() -> None:
+        server = await _serve(handler)
+        async with (
+            server,
+            _client() as client,
+            client.stream("POST", _url(server), content=b"{}") as response,
+        ):
+            stream = response.extensions["network_stream"]
+            got = bytearray()
+            async for piece in response.aiter_raw():
+                got += piece
+                reader = stream._reader
+                paused.append(reader.paused)
+                # never more than the mark plus one socket read is held
+                assert reader.size <= network.HIGH_WATER + 256 * 1024
+                await asyncio.sleep(0.002)
+        assert bytes(got) == payload
+        assert any(paused) and not paused[-1]
+
+    asyncio.run(main())
+
+
+def test_a_large_request_waits_for_a_slow_server() -> None:
+    body = b"x" * (8 * 1024 * 1024)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(0.3)  # the client's kernel buffers fill: its writes must wait
+        received = await _read_request(reader)
+        answer = str(len(received)).encode()
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(answer), answer))
+        await writer.drain()
+        writer.close()
+
+    async def main() -> None:
+        server = await _serve(handler)
+        async with server, _client() as client:
+            response = await client.post(_url(server), content=body)
+            assert response.text == str(len(body))
+
+    asyncio.run(main())
+
+
+def test_a_refused_connection_is_a_connect_error() -> None:
+    async def main() -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]  # bound, never listening: refused
+            async with _client() as client:
+                with pytest.raises(httpx.ConnectError):
+                    await client.post(f"http://127.0.0.1:{port}/", content=b"{}")
+
+    asyncio.run(main())
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+def test_tls_verifies_the_server_and_streams(ca: trustme.CA) -> None:
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(CHUNKED_HEAD)
+        for i in range(50):
+            writer.write(_chunk(b"data: %d\n\n" % i))
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async def main() -> None:
+        server = await _serve(handler, server_context)
+        trusted = ssl.create_default_context()
+        ca.configure_trust(trusted)
+        async with server:
+            async with _client(verify=trusted) as client:
+                async with client.stream("POST", _url(server, "https"), content=b"{}") as r:
+                    assert r.extensions["network_stream"].get_extra_info("ssl_object") is not None
+                    body = b"".join([piece async for piece in r.aiter_raw()])
+                assert body == b"".join(b"data: %d\n\n" % i for i in range(50))
+            async with _client() as untrusting:  # certifi's roots: our CA is unknown
+                with pytest.raises(httpx.ConnectError):
+                    await untrusting.post(_url(server, "https"), content=b"{}")
+
+    asyncio.run(main())
+
+
+def test_the_read_timeout_timer_is_cancelled_when_data_comes() -> None:
+    """A read that waited and got data leaves no timer behind to fire into a later read."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        reader = network._Reader()
+        transport = _NullTransport()
+        reader.connection_made(transport)
+        stream = network.ProtocolStream(transport, reader)  # type: ignore[arg-type]
+        loop.call_later(0.01, reader.data_received, b"a")
+        assert await stream.read(10, timeout=0.05) == b"a"
+        await asyncio.sleep(0.1)  # past the first read's timeout
+        loop.call_later(0.01, reader.data_received, b"b")
+        assert await stream.read(10, timeout=1.0) == b"b"
+        reader.connection_lost(ConnectionResetError("reset by peer"))
+        with pytest.raises(httpcore.ReadError):
+            await stream.read(10, timeout=1.0)
+
+    asyncio.run(main())
+
+
+class _NullTransport(asyncio.Transport):
+    def is_closing(self) -> bool:
+        return False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        pass
+
+
+# -- end to end: the gateway in front of an https upstream ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def tls_upstream(ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    folder = tmp_path_factory.mktemp("tls")
+    cert = ca.issue_cert("127.0.0.1")
+    cert_file, key_file, ca_file = folder / "cert.pem", folder / "key.pem", folder / "ca.pem"
+    cert.cert_chain_pems[0].write_to_path(str(cert_file))
+    cert.private_key_pem.write_to_path(str(key_file))
+    ca.cert_pem.write_to_path(str(ca_file))
+    with ScriptedUpstream(tls=(str(cert_file), str(key_file))) as up:
+        yield up, ca_file
+
+
+def test_the_gateway_streams_from_an_https_upstream(
+    tls_upstream: tuple[ScriptedUpstream, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    up, ca_file = tls_upstream
+    assert up.base_url.startswith("https://")
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))  # how a private CA is trusted
+    with GatewayServer(e2e_settings(up, tmp_path / "db.sqlite")) as gw:
+        client = OpenAI(base_url=gw.base_url, api_key="x")
+        with client.responses.stream(model="script/deltas n=40", input="count") as stream:
+            text = "".join(e.delta for e in stream if e.type == "response.output_text.delta")
+            final = stream.get_final_response()
+        assert text == "".join(f"{i} " for i in range(40))
+        assert final.status == "completed" and final.output_text == text
+        retrieved = client.responses.retrieve(final.id)
+        assert retrieved.output_text == text
+
+
+def test_an_untrusted_https_upstream_is_a_clear_502(
+    tls_upstream: tuple[ScriptedUpstream, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    up, _ = tls_upstream
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    with GatewayServer(e2e_settings(up, tmp_path / "db.sqlite")) as gw:
+        client = OpenAI(base_url=gw.base_url, api_key="x", max_retries=0)
+        with pytest.raises(APIStatusError) as caught:
+            client.responses.create(model="scripted-model", input="hi", stream=True)
+        assert caught.value.status_code == 502
+        error = caught.value.body
+        assert isinstance(error, dict)
+        assert error["code"] == "upstream_unavailable" and "ConnectError" in error["message"]
