@@ -11,6 +11,8 @@ import asyncio
 import socket
 import ssl
 import struct
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -186,6 +188,30 @@ def test_an_idle_connection_the_server_closed_is_not_reused() -> None:
         assert len(peers) == 2 and peers[0] != peers[1]
 
     asyncio.run(main())
+
+
+def test_a_close_the_loop_has_not_seen_yet_still_marks_the_connection_stale() -> None:
+    """As after a frozen Lambda thaws: the FIN is in the kernel, no loop callback has run."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        conn.close()
+
+    async def main() -> None:
+        thread = threading.Thread(target=serve)
+        thread.start()
+        stream = await ProtocolBackend().connect_tcp(*listener.getsockname()[:2])
+        thread.join()
+        time.sleep(0.05)  # blocks the loop: eof_received has not been called
+        assert not stream._reader.eof  # type: ignore[attr-defined]
+        assert stream.get_extra_info("is_readable")
+        await stream.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        listener.close()
 
 
 def test_a_slow_reader_holds_the_upstream_back_and_loses_nothing(

@@ -12,6 +12,8 @@ stays httpx's and httpcore's; :func:`use_protocol_backend` plugs this in beneath
 from __future__ import annotations
 
 import asyncio
+import select
+import socket
 import ssl
 import typing
 from collections import deque
@@ -74,6 +76,15 @@ class _Reader(asyncio.Protocol):
         waiter = self.waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+
+def _socket_readable(sock: socket.socket | None) -> bool:
+    """A recv would return at once (data or end of stream); asks the kernel, not the loop."""
+    if sock is None or sock.fileno() < 0:
+        return True
+    poll = select.poll()
+    poll.register(sock.fileno(), select.POLLIN)
+    return bool(poll.poll(0))
 
 
 def _timed_out(waiter: asyncio.Future[None], error: type[Exception]) -> None:
@@ -163,7 +174,11 @@ class ProtocolStream(httpcore.AsyncNetworkStream):
 
     def get_extra_info(self, info: str) -> typing.Any:
         if info == "is_readable":  # an idle pooled connection the server closed or wrote to
-            return bool(self._reader.buffer) or self._reader.eof
+            reader = self._reader
+            if reader.buffer or reader.eof:
+                return True
+            # What the loop has not polled yet (a close that came while a Lambda was frozen).
+            return _socket_readable(self._transport.get_extra_info("socket"))
         if info in ("ssl_object", "socket"):
             return self._transport.get_extra_info(info)
         if info == "client_addr":
