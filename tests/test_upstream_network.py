@@ -23,6 +23,7 @@ import trustme
 from openai import APIStatusError, OpenAI
 
 from responses_gateway.backends import network
+from responses_gateway.backends.base import BackendRequest
 from responses_gateway.backends.network import ProtocolBackend, use_protocol_backend
 from responses_gateway.backends.openai_compat import OpenAICompatBackend
 from tests.helpers.e2e import e2e_settings
@@ -81,6 +82,42 @@ def test_the_gateway_backend_reads_through_it() -> None:
         await backend.aclose()
 
     asyncio.run(main())
+
+
+def test_a_proxy_from_the_environment_still_carries_the_upstream_requests(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    request_lines: list[bytes] = []
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        request_lines.append(head.split(b"\r\n")[0])
+        await _read_rest(reader, head)
+        body = b'data: {"choices":[{"index":0,"delta":{"content":"via proxy"}}]}\n\n'
+        writer.write(CHUNKED_HEAD + _chunk(body) + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async def main() -> None:
+        server = await _serve(proxy)
+        monkeypatch.setenv("HTTP_PROXY", _url(server).rstrip("/"))
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        backend = OpenAICompatBackend("http://upstream.invalid/v1", None, max_retries=0)
+        request = BackendRequest(body={"model": "m", "stream": True, "messages": []}, tenant="t")
+        async with server:
+            chunks = [chunk async for chunk in backend.stream(request)]
+        await backend.aclose()
+        assert request_lines == [b"POST http://upstream.invalid/v1/chat/completions HTTP/1.1"]
+        assert b"via proxy" in chunks[0]
+
+    asyncio.run(main())
+
+
+async def _read_rest(reader: asyncio.StreamReader, head: bytes) -> None:
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            await reader.readexactly(int(line.split(b":")[1]))
 
 
 def test_paced_chunks_arrive_in_order_and_the_connection_is_reused() -> None:

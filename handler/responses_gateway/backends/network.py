@@ -237,7 +237,7 @@ class ProtocolBackend(httpcore.AsyncNetworkBackend):
         return ProtocolStream(transport, reader)  # type: ignore[arg-type]
 
 
-def use_protocol_backend(transport: httpx.AsyncHTTPTransport) -> bool:
+def use_protocol_backend(transport: httpx.AsyncBaseTransport) -> bool:
     """Put :class:`ProtocolBackend` under an httpx transport's connection pool.
 
     httpx takes no network backend of its own, so this reaches the pool it built. Only a plain

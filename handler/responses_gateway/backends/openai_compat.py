@@ -140,11 +140,11 @@ class OpenAICompatBackend:
             if self._owns_client and (self._max_shards is None or len(clients) < self._max_shards):
                 if self._ssl is None:
                     self._ssl = httpx.create_ssl_context()
-                transport = httpx.AsyncHTTPTransport(verify=self._ssl, limits=_SHARD_LIMITS)
-                use_protocol_backend(transport)
-                clients.append(httpx.AsyncClient(  # verify, limits: for env proxy mounts
-                    timeout=self._timeout, limits=_SHARD_LIMITS, verify=self._ssl,
-                    transport=transport))
+                client = httpx.AsyncClient(timeout=self._timeout, limits=_SHARD_LIMITS,
+                                           verify=self._ssl)
+                # Not passed as transport=: httpx then ignores the environment's proxies.
+                use_protocol_backend(client._transport)  # type: ignore[arg-type]
+                clients.append(client)
                 in_flight.append(0)
                 shard = len(clients) - 1
             else:
