@@ -377,6 +377,24 @@ def test_the_read_timeout_timer_is_cancelled_when_data_comes() -> None:
     asyncio.run(main())
 
 
+def test_reads_split_a_large_piece_and_join_small_ones_up_to_max_bytes() -> None:
+    async def main() -> None:
+        reader = network._Reader()
+        transport = _NullTransport()
+        reader.connection_made(transport)
+        stream = network.ProtocolStream(transport, reader)  # type: ignore[arg-type]
+        for piece in (b"abcdef", b"gh", b"ij", b"klmnop"):
+            reader.data_received(piece)
+        assert await stream.read(4) == b"abcd"
+        assert await stream.read(6) == b"efghij"  # the rest of a piece, then whole pieces
+        assert await stream.read(100) == b"klmnop"
+        assert reader.size == 0
+        reader.eof_received()
+        assert await stream.read(100) == b""
+
+    asyncio.run(main())
+
+
 class _NullTransport(asyncio.Transport):
     def is_closing(self) -> bool:
         return False

@@ -120,9 +120,12 @@ class ProtocolStream(httpcore.AsyncNetworkStream):
         if len(data) > max_bytes:
             buffer.appendleft(data[max_bytes:])
             data = data[:max_bytes]
-        else:
-            while buffer and len(data) + len(buffer[0]) <= max_bytes:
-                data += buffer.popleft()
+        elif buffer and len(data) + len(buffer[0]) <= max_bytes:
+            parts, size = [data], len(data)
+            while buffer and size + len(buffer[0]) <= max_bytes:
+                parts.append(buffer.popleft())
+                size += len(parts[-1])
+            data = b"".join(parts)
         reader.size -= len(data)
         if reader.paused and reader.size < HIGH_WATER // 2:
             reader.paused = False
