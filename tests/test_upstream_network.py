@@ -8,12 +8,13 @@ tests at the bottom put the gateway in front of an https scripted upstream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
 import struct
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import httpcore
@@ -43,17 +44,30 @@ async def _serve(handler: Handler, ssl_context: ssl.SSLContext | None = None) ->
     return await asyncio.start_server(handler, "127.0.0.1", 0, ssl=ssl_context)
 
 
+@contextlib.asynccontextmanager
+async def _streamed(handler: Handler) -> AsyncIterator[httpx.Response]:
+    """A streamed POST to a server running ``handler``, through the protocol backend."""
+    server = await _serve(handler)
+    async with (
+        server,
+        _client() as client,
+        client.stream("POST", _url(server), content=b"{}") as response,
+    ):
+        yield response
+
+
 def _url(server: asyncio.Server, scheme: str = "http") -> str:
     return f"{scheme}://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
 
 
-async def _read_request(reader: asyncio.StreamReader) -> bytes:
+async def _read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """(head, body) of one request with a content-length body."""
     head = await reader.readuntil(b"\r\n\r\n")
     length = 0
     for line in head.split(b"\r\n"):
         if line.lower().startswith(b"content-length:"):
             length = int(line.split(b":")[1])
-    return await reader.readexactly(length) if length else b""
+    return head, await reader.readexactly(length) if length else b""
 
 
 def _chunk(data: bytes) -> bytes:
@@ -90,9 +104,8 @@ def test_a_proxy_from_the_environment_still_carries_the_upstream_requests(
     request_lines: list[bytes] = []
 
     async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
+        head, _ = await _read_request(reader)
         request_lines.append(head.split(b"\r\n")[0])
-        await _read_rest(reader, head)
         body = b'data: {"choices":[{"index":0,"delta":{"content":"via proxy"}}]}\n\n'
         writer.write(CHUNKED_HEAD + _chunk(body) + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         await writer.drain()
@@ -112,12 +125,6 @@ def test_a_proxy_from_the_environment_still_carries_the_upstream_requests(
         assert b"via proxy" in chunks[0]
 
     asyncio.run(main())
-
-
-async def _read_rest(reader: asyncio.StreamReader, head: bytes) -> None:
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            await reader.readexactly(int(line.split(b":")[1]))
 
 
 def test_paced_chunks_arrive_in_order_and_the_connection_is_reused() -> None:
@@ -156,12 +163,7 @@ def test_a_stall_past_the_read_timeout_is_a_read_timeout() -> None:
         writer.close()
 
     async def main() -> None:
-        server = await _serve(handler)
-        async with (
-            server,
-            _client() as client,
-            client.stream("POST", _url(server), content=b"{}") as response,
-        ):
+        async with _streamed(handler) as response:
             pieces = response.aiter_raw()
             assert await anext(pieces) == b"data: 1\n\n"
             loop = asyncio.get_running_loop()
@@ -192,12 +194,7 @@ def test_a_close_mid_body_and_a_reset_are_errors_not_an_end() -> None:
     async def main() -> None:
         for handler, errors in ((closes, httpx.RemoteProtocolError),
                                 (resets, (httpx.ReadError, httpx.RemoteProtocolError))):
-            server = await _serve(handler)
-            async with (
-                server,
-                _client() as client,
-                client.stream("POST", _url(server), content=b"{}") as response,
-            ):
+            async with _streamed(handler) as response:
                 with pytest.raises(errors):
                     async for _ in response.aiter_raw():
                         pass
@@ -267,12 +264,7 @@ def test_a_slow_reader_holds_the_upstream_back_and_loses_nothing(
         writer.close()
 
     async def main() -> None:
-        server = await _serve(handler)
-        async with (
-            server,
-            _client() as client,
-            client.stream("POST", _url(server), content=b"{}") as response,
-        ):
+        async with _streamed(handler) as response:
             stream = response.extensions["network_stream"]
             got = bytearray()
             async for piece in response.aiter_raw():
@@ -293,7 +285,7 @@ def test_a_large_request_waits_for_a_slow_server() -> None:
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await asyncio.sleep(0.3)  # the client's kernel buffers fill: its writes must wait
-        received = await _read_request(reader)
+        _, received = await _read_request(reader)
         answer = str(len(received)).encode()
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(answer), answer))
         await writer.drain()
