@@ -356,7 +356,7 @@ def test_the_read_timeout_timer_is_cancelled_when_data_comes() -> None:
         reader = network._Reader()
         transport = _NullTransport()
         reader.connection_made(transport)
-        stream = network.ProtocolStream(transport, reader)  # type: ignore[arg-type]
+        stream = network.ProtocolStream(reader)
         loop.call_later(0.01, reader.data_received, b"a")
         assert await stream.read(10, timeout=0.05) == b"a"
         await asyncio.sleep(0.1)  # past the first read's timeout
@@ -374,7 +374,7 @@ def test_reads_split_a_large_piece_and_join_small_ones_up_to_max_bytes() -> None
         reader = network._Reader()
         transport = _NullTransport()
         reader.connection_made(transport)
-        stream = network.ProtocolStream(transport, reader)  # type: ignore[arg-type]
+        stream = network.ProtocolStream(reader)
         for piece in (b"abcdef", b"gh", b"ij", b"klmnop"):
             reader.data_received(piece)
         assert await stream.read(4) == b"abcd"

@@ -87,24 +87,29 @@ def _socket_readable(sock: socket.socket | None) -> bool:
     return bool(poll.poll(0))
 
 
-def _timed_out(waiter: asyncio.Future[None], error: type[Exception]) -> None:
+def _timed_out(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
-        waiter.set_exception(error())
+        waiter.set_exception(httpcore.ReadTimeout())
 
 
 class ProtocolStream(httpcore.AsyncNetworkStream):
-    def __init__(self, transport: asyncio.Transport, reader: _Reader) -> None:
-        self._transport = transport
+    """The reader's current transport (plain, then TLS after ``start_tls``) is the stream's."""
+
+    def __init__(self, reader: _Reader) -> None:
         self._reader = reader
+
+    @property
+    def _transport(self) -> asyncio.Transport:
+        transport = self._reader.transport
+        assert transport is not None, "connection_made has run"
+        return transport
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         reader = self._reader
         if not reader.buffer and not reader.eof:
             loop = asyncio.get_running_loop()
             waiter = reader.waiter = loop.create_future()
-            timer = None if timeout is None else loop.call_later(
-                timeout, _timed_out, waiter, httpcore.ReadTimeout
-            )
+            timer = None if timeout is None else loop.call_later(timeout, _timed_out, waiter)
             try:
                 await waiter
             finally:
@@ -167,13 +172,13 @@ class ProtocolStream(httpcore.AsyncNetworkStream):
         except TimeoutError as exc:
             self._transport.close()
             raise httpcore.ConnectTimeout(str(exc) or "TLS handshake timed out") from exc
-        except (OSError, ssl.SSLError, ConnectionError) as exc:
+        except OSError as exc:  # ssl.SSLError and ConnectionError among them
             self._transport.close()
             raise httpcore.ConnectError(str(exc)) from exc
         if transport is None:  # the connection closed during the handshake
             raise httpcore.ConnectError("the connection closed during the TLS handshake")
         self._reader.transport = transport  # type: ignore[assignment]
-        return ProtocolStream(transport, self._reader)  # type: ignore[arg-type]
+        return ProtocolStream(self._reader)
 
     def get_extra_info(self, info: str) -> typing.Any:
         if info == "is_readable":  # an idle pooled connection the server closed or wrote to
@@ -237,7 +242,7 @@ class ProtocolBackend(httpcore.AsyncNetworkBackend):
         sock = transport.get_extra_info("socket")
         for option in socket_options or ():  # asyncio already set TCP_NODELAY
             sock.setsockopt(*option)
-        return ProtocolStream(transport, reader)  # type: ignore[arg-type]
+        return ProtocolStream(reader)  # type: ignore[arg-type]
 
 
 def use_protocol_backend(transport: httpx.AsyncBaseTransport) -> bool:
