@@ -262,13 +262,29 @@ async def gateway_stream(
 # -- a round --------------------------------------------------------------------------------
 
 
+def _client(timeout: httpx.Timeout, limits: httpx.Limits | None = None) -> httpx.AsyncClient:
+    """The load generator's client, on the gateway's own lean transport (backends/http11.py).
+
+    httpx's default transport parses every HTTP chunk through h11: as the client of 200
+    streams it used more CPU than the upstream and the gateway together, on the same two cores,
+    so it set the pace of both loads. Both loads use this one.
+    """
+    sys.path.insert(0, str(ROOT / "handler"))
+    from responses_gateway.backends.http11 import Http11Transport, install
+
+    client = httpx.AsyncClient(timeout=timeout, trust_env=False)
+    install(client, Http11Transport(
+        max_connections=None if limits is None else limits.max_connections))
+    return client
+
+
 async def load(
     kind: str, url: str, streams: int, deltas: int, delay: float
 ) -> tuple[list[Stream], float]:
     limits = httpx.Limits(max_connections=streams + 10, max_keepalive_connections=streams + 10)
     timeout = httpx.Timeout(120.0, connect=30.0, pool=60.0)
     one = direct_stream if kind == "direct" else gateway_stream
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+    async with _client(limits=limits, timeout=timeout) as client:
         await asyncio.gather(*(one(client, url, 5) for _ in range(min(streams, 20))))  # warm
         start = time.perf_counter()
         results = await asyncio.wait_for(
@@ -291,6 +307,7 @@ class Round:
     gateway_wall: float
     gateway_cpu: float  # seconds the gateway process used during the gateway load
     upstream_cpu: tuple[float, float]  # seconds the upstream used: direct load, gateway load
+    client_cpu: tuple[float, float]  # seconds this load generator used: direct, gateway
 
     def figure(self, kind: str, attr: str, p: float) -> float:
         return _pct([getattr(s, attr) for s in getattr(self, kind)], p)
@@ -318,7 +335,9 @@ def report(rounds: list[Round], unloaded: tuple[list[Stream], list[Stream]], del
     print(f"gateway CPU: {cpu:.2f} s per round = {cpu / events * 1e6:.1f} us per event "
           f"({events:.0f} events); upstream CPU: "
           f"{med(r.upstream_cpu[0] for r in rounds):.2f} s direct, "
-          f"{med(r.upstream_cpu[1] for r in rounds):.2f} s via the gateway")
+          f"{med(r.upstream_cpu[1] for r in rounds):.2f} s via the gateway; client CPU: "
+          f"{med(r.client_cpu[0] for r in rounds):.2f} s direct, "
+          f"{med(r.client_cpu[1] for r in rounds):.2f} s via the gateway")
     for i, r in enumerate(rounds, 1):
         print(f"  round {i}: total p50 {r.figure('direct', 'total', 50) * 1000:.0f} -> "
               f"{r.figure('gateway', 'total', 50) * 1000:.0f} ms, wall "
@@ -357,7 +376,7 @@ async def one_at_a_time(up: str, gw: str, count: int, deltas: int, delay: float
     """Streams one after another, direct and through the gateway in turn: latency alone."""
     direct: list[Stream] = []
     gateway: list[Stream] = []
-    async with httpx.AsyncClient(timeout=60) as client:
+    async with _client(timeout=httpx.Timeout(60.0)) as client:
         for _ in range(count):
             direct.append(await direct_stream(client, up, deltas, delay))
             gateway.append(await gateway_stream(client, gw, deltas, delay))
@@ -386,17 +405,19 @@ def main(argv: list[str] | None = None) -> int:
     rounds: list[Round] = []
     with tempfile.TemporaryDirectory() as tmp, servers(Path(tmp)) as (up, gw, up_pid, gw_pid):
         for _ in range(args.rounds):
-            cpu_up = cpu_seconds(up_pid)
+            cpu_up, cpu_me = cpu_seconds(up_pid), time.process_time()
             direct, direct_wall = asyncio.run(
                 load("direct", up, args.streams, args.deltas, args.delay))
             cpu_up_direct = cpu_seconds(up_pid) - cpu_up
-            cpu_gw, cpu_up = cpu_seconds(gw_pid), cpu_seconds(up_pid)
+            cpu_me_direct = time.process_time() - cpu_me
+            cpu_gw, cpu_up, cpu_me = cpu_seconds(gw_pid), cpu_seconds(up_pid), time.process_time()
             with profiling(gw_pid, args.profile):
                 gateway, gateway_wall = asyncio.run(
                     load("gateway", gw, args.streams, args.deltas, args.delay))
             rounds.append(Round(
                 direct, gateway, direct_wall, gateway_wall, cpu_seconds(gw_pid) - cpu_gw,
                 (cpu_up_direct, cpu_seconds(up_pid) - cpu_up),
+                (cpu_me_direct, time.process_time() - cpu_me),
             ))
         unloaded = asyncio.run(one_at_a_time(up, gw, 30, args.deltas, 0.0))
     return 0 if report(rounds, unloaded, args.deltas) else 1

@@ -1,14 +1,16 @@
-"""The upstream network layer (backends/network.py) under httpx, against real sockets.
+"""The upstream transport (backends/http11.py over backends/network.py) under httpx.
 
-Raw asyncio servers on 127.0.0.1 play the upstream so each transport behaviour (pacing, stalls,
-resets, closed idle connections, a slow reader, a slow writer, TLS) is exact; the end-to-end
-tests at the bottom put the gateway in front of an https scripted upstream.
+Raw asyncio servers on 127.0.0.1 play the upstream so each behaviour (framing, pacing, stalls,
+resets, closed idle connections, a slow reader, a slow writer, TLS, the pool's bound) is exact;
+the end-to-end tests at the bottom put the gateway in front of an https scripted upstream.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
+import itertools
 import socket
 import ssl
 import struct
@@ -17,15 +19,16 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-import httpcore
 import httpx
 import pytest
 import trustme
+from hypothesis import given
+from hypothesis import strategies as st
 from openai import APIStatusError, OpenAI
 
-from responses_gateway.backends import network
+from responses_gateway.backends import http11, network
 from responses_gateway.backends.base import BackendRequest
-from responses_gateway.backends.network import ProtocolBackend, use_protocol_backend
+from responses_gateway.backends.http11 import Http11Transport, install
 from responses_gateway.backends.openai_compat import OpenAICompatBackend
 from tests.helpers.e2e import e2e_settings
 from tests.helpers.gateway_server import GatewayServer
@@ -35,9 +38,13 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 
 
 def _client(**kwargs: object) -> httpx.AsyncClient:
-    transport = httpx.AsyncHTTPTransport(**kwargs)  # type: ignore[arg-type]
-    assert use_protocol_backend(transport), "httpx's pool layout changed: backend not installed"
-    return httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(5.0, read=1.0))
+    client = httpx.AsyncClient(timeout=httpx.Timeout(5.0, read=1.0))
+    assert install(client, Http11Transport(**kwargs)), "httpx's layout changed: not installed"  # type: ignore[arg-type]
+    return client
+
+
+def _connection(response: httpx.Response) -> network.Connection:
+    return response.stream._stream._connection  # type: ignore[attr-defined]
 
 
 async def _serve(handler: Handler, ssl_context: ssl.SSLContext | None = None) -> asyncio.Server:
@@ -79,20 +86,25 @@ CHUNKED_HEAD = (
 )
 
 
-def test_installs_under_a_plain_pool_only() -> None:
-    plain = httpx.AsyncHTTPTransport()
-    assert use_protocol_backend(plain)
-    assert isinstance(plain._pool._network_backend, ProtocolBackend)
-    proxied = httpx.AsyncHTTPTransport(proxy="http://127.0.0.1:9")
-    assert not use_protocol_backend(proxied)
+def test_installs_as_the_direct_transport_and_keeps_the_proxy_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    client = httpx.AsyncClient()
+    transport = Http11Transport()
+    assert install(client, transport)
+    assert client._transport is transport
+    assert client._transport_for_url(httpx.URL("http://example.com/")) is transport
+    assert isinstance(client._transport_for_url(httpx.URL("https://example.com/")),
+                      httpx.AsyncHTTPTransport)  # the proxy's: httpx's own
+    assert not install(httpx.AsyncClient(transport=httpx.MockTransport(lambda r: None)),  # type: ignore[arg-type,return-value]
+                       transport)
 
 
-def test_the_gateway_backend_reads_through_it() -> None:
+def test_the_gateway_backend_sends_through_it() -> None:
     async def main() -> None:
         backend = OpenAICompatBackend("http://127.0.0.1:9/v1", None, max_retries=0)
-        backend._acquire()
-        pool = backend._clients[0]._transport._pool  # type: ignore[attr-defined]
-        assert isinstance(pool._network_backend, ProtocolBackend)
+        assert isinstance(backend._http()._transport, Http11Transport)
         await backend.aclose()
 
     asyncio.run(main())
@@ -235,12 +247,13 @@ def test_a_close_the_loop_has_not_seen_yet_still_marks_the_connection_stale() ->
     async def main() -> None:
         thread = threading.Thread(target=serve)
         thread.start()
-        stream = await ProtocolBackend().connect_tcp(*listener.getsockname()[:2])
+        host, port = listener.getsockname()[:2]
+        connection = await network.connect(host, port, ssl_context=None, timeout=5)
         thread.join()
         time.sleep(0.05)  # blocks the loop: eof_received has not been called
-        assert not stream._reader.eof  # type: ignore[attr-defined]
-        assert stream.get_extra_info("is_readable")
-        await stream.aclose()
+        assert not connection.eof
+        assert connection.stale()
+        connection.close()
 
     try:
         asyncio.run(main())
@@ -265,17 +278,16 @@ def test_a_slow_reader_holds_the_upstream_back_and_loses_nothing(
 
     async def main() -> None:
         async with _streamed(handler) as response:
-            stream = response.extensions["network_stream"]
+            reader = _connection(response)
             got = bytearray()
             async for piece in response.aiter_raw():
                 got += piece
-                reader = stream._reader
+                await asyncio.sleep(0.005)  # a slow client: the upstream runs ahead meanwhile
                 paused.append(reader.paused)
                 # never more than the mark plus one socket read is held
                 assert reader.size <= network.HIGH_WATER + 256 * 1024
-                await asyncio.sleep(0.002)
         assert bytes(got) == payload
-        assert any(paused) and not paused[-1]
+        assert any(paused) and not reader.paused
 
     asyncio.run(main())
 
@@ -336,9 +348,9 @@ def test_tls_verifies_the_server_and_streams(ca: trustme.CA) -> None:
         trusted = ssl.create_default_context()
         ca.configure_trust(trusted)
         async with server:
-            async with _client(verify=trusted) as client:
+            async with _client(ssl_context=trusted) as client:
                 async with client.stream("POST", _url(server, "https"), content=b"{}") as r:
-                    assert r.extensions["network_stream"].get_extra_info("ssl_object") is not None
+                    assert _connection(r).transport.get_extra_info("ssl_object") is not None  # type: ignore[union-attr]
                     body = b"".join([piece async for piece in r.aiter_raw()])
                 assert body == b"".join(b"data: %d\n\n" % i for i in range(50))
             async with _client() as untrusting:  # certifi's roots: our CA is unknown
@@ -353,36 +365,197 @@ def test_the_read_timeout_timer_is_cancelled_when_data_comes() -> None:
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        reader = network._Reader()
-        transport = _NullTransport()
-        reader.connection_made(transport)
-        stream = network.ProtocolStream(reader)
-        loop.call_later(0.01, reader.data_received, b"a")
-        assert await stream.read(10, timeout=0.05) == b"a"
+        connection = network.Connection()
+        connection.connection_made(_NullTransport())
+        loop.call_later(0.01, connection.data_received, b"a")
+        assert await connection.read(0.05) == b"a"
         await asyncio.sleep(0.1)  # past the first read's timeout
-        loop.call_later(0.01, reader.data_received, b"b")
-        assert await stream.read(10, timeout=1.0) == b"b"
-        reader.connection_lost(ConnectionResetError("reset by peer"))
-        with pytest.raises(httpcore.ReadError):
-            await stream.read(10, timeout=1.0)
+        loop.call_later(0.01, connection.data_received, b"b")
+        assert await connection.read(1.0) == b"b"
+        connection.connection_lost(ConnectionResetError("reset by peer"))
+        with pytest.raises(httpx.ReadError):
+            await connection.read(1.0)
 
     asyncio.run(main())
 
 
-def test_reads_split_a_large_piece_and_join_small_ones_up_to_max_bytes() -> None:
+def test_a_read_takes_everything_buffered_and_unread_gives_back() -> None:
     async def main() -> None:
-        reader = network._Reader()
-        transport = _NullTransport()
-        reader.connection_made(transport)
-        stream = network.ProtocolStream(reader)
-        for piece in (b"abcdef", b"gh", b"ij", b"klmnop"):
-            reader.data_received(piece)
-        assert await stream.read(4) == b"abcd"
-        assert await stream.read(6) == b"efghij"  # the rest of a piece, then whole pieces
-        assert await stream.read(100) == b"klmnop"
-        assert reader.size == 0
-        reader.eof_received()
-        assert await stream.read(100) == b""
+        connection = network.Connection()
+        connection.connection_made(_NullTransport())
+        for piece in (b"abc", b"de", b"f"):
+            connection.data_received(piece)
+        assert await connection.read(None) == b"abcdef"
+        connection.data_received(b"gh")
+        connection.unread(b"ef")
+        assert await connection.read(None) == b"efgh"
+        assert connection.size == 0
+        connection.eof_received()
+        assert await connection.read(None) == b""
+
+    asyncio.run(main())
+
+
+# -- HTTP/1.1 framing ----------------------------------------------------------------------
+
+
+@given(
+    pieces=st.lists(st.binary(min_size=1, max_size=40), max_size=8),
+    extension=st.sampled_from([b"", b";name=value", b" ; x"]),
+    trailers=st.sampled_from([b"", b"x-trailer: 1\r\n"]),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=12),
+)
+def test_chunked_bodies_decode_however_the_reads_split_them(
+    pieces: list[bytes], extension: bytes, trailers: bytes, cuts: list[int]
+) -> None:
+    wire = b"".join(b"%X%s\r\n%s\r\n" % (len(p), extension, p) for p in pieces)
+    wire += b"0%s\r\n%s\r\n" % (extension, trailers)
+    bounds = sorted({0, len(wire), *(c for c in cuts if c < len(wire))})
+    framing = http11._Chunked()
+    body = b""
+    for start, stop in itertools.pairwise(bounds):
+        assert not framing.done
+        body += framing.feed(wire[start:stop])
+    assert body == b"".join(pieces)
+    assert framing.done
+
+
+@pytest.mark.parametrize("wire", [
+    b"zz\r\n", b"-1\r\nx\r\n", b"3\r\nabcXY", b"0x3\r\nabc\r\n", b"1" * 5000,
+])
+def test_malformed_chunked_bodies_are_protocol_errors(wire: bytes) -> None:
+    with pytest.raises(httpx.RemoteProtocolError):
+        http11._Chunked().feed(wire)
+
+
+def test_bodies_framed_every_way_arrive_whole_and_reuse_what_they_may() -> None:
+    peers: list[tuple[str, int]] = []
+    payload = b'data: {"x": 1}\n\n' * 30
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peers.append(writer.get_extra_info("peername"))
+        while True:
+            try:
+                head, _ = await _read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            path = head.split(b" ")[1]
+            if path == b"/length":
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s"
+                             % (len(payload), payload))
+            elif path == b"/trickle":  # a chunked body one byte per write, 100 Continue first
+                wire = (b"HTTP/1.1 100 Continue\r\n\r\n" + CHUNKED_HEAD
+                        + _chunk(payload[:100]) + _chunk(payload[100:]) + b"0\r\n\r\n")
+                for i in range(len(wire)):
+                    writer.write(wire[i:i + 1])
+                    await writer.drain()
+                    if i % 50 == 0:
+                        await asyncio.sleep(0)
+            elif path == b"/gzip":
+                packed = gzip.compress(payload)
+                head = CHUNKED_HEAD.replace(b"\r\n\r\n", b"\r\ncontent-encoding: gzip\r\n\r\n")
+                writer.write(head + _chunk(packed[:10]) + _chunk(packed[10:]) + b"0\r\n\r\n")
+            elif path == b"/empty":
+                writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+            elif path == b"/close-header":
+                writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok")
+                await writer.drain()
+                writer.close()
+                return
+            else:  # framed by the connection's close
+                writer.write(b"HTTP/1.1 200 OK\r\n\r\n" + payload)
+                await writer.drain()
+                writer.close()
+                return
+            await writer.drain()
+
+    async def main() -> None:
+        server = await _serve(handler)
+        base = _url(server)
+        async with server, _client() as client:
+            for path in ("length", "trickle", "gzip", "empty"):  # one connection for all four
+                response = await client.post(base + path, content=b"{}")
+                assert response.content == (b"" if path == "empty" else payload), path
+            assert len(peers) == 1
+            assert (await client.post(base + "close-header", content=b"{}")).content == b"ok"
+            assert (await client.post(base + "until-close", content=b"{}")).content == payload
+            assert (await client.post(base + "length", content=b"{}")).content == payload
+        assert len(peers) == 3  # neither a connection: close nor a close-framed body is reused
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("answer", [
+    b"HTTP/2 200\r\n\r\n",
+    b"nonsense\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\ncontent-length: many\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nx: " + b"y" * 70000 + b"\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort",
+], ids=["http2", "nonsense", "header", "length", "huge-head", "cut"])
+def test_malformed_or_cut_responses_are_protocol_errors(answer: bytes) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+
+    async def main() -> None:
+        server = await _serve(handler)
+        async with server, _client() as client:
+            with pytest.raises(httpx.RemoteProtocolError):
+                await client.post(_url(server), content=b"{}")
+
+    asyncio.run(main())
+
+
+def test_a_body_left_unread_closes_its_connection_and_frees_its_slot() -> None:
+    closed = asyncio.Event()
+    peers: list[tuple[str, int]] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peers.append(writer.get_extra_info("peername"))
+        await _read_request(reader)
+        writer.write(CHUNKED_HEAD + _chunk(b"data: 1\n\n"))
+        await writer.drain()
+        await reader.read()  # until the client closes
+        closed.set()
+        writer.close()
+
+    async def main() -> None:
+        server = await _serve(handler)
+        async with server, _client(max_connections=1) as client:
+            for _ in range(2):  # the second request needs the slot the first gave back
+                async with client.stream("POST", _url(server), content=b"{}") as response:
+                    assert await anext(response.aiter_raw()) == b"data: 1\n\n"
+                await asyncio.wait_for(closed.wait(), 2)
+                closed.clear()
+        assert len(peers) == 2
+
+    asyncio.run(main())
+
+
+def test_the_pool_bound_makes_a_request_wait_then_time_out() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError):
+            while True:
+                await _read_request(reader)
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                await writer.drain()
+
+    async def main() -> None:
+        server = await _serve(handler)
+        async with server, _client(max_connections=1) as client:
+            held = await client.send(client.build_request("POST", _url(server), content=b"{}"),
+                                     stream=True)
+            with pytest.raises(httpx.PoolTimeout):
+                await client.post(_url(server), content=b"{}", timeout=httpx.Timeout(5, pool=0.2))
+            waiting = asyncio.create_task(client.post(_url(server), content=b"{}"))
+            await asyncio.sleep(0.05)
+            assert not waiting.done()
+            await held.aread()
+            await held.aclose()
+            assert (await asyncio.wait_for(waiting, 2)).text == "ok"
 
     asyncio.run(main())
 

@@ -7,10 +7,9 @@ Why it is shaped this way:
   ``await anext(agen)`` raises :class:`UpstreamError` while HTTP headers can still carry it.
 - The upstream response is closed in a ``finally``: a consumer that stops iterating (aclose,
   task cancelled, client gone) closes the upstream connection at once.
-- The connection pool is a few httpx clients of 32 connections each rather than one big one:
-  httpcore's pool bookkeeping is quadratic in its size (see ``_acquire``).
-- Upstream sockets are read through :mod:`.network` (asyncio protocols) rather than anyio:
-  the per-read cost of anyio was a fifth of the gateway's CPU under load.
+- Upstream requests go through :class:`.http11.Http11Transport` (httpx's API and proxies,
+  a lean HTTP/1.1 wire format and pool beneath): httpcore's h11 layers and pool were most of
+  the gateway's CPU under load (docs/upstream.md).
 - Lines are split from raw bytes rather than ``aiter_lines()``: no str round trip and two fewer
   async generator layers per network read; the loop lives in ``stream`` itself so each chunk
   passes one generator, not two.
@@ -31,7 +30,7 @@ import httpx
 import orjson
 
 from responses_gateway.backends.base import BackendRequest
-from responses_gateway.backends.network import use_protocol_backend
+from responses_gateway.backends.http11 import Http11Transport, install
 from responses_gateway.errors import UpstreamError
 from responses_gateway.translate.upstream_sse import Chunk, ChunkDecoder
 
@@ -42,8 +41,6 @@ _STALE_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteErro
 _DROPPED = (httpx.RemoteProtocolError, httpx.ReadError)
 _DRAIN_SECONDS = 1.0  # after [DONE], how long to wait for the body's end (keeps the conn pooled)
 _MAX_ERROR_TEXT = 500
-_SHARD_SIZE = 32  # connections per pool shard (see OpenAICompatBackend._acquire)
-_SHARD_LIMITS = httpx.Limits(max_connections=_SHARD_SIZE, max_keepalive_connections=_SHARD_SIZE)
 
 
 def _closed_error() -> UpstreamError:
@@ -105,63 +102,42 @@ class OpenAICompatBackend:
         self._timeout = httpx.Timeout(
             connect=connect_timeout, read=read_timeout, write=read_timeout, pool=connect_timeout
         )
-        self._max_shards = (
-            None if max_connections is None else max(1, -(-max_connections // _SHARD_SIZE))
-        )
+        self._max_connections = max_connections
         self._headers = {"content-type": "application/json", "accept": "application/json"}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
         self._owns_client = client is None
-        self._clients: list[httpx.AsyncClient] = [client] if client is not None else []
-        self._in_flight: list[int] = [0] * len(self._clients)
+        self._client = client
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._ssl: ssl.SSLContext | None = None  # one for every shard: each costs ~15 ms
+        self._ssl: ssl.SSLContext | None = None  # built once: each costs ~15 ms
 
     # -- client lifecycle ------------------------------------------------------------------
 
-    def _acquire(self) -> int:
-        """A pool shard for one request: the first with room, so idle connections get reused.
-
-        The pool is split in shards of ``_SHARD_SIZE`` connections because httpcore's pool does
-        O(connections²) bookkeeping on every request start and end (encode/httpcore#1035): at
-        200 concurrent streams one pool costs milliseconds of CPU per request; small shards
-        keep it flat. Shards are created lazily in the running loop (a pool is bound to one).
-        """
-        clients = self._clients
+    def _http(self) -> httpx.AsyncClient:
+        """The client for this event loop: a pool is bound to the loop it was made in, and a
+        Lambda environment may run its handler in a new loop each time."""
+        client = self._client
         if self._owns_client:
             loop = asyncio.get_running_loop()
-            if self._loop is not loop:
-                clients = self._clients = []
-                self._in_flight = []
-                self._loop = loop
-        in_flight = self._in_flight
-        shard = next((i for i, n in enumerate(in_flight) if n < _SHARD_SIZE), -1)
-        if shard < 0:
-            if self._owns_client and (self._max_shards is None or len(clients) < self._max_shards):
+            if client is None or self._loop is not loop:
                 if self._ssl is None:
                     self._ssl = httpx.create_ssl_context()
-                client = httpx.AsyncClient(timeout=self._timeout, limits=_SHARD_LIMITS,
-                                           verify=self._ssl)
-                # Not passed as transport=: httpx then ignores the environment's proxies.
-                use_protocol_backend(client._transport)  # type: ignore[arg-type]
-                clients.append(client)
-                in_flight.append(0)
-                shard = len(clients) - 1
-            else:
-                shard = in_flight.index(min(in_flight))
-        in_flight[shard] += 1
-        return shard
-
-    def _release(self, shard: int, in_flight: list[int]) -> None:
-        if in_flight is self._in_flight:  # not a pool left behind by a loop change
-            in_flight[shard] -= 1
+                limits = httpx.Limits(max_connections=self._max_connections,
+                                      max_keepalive_connections=self._max_connections)
+                client = self._client = httpx.AsyncClient(
+                    timeout=self._timeout, verify=self._ssl, limits=limits
+                )  # the limits apply to proxied requests; direct ones share the transport's
+                install(client, Http11Transport(ssl_context=self._ssl,
+                                                max_connections=self._max_connections))
+                self._loop = loop
+        assert client is not None
+        return client
 
     async def aclose(self) -> None:
-        clients = self._clients
-        if self._owns_client:
-            self._clients, self._in_flight, self._loop = [], [], None
-            for client in clients:
-                await client.aclose()
+        client = self._client
+        if self._owns_client and client is not None:
+            self._client, self._loop = None, None
+            await client.aclose()
 
     # -- streaming -------------------------------------------------------------------------
 
@@ -173,13 +149,7 @@ class OpenAICompatBackend:
         parse; anything else (``event:``, multi-line data, comments) comes parsed.
         """
         streaming = bool(request.body.get("stream"))
-        shard = self._acquire()
-        in_flight = self._in_flight
-        try:
-            response = await self._send(self._clients[shard], orjson.dumps(request.body))
-        except BaseException:
-            self._release(shard, in_flight)
-            raise
+        response = await self._send(self._http(), orjson.dumps(request.body))
         try:
             if not streaming or response.headers.get("content-type", "").startswith(
                 "application/json"
@@ -205,7 +175,6 @@ class OpenAICompatBackend:
                 raise _closed_error()
         finally:
             await response.aclose()
-            self._release(shard, in_flight)
 
     async def _send(self, client: httpx.AsyncClient, content: bytes) -> httpx.Response:
         """Send with retries; return a 2xx response whose body is still unread."""
