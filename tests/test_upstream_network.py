@@ -379,6 +379,27 @@ def test_the_read_timeout_timer_is_cancelled_when_data_comes() -> None:
     asyncio.run(main())
 
 
+def test_one_timer_serves_many_reads_and_a_shorter_timeout_still_fires() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        connection = network.Connection()
+        connection.connection_made(_NullTransport())
+        timers = []
+        for i in range(5):  # reads that wait and get data re-use the one timer
+            loop.call_later(0.002, connection.data_received, b"%d" % i)
+            assert await connection.read(30.0) == b"%d" % i
+            timers.append(connection.timer)
+        assert timers[0] is not None and all(t is timers[0] for t in timers)
+        started = loop.time()
+        with pytest.raises(httpx.ReadTimeout):
+            await connection.read(0.1)  # armed for 30 s: a 0.1 s wait must not wait that long
+        assert 0.09 <= loop.time() - started < 1.0
+        connection.close()
+        assert connection.timer is None
+
+    asyncio.run(main())
+
+
 def test_a_read_takes_everything_buffered_and_unread_gives_back() -> None:
     async def main() -> None:
         connection = network.Connection()
@@ -565,6 +586,9 @@ class _NullTransport(asyncio.Transport):
         return False
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
+        pass
+
+    def close(self) -> None:
         pass
 
 

@@ -24,11 +24,6 @@ import httpx
 HIGH_WATER = 256 * 1024
 
 
-def _timed_out(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(httpx.ReadTimeout("no data from the upstream within the read timeout"))
-
-
 class Connection(asyncio.Protocol):
     """One upstream connection. ``read`` returns everything buffered: one call per network read."""
 
@@ -42,6 +37,11 @@ class Connection(asyncio.Protocol):
         self.paused = False
         self.drained: asyncio.Future[None] | None = None  # set while writing is paused
         self.idle_since = 0.0  # when it went back to the pool
+        # The read timeout: one timer per connection that re-arms itself, not one per read
+        # (a streamed completion waits thousands of times, each far shorter than the timeout).
+        self.timer: asyncio.TimerHandle | None = None
+        self.wait_started = 0.0
+        self.read_timeout = 0.0
 
     # -- protocol callbacks ----------------------------------------------------------------
 
@@ -91,13 +91,18 @@ class Connection(asyncio.Protocol):
         if not self.buffer and not self.eof:
             loop = asyncio.get_running_loop()
             waiter = self.waiter = loop.create_future()
-            timer = None if timeout is None else loop.call_later(timeout, _timed_out, waiter)
+            if timeout is not None:
+                self.wait_started = now = loop.time()
+                self.read_timeout = timeout
+                timer = self.timer
+                if timer is None or timer.when() > now + timeout:  # none, or for a longer one
+                    if timer is not None:
+                        timer.cancel()
+                    self.timer = loop.call_at(now + timeout, self._check_timeout)
             try:
                 await waiter
             finally:
                 self.waiter = None
-                if timer is not None:
-                    timer.cancel()
         buffer = self.buffer
         if not buffer:
             if self.error is not None:
@@ -111,6 +116,26 @@ class Connection(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.resume_reading()
         return data
+
+    def _check_timeout(self) -> None:
+        """The timer fired: fail the read that has waited a whole timeout, else re-arm."""
+        self.timer = None
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return  # not waiting: the next read that waits arms it again
+        loop = asyncio.get_running_loop()
+        deadline = self.wait_started + self.read_timeout
+        if loop.time() >= deadline - 0.001:
+            waiter.set_exception(
+                httpx.ReadTimeout("no data from the upstream within the read timeout")
+            )
+        else:
+            self.timer = loop.call_at(deadline, self._check_timeout)
+
+    def _stop_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
     def unread(self, data: bytes) -> None:
         """Give back bytes read past the end of what the caller wanted (a head's body start)."""
@@ -133,6 +158,7 @@ class Connection(asyncio.Protocol):
             raise httpx.WriteError(str(self.error))
 
     def close(self) -> None:
+        self._stop_timer()
         if self.transport is not None:
             self.transport.close()
 
@@ -152,6 +178,7 @@ class Connection(asyncio.Protocol):
         return bool(poll.poll(0))
 
     def park(self) -> None:
+        self._stop_timer()
         self.idle_since = time.monotonic()
 
 
