@@ -132,6 +132,8 @@ def test_text_stream_sends_key_and_body(up: ScriptedUpstream) -> None:
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
     assert up.request_headers[0]["authorization"] == "Bearer sk-test"
     assert up.requests[0]["messages"][0]["content"] == "Hello [[script:text n=5]]"
+    # The upstream's thread records the end just after its last write: the client may be first.
+    assert up.wait_streams_closed(2)
     assert up.streams[0].completed and not up.streams[0].client_disconnected
 
 
