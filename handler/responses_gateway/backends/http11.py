@@ -294,6 +294,10 @@ class _Length(_Framing):
         return data
 
 
+def _no_crlf() -> httpx.RemoteProtocolError:
+    return httpx.RemoteProtocolError("malformed chunked body: no CRLF after a chunk")
+
+
 class _Chunked(_Framing):
     """``Transfer-Encoding: chunked``, decoded across reads in one pass per read."""
 
@@ -321,7 +325,7 @@ class _Chunked(_Framing):
             if self._crlf:
                 take = min(self._crlf, end - pos)
                 if data[pos:pos + take] != b"\r\n"[2 - self._crlf:2 - self._crlf + take]:
-                    raise httpx.RemoteProtocolError("malformed chunked body: no CRLF after a chunk")
+                    raise _no_crlf()
                 self._crlf -= take
                 pos += take
                 continue
@@ -344,10 +348,16 @@ class _Chunked(_Framing):
             if not size_text or size_text.strip(b"0123456789abcdefABCDEF"):
                 raise httpx.RemoteProtocolError(f"malformed chunk size line {line[:40]!r}")
             size = int(size_text, 16)
-            if size:
-                self._left = size
-            else:
+            if not size:
                 self._trailers = True
+            elif newline + 4 + size <= end:  # the whole chunk and its CRLF came in this read
+                stop = pos + size
+                if data[stop:stop + 2] != b"\r\n":
+                    raise _no_crlf()
+                pieces.append(data[pos:stop])
+                pos = stop + 2
+            else:
+                self._left = size
         if not pieces:
             return b""
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)

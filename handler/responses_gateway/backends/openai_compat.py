@@ -1,4 +1,4 @@
-"""Backend for any OpenAI-compatible Chat Completions server, over pooled httpx clients.
+"""Backend for any OpenAI-compatible Chat Completions server, over one pooled httpx client per loop.
 
 Why it is shaped this way:
 - Retries (connect errors, 429, 5xx) happen only before the first byte of a successful body,
