@@ -15,6 +15,7 @@ import json
 import random
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import orjson
 import pytest
@@ -80,9 +81,13 @@ def translate(
 def both_ways(
     wire: list[bytes], options: TranslateOptions | None = None, *, finish: bool = True
 ) -> tuple[list[dict[str, Any]], ResponseTranslator]:
-    """Events from the bytes path, after checking they equal the parsed path's."""
-    reference, _ = translate([parse_chunk(None, data) for data in wire], options, finish=finish)
-    events, translator = translate(list(wire), options, finish=finish)
+    """Events from the bytes path, after checking they equal the parsed path's.
+
+    The clock is frozen: ``completed_at`` must not differ because a second ticked between runs.
+    """
+    with mock.patch("time.time", return_value=1_800_000_000.0):
+        reference, _ = translate([parse_chunk(None, d) for d in wire], options, finish=finish)
+        events, translator = translate(list(wire), options, finish=finish)
     assert events == reference
     return events, translator
 
