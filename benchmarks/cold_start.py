@@ -7,7 +7,8 @@ Each figure is the median (and min) over ``--runs`` fresh interpreters, all in t
 - ``bare interpreter``: ``python -c pass``, wall time of the whole process;
 - ``streaming entry``: ``import responses_gateway.api.app`` + ``create_app()``, timed inside the
   process (what uvicorn does before the Lambda Web Adapter's readiness check can pass);
-- ``streaming entry + uvicorn``: the same plus ``import uvicorn`` (run.sh's whole import);
+- ``streaming entry + uvicorn``: the same plus uvicorn with the event loop and HTTP parser it
+  picks when they are installed, uvloop and httptools (run.sh's whole import);
 - ``streaming ready``: the above plus the app's lifespan startup (services built) under a
   Lambda-like environment (JSON logging configured), i.e. until /health could answer;
 - ``worker handler``: ``import responses_gateway.worker.lambda_handler``;
@@ -49,14 +50,15 @@ t0 = time.perf_counter()
 print((time.perf_counter() - t0) * 1000)
 """
 
+UVICORN = "import uvicorn, uvloop, uvicorn.protocols.http.httptools_impl"
 CASES: dict[str, tuple[str, dict[str, str]]] = {
     "streaming entry": (
         "from responses_gateway.api.app import create_app\napp = create_app()", {}),
     "streaming entry + uvicorn": (
-        "import uvicorn\nfrom responses_gateway.api.app import create_app\napp = create_app()",
+        f"{UVICORN}\nfrom responses_gateway.api.app import create_app\napp = create_app()",
         {}),
     "streaming ready": (
-        "import asyncio, uvicorn\nfrom responses_gateway.api.app import create_app\n"
+        f"import asyncio\n{UVICORN}\nfrom responses_gateway.api.app import create_app\n"
         "app = create_app()\n"
         "async def ready():\n"
         "    async with app.router.lifespan_context(app):\n"
