@@ -288,17 +288,30 @@ def test_not_found_404(gateway: GatewayServer) -> None:
     assert error_body(previous)["param"] == "previous_response_id"
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
-def test_rate_limit_429(gateway: GatewayServer, stream: bool) -> None:
+def test_rate_limit_429(gateway: GatewayServer) -> None:
     async def body(c: AsyncOpenAI) -> openai.RateLimitError:
         with pytest.raises(openai.RateLimitError) as caught:
-            await c.responses.create(model=MODEL, input="[[script:429]]", stream=stream)
+            await c.responses.create(model=MODEL, input="[[script:429]]")
         return caught.value
 
     exc = run(gateway, body)
 
     assert exc.status_code == 429
     assert error_body(exc)["code"] == "rate_limit_exceeded"
+
+
+def test_rate_limit_429_when_streaming_fails_the_response(gateway: GatewayServer) -> None:
+    """response.created has left before the upstream refused (no stream grace period)."""
+    async def body(c: AsyncOpenAI) -> list[dict[str, Any]]:
+        return await collect(await c.responses.create(
+            model=MODEL, input="[[script:429]]", stream=True))
+
+    events = run(gateway, body)
+
+    grammar = check_stream(events)
+    assert events[0]["type"] == "response.created"
+    assert events[-1]["type"] == "response.failed"
+    assert grammar.terminal["response"]["error"]["code"] == "rate_limit_exceeded"
 
 
 def test_rate_limit_429_then_the_client_retry_succeeds(

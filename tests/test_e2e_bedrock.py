@@ -584,29 +584,75 @@ def test_previous_response_id_chain(client: OpenAI, bedrock: FakeBedrock) -> Non
 # -- errors ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
-@pytest.mark.parametrize(("status", "aws_code", "error_class", "code"), [
+BEDROCK_REFUSALS = pytest.mark.parametrize(("status", "aws_code", "error_class", "code"), [
     (429, "ThrottlingException", openai.RateLimitError, "rate_limit_exceeded"),
     (400, "ValidationException", openai.BadRequestError, None),
     (403, "AccessDeniedException", openai.PermissionDeniedError, None),
     (503, "ServiceUnavailableException", openai.InternalServerError, "server_error"),
 ])
-def test_errors_before_streaming_are_http_errors(
-    client: OpenAI, bedrock: FakeBedrock, stream: bool, status: int, aws_code: str,
-    error_class: type[openai.APIStatusError], code: str | None,
-) -> None:
-    bedrock.error(NOVA, status, aws_code, f"{aws_code} from the fake")
-    with pytest.raises(error_class) as caught:
-        response = client.responses.create(model=NOVA, input="Hi", stream=stream)
-        if stream:
-            list(response)
 
+
+@pytest.fixture(scope="module")
+def graced(fake: FakeBedrock, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
+    """A gateway with a stream grace period: a quick refusal is an HTTP error, streams too."""
+    db = tmp_path_factory.mktemp("e2e-bedrock-grace") / "gateway.db"
+    with GatewayServer(bedrock_settings(fake, db, stream_grace_seconds=2.0)) as server, \
+            client_for(server) as client:
+        yield client
+
+
+def _assert_refusal(caught: pytest.ExceptionInfo[openai.APIStatusError], status: int,
+                    aws_code: str, code: str | None) -> None:
     assert caught.value.status_code == status
     error = caught.value.body
     assert isinstance(error, dict)
     assert error["code"] == code
     assert aws_code in error["message"]
+
+
+@BEDROCK_REFUSALS
+def test_errors_before_output_are_http_errors(
+    client: OpenAI, bedrock: FakeBedrock, status: int, aws_code: str,
+    error_class: type[openai.APIStatusError], code: str | None,
+) -> None:
+    bedrock.error(NOVA, status, aws_code, f"{aws_code} from the fake")
+    with pytest.raises(error_class) as caught:
+        client.responses.create(model=NOVA, input="Hi")
+
+    _assert_refusal(caught, status, aws_code, code)
     assert len(bedrock.requests) == 1  # max_retries=0: one attempt
+
+
+@BEDROCK_REFUSALS
+def test_errors_before_output_fail_a_stream_after_created(
+    client: OpenAI, bedrock: FakeBedrock, status: int, aws_code: str,
+    error_class: type[openai.APIStatusError], code: str | None,
+) -> None:
+    """No grace period (the default): response.created left before Bedrock answered."""
+    bedrock.error(NOVA, status, aws_code, f"{aws_code} from the fake")
+    events = sdk_events(client.responses.create(model=NOVA, input="Hi", stream=True))
+
+    grammar = check_stream(events)
+    assert [e["type"] for e in events] == [
+        "response.created", "response.in_progress", "response.failed"]
+    failed = grammar.terminal["response"]
+    assert failed["error"]["code"] == (code or "upstream_error")
+    assert aws_code in failed["error"]["message"]
+    assert client.responses.retrieve(failed["id"]).status == "failed"
+    assert len(bedrock.requests) == 1
+
+
+@BEDROCK_REFUSALS
+def test_errors_before_output_within_the_grace_period_are_http_errors(
+    graced: OpenAI, bedrock: FakeBedrock, status: int, aws_code: str,
+    error_class: type[openai.APIStatusError], code: str | None,
+) -> None:
+    bedrock.error(NOVA, status, aws_code, f"{aws_code} from the fake")
+    with pytest.raises(error_class) as caught:
+        list(graced.responses.create(model=NOVA, input="Hi", stream=True))
+
+    _assert_refusal(caught, status, aws_code, code)
+    assert len(bedrock.requests) == 1
 
 
 def test_in_stream_throttling_ends_the_response_failed_with_the_partial_text(

@@ -6,6 +6,7 @@ API keys (401) and another tenant's ids (404).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -81,10 +82,35 @@ def test_upstream_429_is_a_rate_limit_error(client: OpenAI) -> None:
     assert "upstream" in error["message"].lower()
 
 
-def test_upstream_429_when_streaming_is_still_an_http_error(client: OpenAI) -> None:
-    with pytest.raises(openai.RateLimitError) as caught:
-        client.responses.create(model=MODEL, input="[[script:429 retry_after=none]]", stream=True)
-    assert _error(caught.value)["code"] == "rate_limit_exceeded"
+def test_upstream_429_when_streaming_fails_the_response_after_created(client: OpenAI) -> None:
+    """response.created left before the upstream answered (no grace period, the default)."""
+    events = sdk_events(client.responses.create(
+        model=MODEL, input="[[script:429 retry_after=none]]", stream=True))
+
+    grammar = check_stream(events)
+    assert [e["type"] for e in events] == [
+        "response.created", "response.in_progress", "response.failed"]
+    failed = grammar.terminal["response"]
+    assert failed["error"]["code"] == "rate_limit_exceeded"
+    assert "upstream" in failed["error"]["message"].lower()
+    assert client.responses.retrieve(failed["id"]).status == "failed"
+
+
+def test_upstream_429_when_streaming_within_the_grace_period_is_an_http_error(
+    upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    settings = e2e_settings(upstream, tmp_path / "g.db", stream_grace_seconds=1.0)
+    with GatewayServer(settings) as server, client_for(server) as client:
+        with pytest.raises(openai.RateLimitError) as caught:
+            list(client.responses.create(
+                model=MODEL, input="[[script:429 retry_after=none]]", stream=True))
+        assert _error(caught.value)["code"] == "rate_limit_exceeded"
+
+        # Past the grace period response.created has left: the refusal fails the response.
+        late = sdk_events(client.responses.create(
+            model=MODEL, input="[[script:429 retry_after=none first_delay=1.5]]", stream=True))
+        assert late[-1]["type"] == "response.failed"
+        assert late[-1]["response"]["error"]["code"] == "rate_limit_exceeded"
 
 
 def test_upstream_own_error_code_is_kept(client: OpenAI) -> None:

@@ -633,8 +633,14 @@ def test_an_untrusted_https_upstream_is_a_clear_502(
     with GatewayServer(e2e_settings(up, tmp_path / "db.sqlite")) as gw:
         client = OpenAI(base_url=gw.base_url, api_key="x", max_retries=0)
         with pytest.raises(APIStatusError) as caught:
-            client.responses.create(model="scripted-model", input="hi", stream=True)
+            client.responses.create(model="scripted-model", input="hi")
         assert caught.value.status_code == 502
         error = caught.value.body
         assert isinstance(error, dict)
         assert error["code"] == "upstream_unavailable" and "ConnectError" in error["message"]
+        # A stream has sent response.created by then: the same error fails the response.
+        events = list(client.responses.create(model="scripted-model", input="hi", stream=True))
+        assert events[-1].type == "response.failed"
+        failed = events[-1].response.error
+        assert failed is not None and failed.code == "upstream_unavailable"
+        assert "ConnectError" in failed.message

@@ -37,7 +37,7 @@ class Settings:
     seal_key: str | None = field(default=None, repr=False)
     reasoning_input: str | None = None  # reasoning sent back upstream: None, "reasoning_content"
     keepalive_seconds: float = 15.0
-    stream_grace_seconds: float = 0.5
+    stream_grace_seconds: float = 0.0
     models: tuple[str, ...] = ()
     bedrock_region: str | None = None
     bedrock_endpoint_url: str | None = None
@@ -96,7 +96,7 @@ class Settings:
             seal_key=secret("GATEWAY_SEAL_KEY"),
             reasoning_input=get("GATEWAY_REASONING_INPUT"),
             keepalive_seconds=float(get("GATEWAY_KEEPALIVE_SECONDS", "15") or 15),
-            stream_grace_seconds=float(get("GATEWAY_STREAM_GRACE_SECONDS", "0.5") or 0),
+            stream_grace_seconds=float(get("GATEWAY_STREAM_GRACE_SECONDS", "0") or 0),
             models=models,
             bedrock_region=get("GATEWAY_BEDROCK_REGION") or get("AWS_REGION"),
             bedrock_endpoint_url=get("GATEWAY_BEDROCK_ENDPOINT_URL"),

@@ -196,10 +196,20 @@ class Job:
     def response(self) -> dict[str, Any]:
         return self.translator.response
 
+    async def prepare(self) -> None:
+        """The backend's local work before the upstream call (see ``backends.base``)."""
+        prepare = getattr(self.backend, "prepare", None)
+        if prepare is not None:
+            try:
+                await prepare(self.backend_request)
+            except GatewayError as exc:
+                raise self._client_param(exc) from None
+
     def open(self) -> asyncio.Future[Chunk]:
         """Send the request upstream; the future resolves with the first chunk.
 
-        An UpstreamError from it happened before any output, so it can still be an HTTP error.
+        An UpstreamError from it happened before any output: within a grace period it can
+        still be an HTTP error.
         """
         if self._first is None:
             self._chunks = self.backend.stream(self.backend_request)

@@ -31,9 +31,10 @@ Scripts (details in each ``s_*`` docstring):
 
 Generic arguments, any script: ``times=K [key=K] [then=NAME]`` (only the first K matching
 requests get this script, later ones get ``then``, default text; counted per key, default the
-directive text, until reset()), ``delay=S`` (before each item), ``first_delay=S``,
-``eol=lf|crlf|cr``, ``multiline=1``, ``comments=1``, ``done=0``, ``usage=1|0`` (default: the
-request's ``stream_options.include_usage``). Tool call ids are ``call_<request index>_<i>``.
+directive text, until reset()), ``delay=S`` (before each item), ``first_delay=S`` (before
+the body, or before an error status), ``eol=lf|crlf|cr``, ``multiline=1``, ``comments=1``,
+``done=0``, ``usage=1|0`` (default: the request's ``stream_options.include_usage``). Tool
+call ids are ``call_<request index>_<i>``.
 
 Every behaviour also answers ``stream=false`` with a ``chat.completion`` aggregated from the
 same chunks (usage always included); stall/slow delay it, drop cuts the JSON body mid-way,
@@ -769,6 +770,8 @@ class ScriptedUpstream:
                 f"bad script directive {directive!r}: {exc!r}", "invalid_request_error",
                 "bad_script"))
         if plan.status != 200:
+            if plan.first_delay:  # a slow refusal
+                await asyncio.sleep(plan.first_delay)
             if isinstance(plan.error, str):
                 return Response(plan.error, status_code=plan.status, headers=plan.headers,
                                 media_type="text/html")

@@ -83,14 +83,22 @@ async def create_response(request: Request) -> Response:
             background.follow(gateway, job.record, -1),
             keepalive_seconds=gateway.settings.keepalive_seconds,
         )
+    try:
+        await job.prepare()
+    except GatewayError:
+        await job.close()
+        raise
     first = job.open()
     if job.backend_request.stream:
-        # Give a fast upstream refusal the chance to be a real HTTP error; past the grace
-        # period response.created leaves before the upstream has answered.
-        await asyncio.wait({first}, timeout=gateway.settings.stream_grace_seconds)
-        if first.done() and isinstance(first.exception(), GatewayError):
-            await job.close()
-            raise first.exception()  # type: ignore[misc]
+        # response.created leaves before the upstream has answered, as OpenAI sends it before
+        # its model has; an upstream refusal is then a response.failed. A grace period (off by
+        # default) gives a fast refusal the chance to be a real HTTP error instead.
+        grace = gateway.settings.stream_grace_seconds
+        if grace > 0:
+            await asyncio.wait({first}, timeout=grace)
+            if first.done() and isinstance(first.exception(), GatewayError):
+                await job.close()
+                raise first.exception()  # type: ignore[misc]
         return EventStreamResponse(
             job.events(), keepalive_seconds=gateway.settings.keepalive_seconds
         )

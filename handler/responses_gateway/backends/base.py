@@ -7,9 +7,12 @@ dicts exactly as an OpenAI-compatible server would stream them (``choices[0].del
 translator parses those, cheaply when they repeat). An upstream error frame mid-stream is
 yielded as ``{"error": {...}}``; the translator turns it into ``response.failed``.
 
-Failures raise :class:`~responses_gateway.errors.UpstreamError`: before the first chunk it
-becomes an HTTP error, after it the response ends ``failed``, except that a stream closing
-early (``upstream_connection_closed``) after a ``finish_reason`` is complete all the same.
+Failures raise :class:`~responses_gateway.errors.UpstreamError`: once ``response.created``
+has left (at once, unless a stream grace period is set) the response ends ``failed``, except
+that a stream closing early (``upstream_connection_closed``) after a ``finish_reason`` is
+complete all the same. A backend with local work that can fail for the client's reason (Bedrock
+fetching image URLs) does it in an optional ``async prepare(request)``, which runs before
+``response.created``, so its errors are HTTP errors.
 """
 
 from __future__ import annotations

@@ -173,10 +173,18 @@ class BedrockBackend:
             *(self.fetcher.fetch(url, kind=kind, param=param) for url, kind, param in wanted))
         return {url: fetched for (url, _, _), fetched in zip(wanted, results, strict=True)}
 
+    async def prepare(self, request: BackendRequest) -> None:
+        """Fetch the remote images now: a URL refused or unfetchable is the client's mistake,
+        an HTTP 400 before ``response.created`` leaves, as OpenAI answers it."""
+        request.extra["media"] = await self._fetch_media(request.body)
+
     async def stream(self, request: BackendRequest) -> AsyncIterator[dict[str, Any]]:
         body = request.body
         streaming = bool(body.get("stream", request.stream))
-        call = build_converse_request(body, media=await self._fetch_media(body), stream=streaming)
+        media = request.extra.get("media")
+        if media is None:  # a background job: nothing was prepared
+            media = await self._fetch_media(body)
+        call = build_converse_request(body, media=media, stream=streaming)
         model = str(body.get("model") or call.model.model_id)
         fmt = CLAUDE_REASONING_FORMAT if call.model.is_claude else OTHER_REASONING_FORMAT
         if not streaming:
