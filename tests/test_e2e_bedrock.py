@@ -601,25 +601,26 @@ def graced(fake: FakeBedrock, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield client
 
 
-def _assert_refusal(caught: pytest.ExceptionInfo[openai.APIStatusError], status: int,
-                    aws_code: str, code: str | None) -> None:
+@pytest.mark.parametrize("how", ["create", "stream-within-grace"])
+@BEDROCK_REFUSALS
+def test_errors_before_output_are_http_errors(
+    client: OpenAI, bedrock: FakeBedrock, request: pytest.FixtureRequest, how: str, status: int,
+    aws_code: str, error_class: type[openai.APIStatusError], code: str | None,
+) -> None:
+    """A request that does not stream, or a stream whose gateway has a grace period."""
+    bedrock.error(NOVA, status, aws_code, f"{aws_code} from the fake")
+    with pytest.raises(error_class) as caught:
+        if how == "create":
+            client.responses.create(model=NOVA, input="Hi")
+        else:
+            graced: OpenAI = request.getfixturevalue("graced")
+            list(graced.responses.create(model=NOVA, input="Hi", stream=True))
+
     assert caught.value.status_code == status
     error = caught.value.body
     assert isinstance(error, dict)
     assert error["code"] == code
     assert aws_code in error["message"]
-
-
-@BEDROCK_REFUSALS
-def test_errors_before_output_are_http_errors(
-    client: OpenAI, bedrock: FakeBedrock, status: int, aws_code: str,
-    error_class: type[openai.APIStatusError], code: str | None,
-) -> None:
-    bedrock.error(NOVA, status, aws_code, f"{aws_code} from the fake")
-    with pytest.raises(error_class) as caught:
-        client.responses.create(model=NOVA, input="Hi")
-
-    _assert_refusal(caught, status, aws_code, code)
     assert len(bedrock.requests) == 1  # max_retries=0: one attempt
 
 
@@ -639,19 +640,6 @@ def test_errors_before_output_fail_a_stream_after_created(
     assert failed["error"]["code"] == (code or "upstream_error")
     assert aws_code in failed["error"]["message"]
     assert client.responses.retrieve(failed["id"]).status == "failed"
-    assert len(bedrock.requests) == 1
-
-
-@BEDROCK_REFUSALS
-def test_errors_before_output_within_the_grace_period_are_http_errors(
-    graced: OpenAI, bedrock: FakeBedrock, status: int, aws_code: str,
-    error_class: type[openai.APIStatusError], code: str | None,
-) -> None:
-    bedrock.error(NOVA, status, aws_code, f"{aws_code} from the fake")
-    with pytest.raises(error_class) as caught:
-        list(graced.responses.create(model=NOVA, input="Hi", stream=True))
-
-    _assert_refusal(caught, status, aws_code, code)
     assert len(bedrock.requests) == 1
 
 
