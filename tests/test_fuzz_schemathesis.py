@@ -21,7 +21,6 @@ schemathesis, SSE streams event by event plus the stream grammar) and every 4xx 
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from collections import Counter
@@ -46,13 +45,13 @@ from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.responses_validation import (
     TERMINAL_TYPES,
     check_grammar,
+    create_operation_spec,
     events_from_sse,
     spec_validate_event,
 )
 from tests.helpers.scripted_upstream import ScriptedUpstream
 
 SPEC_DIR = Path(__file__).resolve().parent / "fixtures" / "spec"
-MAIN_SPEC = SPEC_DIR / "openresponses-openapi.json"
 EXTRA_SPEC = SPEC_DIR / "gateway-extra-openapi.json"
 CHECKS = [
     not_a_server_error,
@@ -73,17 +72,11 @@ FUZZ_SETTINGS = settings(
 
 def merged_spec() -> dict[str, Any]:
     """Open Responses' create operation plus the gateway's routes, as one document."""
-    spec = copy.deepcopy(json.loads(MAIN_SPEC.read_text()))
+    spec = create_operation_spec()
     extra = json.loads(
         EXTRA_SPEC.read_text().replace('"openresponses-openapi.json#', '"#')
     )
     post = spec["paths"]["/responses"]["post"]
-    body = post["requestBody"]
-    body["content"] = {"application/json": body["content"]["application/json"]}
-    body["required"] = True
-    create = spec["components"]["schemas"]["CreateResponseBody"]
-    create["properties"]["model"] = {"type": "string"}
-    create["required"] = sorted({*create.get("required", []), "model"})
     post["responses"]["4XX"] = {"$ref": "#/components/responses/Error"}
     spec["paths"] = {"/responses": {"post": post}, **extra["paths"]}
     for kind in ("schemas", "parameters", "responses"):

@@ -15,9 +15,7 @@ cover whatever the spec allows.
 
 from __future__ import annotations
 
-import copy
 import json
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -33,9 +31,8 @@ from responses_gateway.translate.request_models import normalize_input, parse_cr
 from responses_gateway.translate.response_object import new_response
 from responses_gateway.translate.sealing import Sealer
 from responses_gateway.translate.to_chat import to_chat_request
-from tests.helpers.responses_validation import spec_validate_response
+from tests.helpers.responses_validation import create_operation_spec, spec_validate_response
 
-SPEC = Path(__file__).resolve().parent / "fixtures" / "spec" / "openresponses-openapi.json"
 SEALER = Sealer.from_secret("hypothesis-secret")
 TENANT = "tenant-h"
 SETTINGS = settings(
@@ -55,14 +52,9 @@ def _operation(*, item_input: bool) -> Any:
 
     ``item_input`` narrows ``input`` to a non-empty array of the spec's ``ItemParam`` (still
     valid for the spec): left alone, the generator mostly omits ``input``."""
-    spec = copy.deepcopy(json.loads(SPEC.read_text()))
+    spec = create_operation_spec()
     post = spec["paths"]["/responses"]["post"]
-    body = post["requestBody"]
-    body["content"] = {"application/json": body["content"]["application/json"]}
-    body["required"] = True
     create = spec["components"]["schemas"]["CreateResponseBody"]
-    create["properties"]["model"] = {"type": "string"}
-    create["required"] = sorted({*create.get("required", []), "model"})
     if item_input:
         create["properties"]["input"] = {
             "type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/ItemParam"}

@@ -28,6 +28,7 @@ Documented tolerances, each because real OpenAI output needs it:
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -81,6 +82,19 @@ class ValidationFailure(AssertionError):
 
 
 @cache
+
+def create_operation_spec() -> dict[str, Any]:
+    """A copy of the spec whose ``POST /responses`` body is what a client must send: JSON,
+    required, with a string ``model`` (the spec leaves all three open). Fuzzers start here."""
+    spec = copy.deepcopy(json.loads(SPEC_PATH.read_text()))
+    body = spec["paths"]["/responses"]["post"]["requestBody"]
+    body["content"] = {"application/json": body["content"]["application/json"]}
+    body["required"] = True
+    create = spec["components"]["schemas"]["CreateResponseBody"]
+    create["properties"]["model"] = {"type": "string"}
+    create["required"] = sorted({*create.get("required", []), "model"})
+    return spec
+
 def _sdk_event_models() -> dict[str, type[pydantic.BaseModel]]:
     """Event ``type`` -> the SDK model for it, read from the ``ResponseStreamEvent`` union."""
     union = get_args(ResponseStreamEvent)[0]
