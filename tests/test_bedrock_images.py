@@ -214,8 +214,8 @@ def image_request(*urls: str) -> BackendRequest:
 async def test_backend_sends_fetched_bytes_to_bedrock(fake: FakeBedrock, server: str) -> None:
     fetcher = MediaFetcher(allow_hosts=frozenset({"127.0.0.1"}))
     backend = BedrockBackend(endpoint_url=fake.url, image_fetcher=fetcher, max_attempts=1)
-    chunks = [c async for c in backend.stream(image_request(
-        f"{server}/cat-octet", f"{server}/doc.pdf"))]
+    chunks = [c async for batch in backend.stream(image_request(
+        f"{server}/cat-octet", f"{server}/doc.pdf")) for c in batch]
     assert chunks[1]["choices"][0]["delta"]["content"] == "A cat."
     await backend.aclose()
     content = fake.requests[-1].body["messages"][0]["content"]

@@ -404,7 +404,7 @@ async def test_wire_request_as_boto3_sends_it(monkeypatch: pytest.MonkeyPatch,
     with FakeBedrock() as fake:
         fake.stream(CLAUDE, events)
         backend = BedrockBackend(region="us-east-1", endpoint_url=fake.url, max_attempts=1)
-        chunks = [c async for c in backend.stream(BackendRequest(body=body))]
+        chunks = [c async for batch in backend.stream(BackendRequest(body=body)) for c in batch]
         await backend.aclose()
         (sent,) = fake.requests
     assert chunks[1]["choices"][0]["delta"]["content"] == "ok"

@@ -30,6 +30,7 @@ from responses_gateway.api import app as app_module
 from responses_gateway.api.sse_response import EventStreamResponse
 from responses_gateway.config import Settings
 from responses_gateway.services import build_gateway
+from responses_gateway.sse import encode_event
 from responses_gateway.store.dynamodb import DynamoDBStore, make_client
 from tests.helpers.e2e import check_stream, e2e_settings, split_frames
 from tests.helpers.gateway_server import GatewayServer, free_port
@@ -747,7 +748,7 @@ def test_no_keepalive_after_the_body_ends() -> None:
     sent: list[dict[str, Any]] = []
 
     async def events() -> Any:
-        yield {"type": "response.created", "sequence_number": 0}
+        yield [{"type": "response.created", "sequence_number": 0}]
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
@@ -762,3 +763,34 @@ def test_no_keepalive_after_the_body_ends() -> None:
     asyncio.run(asyncio.wait_for(response({"type": "http"}, receive, send), 10))
     ends = [i for i, m in enumerate(sent) if m.get("more_body") is False]
     assert ends == [len(sent) - 1], sent
+
+
+def test_each_batch_of_events_is_one_body_message() -> None:
+    batches = [
+        [{"type": "response.created", "sequence_number": 0},
+         {"type": "response.in_progress", "sequence_number": 1}],
+        [{"type": "response.output_text.delta", "delta": str(i), "sequence_number": 2 + i}
+         for i in range(3)],
+        [{"type": "response.completed", "sequence_number": 5}],
+    ]
+    sent: list[dict[str, Any]] = []
+
+    async def source() -> Any:
+        for batch in batches:
+            yield batch
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(30)
+        return {"type": "http.disconnect"}
+
+    response = EventStreamResponse(source(), keepalive_seconds=0)
+    asyncio.run(asyncio.wait_for(response({"type": "http"}, receive, send), 10))
+    bodies = [m["body"] for m in sent if m["type"] == "http.response.body"]
+    assert bodies[-1] == b""
+    assert [split_frames(body) for body in bodies[:-1]] == [
+        ([encode_event(event) for event in batch], b"") for batch in batches
+    ]
+

@@ -71,7 +71,7 @@ def backend_for(up: ScriptedUpstream, **kwargs: Any) -> OpenAICompatBackend:
 
 async def collect(backend: OpenAICompatBackend, req: BackendRequest) -> list[Chunk]:
     try:
-        return [as_dict(chunk) async for chunk in backend.stream(req)]
+        return [as_dict(chunk) async for batch in backend.stream(req) for chunk in batch]
     finally:
         await backend.aclose()
 
@@ -81,8 +81,8 @@ async def collect_until_error(
 ) -> tuple[list[Chunk], UpstreamError | None]:
     chunks: list[Chunk] = []
     try:
-        async for chunk in backend.stream(req):
-            chunks.append(as_dict(chunk))
+        async for batch in backend.stream(req):
+            chunks += map(as_dict, batch)
     except UpstreamError as exc:
         return chunks, exc
     finally:
@@ -284,7 +284,7 @@ def test_plain_data_events_come_as_their_wire_bytes(up: ScriptedUpstream) -> Non
     async def raw() -> list[Any]:
         backend = backend_for(up)
         try:
-            return [chunk async for chunk in backend.stream(request("text n=3"))]
+            return [c async for batch in backend.stream(request("text n=3")) for c in batch]
         finally:
             await backend.aclose()
 
@@ -314,8 +314,8 @@ def test_bad_directive_is_a_clear_400(up: ScriptedUpstream) -> None:
 # -- errors before output ----------------------------------------------------------------
 
 
-async def first_chunk(backend: OpenAICompatBackend, req: BackendRequest) -> Chunk:
-    """What the HTTP layer does: the first chunk (or the error) before committing headers."""
+async def first_chunk(backend: OpenAICompatBackend, req: BackendRequest) -> list[Chunk]:
+    """What the HTTP layer does: the first chunks (or the error) before committing headers."""
     agen = backend.stream(req)
     try:
         return await anext(agen)
@@ -537,8 +537,8 @@ def test_finished_streams_reuse_the_pooled_connection(up: ScriptedUpstream) -> N
     async def main() -> None:
         backend = backend_for(up)
         for _ in range(3):
-            assert field_text([as_dict(c) async for c in backend.stream(request("text"))],
-                              "content") == DEFAULT_TEXT
+            chunks = [as_dict(c) async for b in backend.stream(request("text")) for c in b]
+            assert field_text(chunks, "content") == DEFAULT_TEXT
         await backend.aclose()
 
     run(main)
@@ -551,8 +551,8 @@ def test_concurrent_streams_share_a_bounded_pool(up: ScriptedUpstream) -> None:
         backend = backend_for(up, max_connections=8)
 
         async def one() -> str:
-            return field_text([as_dict(c) async for c in backend.stream(request("deltas n=50"))],
-                              "content")
+            chunks = [as_dict(c) async for b in backend.stream(request("deltas n=50")) for c in b]
+            return field_text(chunks, "content")
 
         texts = await asyncio.gather(*(one() for _ in range(40)))
         assert set(texts) == {"".join(f"{i} " for i in range(50))}

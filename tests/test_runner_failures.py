@@ -63,9 +63,9 @@ class _Backend:
         self.error = error
         self.delay = delay
 
-    async def stream(self, request: BackendRequest) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, request: BackendRequest) -> AsyncIterator[list[dict[str, Any]]]:
         await asyncio.sleep(self.delay)
-        yield TEXT
+        yield [TEXT]
         raise self.error
 
     async def aclose(self) -> None:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import gzip
 import itertools
+import json
 import socket
 import ssl
 import struct
@@ -131,12 +132,48 @@ def test_a_proxy_from_the_environment_still_carries_the_upstream_requests(
         backend = OpenAICompatBackend("http://upstream.invalid/v1", None, max_retries=0)
         request = BackendRequest(body={"model": "m", "stream": True, "messages": []}, tenant="t")
         async with server:
-            chunks = [chunk async for chunk in backend.stream(request)]
+            chunks = [chunk async for batch in backend.stream(request) for chunk in batch]
         await backend.aclose()
         assert request_lines == [b"POST http://upstream.invalid/v1/chat/completions HTTP/1.1"]
         assert b"via proxy" in chunks[0]
 
     asyncio.run(main())
+
+
+def test_the_chunks_of_one_read_come_as_one_batch() -> None:
+    """What arrives together travels together: the gateway sends it on in one write."""
+    more = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        events = [b'data: {"choices":[{"index":0,"delta":{"content":"%d"}}]}\n\n' % i
+                  for i in range(5)]
+        writer.write(CHUNKED_HEAD + b"".join(map(_chunk, events)))  # one write
+        await writer.drain()
+        await more.wait()
+        writer.write(_chunk(b'data: {"choices":[{"index":0,"delta":{"content":"5"}}]}\n\n'))
+        await writer.drain()
+        writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async def main() -> list[list[bytes]]:
+        server = await _serve(handler)
+        backend = OpenAICompatBackend(_url(server).rstrip("/"), None, max_retries=0)
+        request = BackendRequest(body={"model": "m", "stream": True, "messages": []})
+        batches: list[list[bytes]] = []
+        async with server:
+            async for batch in backend.stream(request):
+                batches.append(batch)  # type: ignore[arg-type]
+                more.set()
+        await backend.aclose()
+        return batches
+
+    batches = asyncio.run(main())
+    assert [len(batch) for batch in batches] == [5, 1]
+    texts = [json.loads(chunk)["choices"][0]["delta"]["content"]
+             for batch in batches for chunk in batch]
+    assert texts == ["0", "1", "2", "3", "4", "5"]
 
 
 def test_paced_chunks_arrive_in_order_and_the_connection_is_reused() -> None:

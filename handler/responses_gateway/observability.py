@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from responses_gateway.backends.base import Backend, BackendRequest
     from responses_gateway.config import Settings
+    from responses_gateway.translate.upstream_sse import Chunk
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "responses-gateway"
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ResponsesGateway"
@@ -305,7 +306,7 @@ class _TracedBackend:
         self._inner = inner
         self.name = getattr(inner, "name", type(inner).__name__)
 
-    async def stream(self, request: BackendRequest) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, request: BackendRequest) -> AsyncIterator[list[Chunk]]:
         chunks = self._inner.stream(request)
         async with subsegment("upstream", backend=self.name):
             try:

@@ -161,7 +161,7 @@ class Gateway:
 
 
 class Job:
-    """One response being produced. ``events()`` is the whole lifecycle, terminal included."""
+    """One response being produced. ``batches()`` is the whole lifecycle, terminal included."""
 
     def __init__(self, gateway: Gateway, record: StoredResponse, *, stream: bool, store: bool):
         self.gateway = gateway
@@ -189,8 +189,8 @@ class Job:
         self.metrics = ResponseMetrics(
             record.id, record.response.get("model") or "", stream=stream, content=chat
         )
-        self._chunks: AsyncIterator[Chunk] | None = None
-        self._first: asyncio.Future[Chunk] | None = None
+        self._chunks: AsyncIterator[list[Chunk]] | None = None
+        self._first: asyncio.Future[list[Chunk]] | None = None
 
     @property
     def response(self) -> dict[str, Any]:
@@ -205,8 +205,8 @@ class Job:
             except GatewayError as exc:
                 raise self._client_param(exc) from None
 
-    def open(self) -> asyncio.Future[Chunk]:
-        """Send the request upstream; the future resolves with the first chunk.
+    def open(self) -> asyncio.Future[list[Chunk]]:
+        """Send the request upstream; the future resolves with the first chunks.
 
         An UpstreamError from it happened before any output: within a grace period it can
         still be an HTTP error.
@@ -216,7 +216,7 @@ class Job:
             self._first = asyncio.ensure_future(self._first_chunk())
         return self._first
 
-    async def _first_chunk(self) -> Chunk:
+    async def _first_chunk(self) -> list[Chunk]:
         assert self._chunks is not None
         try:
             return await anext(self._chunks)
@@ -231,45 +231,51 @@ class Job:
             exc.param = sources[int(match[1])] + match[2]
         return exc
 
-    async def events(self) -> AsyncIterator[Event]:
+    async def batches(self) -> AsyncIterator[list[Event]]:
         """``response.created`` first, then everything up to exactly one terminal event.
 
-        The stored record is written before the terminal event leaves (read-your-writes). If
-        the consumer goes away, the upstream request is closed and the record still ends in
-        a true state (``cancelled``).
+        Events come in batches, never empty: those one upstream read produced leave together
+        (one socket write to a streaming client), which under load is many per read. The
+        stored record is written before the terminal event leaves (read-your-writes). If the
+        consumer goes away, the upstream request is closed and the record still ends in a
+        true state (``cancelled``).
         """
         translator = self.translator
         metrics = self.metrics
+        feed = translator.feed
         first = self.open()
         try:
-            for event in translator.start():
-                yield event
+            yield translator.start()
             try:
                 # shield: a cancelled consumer must not cancel ``first`` itself (anyio repeats
                 # a cancel, which would break httpx's shielded connection close); close() does.
-                chunk = await asyncio.shield(first)
+                chunks: list[Chunk] | None = await asyncio.shield(first)
             except StopAsyncIteration:
-                chunk = None
-            chunks = self._chunks
-            assert chunks is not None
-            while chunk is not None:
-                events = translator.feed(chunk)
-                if metrics.waiting and events:
-                    metrics.first_content()
-                if translator.done:  # an upstream error chunk ended it
-                    events = await self._stored(events)
-                for event in events:
-                    yield event
+                chunks = None
+            source = self._chunks
+            assert source is not None
+            while chunks is not None:
+                events: list[Event] = []
+                for chunk in chunks:
+                    produced = feed(chunk)
+                    if translator.done:  # an upstream error chunk ended it
+                        if events:
+                            yield events  # what came before it is not held back
+                        events = await self._stored(produced)
+                        break
+                    events += produced
+                if events:
+                    if metrics.waiting:
+                        metrics.first_content()
+                    yield events
                 if translator.done:
                     break
                 try:
-                    chunk = await anext(chunks)
+                    chunks = await anext(source)
                 except StopAsyncIteration:
-                    chunk = None
+                    chunks = None
             if not translator.done:
-                terminal = await self._stored(translator.finish())
-                for event in terminal:
-                    yield event
+                yield await self._stored(translator.finish())
         except (StoreUnavailable, StoreCancelled):
             raise  # the store's own verdicts: a 503, or a background job that must stop
         except GatewayError as exc:
@@ -281,18 +287,14 @@ class Job:
                 ending = translator.finish()  # closed early, but after the model had finished
             else:
                 ending = translator.fail(exc.code or "upstream_error", exc.message)
-            terminal = await self._stored(ending)
-            for event in terminal:
-                yield event
+            yield await self._stored(ending)
         except Exception:
             logger.exception("response %s failed inside the gateway", self.record.id)
             if translator.done:
                 return
-            terminal = await self._stored(translator.fail(
+            yield await self._stored(translator.fail(
                 "server_error", "The gateway failed while producing this response."
             ))
-            for event in terminal:
-                yield event
         finally:
             if not translator.done:
                 # The consumer went away (client disconnect, cancellation): stop for real.
@@ -302,7 +304,7 @@ class Job:
 
     async def run_to_end(self) -> dict[str, Any]:
         """Consume every event; the final Response object (non-stream requests)."""
-        async for _ in self.events():
+        async for _ in self.batches():
             pass
         return self.response
 

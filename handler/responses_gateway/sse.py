@@ -25,6 +25,11 @@ def encode_event(event: dict[str, Any]) -> bytes:
     return prefix + _dumps(event) + b"\n\n"
 
 
+def encode_events(events: list[dict[str, Any]]) -> bytes:
+    """Several events as one body (one socket write)."""
+    return b"".join([encode_event(event) for event in events])
+
+
 def encode_comment(text: str = "keep-alive") -> bytes:
     return b": " + text.encode() + b"\n\n"
 

@@ -100,7 +100,7 @@ async def create_response(request: Request) -> Response:
                 await job.close()
                 raise first.exception()  # type: ignore[misc]
         return EventStreamResponse(
-            job.events(), keepalive_seconds=gateway.settings.keepalive_seconds
+            job.batches(), keepalive_seconds=gateway.settings.keepalive_seconds
         )
     try:
         await first

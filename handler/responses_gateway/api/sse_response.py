@@ -3,13 +3,12 @@
 Unlike a plain streaming response it (1) sends a keep-alive comment after a quiet spell,
 (2) notices a client disconnect at once and closes the event source, which closes the upstream
 request, (3) always closes the source, so the stored record ends in a true state, and (4)
-sends the events that are ready together: under load one upstream read brings many chunks,
-and a socket write per event was a third of the gateway's CPU.
+sends each batch of events the source yields as one body message: under load one upstream
+read brings many chunks, and a socket write per event was a third of the gateway's CPU.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,11 +16,8 @@ from typing import Any
 import anyio
 from starlette.types import Receive, Scope, Send
 
-from responses_gateway.sse import encode_comment, encode_event
+from responses_gateway.sse import encode_comment, encode_event, encode_events
 
-# Events the source may run ahead of the writer: the largest batch, so also the most that
-# wait for one send when a read brings many chunks (~15 us of work each: ~1 ms at most).
-MAX_PENDING = 64
 HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -32,12 +28,12 @@ HEADERS = [
 class EventStreamResponse:
     def __init__(
         self,
-        events: AsyncIterator[dict[str, Any]],
+        batches: AsyncIterator[list[dict[str, Any]]],
         *,
         keepalive_seconds: float = 15.0,
         headers: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
-        self.events = events
+        self.batches = batches
         self.keepalive_seconds = keepalive_seconds
         self.headers = HEADERS + (headers or [])
         self._last_write = time.monotonic()
@@ -45,50 +41,23 @@ class EventStreamResponse:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.headers})
-        # The source runs ahead of the writer by up to MAX_PENDING encoded events; the writer
-        # sends whatever is ready as one body message, so the events of one upstream read
-        # cost one ASGI send (and one socket write), not one each.
-        ready: asyncio.Queue[bytes | None] = asyncio.Queue(MAX_PENDING)
         async with anyio.create_task_group() as group:
 
             async def produce() -> None:
-                put = ready.put_nowait
-                first = True
+                # Sends in this task: a slow client holds back the source (and through it
+                # the upstream) instead of letting events pile up here.
                 try:
-                    async for event in self.events:
-                        data = encode_event(event)
-                        if ready.full():  # the writer sends this batch while we wait
-                            await ready.put(data)
-                        else:
-                            put(data)
-                        if first:  # response.created leaves now, not with the next batch
-                            first = False
-                            await asyncio.sleep(0)
-                    await ready.put(None)
-                finally:
-                    with anyio.CancelScope(shield=True):
-                        await self.events.aclose()  # type: ignore[attr-defined]
-
-            async def write() -> None:
-                get = ready.get_nowait
-                while True:
-                    batch = [await ready.get()]
-                    while not ready.empty():
-                        batch.append(get())
-                    end = batch[-1] is None
-                    if end:
-                        batch.pop()
-                    if batch:
+                    async for batch in self.batches:
+                        body = encode_event(batch[0]) if len(batch) == 1 else encode_events(batch)
                         self._last_write = time.monotonic()
-                        body = batch[0] if len(batch) == 1 else b"".join(batch)  # type: ignore[arg-type]
                         await send({"type": "http.response.body", "body": body,
                                     "more_body": True})
-                    if end:
-                        self._ended = True
-                        await send({"type": "http.response.body", "body": b"",
-                                    "more_body": False})
-                        group.cancel_scope.cancel()
-                        return
+                    self._ended = True
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    group.cancel_scope.cancel()
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self.batches.aclose()  # type: ignore[attr-defined]
 
             async def watch_disconnect() -> None:
                 while True:
@@ -109,7 +78,6 @@ class EventStreamResponse:
                     await anyio.sleep(interval - idle)
 
             group.start_soon(produce)
-            group.start_soon(write)
             group.start_soon(watch_disconnect)
             if self.keepalive_seconds > 0:
                 group.start_soon(keepalive)

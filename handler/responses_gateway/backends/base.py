@@ -1,11 +1,14 @@
 """What every backend promises, so everything after it is shared.
 
-A backend takes the chat request the translator built and yields ``chat.completion.chunk``
+A backend takes the chat request the translator built and yields lists of ``chat.completion.chunk``
 dicts exactly as an OpenAI-compatible server would stream them (``choices[0].delta`` with
 ``content`` / ``reasoning_content`` / ``reasoning_details`` / ``refusal`` / ``tool_calls``,
 ``finish_reason``, ``usage``), or such a chunk's JSON bytes as they came off the wire (the
-translator parses those, cheaply when they repeat). An upstream error frame mid-stream is
-yielded as ``{"error": {...}}``; the translator turns it into ``response.failed``.
+translator parses those, cheaply when they repeat). An upstream error frame mid-stream is yielded
+as ``{"error": {...}}``; the translator turns it into ``response.failed``. Each list (never empty)
+holds the chunks that arrived together, one network read's worth: they travel on as one batch of
+events and leave in one write to the client, which is what keeps a fast stream's cost per token
+low.
 
 Failures raise :class:`~responses_gateway.errors.UpstreamError`: once ``response.created``
 has left (at once, unless a stream grace period is set) the response ends ``failed``, except
@@ -37,8 +40,9 @@ class BackendRequest:
 class Backend(Protocol):
     name: str
 
-    def stream(self, request: BackendRequest) -> AsyncIterator[Chunk]:
-        """Yield chat.completion.chunk dicts (or their JSON bytes); raise UpstreamError."""
+    def stream(self, request: BackendRequest) -> AsyncIterator[list[Chunk]]:
+        """Yield lists of chat.completion.chunk dicts (or their JSON bytes); raise
+        UpstreamError."""
         ...
 
     async def aclose(self) -> None: ...

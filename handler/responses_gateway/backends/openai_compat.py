@@ -141,8 +141,9 @@ class OpenAICompatBackend:
 
     # -- streaming -------------------------------------------------------------------------
 
-    async def stream(self, request: BackendRequest) -> AsyncIterator[Chunk]:
-        """Yield chunks (or one chat.completion when ``body["stream"]`` is false).
+    async def stream(self, request: BackendRequest) -> AsyncIterator[list[Chunk]]:
+        """Yield the chunks of each network read (or one chat.completion when
+        ``body["stream"]`` is false).
 
         The hot loop: bytes -> lines -> chunks, until ``[DONE]``. A plain ``data: ...`` event
         (what nearly every server sends) is yielded as its JSON bytes for the translator to
@@ -156,21 +157,23 @@ class OpenAICompatBackend:
             ):
                 # A server that ignores stream=true answers with a chat.completion, which the
                 # translator accepts as one chunk.
-                yield await self._read_completion(response)
+                yield [await self._read_completion(response)]
                 return
             decoder = ChunkDecoder()
             body = response.aiter_bytes()
             with _read_errors("stream"):
                 async for data in body:
-                    for chunk in decoder.feed(data):
-                        yield chunk
+                    batch = decoder.feed(data)
+                    if batch:
+                        yield batch
                     if decoder.done:
                         await _drain(body)
                         return
             # The body ended without [DONE]: take a last unterminated event, then say so. The
             # caller judges it: after a finish_reason the response is whole all the same.
-            for chunk in decoder.end():
-                yield chunk
+            batch = decoder.end()
+            if batch:
+                yield batch
             if not decoder.done:
                 raise _closed_error()
         finally:

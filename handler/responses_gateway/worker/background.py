@@ -36,6 +36,7 @@ from responses_gateway.store.base import (
     StoreUnavailable,
 )
 from responses_gateway.translate.stream import Event
+from responses_gateway.translate.upstream_sse import Chunk
 
 logger = logging.getLogger("responses_gateway.worker")
 
@@ -220,7 +221,7 @@ class DeadlineBackend:
         self.backend = backend
         self.deadline = deadline
 
-    async def stream(self, request: BackendRequest) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, request: BackendRequest) -> AsyncIterator[list[Chunk]]:
         chunks = self.backend.stream(request)
         end = object()
         try:
@@ -283,9 +284,9 @@ class EventLog:
             raise self.error
 
     async def _consume(self) -> None:
-        async with contextlib.aclosing(self.job.events()) as events:
-            async for event in events:
-                self.add(event)
+        async with contextlib.aclosing(self.job.batches()) as batches:
+            async for batch in batches:
+                self.add(batch)
                 if len(self.pending) >= FLUSH_EVENTS and not self.closing:
                     await self.flush()
         if self.job.response.get("status") in TERMINAL_STATUSES - {"cancelled"}:
@@ -306,11 +307,13 @@ class EventLog:
         except Exception:
             logger.warning("could not keep the sealed reasoning of %s", self.id, exc_info=True)
 
-    def add(self, event: Event) -> None:
-        self.pending.append(event)
+    def add(self, batch: list[Event]) -> None:
+        self.pending += batch
         if not self.closing:
-            self.progress.apply(event)
-            self._feed.publish(self.id, [event])
+            apply = self.progress.apply
+            for event in batch:
+                apply(event)
+            self._feed.publish(self.id, batch)
 
     async def finish(self) -> None:
         """The job's hook before its terminal events: hold them for the final write."""
@@ -501,8 +504,11 @@ async def cancel(gateway: Gateway, record: StoredResponse) -> dict[str, Any]:
     return current.response if current is not None else record.response
 
 
-async def follow(gateway: Gateway, record: StoredResponse, after: int) -> AsyncIterator[Event]:
-    """Stored events after ``after``, then live ones, through the terminal event.
+async def follow(
+    gateway: Gateway, record: StoredResponse, after: int
+) -> AsyncIterator[list[Event]]:
+    """Stored events after ``after``, then live ones, through the terminal event, in batches
+    (never empty) as they are read.
 
     A response ended without terminal events (lease expired, dead letter) gets a synthesized
     ``response.failed``; a cancelled one just ends.
@@ -510,51 +516,61 @@ async def follow(gateway: Gateway, record: StoredResponse, after: int) -> AsyncI
     feed = feed_of(gateway)
     store = gateway.store
     last = after
-    last_type: str | None = None  # of the event numbered ``last``, once known
     while True:
         local = feed.after(record.id, last)
         if local is not None:  # running in this process: no store round trips
             new, changed = local
-            for event in new:
-                last, last_type = event["sequence_number"], event["type"]
-                yield event
-                if last_type in TERMINAL_EVENTS:
+            if new:
+                batch, ended = _through_terminal(new)
+                last = batch[-1]["sequence_number"]
+                yield batch
+                if ended:
                     return
-            if not new:
+            else:
                 with anyio.move_on_after(POLL_SECONDS * 5):
                     await changed.wait()
             continue
-        for event in await store.read_events(record.id, last):
-            last, last_type = event["sequence_number"], event["type"]
-            yield event
-            if last_type in TERMINAL_EVENTS:
+        batch, ended = _through_terminal(await store.read_events(record.id, last))
+        if batch:
+            last = batch[-1]["sequence_number"]
+            yield batch
+            if ended:
                 return
         current = await load(gateway, record.id, record.tenant)
         if current is None:
             return
         if current.status in TERMINAL_STATUSES:
             # The terminal events commit with the terminal record: read once more for them.
-            for event in await store.read_events(record.id, last):
-                last, last_type = event["sequence_number"], event["type"]
-                yield event
-                if last_type in TERMINAL_EVENTS:
+            batch, ended = _through_terminal(await store.read_events(record.id, last))
+            if batch:
+                last = batch[-1]["sequence_number"]
+                yield batch
+                if ended:
                     return
             if current.status == "cancelled":
                 return
             end = last
-            if last_type is None:  # nothing after the cursor: where does the log end?
+            if last == after:  # nothing after the cursor: where does the log end?
                 log = await store.read_events(record.id, -1)
                 if log and log[-1]["type"] in TERMINAL_EVENTS:
                     return  # the cursor is at (or past) the terminal event
                 end = log[-1]["sequence_number"] if log else -1
             if end + 1 > after:  # the log has no terminal event: say how it ended
-                yield {
+                yield [{
                     "type": "response." + current.status,
                     "response": current.response,
                     "sequence_number": end + 1,
-                }
+                }]
             return
         await anyio.sleep(POLL_SECONDS)
+
+
+def _through_terminal(events: list[Event]) -> tuple[list[Event], bool]:
+    """``events`` up to and including a terminal one, and whether there was one."""
+    for index, event in enumerate(events):
+        if event["type"] in TERMINAL_EVENTS:
+            return events[: index + 1], True
+    return events, False
 
 
 async def fail_dead_letter(gateway: Gateway, response_id: str, tenant: str) -> None:

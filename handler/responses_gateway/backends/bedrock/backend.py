@@ -178,7 +178,7 @@ class BedrockBackend:
         an HTTP 400 before ``response.created`` leaves, as OpenAI answers it."""
         request.extra["media"] = await self._fetch_media(request.body)
 
-    async def stream(self, request: BackendRequest) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, request: BackendRequest) -> AsyncIterator[list[dict[str, Any]]]:
         body = request.body
         streaming = bool(body.get("stream", request.stream))
         media = request.extra.get("media")
@@ -192,47 +192,61 @@ class BedrockBackend:
                 response = await asyncio.to_thread(lambda: self.client().converse(**call.kwargs))
             except Exception as exc:
                 raise _to_upstream(exc)[0] from exc
-            yield completion_from_converse(response, model=model, tool_names=call.tool_names,
-                                           reasoning_format=fmt)
+            yield [completion_from_converse(response, model=model, tool_names=call.tool_names,
+                                            reasoning_format=fmt)]
             return
 
         pump = _EventPump(asyncio.get_running_loop(),
                           lambda: self.client().converse_stream(**call.kwargs))
         pump.thread.start()
+        queue = pump.queue
         try:
             translator: StreamTranslator | None = None
             held: dict[str, Any] | None = None  # the role chunk, until the next event
             yielded = False
-            while True:
-                item = await pump.queue.get()
-                if item is _END:
-                    break
-                if isinstance(item, _Failure):
-                    error, in_band = _to_upstream(item.exc)
-                    if translator is not None and translator.finished:
-                        break  # only usage was still to come; the answer is complete
-                    if yielded and in_band:
-                        yield failures.error_chunk(error)
+            ended = False
+            while not ended:
+                items = [await queue.get()]  # and whatever else has arrived: one batch
+                while not queue.empty():
+                    items.append(queue.get_nowait())
+                out: list[dict[str, Any]] = []
+                for item in items:
+                    if item is _END:
+                        ended = True
+                        break
+                    if isinstance(item, _Failure):
+                        error, in_band = _to_upstream(item.exc)
+                        if translator is not None and translator.finished:
+                            ended = True  # only usage was still to come; the answer is whole
+                            break
+                        if (yielded or out) and in_band:
+                            out.append(failures.error_chunk(error))
+                            yield out
+                            return
+                        if out:
+                            yield out
+                        raise error from item.exc
+                    if translator is None:
+                        translator = StreamTranslator(
+                            chunk_id=f"chatcmpl-{pump.request_id}", model=model,
+                            created=int(time.time()), tool_names=call.tool_names,
+                            reasoning_format=fmt)
+                    chunk = translator.feed(item)
+                    if chunk is None:
+                        continue
+                    if not (yielded or out) and held is None and "messageStart" in item:
+                        held = chunk
+                        continue
+                    if held is not None:
+                        out.append(held)
+                        held = None
+                    out.append(chunk)
+                    if translator.failed:
+                        yield out
                         return
-                    raise error from item.exc
-                if translator is None:
-                    translator = StreamTranslator(
-                        chunk_id=f"chatcmpl-{pump.request_id}", model=model,
-                        created=int(time.time()), tool_names=call.tool_names,
-                        reasoning_format=fmt)
-                chunk = translator.feed(item)
-                if chunk is None:
-                    continue
-                if not yielded and held is None and "messageStart" in item:
-                    held = chunk
-                    continue
-                if held is not None:
-                    yield held
-                    held = None
-                yielded = True
-                yield chunk
-                if translator.failed:
-                    return
+                if out:
+                    yielded = True
+                    yield out
             if translator is None or not translator.finished:
                 raise UpstreamError(502, "The Bedrock stream ended before messageStop.",
                                     code="server_error")
