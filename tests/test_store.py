@@ -6,6 +6,7 @@ import asyncio
 import base64
 import os
 import random
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -18,6 +19,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from responses_gateway.errors import GatewayError
+from responses_gateway.store import sqlite as sqlite_store
 from responses_gateway.store.base import (
     CancelledError,
     Store,
@@ -568,6 +570,65 @@ async def test_sqlite_two_processes_race_on_one_file(tmp_path: Path) -> None:
         got = await store.get(rid, "tenant-a")
         assert got is not None
         assert got.status == ("completed" if rid in mine else "cancelled")
+    await store.aclose()
+
+
+async def test_sqlite_a_busy_file_is_waited_for_off_the_event_loop(tmp_path: Path) -> None:
+    path = str(tmp_path / "busy.db")
+    store = SQLiteStore(path)
+    await store.put(record())
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process is writing the file
+    r = record()
+    put = asyncio.ensure_future(store.put(r))
+    started = time.monotonic()
+    for _ in range(20):
+        await asyncio.sleep(0.01)  # the loop is not held up by the wait
+    assert time.monotonic() - started < 1.0
+    assert not put.done()
+    other.execute("COMMIT")
+    await asyncio.wait_for(put, 5)
+    got = await store.get(r.id, r.tenant)
+    assert got is not None and got.response == r.response
+    other.close()
+    await store.aclose()
+
+
+async def test_sqlite_a_file_busy_past_the_timeout_is_store_unavailable(tmp_path: Path) -> None:
+    path = str(tmp_path / "busy.db")
+    store = SQLiteStore(path, busy_timeout_ms=200)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable) as raised:
+        await store.put(record())
+    assert 0.15 < time.monotonic() - started < 3
+    assert raised.value.status == 503 and "locked" in raised.value.message
+    other.execute("ROLLBACK")
+    r = record()
+    await store.put(r)  # free again: nothing was left half-done
+    assert await store.get(r.id, r.tenant) is not None
+    other.close()
+    await store.aclose()
+
+
+async def test_sqlite_checkpoints_the_wal_into_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_EVERY", 10)
+    path = tmp_path / "wal.db"
+    store = SQLiteStore(str(path))
+    empty = path.stat().st_size
+    records = [record(inputs=[message(words(4000, seed))]) for seed in range(30)]
+    for r in records:
+        await store.put(r)
+    deadline = time.monotonic() + 5
+    while path.stat().st_size < empty + 30 * 2000 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert path.stat().st_size >= empty + 30 * 2000  # the records reached the file itself
+    for r in records:
+        got = await store.get(r.id, r.tenant)
+        assert got is not None and got.input_items == r.input_items
     await store.aclose()
 
 
