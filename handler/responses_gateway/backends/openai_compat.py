@@ -30,7 +30,7 @@ import httpx
 import orjson
 
 from responses_gateway.backends.base import BackendRequest
-from responses_gateway.backends.http11 import Http11Transport, install
+from responses_gateway.backends.http11 import Http11Transport, body_pieces, install
 from responses_gateway.errors import UpstreamError
 from responses_gateway.translate.upstream_sse import Chunk, ChunkDecoder
 
@@ -160,7 +160,7 @@ class OpenAICompatBackend:
                 yield [await self._read_completion(response)]
                 return
             decoder = ChunkDecoder()
-            body = response.aiter_bytes()
+            body = body_pieces(response)
             with _read_errors("stream"):
                 async for data in body:
                     batch = decoder.feed(data)
