@@ -5,7 +5,9 @@ through over real HTTP. Also: X-Ray subsegments from the trace header the adapte
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -19,6 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from responses_gateway.api.app import YOUNG_GENERATION_THRESHOLD, create_app
+from responses_gateway.config import Settings
 from tests.helpers.scripted_upstream import DEFAULT_TEXT, ScriptedUpstream
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -188,3 +192,25 @@ def test_trace_header_from_the_adapter_becomes_subsegments(
     upstream_segment = next(doc for doc in received if doc["name"] == "upstream")
     assert upstream_segment["annotations"]["backend"]
     assert upstream_segment["end_time"] >= upstream_segment["start_time"]
+
+
+def test_startup_freezes_what_it_built_and_collects_young_objects_less_often(
+    tmp_path: Path,
+) -> None:
+    """Per-event garbage made the collector ~5% of the gateway's CPU under load."""
+    app = create_app(Settings(upstream_url="http://127.0.0.1:9/v1",
+                              store=f"sqlite:{tmp_path / 'gc.db'}"))
+    before = gc.get_threshold()
+    gc.unfreeze()  # as a fresh process (other tests here started gateways too)
+    gc.set_threshold(700, 10, 10)
+
+    async def start_and_stop() -> tuple[int, int]:
+        async with app.router.lifespan_context(app):
+            return gc.get_threshold()[0], gc.get_freeze_count()
+
+    try:
+        young, frozen = asyncio.run(start_and_stop())
+    finally:
+        gc.set_threshold(*before)
+    assert young == YOUNG_GENERATION_THRESHOLD
+    assert frozen > 1000  # the modules and services built at startup
