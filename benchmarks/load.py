@@ -1,7 +1,7 @@
 """Load: concurrent streaming responses through the gateway, beside the same load sent directly.
 
     python benchmarks/load.py [--streams 200] [--deltas 500] [--rounds 3] [--delay SECONDS]
-                              [--profile FILE]
+                              [--relay] [--profile FILE]
 
 Starts the scripted upstream's app (tests/helpers/scripted_upstream.py, script ``deltas``) and
 the gateway (one uvicorn worker, started as handler/run.sh starts it, SQLite store) as two
@@ -16,8 +16,10 @@ completed, its sequence numbers run 0..N-1, its deltas concatenate to the text t
 Figures per stream, p50 and p99 (medians over the rounds): time to the first event (the first
 SSE frame: a chat chunk directly, ``response.created`` through the gateway), to the first text
 delta, and to the end; the wall time of the whole load; the gateway's CPU time per event.
-Targets: added time to first event <= 1 ms at p50; total <= 1.2x direct. ``--profile FILE``
-samples the gateway with py-spy (``pip install py-spy``) during the gateway load.
+Targets: added time to first event <= 1 ms at p50; total <= 1.2x direct. ``--relay`` also
+sends each round's load through benchmarks/relay.py, a byte relay that parses and translates
+nothing: the cost of an extra process on the same cores, beside the gateway's. ``--profile
+FILE`` samples the gateway with py-spy (``pip install py-spy``) during the gateway load.
 
 Loopback only, bounded: each round has a deadline and the subprocesses are always stopped.
 """
@@ -124,6 +126,31 @@ def servers(tmp: Path, **env: str) -> Iterator[tuple[str, str, int, int]]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+@contextlib.contextmanager
+def relay_server(upstream_url: str) -> Iterator[tuple[str, int]]:
+    """(relay URL, pid): benchmarks/relay.py in front of the upstream, until the block ends."""
+    upstream_port = upstream_url.rsplit(":", 1)[1].split("/")[0]
+    port = _free_port()
+    relay = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmarks" / "relay.py"), upstream_port, str(port)])
+    try:
+        url = f"http://127.0.0.1:{port}/v1"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.post(url + "/chat/completions", timeout=5,
+                           json={"model": _model(2, 0.0), "stream": True, "messages": []})
+                break
+            except httpx.HTTPError:
+                if relay.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the relay did not start") from None
+                time.sleep(0.05)
+        yield url, relay.pid
+    finally:
+        relay.terminate()
+        relay.wait(timeout=10)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -308,12 +335,20 @@ class Round:
     gateway_cpu: float  # seconds the gateway process used during the gateway load
     upstream_cpu: tuple[float, float]  # seconds the upstream used: direct load, gateway load
     client_cpu: tuple[float, float]  # seconds this load generator used: direct, gateway
+    relay: list[Stream] | None = None  # --relay: the direct load sent through the byte relay
+    relay_cpu: float = 0.0
 
     def figure(self, kind: str, attr: str, p: float) -> float:
         return _pct([getattr(s, attr) for s in getattr(self, kind)], p)
 
 
 METRICS = (("first event", "first_event"), ("first delta", "first_delta"), ("total", "total"))
+
+
+def _ratio(rounds: list[Round], kind: str) -> float:
+    """Median over the rounds of the load's total p50 over the direct one's."""
+    return statistics.median(r.figure(kind, "total", 50) / r.figure("direct", "total", 50)
+                             for r in rounds)
 
 
 def report(rounds: list[Round], unloaded: tuple[list[Stream], list[Stream]], deltas: int) -> bool:
@@ -344,6 +379,12 @@ def report(rounds: list[Round], unloaded: tuple[list[Stream], list[Stream]], del
               f"{r.direct_wall * 1000:.0f} -> {r.gateway_wall * 1000:.0f} ms, "
               f"first event p50 {r.figure('direct', 'first_event', 50) * 1000:.1f} -> "
               f"{r.figure('gateway', 'first_event', 50) * 1000:.1f} ms")
+    if rounds[0].relay is not None:
+        print(f"byte relay (parses nothing): total p50 "
+              f"{med(r.figure('relay', 'total', 50) for r in rounds) * 1000:.1f} ms, "
+              f"{_ratio(rounds, 'relay'):.2f}x direct (the gateway: "
+              f"{_ratio(rounds, 'gateway'):.2f}x); relay CPU "
+              f"{med(r.relay_cpu for r in rounds):.2f} s per round")
     one_d, one_g = unloaded
     fd, fg = _pct([s.first_event for s in one_d], 50), _pct([s.first_event for s in one_g], 50)
     td, tg = _pct([s.total for s in one_d], 50), _pct([s.total for s in one_g], 50)
@@ -359,8 +400,7 @@ def report(rounds: list[Round], unloaded: tuple[list[Stream], list[Stream]], del
              f"; no lost or reordered events ({deltas} deltas each, sequence numbers checked)"))
     added = med(r.figure("gateway", "first_event", 50) - r.figure("direct", "first_event", 50)
                 for r in rounds)
-    ratio = med(r.figure("gateway", "total", 50) / r.figure("direct", "total", 50)
-                for r in rounds)
+    ratio = _ratio(rounds, "gateway")
     print(f"target added first event p50 <= {TTFE_ADDED_TARGET_MS:g} ms under load: "
           f"{'met' if added * 1000 <= TTFE_ADDED_TARGET_MS else 'MISSED'} "
           f"({added * 1000:.1f} ms); unloaded: "
@@ -391,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--delay", type=float, default=0.0,
                         help="seconds between the upstream's deltas (0: as fast as it can)")
+    parser.add_argument("--relay", action="store_true",
+                        help="also send each round's load through a byte relay (a floor)")
     parser.add_argument("--profile", metavar="FILE",
                         help="record the gateway with py-spy during the gateway load "
                              "(collapsed stacks, for flamegraph tools)")
@@ -403,13 +445,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.streams} concurrent streams x {args.deltas} deltas ({pace}), "
           f"{args.rounds} round(s)")
     rounds: list[Round] = []
-    with tempfile.TemporaryDirectory() as tmp, servers(Path(tmp)) as (up, gw, up_pid, gw_pid):
+    with (tempfile.TemporaryDirectory() as tmp, servers(Path(tmp)) as (up, gw, up_pid, gw_pid),
+          contextlib.ExitStack() as stack):
+        relay_url, relay_pid = (stack.enter_context(relay_server(up)) if args.relay
+                                else ("", 0))
         for _ in range(args.rounds):
             cpu_up, cpu_me = cpu_seconds(up_pid), time.process_time()
             direct, direct_wall = asyncio.run(
                 load("direct", up, args.streams, args.deltas, args.delay))
             cpu_up_direct = cpu_seconds(up_pid) - cpu_up
             cpu_me_direct = time.process_time() - cpu_me
+            relayed, relay_cpu = None, 0.0
+            if relay_url:
+                relay_cpu = cpu_seconds(relay_pid)
+                relayed, _ = asyncio.run(
+                    load("direct", relay_url, args.streams, args.deltas, args.delay))
+                relay_cpu = cpu_seconds(relay_pid) - relay_cpu
             cpu_gw, cpu_up, cpu_me = cpu_seconds(gw_pid), cpu_seconds(up_pid), time.process_time()
             with profiling(gw_pid, args.profile):
                 gateway, gateway_wall = asyncio.run(
@@ -418,6 +469,7 @@ def main(argv: list[str] | None = None) -> int:
                 direct, gateway, direct_wall, gateway_wall, cpu_seconds(gw_pid) - cpu_gw,
                 (cpu_up_direct, cpu_seconds(up_pid) - cpu_up),
                 (cpu_me_direct, time.process_time() - cpu_me),
+                relayed, relay_cpu,
             ))
         unloaded = asyncio.run(one_at_a_time(up, gw, 30, args.deltas, 0.0))
     return 0 if report(rounds, unloaded, args.deltas) else 1
