@@ -132,3 +132,80 @@ def test_parts_of_the_wrong_type_fail_the_response_cleanly(delta: dict[str, Any]
     check_grammar(events)
     assert events[-1]["type"] == "response.failed"
     assert events[-1]["response"]["error"]["code"] == "upstream_protocol_error"
+
+
+# -- a batch that ends early -------------------------------------------------------------------
+
+BOOM: dict[str, Any] = {"choices": [{"index": 0, "delta": {"content": "never"}}]}
+
+
+class _Batches:
+    """Yields the batches it was given, as if each came in one network read."""
+
+    name = "fake"
+
+    def __init__(self, batches: list[list[dict[str, Any]]]) -> None:
+        self.batches = batches
+
+    async def stream(self, request: BackendRequest) -> AsyncIterator[list[dict[str, Any]]]:
+        for batch in self.batches:
+            yield batch
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def _run_batches(
+    tmp_path: Path, batches: list[list[dict[str, Any]]], *, leave_after: int | None = None
+) -> tuple[list[list[dict[str, Any]]], dict[str, Any] | None]:
+    """The batches a consumer got (leaving after ``leave_after`` of them), and what was stored."""
+    gateway = build_gateway(Settings(store=f"sqlite:{tmp_path / 'g.db'}"))
+    gateway.backend_for = lambda kind: _Batches(batches)  # type: ignore[method-assign]
+    try:
+        job = await gateway.prepare({"model": "m", "input": "hi", "stream": True}, "default")
+        got: list[list[dict[str, Any]]] = []
+        source = job.batches()
+        async for batch in source:
+            got.append(batch)
+            if leave_after is not None and len(got) == leave_after:
+                break
+        await source.aclose()  # type: ignore[attr-defined]
+        stored = await gateway.store.get(job.record.id, "default")
+        return got, None if stored is None else stored.response
+    finally:
+        await gateway.aclose()
+
+
+def test_an_error_chunk_in_a_batch_is_stored_before_the_batch_leaves(tmp_path: Path) -> None:
+    """The client may leave while the batch that ends the response is on its way: by then the
+    record is already written, with the text that came before the error."""
+    error = {"error": {"code": "rate_limit_exceeded", "message": "slow down"}}
+    got, stored = asyncio.run(_run_batches(tmp_path, [[TEXT, error]], leave_after=2))
+    events = [event for batch in got for event in batch]
+    check_grammar(events)
+    assert got[1][0]["type"] == "response.output_item.added"
+    assert got[1][-1]["type"] == "response.failed"  # one batch: the text and the ending
+    assert stored is not None and stored["status"] == "failed"
+    assert stored["output"][0]["content"][0]["text"] == "partial"
+
+
+def test_a_failure_inside_the_gateway_mid_batch_keeps_what_came_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    feed = ResponseTranslator.feed
+
+    def failing_feed(self: ResponseTranslator, chunk: Any) -> list[dict[str, Any]]:
+        if chunk is BOOM:
+            raise RuntimeError("a bug in the gateway")
+        return feed(self, chunk)
+
+    monkeypatch.setattr(ResponseTranslator, "feed", failing_feed)
+    got, stored = asyncio.run(_run_batches(tmp_path, [[TEXT, BOOM]]))
+    events = [event for batch in got for event in batch]
+    check_grammar(events)  # every item that is done was added; sequence numbers without gaps
+    for event in events:
+        validate_event(event)
+    assert events[-1]["type"] == "response.failed"
+    assert events[-1]["response"]["error"]["code"] == "server_error"
+    assert [e["delta"] for e in events if e["type"] == "response.output_text.delta"] == ["partial"]
+    assert stored is not None and stored["status"] == "failed"

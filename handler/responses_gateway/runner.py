@@ -244,6 +244,7 @@ class Job:
         metrics = self.metrics
         feed = translator.feed
         first = self.open()
+        pending: list[Event] = []  # produced but not sent yet: a failure mid-batch keeps them
         try:
             yield translator.start()
             try:
@@ -255,18 +256,16 @@ class Job:
             source = self._chunks
             assert source is not None
             while chunks is not None:
-                events: list[Event] = []
                 for chunk in chunks:
-                    produced = feed(chunk)
+                    pending += feed(chunk)
                     if translator.done:  # an upstream error chunk ended it
-                        if events:
-                            yield events  # what came before it is not held back
-                        events = await self._stored(produced)
                         break
-                    events += produced
-                if events:
+                if pending:
                     if metrics.waiting:
                         metrics.first_content()
+                    if translator.done:
+                        pending = await self._stored(pending)
+                    events, pending = pending, []
                     yield events
                 if translator.done:
                     break
@@ -287,12 +286,12 @@ class Job:
                 ending = translator.finish()  # closed early, but after the model had finished
             else:
                 ending = translator.fail(exc.code or "upstream_error", exc.message)
-            yield await self._stored(ending)
+            yield await self._stored(pending + ending)
         except Exception:
             logger.exception("response %s failed inside the gateway", self.record.id)
             if translator.done:
                 return
-            yield await self._stored(translator.fail(
+            yield await self._stored(pending + translator.fail(
                 "server_error", "The gateway failed while producing this response."
             ))
         finally:
