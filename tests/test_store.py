@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -610,6 +611,28 @@ async def test_sqlite_a_file_busy_past_the_timeout_is_store_unavailable(tmp_path
     assert await store.get(r.id, r.tenant) is not None
     other.close()
     await store.aclose()
+
+
+def test_sqlite_opening_waits_for_another_writer(tmp_path: Path) -> None:
+    path = str(tmp_path / "shared.db")
+    asyncio.run(SQLiteStore(path).aclose())  # the file and its schema exist
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # another process is writing the file
+    threading.Timer(0.3, other.execute, ("COMMIT",)).start()
+    started = time.monotonic()
+    store = SQLiteStore(path)  # a second gateway process starting meanwhile
+    assert time.monotonic() - started >= 0.2
+    asyncio.run(store.aclose())
+    other.close()
+
+
+async def test_sqlite_calls_after_close_are_store_unavailable(tmp_path: Path) -> None:
+    store = SQLiteStore(str(tmp_path / "closed.db"))
+    await store.aclose()
+    with pytest.raises(StoreUnavailable):
+        await store.get("resp_x", "tenant-a")
+    with pytest.raises(StoreUnavailable):
+        await store.put(record())
 
 
 async def test_sqlite_checkpoints_the_wal_into_the_file(

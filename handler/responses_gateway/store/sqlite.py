@@ -108,8 +108,9 @@ class SQLiteStore(Store):
     # -- plumbing ----------------------------------------------------------------------------
 
     def _open(self) -> None:
+        """On the store's thread, so it waits for another process as long as any call may."""
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA busy_timeout = 0")  # on the loop: busy means "use the thread"
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA wal_autocheckpoint = 0")  # see _checkpoint
@@ -119,6 +120,7 @@ class SQLiteStore(Store):
                 if statement.strip():
                     c.execute(statement)
             self._purge_expired(c)
+        conn.execute("PRAGMA busy_timeout = 0")  # from now on a busy file means "use the thread"
 
     @staticmethod
     def _purge_expired(c: sqlite3.Connection) -> None:
@@ -150,6 +152,8 @@ class SQLiteStore(Store):
             raise StoreUnavailable(f"The response store ({self.path}) failed: {e}") from e
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._conn is None:
+            raise StoreUnavailable(f"The response store ({self.path}) is closed.")
         self._calls += 1
         if self._calls % CHECKPOINT_EVERY == 0:
             self._executor.submit(self._checkpoint)
