@@ -15,12 +15,14 @@ import socket
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from responses_gateway.api import app as app_module
 from responses_gateway.api.app import YOUNG_GENERATION_THRESHOLD, create_app
 from responses_gateway.config import Settings
 from tests.helpers.scripted_upstream import DEFAULT_TEXT, ScriptedUpstream
@@ -195,22 +197,34 @@ def test_trace_header_from_the_adapter_becomes_subsegments(
 
 
 def test_startup_freezes_what_it_built_and_collects_young_objects_less_often(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Per-event garbage made the collector ~5% of the gateway's CPU under load."""
+    """Per-event garbage made the collector ~5% of the gateway's CPU under load. Only the first
+    startup freezes: Mangum runs the lifespan on every call."""
     app = create_app(Settings(upstream_url="http://127.0.0.1:9/v1",
                               store=f"sqlite:{tmp_path / 'gc.db'}"))
     before = gc.get_threshold()
-    gc.unfreeze()  # as a fresh process (other tests here started gateways too)
+    monkeypatch.setattr(app_module, "_collector_tuned", False)  # as in a fresh process
+    gc.unfreeze()
     gc.set_threshold(700, 10, 10)
 
     async def start_and_stop() -> tuple[int, int]:
         async with app.router.lifespan_context(app):
             return gc.get_threshold()[0], gc.get_freeze_count()
 
+    class Garbage:
+        pass
+
     try:
         young, frozen = asyncio.run(start_and_stop())
+        cycle = Garbage()  # what a call leaves behind: a reference cycle
+        cycle.me = cycle  # type: ignore[attr-defined]
+        gone = weakref.ref(cycle)
+        del cycle
+        asyncio.run(start_and_stop())  # the next call
+        gc.collect()
     finally:
         gc.set_threshold(*before)
     assert young == YOUNG_GENERATION_THRESHOLD
     assert frozen > 1000  # the modules and services built at startup
+    assert gone() is None  # collected: not frozen by the second startup

@@ -56,9 +56,20 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     )
 
 
+_collector_tuned = False
+
+
 def _tune_collector() -> None:
-    """What exists after startup (modules, clients, settings) lives as long as the process:
-    frozen, later collections skip it; and young collections come less often."""
+    """What exists after the first startup (modules, clients, settings) lives as long as the
+    process: frozen, later collections skip it; and young collections come less often.
+
+    Once per process: Mangum runs the lifespan on every call, and freezing again would keep
+    whatever garbage the calls before had left.
+    """
+    global _collector_tuned
+    if _collector_tuned:
+        return
+    _collector_tuned = True
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(YOUNG_GENERATION_THRESHOLD, middle, old)
