@@ -76,7 +76,8 @@ def _read_errors(what: str) -> Iterator[None]:
 
 
 class OpenAICompatBackend:
-    """POSTs to ``{base_url}/chat/completions`` and yields chunk dicts (see ``backends.base``)."""
+    """POSTs to ``{base_url}/chat/completions`` and yields lists of chunks (see
+    ``backends.base``)."""
 
     name = "openai"
 
