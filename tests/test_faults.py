@@ -794,3 +794,35 @@ def test_each_batch_of_events_is_one_body_message() -> None:
         ([encode_event(event) for event in batch], b"") for batch in batches
     ]
 
+
+
+@pytest.mark.parametrize("keepalive", [0.0, 0.05])
+def test_a_disconnect_ends_the_response_and_closes_its_source(keepalive: float) -> None:
+    closed: list[bool] = []
+    sent: list[dict[str, Any]] = []
+
+    async def source() -> Any:
+        try:
+            yield [{"type": "response.created", "sequence_number": 0}]
+            await asyncio.sleep(30)  # the upstream is thinking
+            yield [{"type": "response.in_progress", "sequence_number": 1}]
+        finally:
+            closed.append(True)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    gone_at = time.monotonic() + 0.2
+
+    async def receive() -> dict[str, Any]:  # as uvicorn's: the disconnect is a state
+        await asyncio.sleep(max(0.0, gone_at - time.monotonic()))
+        return {"type": "http.disconnect"}
+
+    response = EventStreamResponse(source(), keepalive_seconds=keepalive)
+    started = time.monotonic()
+    asyncio.run(asyncio.wait_for(response({"type": "http"}, receive, send), 10))
+    assert time.monotonic() - started < 2
+    assert closed == [True]
+    comments = [m for m in sent if m.get("body", b"").startswith(b": ")]
+    assert bool(comments) == (keepalive > 0)  # keep-alives went out while it waited
+    assert all(m.get("more_body") is not False for m in sent)  # no end: the client had gone

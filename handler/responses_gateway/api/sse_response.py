@@ -9,6 +9,7 @@ read brings many chunks, and a socket write per event was a third of the gateway
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -59,25 +60,24 @@ class EventStreamResponse:
                     with anyio.CancelScope(shield=True):
                         await self.batches.aclose()  # type: ignore[attr-defined]
 
-            async def watch_disconnect() -> None:
-                while True:
-                    message = await receive()
-                    if message["type"] == "http.disconnect":
-                        group.cancel_scope.cancel()
-                        return
-
-            async def keepalive() -> None:
+            async def watch() -> None:
+                # One task for both: a disconnect ends everything at once; a quiet spell gets
+                # a keep-alive comment (never after the body's last message).
                 interval = self.keepalive_seconds
-                while not self._ended:  # checked right before each send: nothing awaits between
-                    idle = time.monotonic() - self._last_write
-                    if idle >= interval:
-                        self._last_write = time.monotonic()
-                        await send({"type": "http.response.body", "body": encode_comment(),
-                                    "more_body": True})
-                        idle = 0.0
-                    await anyio.sleep(interval - idle)
+                while True:
+                    wait = math.inf
+                    if interval > 0 and not self._ended:  # nothing awaits between this and send
+                        idle = time.monotonic() - self._last_write
+                        if idle >= interval:
+                            self._last_write = time.monotonic()
+                            await send({"type": "http.response.body", "body": encode_comment(),
+                                        "more_body": True})
+                            idle = 0.0
+                        wait = interval - idle
+                    with anyio.move_on_after(wait):
+                        if (await receive())["type"] == "http.disconnect":
+                            group.cancel_scope.cancel()
+                            return
 
-            group.start_soon(produce)
-            group.start_soon(watch_disconnect)
-            if self.keepalive_seconds > 0:
-                group.start_soon(keepalive)
+            group.start_soon(watch)
+            await produce()  # in this task, inside the group: a disconnect cancels it too
