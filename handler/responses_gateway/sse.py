@@ -26,7 +26,9 @@ def encode_event(event: dict[str, Any]) -> bytes:
 
 
 def encode_events(events: list[dict[str, Any]]) -> bytes:
-    """Several events as one body (one socket write)."""
+    """A batch of events as one body (one socket write)."""
+    if len(events) == 1:
+        return encode_event(events[0])
     return b"".join([encode_event(event) for event in events])
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 from starlette.types import Receive, Scope, Send
 
-from responses_gateway.sse import encode_comment, encode_event, encode_events
+from responses_gateway.sse import encode_comment, encode_events
 
 HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -49,9 +49,8 @@ class EventStreamResponse:
                 # the upstream) instead of letting events pile up here.
                 try:
                     async for batch in self.batches:
-                        body = encode_event(batch[0]) if len(batch) == 1 else encode_events(batch)
                         self._last_write = time.monotonic()
-                        await send({"type": "http.response.body", "body": body,
+                        await send({"type": "http.response.body", "body": encode_events(batch),
                                     "more_body": True})
                     self._ended = True
                     await send({"type": "http.response.body", "body": b"", "more_body": False})

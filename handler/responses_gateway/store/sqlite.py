@@ -149,11 +149,15 @@ class SQLiteStore(Store):
         try:
             return fn(*args)
         except sqlite3.Error as e:
-            raise StoreUnavailable(f"The response store ({self.path}) failed: {e}") from e
+            raise self._failed(e) from e
+
+    def _failed(self, e: sqlite3.Error | None = None) -> StoreUnavailable:
+        what = "is closed." if e is None else f"failed: {e}"
+        return StoreUnavailable(f"The response store ({self.path}) {what}")
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         if self._conn is None:
-            raise StoreUnavailable(f"The response store ({self.path}) is closed.")
+            raise self._failed()
         self._calls += 1
         if self._calls % CHECKPOINT_EVERY == 0:
             self._executor.submit(self._checkpoint)
@@ -162,7 +166,7 @@ class SQLiteStore(Store):
                 return fn(*args)
             except sqlite3.Error as e:
                 if getattr(e, "sqlite_errorcode", 0) & 0xFF not in _BUSY:
-                    raise StoreUnavailable(f"The response store ({self.path}) failed: {e}") from e
+                    raise self._failed(e) from e
                 # busy: rolled back (or never begun); the store's thread runs it again, waiting
             finally:
                 self._lock.release()
@@ -176,7 +180,7 @@ class SQLiteStore(Store):
         with self._lock:
             conn = self._conn
             if conn is None:
-                raise StoreUnavailable(f"The response store ({self.path}) is closed.")
+                raise self._failed()
             self._guarded(conn.execute, f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
             try:
                 return self._guarded(fn, *args)

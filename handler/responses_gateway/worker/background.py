@@ -32,6 +32,7 @@ from responses_gateway.runner import Gateway, Job
 from responses_gateway.store.base import (
     TERMINAL_STATUSES,
     CancelledError,
+    Store,
     StoredResponse,
     StoreUnavailable,
 )
@@ -516,53 +517,53 @@ async def follow(
     feed = feed_of(gateway)
     store = gateway.store
     last = after
+    ended_as: StoredResponse | None = None  # the record, once it is terminal
     while True:
-        local = feed.after(record.id, last)
+        local = None if ended_as else feed.after(record.id, last)
         if local is not None:  # running in this process: no store round trips
-            new, changed = local
-            if new:
-                batch, ended = _through_terminal(new)
-                last = batch[-1]["sequence_number"]
-                yield batch
-                if ended:
-                    return
-            else:
+            events, changed = local
+            if not events:
                 with anyio.move_on_after(POLL_SECONDS * 5):
                     await changed.wait()
-            continue
-        batch, ended = _through_terminal(await store.read_events(record.id, last))
+                continue
+        else:
+            events = await store.read_events(record.id, last)
+        batch, ended = _through_terminal(events)
         if batch:
             last = batch[-1]["sequence_number"]
             yield batch
             if ended:
                 return
+        if local is not None:
+            continue
+        if ended_as is not None:  # read once more after it ended: no terminal event came
+            if ended_as.status != "cancelled":
+                ending = await _ending(store, ended_as, after, last)
+                if ending is not None:
+                    yield [ending]
+            return
         current = await load(gateway, record.id, record.tenant)
         if current is None:
             return
         if current.status in TERMINAL_STATUSES:
-            # The terminal events commit with the terminal record: read once more for them.
-            batch, ended = _through_terminal(await store.read_events(record.id, last))
-            if batch:
-                last = batch[-1]["sequence_number"]
-                yield batch
-                if ended:
-                    return
-            if current.status == "cancelled":
-                return
-            end = last
-            if last == after:  # nothing after the cursor: where does the log end?
-                log = await store.read_events(record.id, -1)
-                if log and log[-1]["type"] in TERMINAL_EVENTS:
-                    return  # the cursor is at (or past) the terminal event
-                end = log[-1]["sequence_number"] if log else -1
-            if end + 1 > after:  # the log has no terminal event: say how it ended
-                yield [{
-                    "type": "response." + current.status,
-                    "response": current.response,
-                    "sequence_number": end + 1,
-                }]
-            return
+            ended_as = current  # its terminal events commit with it: read once more for them
+            continue
         await anyio.sleep(POLL_SECONDS)
+
+
+async def _ending(store: Store, current: StoredResponse, after: int, last: int) -> Event | None:
+    """The terminal event of a response whose log has none (lease expired, dead letter), or
+    None when the cursor is already past the log's end."""
+    end = last
+    if last == after:  # nothing after the cursor: where does the log end?
+        log = await store.read_events(current.id, -1)
+        if log and log[-1]["type"] in TERMINAL_EVENTS:
+            return None  # the cursor is at (or past) the terminal event
+        end = log[-1]["sequence_number"] if log else -1
+    if end + 1 <= after:
+        return None
+    return {"type": "response." + current.status, "response": current.response,
+            "sequence_number": end + 1}
 
 
 def _through_terminal(events: list[Event]) -> tuple[list[Event], bool]:
