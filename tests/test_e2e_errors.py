@@ -283,7 +283,7 @@ def test_another_tenants_ids_are_404(secured: GatewayServer, upstream: ScriptedU
         with pytest.raises(openai.NotFoundError):
             beta.responses.delete(mine.id)
         upstream.reset()
-        with pytest.raises(openai.NotFoundError) as chained:
+        with pytest.raises(openai.BadRequestError) as chained:
             beta.responses.create(model=MODEL, previous_response_id=mine.id, input="steal")
         assert chained.value.code == "previous_response_not_found"
         with pytest.raises(openai.NotFoundError):

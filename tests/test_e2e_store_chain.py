@@ -34,8 +34,8 @@ def gateway(
         yield server
 
 
-def _not_found(exc: openai.NotFoundError) -> dict[str, Any]:
-    assert exc.status_code == 404
+def _not_found(exc: openai.APIStatusError, status: int = 404) -> dict[str, Any]:
+    assert exc.status_code == status
     body = exc.body
     assert isinstance(body, dict) and body.keys() == {"message", "type", "param", "code"}
     assert body["type"] == "invalid_request_error"
@@ -232,27 +232,27 @@ def test_three_turn_chain_sends_the_whole_conversation(
     assert "turn one" not in json.dumps(sent) and "turn two" not in json.dumps(sent)
 
 
-def test_unknown_previous_response_id_404(client: OpenAI, upstream: ScriptedUpstream) -> None:
+def test_unknown_previous_response_id_400(client: OpenAI, upstream: ScriptedUpstream) -> None:
     upstream.reset()
-    with pytest.raises(openai.NotFoundError) as caught:
+    with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(
             model=MODEL, previous_response_id="resp_unknown00000000000000", input="hi"
         )
 
-    body = _not_found(caught.value)
+    body = _not_found(caught.value, 400)
     assert body["code"] == "previous_response_not_found"
     assert body["param"] == "previous_response_id"
     assert caught.value.code == "previous_response_not_found"
     assert upstream.requests == []  # nothing went upstream
 
 
-def test_unknown_previous_response_id_404_when_streaming(client: OpenAI) -> None:
-    with pytest.raises(openai.NotFoundError) as caught:
+def test_unknown_previous_response_id_400_when_streaming(client: OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(
             model=MODEL, previous_response_id="resp_unknown00000000000000", input="hi",
             stream=True,
         )
-    assert _not_found(caught.value)["code"] == "previous_response_not_found"
+    assert _not_found(caught.value, 400)["code"] == "previous_response_not_found"
 
 
 # -- item_reference ------------------------------------------------------------------------
@@ -312,7 +312,7 @@ def test_store_false_is_never_retrievable(client: OpenAI) -> None:
         client.responses.retrieve(response.id)
     with pytest.raises(openai.NotFoundError):
         client.responses.input_items.list(response.id)
-    with pytest.raises(openai.NotFoundError) as chained:
+    with pytest.raises(openai.BadRequestError) as chained:
         client.responses.create(model=MODEL, previous_response_id=response.id, input="more")
     assert chained.value.code == "previous_response_not_found"
     with pytest.raises(openai.NotFoundError):

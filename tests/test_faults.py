@@ -609,7 +609,7 @@ def test_record_write_failing_after_its_items_leaves_nothing_visible(
         assert items.status_code == 404
         chained = post(gateway.base_url + "/responses",
                        {"model": MODEL, "input": "again", "previous_response_id": response_id})
-        assert_openai_error(chained, 404, "previous_response_not_found")
+        assert_openai_error(chained, 400, "previous_response_not_found")
 
 
 def _dead_store(table: str) -> DynamoDBStore:

@@ -142,7 +142,8 @@ class Gateway:
             seen.add(previous_id)
             record = await self.store.get(previous_id, tenant)
             if record is None:
-                raise not_found(
+                # OpenAI answers 400 here, not 404 (the id is a parameter, not the resource).
+                raise invalid_request(
                     f"Previous response with id '{previous_id}' not found.",
                     param="previous_response_id",
                     code="previous_response_not_found",
