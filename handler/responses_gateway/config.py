@@ -38,6 +38,8 @@ class Settings:
     reasoning_input: str | None = None  # reasoning sent back upstream: None, "reasoning_content"
     keepalive_seconds: float = 15.0
     stream_grace_seconds: float = 0.0
+    ws_idle_seconds: float = 600.0  # a WebSocket with nothing running closes after this
+    ws_max_connection_seconds: float = 3600.0  # a WebSocket's age limit (OpenAI's 60 minutes)
     models: tuple[str, ...] = ()
     bedrock_region: str | None = None
     bedrock_endpoint_url: str | None = None
@@ -97,6 +99,9 @@ class Settings:
             reasoning_input=get("GATEWAY_REASONING_INPUT"),
             keepalive_seconds=float(get("GATEWAY_KEEPALIVE_SECONDS", "15") or 15),
             stream_grace_seconds=float(get("GATEWAY_STREAM_GRACE_SECONDS", "0") or 0),
+            ws_idle_seconds=float(get("GATEWAY_WS_IDLE_SECONDS", "600") or 0),
+            ws_max_connection_seconds=float(get("GATEWAY_WS_MAX_CONNECTION_SECONDS", "3600")
+                                            or 3600),
             models=models,
             bedrock_region=get("GATEWAY_BEDROCK_REGION") or get("AWS_REGION"),
             bedrock_endpoint_url=get("GATEWAY_BEDROCK_ENDPOINT_URL"),

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -53,13 +53,19 @@ class Gateway:
         self.backend_for = backend_for
         self.sealer = sealer
 
-    async def prepare(self, body: Any, tenant: str) -> Job:
-        """Validate and translate a create body; every client mistake raises a 4xx here."""
+    async def prepare(
+        self, body: Any, tenant: str, *, cached: Mapping[str, StoredResponse] | None = None
+    ) -> Job:
+        """Validate and translate a create body; every client mistake raises a 4xx here.
+
+        ``cached``: responses a WebSocket connection holds, found before the store (they may
+        be ``store: false``).
+        """
         req = parse_create_request(body)
         items = await self._resolve_references(normalize_input(req), tenant)
         if req.store:
             self.store.check_input_items(items)
-        history = await self._history(req.previous_response_id, tenant)
+        history = await self._history(req.previous_response_id, tenant, cached)
         route = self.settings.route(req.model)
         reasoning_input = "reasoning_content" if route.backend == "bedrock" else (
             self.settings.reasoning_input
@@ -134,13 +140,20 @@ class Gateway:
                 raise not_found(f"Item with id '{item['id']}' not found.", param=f"input[{index}]")
         return resolved
 
-    async def _history(self, previous_id: str | None, tenant: str) -> list[dict[str, Any]]:
+    async def _history(
+        self,
+        previous_id: str | None,
+        tenant: str,
+        cached: Mapping[str, StoredResponse] | None = None,
+    ) -> list[dict[str, Any]]:
         """Inputs and outputs of every earlier turn, oldest first (instructions not inherited)."""
         chain: list[StoredResponse] = []
         seen: set[str] = set()
         while previous_id and previous_id not in seen:
             seen.add(previous_id)
-            record = await self.store.get(previous_id, tenant)
+            record = cached.get(previous_id) if cached else None
+            if record is None:
+                record = await self.store.get(previous_id, tenant)
             if record is None:
                 # OpenAI answers 400 here, not 404 (the id is a parameter, not the resource).
                 raise invalid_request(

@@ -11,7 +11,8 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
 
 from responses_gateway.api import routes
 from responses_gateway.api.auth import Authenticator
@@ -56,6 +57,13 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     )
 
 
+async def _responses_socket(websocket: WebSocket) -> None:
+    """WebSocket mode, imported on first use (cold start of the streaming entry point)."""
+    from responses_gateway.api.websocket import responses_socket
+
+    await responses_socket(websocket)
+
+
 _collector_tuned = False
 
 
@@ -93,6 +101,7 @@ def create_app(settings: Settings | None = None, gateway: Gateway | None = None)
     app = Starlette(
         routes=[
             Route("/v1/responses", routes.create_response, methods=["POST"]),
+            WebSocketRoute("/v1/responses", _responses_socket),
             Route("/v1/responses/{response_id}", routes.retrieve_response, methods=["GET"]),
             Route("/v1/responses/{response_id}", routes.delete_response, methods=["DELETE"]),
             Route("/v1/responses/{response_id}/cancel", routes.cancel_response, methods=["POST"]),

@@ -1,0 +1,110 @@
+"""``/v1/responses`` as a WebSocket, on the same app and port as the HTTP routes (uvicorn).
+
+The handshake is authenticated like an HTTP request (its ``Authorization`` header); a bad key
+is refused with the HTTP 401 error body before the socket opens. Then each text message goes
+to a :class:`~responses_gateway.api.ws_session.Session`, which runs responses in tasks beside
+this receive loop, so a second message (another lane, an ``error``) is answered while one runs.
+
+Close codes: ``1000`` after an idle spell with nothing running (``GATEWAY_WS_IDLE_SECONDS``)
+and after the connection's age limit (``GATEWAY_WS_MAX_CONNECTION_SECONDS``, announced by an
+``error`` event ``websocket_connection_limit_reached``, as OpenAI does at 60 minutes). A client
+that goes away cancels its running responses; each is stored ``cancelled`` if it was to be
+stored. Messages above ``GATEWAY_MAX_BODY_BYTES`` get an ``error`` event; uvicorn's own frame
+limit (``--ws-max-size``, which the CLI sets just above it) closes with ``1009`` beyond that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import anyio
+import orjson
+from starlette.responses import Response
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from responses_gateway.api.ws_session import Event, Session, error_event
+from responses_gateway.errors import GatewayError
+
+_dumps = orjson.dumps
+
+
+def connection_limit_reached(seconds: float) -> GatewayError:
+    return GatewayError(
+        400,
+        f"Responses websocket connection limit reached ({seconds:g} seconds). Create a new "
+        "websocket connection to continue.",
+        code="websocket_connection_limit_reached",
+    )
+
+
+async def responses_socket(websocket: WebSocket) -> None:
+    """The WebSocket route of ``/v1/responses``."""
+    app = websocket.app
+    gateway = app.state.gateway
+    settings = gateway.settings
+    try:
+        tenant = app.state.auth.tenant(websocket.headers.get("authorization"))
+    except GatewayError as exc:
+        await _deny(websocket, exc)
+        return
+    await websocket.accept()
+    send_lock = asyncio.Lock()
+
+    async def emit(events: list[Event]) -> None:
+        # One text message per event (clients parse one event per message); one writer at a
+        # time, so two lanes never interleave inside a batch's order.
+        async with send_lock:
+            for event in events:
+                await websocket.send({"type": "websocket.send", "text": _dumps(event).decode()})
+
+    deadline = time.monotonic() + settings.ws_max_connection_seconds
+    idle = settings.ws_idle_seconds
+    try:
+        async with anyio.create_task_group() as group:
+            session = Session(gateway, tenant, emit, spawn=group.start_soon)
+            while True:
+                wait = deadline - time.monotonic()
+                if idle > 0:
+                    wait = min(wait, idle)
+                message: dict[str, Any] | None = None
+                with anyio.move_on_after(max(wait, 0)):
+                    message = await websocket.receive()
+                if message is None:  # quiet for a while, or the connection is old
+                    if time.monotonic() >= deadline:
+                        await _wait_idle(session)
+                        await emit([error_event(connection_limit_reached(
+                            settings.ws_max_connection_seconds))])
+                        break
+                    if session.busy:
+                        continue
+                    break
+                if message["type"] == "websocket.disconnect":
+                    group.cancel_scope.cancel()  # running responses end ``cancelled``
+                    return
+                data = message.get("text")
+                if data is None:
+                    data = message.get("bytes") or b""
+                await session.receive(data)
+            group.cancel_scope.cancel()
+        await websocket.close(1000)
+    except WebSocketDisconnect:
+        return
+
+
+async def _wait_idle(session: Session) -> None:
+    """Let running responses end before the connection closes for its age."""
+    while session.busy:
+        await asyncio.sleep(0.05)
+
+
+async def _deny(websocket: WebSocket, exc: GatewayError) -> None:
+    """Refuse the handshake with the HTTP error OpenAI answers (or close 1008 without it)."""
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        body = _dumps(exc.body())
+        await websocket.send_denial_response(
+            Response(body, status_code=exc.status, media_type="application/json")
+        )
+        return
+    await websocket.close(1008, exc.message[:120])
