@@ -14,8 +14,9 @@ import pytest
 
 from responses_gateway.backends.base import BackendRequest
 from responses_gateway.backends.bedrock import BedrockBackend
+from responses_gateway.backends.bedrock.images import Fetched
 from responses_gateway.backends.bedrock.models import model_info
-from responses_gateway.backends.bedrock.request import build_converse_request
+from responses_gateway.backends.bedrock.request import build_converse_request, remote_media
 from responses_gateway.errors import GatewayError
 from tests.helpers.eventstream_server import FakeBedrock, use_dummy_aws
 
@@ -354,6 +355,77 @@ def test_unusable_parts_are_400s_naming_the_part(part: dict, param: str) -> None
     with pytest.raises(GatewayError) as info:
         build(messages=[{"role": "user", "content": [part]}])
     assert info.value.status == 400 and info.value.param == param
+
+
+def image(url: str) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def test_remote_media_lists_image_and_file_urls_once_each() -> None:
+    """``input_file.file_url`` arrives as chat ``file_data`` (translate/to_chat.py)."""
+    wanted = remote_media({"messages": [{"role": "user", "content": [
+        image("https://img.example/a.png"), image("HTTPS://img.example/b.png"),
+        image("https://img.example/a.png"), image("data:image/png;base64,AA"),
+        {"type": "file", "file": {"file_data": "https://docs.example/q3.pdf"}},
+        {"type": "file", "file": {"file_url": "http://docs.example/q4.pdf"}},
+        {"type": "file", "file": {"file_data": "JVBERi0xLjQ="}},
+    ]}]})
+    assert wanted == [("https://img.example/a.png", "image"),
+                      ("HTTPS://img.example/b.png", "image"),
+                      ("https://docs.example/q3.pdf", "document"),
+                      ("http://docs.example/q4.pdf", "document")]
+
+
+def test_remote_media_skips_tool_images_that_flattened_tool_history_drops() -> None:
+    tool = {"role": "tool", "tool_call_id": "c1", "content": [image("https://i.example/t.png")]}
+    assert remote_media({"messages": [tool]}) == []
+    assert remote_media({"messages": [tool], "tools": [WEATHER]}) == [
+        ("https://i.example/t.png", "image")]
+
+
+@pytest.mark.parametrize(("parts", "param", "message"), [
+    ([image(f"https://i.example/{i}.png") for i in range(400)],
+     "messages[0].content[20].image_url", "at most 20 images per request"),
+    ([image("data:image/png;base64,AA")] * 20 + [image("https://i.example/x.png")],
+     "messages[0].content[20].image_url", "at most 20 images per request"),
+    ([{"type": "file", "file": {"file_data": f"https://d.example/{i}.pdf"}} for i in range(26)],
+     "messages[0].content[25].file", "at most 20 images and 5 documents"),
+])
+def test_remote_media_counts_parts_before_anything_is_fetched(
+    parts: list[dict[str, Any]], param: str, message: str
+) -> None:
+    with pytest.raises(GatewayError) as info:
+        remote_media({"messages": [{"role": "user", "content": parts}]})
+    assert (info.value.status, info.value.param) == (400, param)
+    assert message in info.value.message
+
+
+def test_a_file_url_in_file_data_uses_the_downloaded_bytes() -> None:
+    """Regression: the URL text was base64-decoded and sent as the document's bytes."""
+    url = "https://docs.example/q3.pdf"
+    kwargs = build_converse_request({"model": NOVA, "messages": [{"role": "user", "content": [
+        {"type": "file", "file": {"file_data": url, "filename": "q3.pdf"}}]}]},
+        media={url: Fetched("application/pdf", PDF)}).kwargs
+    assert kwargs["messages"][0]["content"][0] == {
+        "document": {"format": "pdf", "name": "q3", "source": {"bytes": PDF}}}
+
+
+@pytest.mark.parametrize("file", [
+    {"file_data": "https://docs.example/never-fetched.pdf", "filename": "x.pdf"},
+    {"file_url": "ftp://docs.example/x.pdf", "filename": "x.pdf"},
+])
+def test_file_urls_not_downloaded_are_invalid_file_url(file: dict[str, Any]) -> None:
+    with pytest.raises(GatewayError) as info:
+        build(messages=[{"role": "user", "content": [{"type": "file", "file": file}]}])
+    assert (info.value.status, info.value.code) == (400, "invalid_file_url")
+    assert info.value.param == "messages[0].content[0].file"
+
+
+def test_data_urls_in_file_url_keep_working() -> None:
+    data = "data:application/pdf;base64," + base64.b64encode(PDF).decode()
+    for file in ({"file_url": data}, {"file_data": data}):
+        kwargs = build(messages=[{"role": "user", "content": [{"type": "file", "file": file}]}])
+        assert kwargs["messages"][0]["content"][0]["document"]["source"] == {"bytes": PDF}
 
 
 def test_other_top_level_fields() -> None:

@@ -43,6 +43,7 @@ class Settings:
     models: tuple[str, ...] = ()
     bedrock_region: str | None = None
     bedrock_endpoint_url: str | None = None
+    bedrock_media_budget_bytes: int = 20 * 1024 * 1024  # one request's image/file downloads
     worker_function: str | None = None  # async-invoked worker Lambda (AWS); unset: in-process
     lease_seconds: float = 30.0
     queued_seconds: float | None = None  # how long a background response may wait for a worker
@@ -105,6 +106,8 @@ class Settings:
             models=models,
             bedrock_region=get("GATEWAY_BEDROCK_REGION") or get("AWS_REGION"),
             bedrock_endpoint_url=get("GATEWAY_BEDROCK_ENDPOINT_URL"),
+            bedrock_media_budget_bytes=int(get("GATEWAY_BEDROCK_MEDIA_BUDGET_BYTES")
+                                           or cls.bedrock_media_budget_bytes),
             worker_function=get("GATEWAY_WORKER_FUNCTION"),
             lease_seconds=float(get("GATEWAY_LEASE_SECONDS", "30") or 30),
             queued_seconds=float(q) if (q := get("GATEWAY_QUEUED_SECONDS")) else None,

@@ -53,6 +53,7 @@ class Backends:
                 read_timeout=s.read_timeout,
                 connect_timeout=s.connect_timeout,
                 max_attempts=s.max_retries + 1,  # botocore counts the first attempt
+                media_budget_bytes=s.bedrock_media_budget_bytes,
             )
         from responses_gateway.backends.openai_compat import OpenAICompatBackend
 

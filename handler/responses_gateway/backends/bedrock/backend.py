@@ -24,7 +24,7 @@ from typing import Any
 
 from responses_gateway.backends.base import BackendRequest
 from responses_gateway.backends.bedrock import failures
-from responses_gateway.backends.bedrock.images import Fetched, MediaFetcher
+from responses_gateway.backends.bedrock.images import DEFAULT_TOTAL_BYTES, Fetched, MediaFetcher
 from responses_gateway.backends.bedrock.request import build_converse_request, remote_media
 from responses_gateway.backends.bedrock.response import completion_from_converse
 from responses_gateway.backends.bedrock.stream import (
@@ -129,6 +129,7 @@ class BedrockBackend:
         read_timeout: float = 300.0,
         connect_timeout: float = 10.0,
         max_attempts: int = 2,
+        media_budget_bytes: int = DEFAULT_TOTAL_BYTES,
     ) -> None:
         self.region = region
         self.endpoint_url = endpoint_url
@@ -138,7 +139,7 @@ class BedrockBackend:
         self._client = client
         self._owns_client = client is None
         self._client_lock = threading.Lock()
-        self.fetcher = image_fetcher or MediaFetcher.from_env()
+        self.fetcher = image_fetcher or MediaFetcher.from_env(max_total_bytes=media_budget_bytes)
 
     def client(self) -> Any:
         """The boto3 client, created on first use (in a worker thread: creation is slow)."""
@@ -166,16 +167,12 @@ class BedrockBackend:
                 client.close()
 
     async def _fetch_media(self, body: Mapping[str, Any]) -> dict[str, Fetched]:
-        wanted = remote_media(body)
-        if not wanted:
-            return {}
-        results = await asyncio.gather(
-            *(self.fetcher.fetch(url, kind=kind, param=param) for url, kind, param in wanted))
-        return {url: fetched for (url, _, _), fetched in zip(wanted, results, strict=True)}
+        wanted = remote_media(body)  # refuses too many parts before any download
+        return await self.fetcher.fetch_all(wanted) if wanted else {}
 
     async def prepare(self, request: BackendRequest) -> None:
-        """Fetch the remote images now: a URL refused or unfetchable is the client's mistake,
-        an HTTP 400 before ``response.created`` leaves, as OpenAI answers it."""
+        """Fetch the remote images and files now: a URL refused or unfetchable is the client's
+        mistake, an HTTP 400 before ``response.created`` leaves, as OpenAI answers it."""
         request.extra["media"] = await self._fetch_media(request.body)
 
     async def stream(self, request: BackendRequest) -> AsyncIterator[list[dict[str, Any]]]:

@@ -38,6 +38,12 @@ DOCUMENT_FORMATS = {
 _DOCUMENT_EXTENSIONS = frozenset(DOCUMENT_FORMATS.values())
 
 
+def is_remote(url: object) -> bool:
+    """Whether a media reference is an http(s) URL the gateway downloads (scheme in any case);
+    base64 data never is, as ``:`` is not in its alphabet."""
+    return isinstance(url, str) and url[:8].lower().startswith(("http://", "https://"))
+
+
 def sniff_image(data: bytes) -> str | None:
     """The image format the magic bytes announce, if it is one Bedrock accepts."""
     if data.startswith(b"\x89PNG\r\n\x1a\n"):

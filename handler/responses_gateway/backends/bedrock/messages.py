@@ -156,7 +156,7 @@ class TurnBuilder:
             raise GatewayError(400, "An image part needs a URL.", param=param)
         if url.startswith("data:"):
             declared, data = media.decode_data_url(url, param=param)
-        elif url in self.media_urls:
+        elif media.is_remote(url) and url in self.media_urls:
             fetched = self.media_urls[url]
             declared, data = fetched.content_type, fetched.data
         else:
@@ -167,23 +167,28 @@ class TurnBuilder:
     def _image_block(self, data: bytes, declared: str | None, param: str) -> Block:
         self.images += 1
         if self.images > MAX_IMAGES:
-            raise GatewayError(400, f"Bedrock accepts at most {MAX_IMAGES} images per request.",
-                               param=param)
+            raise too_many_images(param)
         fmt = media.image_format(data, declared, param=param)
         return {"image": {"format": fmt, "source": {"bytes": data}}}
 
     def _file(self, file: Mapping[str, Any], param: str) -> Block:
         param = f"{param}.file"
         filename = file.get("filename")
-        file_data, file_url = file.get("file_data"), file.get("file_url")
-        if file_data:
-            if file_data.startswith("data:"):
-                declared, data = media.decode_data_url(file_data, param=param)
-            else:
-                declared, data = None, media.decode_base64(file_data, param=param)
-        elif file_url and file_url in self.media_urls:
-            fetched = self.media_urls[file_url]
+        # A Responses file_url arrives as chat file_data (see translate/to_chat.py).
+        source = file.get("file_data") or file.get("file_url")
+        if isinstance(source, str) and source.startswith("data:"):
+            declared, data = media.decode_data_url(source, param=param)
+        elif media.is_remote(source):
+            fetched = self.media_urls.get(source)
+            if fetched is None:
+                raise GatewayError(400, "This file URL was not downloaded.", param=param,
+                                   code="invalid_file_url")
             declared, data = fetched.content_type, fetched.data
+        elif isinstance(file.get("file_data"), str) and file["file_data"]:
+            declared, data = None, media.decode_base64(file["file_data"], param=param)
+        elif file.get("file_url"):
+            raise GatewayError(400, "File URLs must be http(s) or data URLs.", param=param,
+                               code="invalid_file_url")
         elif file.get("file_id"):
             raise GatewayError(400, "File ids cannot be resolved by the Bedrock backend; send "
                                "the file inline as file_data.", param=param,
@@ -194,8 +199,7 @@ class TurnBuilder:
             return self._image_block(data, declared, param)
         self.document_count += 1
         if self.document_count > MAX_DOCUMENTS:
-            raise GatewayError(400, f"Bedrock accepts at most {MAX_DOCUMENTS} documents per "
-                               "request.", param=param)
+            raise too_many_documents(param)
         fmt = media.document_format(data, declared, filename, param=param)
         return {"document": {"format": fmt, "name": self.documents(filename),
                              "source": {"bytes": data}}}
@@ -228,6 +232,16 @@ class TurnBuilder:
             if "cachePoint" not in last_user["content"][-1] and self.take_cache_point():
                 last_user["content"].append(dict(CACHE_POINT))
         return turns
+
+
+def too_many_images(param: str) -> GatewayError:
+    return GatewayError(400, f"Bedrock accepts at most {MAX_IMAGES} images per request.",
+                        param=param)
+
+
+def too_many_documents(param: str) -> GatewayError:
+    return GatewayError(400, f"Bedrock accepts at most {MAX_DOCUMENTS} documents per request.",
+                        param=param)
 
 
 def _texts(content: Any) -> list[str]:

@@ -11,10 +11,17 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from responses_gateway.backends.bedrock.images import Fetched
-from responses_gateway.backends.bedrock.messages import CACHE_POINT, TurnBuilder
+from responses_gateway.backends.bedrock.images import Fetched, Kind
+from responses_gateway.backends.bedrock.media import is_remote
+from responses_gateway.backends.bedrock.messages import (
+    CACHE_POINT,
+    MAX_DOCUMENTS,
+    MAX_IMAGES,
+    TurnBuilder,
+    too_many_images,
+)
 from responses_gateway.backends.bedrock.models import ModelInfo, model_info
 from responses_gateway.backends.bedrock.names import ToolNames
 from responses_gateway.errors import GatewayError
@@ -39,28 +46,50 @@ class ConverseCall:
     tool_names: dict[str, str] = field(default_factory=dict)  # Bedrock name -> client name
 
 
-def remote_media(body: Mapping[str, Any]) -> list[tuple[str, Literal["image", "document"], str]]:
-    """http(s) URLs the request refers to, as (url, kind, param), for fetching up front."""
-    found: dict[str, tuple[str, Literal["image", "document"], str]] = {}
+def remote_media(body: Mapping[str, Any]) -> list[tuple[str, Kind]]:
+    """http(s) URLs the request's images and files refer to, as (url, kind), to fetch up front.
+
+    Parts are counted first, every source alike: a request with more than Bedrock takes is
+    refused here, before anything is downloaded, as :class:`TurnBuilder` would refuse it after.
+    Images in tool results are skipped when tool history becomes text (they would be dropped).
+    """
+    flatten_tools = not _uses_tools(body)
+    found: dict[str, Kind] = {}
+    images = files = 0
     for i, message in enumerate(body.get("messages") or ()):
-        content = message.get("content")
-        if message.get("role") not in ("user", "tool") or not isinstance(content, list):
+        role, content = message.get("role"), message.get("content")
+        if role not in ("user", "tool", "function") or not isinstance(content, list):
             continue
         for j, part in enumerate(content):
             param = f"messages[{i}].content[{j}]"
-            if part.get("type") == "image_url":
+            if part.get("type") == "image_url" and not (role != "user" and flatten_tools):
+                images += 1
+                if images > MAX_IMAGES:
+                    raise too_many_images(f"{param}.image_url")
                 image = part.get("image_url")
-                url = image.get("url") if isinstance(image, Mapping) else image
-                kind: Literal["image", "document"] = "image"
-                param += ".image_url"
-            elif part.get("type") == "file":
-                url, kind = (part.get("file") or {}).get("file_url"), "document"
-                param += ".file"
+                url, kind = (image.get("url") if isinstance(image, Mapping) else image), "image"
+            elif part.get("type") == "file" and role == "user":
+                files += 1  # an image or a document: which, only its bytes will tell
+                if images + files > MAX_IMAGES + MAX_DOCUMENTS:
+                    raise GatewayError(400, f"Bedrock accepts at most {MAX_IMAGES} images and "
+                                       f"{MAX_DOCUMENTS} documents per request.",
+                                       param=f"{param}.file")
+                file = part.get("file") or {}
+                url, kind = file.get("file_data") or file.get("file_url"), "document"
             else:
                 continue
-            if isinstance(url, str) and url.startswith(("http://", "https://")):
-                found.setdefault(url, (url, kind, param))
-    return list(found.values())
+            if is_remote(url):
+                found.setdefault(url, kind)
+    return list(found.items())
+
+
+def _function_tools(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [t for t in body.get("tools") or () if t.get("type", "function") == "function"]
+
+
+def _uses_tools(body: Mapping[str, Any]) -> bool:
+    """Whether Converse gets a toolConfig; without one, tool history is sent as text."""
+    return bool(_function_tools(body)) and body.get("tool_choice") != "none"
 
 
 def build_converse_request(
@@ -72,9 +101,8 @@ def build_converse_request(
     if (body.get("n") or 1) > 1:
         raise GatewayError(400, "The Bedrock backend does not support n > 1.", param="n")
 
-    tools = [t for t in body.get("tools") or () if t.get("type", "function") == "function"]
-    tool_choice = body.get("tool_choice")
-    use_tools = bool(tools) and tool_choice != "none"
+    tools = _function_tools(body)
+    use_tools = _uses_tools(body)
     effort = body.get("reasoning_effort")
 
     names = ToolNames()
