@@ -758,3 +758,158 @@ async def test_dynamodb_transaction_conflicts_are_retried() -> None:
     store = DynamoDBStore("t", client=client)
     with pytest.raises(StoreUnavailable):
         await store.append_events(new_id(), events(0, 2))
+
+
+# -- conversations -----------------------------------------------------------------------------
+
+from responses_gateway.store.base import (  # noqa: E402
+    ConversationLocked,
+    ConversationStore,
+    DuplicateItem,
+    StoredConversation,
+)
+
+
+def conversation(tenant: str = "tenant-a", **kwargs: Any) -> StoredConversation:
+    return StoredConversation(
+        id=new_id("conv_"), tenant=tenant, created_at=int(time.time()), **kwargs
+    )
+
+
+def ids_of(items: list[dict[str, Any]]) -> list[str]:
+    return [item["id"] for item in items]
+
+
+async def test_conversation_round_trip_and_tenant_isolation(store: Any) -> None:
+    assert isinstance(store, ConversationStore)
+    first = [message(f"m{i}") for i in range(3)]
+    conv = conversation(metadata={"topic": "demo"})
+    await store.create_conversation(conv, first)
+    got = await store.get_conversation(conv.id, "tenant-a")
+    assert got is not None and got.to_object() == conv.to_object() and got.length == 3
+    assert await store.get_conversation(conv.id, "tenant-b") is None
+    assert await store.conversation_items(conv.id, "tenant-b") is None
+    assert await store.update_conversation(conv.id, "tenant-b", {"x": "y"}) is None
+    assert await store.delete_conversation(conv.id, "tenant-b") is False
+    assert await store.get_conversation_item(conv.id, "tenant-b", first[0]["id"]) is None
+    assert await store.delete_conversation_item(conv.id, "tenant-b", first[0]["id"]) is None
+    assert await store.list_conversation_items(conv.id, "tenant-b", limit=5, order="asc") is None
+    updated = await store.update_conversation(conv.id, "tenant-a", {"topic": "new"})
+    assert updated is not None and updated.metadata == {"topic": "new"}
+    conv_now, items = await store.conversation_items(conv.id, "tenant-a")
+    assert ids_of(items) == ids_of(first) and conv_now.metadata == {"topic": "new"}
+    assert await store.delete_conversation(conv.id, "tenant-a") is True
+    assert await store.get_conversation(conv.id, "tenant-a") is None
+    assert await store.delete_conversation(conv.id, "tenant-a") is False
+
+
+async def test_conversation_append_list_get_delete_items(store: Any) -> None:
+    conv = conversation()
+    await store.create_conversation(conv, [])
+    added = [message(f"m{i}") for i in range(7)]
+    after = await store.append_conversation_items(conv.id, "tenant-a", added[:4])
+    assert after is not None and after.length == 4
+    await store.append_conversation_items(conv.id, "tenant-a", added[4:])
+    page, more = await store.list_conversation_items(conv.id, "tenant-a", limit=3, order="asc")
+    assert ids_of(page) == ids_of(added[:3]) and more
+    page, more = await store.list_conversation_items(
+        conv.id, "tenant-a", limit=3, order="asc", after=added[2]["id"]
+    )
+    assert ids_of(page) == ids_of(added[3:6]) and more
+    page, more = await store.list_conversation_items(
+        conv.id, "tenant-a", limit=10, order="desc", after=added[2]["id"]
+    )
+    assert ids_of(page) == [added[1]["id"], added[0]["id"]] and not more
+    page, more = await store.list_conversation_items(conv.id, "tenant-a", limit=7, order="desc")
+    assert ids_of(page) == ids_of(added[::-1]) and not more
+    with pytest.raises(KeyError):
+        await store.list_conversation_items(conv.id, "tenant-a", limit=3, order="asc", after="x")
+    got, item = await store.get_conversation_item(conv.id, "tenant-a", added[5]["id"])
+    assert item == added[5] and got.id == conv.id
+    _, deleted = await store.delete_conversation_item(conv.id, "tenant-a", added[5]["id"])
+    assert deleted
+    _, again = await store.delete_conversation_item(conv.id, "tenant-a", added[5]["id"])
+    assert not again
+    assert (await store.get_conversation_item(conv.id, "tenant-a", added[5]["id"]))[1] is None
+    _, items = await store.conversation_items(conv.id, "tenant-a")
+    assert ids_of(items) == ids_of(added[:5] + added[6:])
+    # An id the conversation holds is refused; a deleted one may come back.
+    with pytest.raises(DuplicateItem) as err:
+        await store.append_conversation_items(conv.id, "tenant-a", [added[0]])
+    assert err.value.param == "items" and added[0]["id"] in err.value.message
+    await store.append_conversation_items(conv.id, "tenant-a", [added[5]])
+    _, items = await store.conversation_items(conv.id, "tenant-a")
+    assert ids_of(items)[-1] == added[5]["id"]
+
+
+async def test_conversation_turn_lock(store: Any) -> None:
+    conv = conversation()
+    await store.create_conversation(conv, [message("hi")])
+    until = time.time() + 60
+    assert await store.lock_conversation(conv.id, "tenant-a", "t1", length=1, until=until)
+    # A second turn, or an item write, while the first runs: locked.
+    assert not await store.lock_conversation(conv.id, "tenant-a", "t2", length=1, until=until)
+    assert (await store.conversation_items(conv.id, "tenant-a"))[0].locked
+    with pytest.raises(ConversationLocked):
+        await store.append_conversation_items(conv.id, "tenant-a", [message("x")])
+    assert await store.lock_conversation(conv.id, "tenant-b", "t2", length=1, until=until) is None
+    turn = [message("q"), output_message("a")]
+    done = await store.append_conversation_items(
+        conv.id, "tenant-a", turn, token="t1", length=1
+    )
+    assert done is not None and done.length == 3 and not done.locked
+    # A history read before that append is stale: its length no longer matches.
+    assert not await store.lock_conversation(conv.id, "tenant-a", "t3", length=1, until=until)
+    assert await store.lock_conversation(conv.id, "tenant-a", "t3", length=3, until=until)
+    await store.release_conversation(conv.id, "someone-else")  # not the holder: no effect
+    assert (await store.get_conversation(conv.id, "tenant-a")).locked
+    await store.release_conversation(conv.id, "t3")
+    assert not (await store.get_conversation(conv.id, "tenant-a")).locked
+    # A lock past its time is free again (a crashed holder).
+    assert await store.lock_conversation(
+        conv.id, "tenant-a", "t4", length=3, until=time.time() - 1
+    )
+    assert await store.lock_conversation(conv.id, "tenant-a", "t5", length=3, until=until)
+    # The expired holder's append finds the lock taken over: nothing is written.
+    with pytest.raises(StoreUnavailable):
+        await store.append_conversation_items(
+            conv.id, "tenant-a", [message("late")], token="t4", length=3
+        )
+    assert (await store.get_conversation(conv.id, "tenant-a")).length == 3
+
+
+async def test_concurrent_conversation_appends_lose_nothing(store: Any) -> None:
+    conv = conversation()
+    await store.create_conversation(conv, [])
+    batches = [[message(f"b{b}-{i}") for i in range(3)] for b in range(8)]
+
+    async def add(batch: list[dict[str, Any]]) -> None:
+        for _ in range(100):
+            try:
+                await store.append_conversation_items(conv.id, "tenant-a", batch)
+                return
+            except ConversationLocked:
+                await asyncio.sleep(0.01)
+        raise AssertionError("never appended")
+
+    await asyncio.gather(*(add(batch) for batch in batches))
+    _, items = await store.conversation_items(conv.id, "tenant-a")
+    assert len(items) == 24
+    # Each batch landed whole and in order: no interleaving.
+    for batch in batches:
+        start = ids_of(items).index(batch[0]["id"])
+        assert ids_of(items[start : start + 3]) == ids_of(batch)
+
+
+async def test_long_conversation_spans_many_store_items(store: Any) -> None:
+    """Far more than one DynamoDB item (400 KB) holds: every item is its own row."""
+    conv = conversation()
+    await store.create_conversation(conv, [])
+    big = words(150_000, seed=7)
+    for turn in range(6):
+        await store.append_conversation_items(
+            conv.id, "tenant-a", [message(f"{turn} {big}"), output_message(f"{turn} {big}")]
+        )
+    _, items = await store.conversation_items(conv.id, "tenant-a")
+    assert len(items) == 12 and items[-1]["content"][0]["text"].startswith("5 ")
+    assert sum(len(i["content"][0]["text"]) for i in items) > 1_500_000

@@ -9,6 +9,11 @@ A stored response is one record plus two ordered lists hanging off it:
 
 Status transitions are conditional writes: a cancelled response never becomes completed.
 All methods are async; implementations that block run their calls in a thread.
+
+Conversations (the Conversations API, ``conversation`` on create) are a second interface,
+:class:`ConversationStore`, beside this one: a record (metadata, committed length, a turn lock)
+and its items, one row each, keyed by position, so a turn reads and appends in a constant
+number of calls however long the conversation is.
 """
 
 from __future__ import annotations
@@ -114,3 +119,144 @@ class Store(ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections; most stores need nothing."""
+
+
+# -- conversations ---------------------------------------------------------------------------
+
+
+class ConversationLocked(GatewayError):
+    """Another response (or item write) holds the conversation: OpenAI's 400, retry later."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            400,
+            "Another process is currently operating on this conversation. Please retry in a "
+            "few seconds.",
+            param="conversation",
+            code="conversation_locked",
+        )
+
+
+class DuplicateItem(GatewayError):
+    """An item id the conversation already holds (ids are unique within a conversation)."""
+
+    def __init__(self, item_id: str, param: str) -> None:
+        super().__init__(
+            400,
+            f"Duplicate item found with id {item_id}. Remove duplicate items from your input "
+            "and try again.",
+            param=param,
+        )
+
+
+@dataclass(slots=True)
+class StoredConversation:
+    id: str
+    tenant: str
+    created_at: int
+    metadata: dict[str, str] = field(default_factory=dict)
+    length: int = 0  # positions committed so far (deleted items leave holes; never reused)
+    locked: bool = False  # a turn holds the lock right now
+
+    def to_object(self) -> dict[str, Any]:
+        """The ``conversation`` object the API returns."""
+        return {
+            "id": self.id,
+            "object": "conversation",
+            "created_at": self.created_at,
+            "metadata": dict(self.metadata),
+        }
+
+
+class ConversationStore(ABC):
+    """Tenant-scoped conversations; another tenant's conversation is not found (None).
+
+    Items are appended at positions ``length, length+1, ...`` and ``length`` moves in the same
+    conditional write, so readers (who stop at ``length``) never see half an append. A turn
+    takes the lock (``lock_conversation``) when its request is ready and releases it with its
+    append (``append_conversation_items(..., token=)``) or ``release_conversation``; a lock
+    older than ``until`` is free again (a crashed process cannot hold it forever).
+    """
+
+    @abstractmethod
+    async def create_conversation(
+        self, conversation: StoredConversation, items: list[dict[str, Any]]
+    ) -> None:
+        """Write a new conversation with its first items (ids unique, already checked)."""
+
+    @abstractmethod
+    async def get_conversation(
+        self, conversation_id: str, tenant: str
+    ) -> StoredConversation | None:
+        """The record alone (no items)."""
+
+    @abstractmethod
+    async def update_conversation(
+        self, conversation_id: str, tenant: str, metadata: dict[str, str]
+    ) -> StoredConversation | None:
+        """Replace the metadata; None if not found."""
+
+    @abstractmethod
+    async def delete_conversation(self, conversation_id: str, tenant: str) -> bool:
+        """Remove the conversation and its items; False if it was not there."""
+
+    @abstractmethod
+    async def conversation_items(
+        self, conversation_id: str, tenant: str
+    ) -> tuple[StoredConversation, list[dict[str, Any]]] | None:
+        """The record and every committed item in order (a turn's history): one read."""
+
+    @abstractmethod
+    async def lock_conversation(
+        self, conversation_id: str, tenant: str, token: str, *, length: int, until: float
+    ) -> bool | None:
+        """Take the turn lock if it is free and ``length`` is unchanged since the history was
+        read. False: held by another or changed (ConversationLocked). None: not found."""
+
+    @abstractmethod
+    async def append_conversation_items(
+        self,
+        conversation_id: str,
+        tenant: str,
+        items: list[dict[str, Any]],
+        *,
+        token: str | None = None,
+        length: int | None = None,
+        param: str = "items",
+    ) -> StoredConversation | None:
+        """Append ``items`` after the last one, atomically.
+
+        With ``token`` (a turn's lock, taken at ``length``) the append also releases it and
+        StoreUnavailable means the lock was lost. Without, the conversation must not be
+        locked (ConversationLocked), and an id it already holds raises DuplicateItem naming
+        ``param``. None: not found.
+        """
+
+    @abstractmethod
+    async def release_conversation(self, conversation_id: str, token: str) -> None:
+        """Drop the lock if ``token`` still holds it (a turn that appends nothing)."""
+
+    @abstractmethod
+    async def list_conversation_items(
+        self,
+        conversation_id: str,
+        tenant: str,
+        *,
+        limit: int,
+        order: str,
+        after: str | None = None,
+    ) -> tuple[list[dict[str, Any]], bool] | None:
+        """One page (``order`` ``asc``/``desc``) after the item ``after``, and whether more
+        follow. None: conversation not found. KeyError: no item ``after``."""
+
+    @abstractmethod
+    async def get_conversation_item(
+        self, conversation_id: str, tenant: str, item_id: str
+    ) -> tuple[StoredConversation, dict[str, Any] | None] | None:
+        """The record and the item (None if absent); None if the conversation is not found."""
+
+    @abstractmethod
+    async def delete_conversation_item(
+        self, conversation_id: str, tenant: str, item_id: str
+    ) -> tuple[StoredConversation, bool] | None:
+        """Remove one item: the record and whether it was there; None: not found."""

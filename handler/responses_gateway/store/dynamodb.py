@@ -14,6 +14,7 @@ StoreUnavailable so the caller can end the response ``failed``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import secrets
@@ -29,7 +30,11 @@ from responses_gateway.errors import GatewayError
 from responses_gateway.store.base import (
     TERMINAL_STATUSES,
     CancelledError,
+    ConversationLocked,
+    ConversationStore,
+    DuplicateItem,
     Store,
+    StoredConversation,
     StoredResponse,
     StoreUnavailable,
 )
@@ -52,6 +57,8 @@ TXN_MAX_ACTIONS = 100
 TXN_MAX_BYTES = 3_500_000  # under the 4 MB transaction limit
 RUNNING_STATUSES = ("queued", "in_progress")
 RECORD = "R"
+CONVERSATION = "C"  # a conversation's record; its items are C#I#<pos>, id pointers C#P#<id>
+_APPEND_ATTEMPTS = 5
 _CONFLICT_ATTEMPTS = 6
 _TORN_READ_ATTEMPTS = 5
 
@@ -108,6 +115,14 @@ def _part_sk(prefix: str, index: int) -> str:
 
 def _event_sk(last_seq: int) -> str:
     return f"EV#{max(last_seq, 0):012d}"
+
+
+def _conv_item_sk(pos: int) -> str:
+    return f"C#I#{pos:012d}"
+
+
+def _conv_pointer_sk(item_id: str) -> str:
+    return f"C#P#{item_id}"
 
 
 def _pointer_pk(tenant: str, item_id: str) -> str:
@@ -211,10 +226,396 @@ def create_table(table_name: str, client: Any = None) -> bool:
     return created
 
 
+# -- conversations (layout in docs/store.md) -------------------------------------------------------
+
+
+class _Conversations:
+    """The ConversationStore half of DynamoDBStore: partition ``pk = <conversation id>`` holds
+    the record ``C`` (tenant, created, meta, n = committed length, lk/lku = the turn lock),
+    one item per conversation item ``C#I#<pos>`` and a pointer ``C#P#<item id>`` to its
+    position. Nothing here expires: conversations live until deleted, as OpenAI's do."""
+
+    table_name: str
+    _call: Any
+    _batch_write: Any
+    _batch_put: Any
+
+    def _conv_key(self, conversation_id: str) -> dict[str, Any]:
+        return {"pk": _s(conversation_id), "sk": _s(CONVERSATION)}
+
+    @staticmethod
+    def _conv_of(conversation_id: str, item: dict[str, Any]) -> StoredConversation:
+        lock_until = item.get("lku")
+        return StoredConversation(
+            id=conversation_id,
+            tenant=item["tenant"]["S"],
+            created_at=int(item["created"]["N"]),
+            metadata=orjson.loads(item["meta"]["S"]),
+            length=int(item["n"]["N"]),
+            locked=lock_until is not None and float(lock_until["N"]) > time.time(),
+        )
+
+    def _get_conv(
+        self, conversation_id: str, tenant: str
+    ) -> tuple[StoredConversation, dict[str, Any]] | None:
+        item = self._call(
+            "get_item",
+            TableName=self.table_name,
+            Key=self._conv_key(conversation_id),
+            ConsistentRead=True,
+        ).get("Item")
+        if item is None or item["tenant"]["S"] != tenant:
+            return None
+        return self._conv_of(conversation_id, item), item
+
+    @staticmethod
+    def check_conversation_items(items: list[dict[str, Any]], param: str) -> list[dict[str, Any]]:
+        """Each item packed for its own DynamoDB item; 400 naming ``param[i]`` if one can never
+        fit (the same bound as a response's input items)."""
+        packed = []
+        for index, item in enumerate(items):
+            attr, size = _pack(item)
+            if size > INPUT_ITEM_LIMIT:
+                raise GatewayError(
+                    400,
+                    f"Item {index} is too large to store: {size} bytes after compression, more "
+                    f"than the {INPUT_ITEM_LIMIT} bytes one stored item can hold.",
+                    param=f"{param}[{index}]",
+                )
+            packed.append(attr)
+        return packed
+
+    def _rows(
+        self, conversation_id: str, items: list[dict[str, Any]], start: int, param: str
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Item and pointer rows for ``items`` at ``start``…, and their packed size."""
+        rows: list[dict[str, Any]] = []
+        size = 0
+        packed = self.check_conversation_items(items, param)
+        for offset, (item, attr) in enumerate(zip(items, packed, strict=True)):
+            pos = start + offset
+            size += len(_raw(attr)) + 200
+            rows.append({
+                "pk": _s(conversation_id), "sk": _s(_conv_item_sk(pos)),
+                "item": attr, "iid": _s(item["id"]),
+            })
+            rows.append({
+                "pk": _s(conversation_id), "sk": _s(_conv_pointer_sk(item["id"])), "pos": _n(pos)
+            })
+        return rows, size
+
+    def _create_conversation(
+        self, conv: StoredConversation, items: list[dict[str, Any]]
+    ) -> None:
+        rows, _ = self._rows(conv.id, items, 0, "items")
+        self._batch_put(rows)  # invisible until the record exists
+        self._call(
+            "put_item",
+            TableName=self.table_name,
+            Item={
+                **self._conv_key(conv.id),
+                "tenant": _s(conv.tenant),
+                "created": _n(conv.created_at),
+                "meta": _s(orjson.dumps(conv.metadata).decode()),
+                "n": _n(len(items)),
+            },
+            ConditionExpression="attribute_not_exists(pk)",
+        )
+        conv.length = len(items)
+
+    def _update_conversation(
+        self, conversation_id: str, tenant: str, metadata: dict[str, str]
+    ) -> StoredConversation | None:
+        try:
+            item = self._call(
+                "update_item",
+                TableName=self.table_name,
+                Key=self._conv_key(conversation_id),
+                UpdateExpression="SET meta = :m",
+                ConditionExpression="tenant = :t",
+                ExpressionAttributeValues={
+                    ":m": _s(orjson.dumps(metadata).decode()), ":t": _s(tenant)
+                },
+                ReturnValues="ALL_NEW",
+            )["Attributes"]
+        except _ConditionFailed:
+            return None
+        return self._conv_of(conversation_id, item)
+
+    def _delete_conversation(self, conversation_id: str, tenant: str) -> bool:
+        try:  # the record first: from here on the conversation is not found
+            self._call(
+                "delete_item",
+                TableName=self.table_name,
+                Key=self._conv_key(conversation_id),
+                ConditionExpression="tenant = :t",
+                ExpressionAttributeValues={":t": _s(tenant)},
+            )
+        except _ConditionFailed:
+            return False
+        try:
+            keys = [
+                {"pk": item["pk"], "sk": item["sk"]}
+                for item in self._query(  # type: ignore[attr-defined]
+                    KeyConditionExpression="pk = :pk",
+                    ExpressionAttributeValues={":pk": _s(conversation_id)},
+                    ProjectionExpression="pk, sk",
+                )
+            ]
+            self._batch_write([{"DeleteRequest": {"Key": key}} for key in keys])
+        except StoreUnavailable:  # unreachable without the record; a later delete retries
+            log.warning("could not remove all items of deleted conversation %s", conversation_id)
+        return True
+
+    def _conversation_items(
+        self, conversation_id: str, tenant: str
+    ) -> tuple[StoredConversation, list[dict[str, Any]]] | None:
+        """One strongly consistent Query: the record (``C`` sorts first), then the items."""
+        rows = self._query(  # type: ignore[attr-defined]
+            KeyConditionExpression="pk = :pk AND sk BETWEEN :lo AND :hi",
+            ExpressionAttributeValues={
+                ":pk": _s(conversation_id), ":lo": _s(CONVERSATION), ":hi": _s("C#I#~")
+            },
+        )
+        first = next(rows, None)
+        if first is None or first["sk"]["S"] != CONVERSATION or first["tenant"]["S"] != tenant:
+            return None
+        conv = self._conv_of(conversation_id, first)
+        end = _conv_item_sk(conv.length)
+        items = [_unpack(row["item"]) for row in rows if row["sk"]["S"] < end]
+        return conv, items
+
+    def _lock_conversation(
+        self, conversation_id: str, tenant: str, token: str, length: int, until: float
+    ) -> bool | None:
+        try:
+            self._call(
+                "update_item",
+                TableName=self.table_name,
+                Key=self._conv_key(conversation_id),
+                UpdateExpression="SET lk = :k, lku = :u",
+                ConditionExpression=(
+                    "tenant = :t AND n = :n AND (attribute_not_exists(lku) OR lku < :now)"
+                ),
+                ExpressionAttributeValues={
+                    ":k": _s(token), ":u": _n(until), ":t": _s(tenant), ":n": _n(length),
+                    ":now": _n(time.time()),
+                },
+            )
+        except _ConditionFailed:
+            return None if self._get_conv(conversation_id, tenant) is None else False
+        return True
+
+    def _append_items(
+        self,
+        conversation_id: str,
+        tenant: str,
+        items: list[dict[str, Any]],
+        token: str | None,
+        length: int | None,
+        param: str,
+    ) -> StoredConversation | None:
+        for _ in range(_APPEND_ATTEMPTS):
+            if token is not None and length is not None:
+                conv = None  # under our lock nothing else moves ``n``: no read needed
+                start = length
+            else:
+                found = self._get_conv(conversation_id, tenant)
+                if found is None:
+                    return None
+                conv = found[0]
+                if token is None:
+                    if conv.locked:
+                        raise ConversationLocked()
+                    self._check_duplicates(conversation_id, conv.length, items, param)
+                start = conv.length
+            rows, size = self._rows(conversation_id, items, start, param)
+            values: dict[str, Any] = {":t": _s(tenant), ":n": _n(start),
+                                      ":new": _n(start + len(items))}
+            if token is not None:
+                held = "lk = :k"
+                values[":k"] = _s(token)
+            else:
+                held = "(attribute_not_exists(lku) OR lku < :now)"
+                values[":now"] = _n(time.time())
+            commit = {
+                "TableName": self.table_name,
+                "Key": self._conv_key(conversation_id),
+                "UpdateExpression": "SET n = :new REMOVE lk, lku",
+                "ConditionExpression": f"tenant = :t AND n = :n AND {held}",
+                "ExpressionAttributeValues": values,
+            }
+            try:
+                if len(rows) < TXN_MAX_ACTIONS and size < TXN_MAX_BYTES:
+                    puts = [{"Put": {"TableName": self.table_name, "Item": r}} for r in rows]
+                    self._call("transact_write_items", TransactItems=[{"Update": commit}, *puts])
+                else:  # too big for one transaction: rows first (invisible past n), then n
+                    if token is None:
+                        token = secrets.token_hex(8)
+                        if not self._lock_conversation(
+                            conversation_id, tenant, token, start, time.time() + 300
+                        ):
+                            raise ConversationLocked()
+                        commit["ConditionExpression"] = "tenant = :t AND n = :n AND lk = :k"
+                        values[":k"] = _s(token)
+                        values.pop(":now", None)
+                    self._batch_put(rows)
+                    self._call("update_item", **commit)
+            except _ConditionFailed:
+                if token is not None:
+                    if self._get_conv(conversation_id, tenant) is None:
+                        return None
+                    raise StoreUnavailable(
+                        f"The conversation {conversation_id} was taken over while this "
+                        "response ran."
+                    ) from None
+                continue  # another writer moved n (or locked it): read again
+            result = conv or StoredConversation(conversation_id, tenant, 0)
+            result.length = start + len(items)
+            result.locked = False
+            return result
+        raise ConversationLocked()
+
+    def _check_duplicates(
+        self, conversation_id: str, length: int, items: list[dict[str, Any]], param: str
+    ) -> None:
+        """An id the conversation holds already: its pointer, and the row it points at, exist
+        below ``n`` (a pointer left by a crashed append may point at a reused position)."""
+        keys = [
+            {"pk": _s(conversation_id), "sk": _s(_conv_pointer_sk(item["id"]))} for item in items
+        ]
+        pointers = self._batch_get(keys)
+        candidates = {
+            p["sk"]["S"][4:]: int(p["pos"]["N"]) for p in pointers if int(p["pos"]["N"]) < length
+        }
+        if not candidates:
+            return
+        rows = self._batch_get(
+            [{"pk": _s(conversation_id), "sk": _s(_conv_item_sk(p))} for p in candidates.values()]
+        )
+        held = {row["iid"]["S"] for row in rows}
+        for item in items:
+            if item["id"] in candidates and item["id"] in held:
+                raise DuplicateItem(item["id"], param)
+
+    def _batch_get(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        for start in range(0, len(keys), 100):
+            request = {self.table_name: {"Keys": keys[start : start + 100], "ConsistentRead": True}}
+            for attempt in range(10):
+                result = self._call("batch_get_item", RequestItems=request)
+                found += result.get("Responses", {}).get(self.table_name, [])
+                request = result.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+                time.sleep(random.uniform(0, 0.05 * 2**attempt))
+            else:
+                raise StoreUnavailable("DynamoDB batch_get_item left keys unprocessed")
+        return found
+
+    def _release_conversation(self, conversation_id: str, token: str) -> None:
+        with contextlib.suppress(_ConditionFailed):  # no longer ours (or gone): nothing to do
+            self._call(
+                "update_item",
+                TableName=self.table_name,
+                Key=self._conv_key(conversation_id),
+                UpdateExpression="REMOVE lk, lku",
+                ConditionExpression="lk = :k",
+                ExpressionAttributeValues={":k": _s(token)},
+            )
+
+    def _position(self, conversation_id: str, item_id: str, length: int) -> int | None:
+        """Where ``item_id`` sits, if it is committed and its row is really that item."""
+        pointer = self._call(
+            "get_item",
+            TableName=self.table_name,
+            Key={"pk": _s(conversation_id), "sk": _s(_conv_pointer_sk(item_id))},
+            ConsistentRead=True,
+        ).get("Item")
+        if pointer is None or int(pointer["pos"]["N"]) >= length:
+            return None
+        return int(pointer["pos"]["N"])
+
+    def _row(self, conversation_id: str, pos: int, item_id: str) -> dict[str, Any] | None:
+        row = self._call(
+            "get_item",
+            TableName=self.table_name,
+            Key={"pk": _s(conversation_id), "sk": _s(_conv_item_sk(pos))},
+            ConsistentRead=True,
+        ).get("Item")
+        return row if row is not None and row["iid"]["S"] == item_id else None
+
+    def _list_items(
+        self, conversation_id: str, tenant: str, limit: int, order: str, after: str | None
+    ) -> tuple[list[dict[str, Any]], bool] | None:
+        found = self._get_conv(conversation_id, tenant)
+        if found is None:
+            return None
+        conv = found[0]
+        lo, hi = 0, conv.length - 1
+        if after is not None:
+            pos = self._position(conversation_id, after, conv.length)
+            if pos is None:
+                raise KeyError(after)
+            if order == "asc":
+                lo = pos + 1
+            else:
+                hi = pos - 1
+        if hi < lo:
+            return [], False
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "ConsistentRead": True,
+            "KeyConditionExpression": "pk = :pk AND sk BETWEEN :lo AND :hi",
+            "ExpressionAttributeValues": {
+                ":pk": _s(conversation_id),
+                ":lo": _s(_conv_item_sk(lo)),
+                ":hi": _s(_conv_item_sk(hi)),
+            },
+            "ScanIndexForward": order == "asc",
+        }
+        rows: list[dict[str, Any]] = []
+        while len(rows) <= limit:  # one page, unless 1 MB cut it short
+            kwargs["Limit"] = limit + 1 - len(rows)
+            page = self._call("query", **kwargs)
+            rows += page.get("Items", [])
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return [_unpack(row["item"]) for row in rows[:limit]], len(rows) > limit
+
+    def _get_conversation_item(
+        self, conversation_id: str, tenant: str, item_id: str
+    ) -> tuple[StoredConversation, dict[str, Any] | None] | None:
+        found = self._get_conv(conversation_id, tenant)
+        if found is None:
+            return None
+        conv = found[0]
+        pos = self._position(conversation_id, item_id, conv.length)
+        row = None if pos is None else self._row(conversation_id, pos, item_id)
+        return conv, None if row is None else _unpack(row["item"])
+
+    def _delete_conversation_item(
+        self, conversation_id: str, tenant: str, item_id: str
+    ) -> tuple[StoredConversation, bool] | None:
+        found = self._get_conv(conversation_id, tenant)
+        if found is None:
+            return None
+        conv = found[0]
+        pos = self._position(conversation_id, item_id, conv.length)
+        if pos is None or self._row(conversation_id, pos, item_id) is None:
+            return conv, False
+        self._batch_write([
+            {"DeleteRequest": {"Key": {"pk": _s(conversation_id), "sk": _s(sk)}}}
+            for sk in (_conv_item_sk(pos), _conv_pointer_sk(item_id))
+        ])
+        return conv, True
+
+
 # -- store ----------------------------------------------------------------------------------------
 
 
-class DynamoDBStore(Store):
+class DynamoDBStore(_Conversations, Store, ConversationStore):
     """Responses in one DynamoDB table (layout in docs/store.md)."""
 
     def __init__(
@@ -686,6 +1087,85 @@ class DynamoDBStore(Store):
             return False
         return True
 
+    # -- conversations (the work is in _Conversations) ---------------------------------------
+
+    async def create_conversation(
+        self, conversation: StoredConversation, items: list[dict[str, Any]]
+    ) -> None:
+        await asyncio.to_thread(self._create_conversation, conversation, items)
+
+    async def get_conversation(
+        self, conversation_id: str, tenant: str
+    ) -> StoredConversation | None:
+        found = await asyncio.to_thread(self._get_conv, conversation_id, tenant)
+        return None if found is None else found[0]
+
+    async def update_conversation(
+        self, conversation_id: str, tenant: str, metadata: dict[str, str]
+    ) -> StoredConversation | None:
+        return await asyncio.to_thread(
+            self._update_conversation, conversation_id, tenant, metadata
+        )
+
+    async def delete_conversation(self, conversation_id: str, tenant: str) -> bool:
+        return await asyncio.to_thread(self._delete_conversation, conversation_id, tenant)
+
+    async def conversation_items(
+        self, conversation_id: str, tenant: str
+    ) -> tuple[StoredConversation, list[dict[str, Any]]] | None:
+        return await asyncio.to_thread(self._conversation_items, conversation_id, tenant)
+
+    async def lock_conversation(
+        self, conversation_id: str, tenant: str, token: str, *, length: int, until: float
+    ) -> bool | None:
+        return await asyncio.to_thread(
+            self._lock_conversation, conversation_id, tenant, token, length, until
+        )
+
+    async def append_conversation_items(
+        self,
+        conversation_id: str,
+        tenant: str,
+        items: list[dict[str, Any]],
+        *,
+        token: str | None = None,
+        length: int | None = None,
+        param: str = "items",
+    ) -> StoredConversation | None:
+        return await asyncio.to_thread(
+            self._append_items, conversation_id, tenant, items, token, length, param
+        )
+
+    async def release_conversation(self, conversation_id: str, token: str) -> None:
+        await asyncio.to_thread(self._release_conversation, conversation_id, token)
+
+    async def list_conversation_items(
+        self,
+        conversation_id: str,
+        tenant: str,
+        *,
+        limit: int,
+        order: str,
+        after: str | None = None,
+    ) -> tuple[list[dict[str, Any]], bool] | None:
+        return await asyncio.to_thread(
+            self._list_items, conversation_id, tenant, limit, order, after
+        )
+
+    async def get_conversation_item(
+        self, conversation_id: str, tenant: str, item_id: str
+    ) -> tuple[StoredConversation, dict[str, Any] | None] | None:
+        return await asyncio.to_thread(
+            self._get_conversation_item, conversation_id, tenant, item_id
+        )
+
+    async def delete_conversation_item(
+        self, conversation_id: str, tenant: str, item_id: str
+    ) -> tuple[StoredConversation, bool] | None:
+        return await asyncio.to_thread(
+            self._delete_conversation_item, conversation_id, tenant, item_id
+        )
+
     # -- event log -------------------------------------------------------------------------------
 
     async def append_events(
@@ -819,3 +1299,4 @@ class DynamoDBStore(Store):
                 batch = orjson.loads(zlib.decompress(b"".join(data)))
             out.extend(e for e in batch if e["sequence_number"] > after)
         return out
+

@@ -29,7 +29,11 @@ import orjson
 from responses_gateway.store.base import (
     TERMINAL_STATUSES,
     CancelledError,
+    ConversationLocked,
+    ConversationStore,
+    DuplicateItem,
     Store,
+    StoredConversation,
     StoredResponse,
     StoreUnavailable,
 )
@@ -73,6 +77,26 @@ CREATE TABLE IF NOT EXISTS events (
     event TEXT NOT NULL,
     PRIMARY KEY (response_id, seq)
 ) WITHOUT ROWID;
+-- Conversations: the record (length = positions committed, a turn's lock) and one row per
+-- item at its position. Conversations do not expire (OpenAI keeps them until deleted).
+CREATE TABLE IF NOT EXISTS conversations (
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    metadata TEXT NOT NULL,
+    length INTEGER NOT NULL,
+    lock_token TEXT,
+    lock_until REAL
+);
+CREATE TABLE IF NOT EXISTS conversation_items (
+    conversation_id TEXT NOT NULL,
+    pos INTEGER NOT NULL,
+    item_id TEXT NOT NULL,
+    item TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, pos)
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX IF NOT EXISTS conversation_items_by_id
+    ON conversation_items (conversation_id, item_id);
 """
 
 
@@ -84,7 +108,7 @@ def _alive(expires_at: int | None, now: float) -> bool:
     return expires_at is None or expires_at > now
 
 
-class SQLiteStore(Store):
+class SQLiteStore(Store, ConversationStore):
     """Responses in a local SQLite file; ``retention_days=None`` keeps them until deleted."""
 
     def __init__(
@@ -410,6 +434,275 @@ class SQLiteStore(Store):
                 (lease_until, response_id, *RUNNING_STATUSES),
             )
             return cur.rowcount == 1
+
+    # -- ConversationStore -------------------------------------------------------------------
+
+    @staticmethod
+    def _conversation(c: sqlite3.Connection, conversation_id: str, tenant: str) -> (
+        StoredConversation | None
+    ):
+        row = c.execute(
+            "SELECT tenant, created_at, metadata, length, lock_until FROM conversations"
+            " WHERE id = ?",
+            (conversation_id,),
+        ).fetchone()
+        if row is None or row[0] != tenant:
+            return None
+        return StoredConversation(
+            id=conversation_id,
+            tenant=tenant,
+            created_at=row[1],
+            metadata=orjson.loads(row[2]),
+            length=row[3],
+            locked=row[4] is not None and row[4] > time.time(),
+        )
+
+    async def create_conversation(
+        self, conversation: StoredConversation, items: list[dict[str, Any]]
+    ) -> None:
+        await self._run(self._create_conversation, conversation, items)
+
+    def _create_conversation(self, conv: StoredConversation, items: list[dict[str, Any]]) -> None:
+        with self._tx() as c:
+            c.execute(
+                "INSERT INTO conversations VALUES (?, ?, ?, ?, ?, NULL, NULL)",
+                (conv.id, conv.tenant, conv.created_at, _dumps(conv.metadata), len(items)),
+            )
+            c.executemany(
+                "INSERT INTO conversation_items VALUES (?, ?, ?, ?)",
+                [(conv.id, i, item["id"], _dumps(item)) for i, item in enumerate(items)],
+            )
+        conv.length = len(items)
+
+    async def get_conversation(
+        self, conversation_id: str, tenant: str
+    ) -> StoredConversation | None:
+        return await self._run(self._get_conversation, conversation_id, tenant)
+
+    def _get_conversation(self, conversation_id: str, tenant: str) -> StoredConversation | None:
+        with self._tx("DEFERRED") as c:
+            return self._conversation(c, conversation_id, tenant)
+
+    async def update_conversation(
+        self, conversation_id: str, tenant: str, metadata: dict[str, str]
+    ) -> StoredConversation | None:
+        return await self._run(self._update_conversation, conversation_id, tenant, metadata)
+
+    def _update_conversation(
+        self, conversation_id: str, tenant: str, metadata: dict[str, str]
+    ) -> StoredConversation | None:
+        with self._tx() as c:
+            conv = self._conversation(c, conversation_id, tenant)
+            if conv is not None:
+                c.execute(
+                    "UPDATE conversations SET metadata = ? WHERE id = ?",
+                    (_dumps(metadata), conversation_id),
+                )
+                conv.metadata = dict(metadata)
+            return conv
+
+    async def delete_conversation(self, conversation_id: str, tenant: str) -> bool:
+        return await self._run(self._delete_conversation, conversation_id, tenant)
+
+    def _delete_conversation(self, conversation_id: str, tenant: str) -> bool:
+        with self._tx() as c:
+            if self._conversation(c, conversation_id, tenant) is None:
+                return False
+            c.execute(
+                "DELETE FROM conversation_items WHERE conversation_id = ?", (conversation_id,)
+            )
+            c.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+            return True
+
+    async def conversation_items(
+        self, conversation_id: str, tenant: str
+    ) -> tuple[StoredConversation, list[dict[str, Any]]] | None:
+        return await self._run(self._conversation_items, conversation_id, tenant)
+
+    def _conversation_items(
+        self, conversation_id: str, tenant: str
+    ) -> tuple[StoredConversation, list[dict[str, Any]]] | None:
+        with self._tx("DEFERRED") as c:  # one snapshot: the record and its items
+            conv = self._conversation(c, conversation_id, tenant)
+            if conv is None:
+                return None
+            rows = c.execute(
+                "SELECT item FROM conversation_items WHERE conversation_id = ? AND pos < ?"
+                " ORDER BY pos",
+                (conversation_id, conv.length),
+            ).fetchall()
+        return conv, [orjson.loads(item) for (item,) in rows]
+
+    async def lock_conversation(
+        self, conversation_id: str, tenant: str, token: str, *, length: int, until: float
+    ) -> bool | None:
+        return await self._run(self._lock_conv, conversation_id, tenant, token, length, until)
+
+    def _lock_conv(
+        self, conversation_id: str, tenant: str, token: str, length: int, until: float
+    ) -> bool | None:
+        with self._tx() as c:
+            conv = self._conversation(c, conversation_id, tenant)
+            if conv is None:
+                return None
+            if conv.locked or conv.length != length:
+                return False
+            c.execute(
+                "UPDATE conversations SET lock_token = ?, lock_until = ? WHERE id = ?",
+                (token, until, conversation_id),
+            )
+            return True
+
+    async def append_conversation_items(
+        self,
+        conversation_id: str,
+        tenant: str,
+        items: list[dict[str, Any]],
+        *,
+        token: str | None = None,
+        length: int | None = None,
+        param: str = "items",
+    ) -> StoredConversation | None:
+        return await self._run(
+            self._append_items, conversation_id, tenant, items, token, param
+        )
+
+    def _append_items(
+        self,
+        conversation_id: str,
+        tenant: str,
+        items: list[dict[str, Any]],
+        token: str | None,
+        param: str,
+    ) -> StoredConversation | None:
+        with self._tx() as c:
+            conv = self._conversation(c, conversation_id, tenant)
+            if conv is None:
+                return None
+            (holder,) = c.execute(
+                "SELECT lock_token FROM conversations WHERE id = ?", (conversation_id,)
+            ).fetchone()
+            if token is not None and conv.locked and holder != token:
+                raise StoreUnavailable(
+                    f"The conversation {conversation_id} was taken over while this response ran."
+                )
+            if token is None and conv.locked:
+                raise ConversationLocked()
+            ids = [item["id"] for item in items]
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                found = c.execute(
+                    "SELECT item_id FROM conversation_items WHERE conversation_id = ?"
+                    f" AND item_id IN ({','.join('?' * len(chunk))})",
+                    (conversation_id, *chunk),
+                ).fetchone()
+                if found is not None:
+                    raise DuplicateItem(found[0], param)
+            c.executemany(
+                "INSERT INTO conversation_items VALUES (?, ?, ?, ?)",
+                [
+                    (conversation_id, conv.length + i, item["id"], _dumps(item))
+                    for i, item in enumerate(items)
+                ],
+            )
+            conv.length += len(items)
+            conv.locked = False
+            c.execute(
+                "UPDATE conversations SET length = ?, lock_token = NULL, lock_until = NULL"
+                " WHERE id = ?",
+                (conv.length, conversation_id),
+            )
+            return conv
+
+    async def release_conversation(self, conversation_id: str, token: str) -> None:
+        await self._run(self._release, conversation_id, token)
+
+    def _release(self, conversation_id: str, token: str) -> None:
+        with self._tx() as c:
+            c.execute(
+                "UPDATE conversations SET lock_token = NULL, lock_until = NULL"
+                " WHERE id = ? AND lock_token = ?",
+                (conversation_id, token),
+            )
+
+    async def list_conversation_items(
+        self,
+        conversation_id: str,
+        tenant: str,
+        *,
+        limit: int,
+        order: str,
+        after: str | None = None,
+    ) -> tuple[list[dict[str, Any]], bool] | None:
+        return await self._run(self._list_items, conversation_id, tenant, limit, order, after)
+
+    def _list_items(
+        self, conversation_id: str, tenant: str, limit: int, order: str, after: str | None
+    ) -> tuple[list[dict[str, Any]], bool] | None:
+        with self._tx("DEFERRED") as c:
+            conv = self._conversation(c, conversation_id, tenant)
+            if conv is None:
+                return None
+            bound = conv.length if order == "asc" else -1
+            if after is not None:
+                row = c.execute(
+                    "SELECT pos FROM conversation_items WHERE conversation_id = ? AND item_id = ?"
+                    " AND pos < ?",
+                    (conversation_id, after, conv.length),
+                ).fetchone()
+                if row is None:
+                    raise KeyError(after)
+                bound = row[0]
+            if order == "asc":
+                sql = "pos > ? AND pos < ? ORDER BY pos"
+                params = (bound if after is not None else -1, conv.length)
+            else:
+                sql = "pos < ? ORDER BY pos DESC"
+                params = (bound if after is not None else conv.length,)
+            rows = c.execute(
+                f"SELECT item FROM conversation_items WHERE conversation_id = ? AND {sql}"
+                " LIMIT ?",
+                (conversation_id, *params, limit + 1),
+            ).fetchall()
+        return [orjson.loads(item) for (item,) in rows[:limit]], len(rows) > limit
+
+    async def get_conversation_item(
+        self, conversation_id: str, tenant: str, item_id: str
+    ) -> tuple[StoredConversation, dict[str, Any] | None] | None:
+        return await self._run(self._get_item, conversation_id, tenant, item_id)
+
+    def _get_item(
+        self, conversation_id: str, tenant: str, item_id: str
+    ) -> tuple[StoredConversation, dict[str, Any] | None] | None:
+        with self._tx("DEFERRED") as c:
+            conv = self._conversation(c, conversation_id, tenant)
+            if conv is None:
+                return None
+            row = c.execute(
+                "SELECT item FROM conversation_items WHERE conversation_id = ? AND item_id = ?"
+                " AND pos < ?",
+                (conversation_id, item_id, conv.length),
+            ).fetchone()
+        return conv, None if row is None else orjson.loads(row[0])
+
+    async def delete_conversation_item(
+        self, conversation_id: str, tenant: str, item_id: str
+    ) -> tuple[StoredConversation, bool] | None:
+        return await self._run(self._delete_item, conversation_id, tenant, item_id)
+
+    def _delete_item(
+        self, conversation_id: str, tenant: str, item_id: str
+    ) -> tuple[StoredConversation, bool] | None:
+        with self._tx() as c:
+            conv = self._conversation(c, conversation_id, tenant)
+            if conv is None:
+                return None
+            deleted = c.execute(
+                "DELETE FROM conversation_items WHERE conversation_id = ? AND item_id = ?"
+                " AND pos < ?",
+                (conversation_id, item_id, conv.length),
+            ).rowcount
+        return conv, deleted > 0
 
     async def aclose(self) -> None:
         if self._conn is not None:
