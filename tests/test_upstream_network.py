@@ -17,7 +17,7 @@ import ssl
 import struct
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -31,6 +31,7 @@ from responses_gateway.backends import http11, network
 from responses_gateway.backends.base import BackendRequest
 from responses_gateway.backends.http11 import Http11Transport, install
 from responses_gateway.backends.openai_compat import OpenAICompatBackend
+from responses_gateway.config import Settings
 from tests.helpers.e2e import e2e_settings
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.scripted_upstream import ScriptedUpstream
@@ -437,17 +438,16 @@ def test_one_timer_serves_many_reads_and_a_shorter_timeout_still_fires() -> None
     asyncio.run(main())
 
 
-def test_a_read_takes_everything_buffered_and_unread_gives_back() -> None:
+def test_a_read_takes_everything_buffered() -> None:
     async def main() -> None:
         connection = network.Connection()
         connection.connection_made(_NullTransport())
         for piece in (b"abc", b"de", b"f"):
             connection.data_received(piece)
         assert await connection.read(None) == b"abcdef"
-        connection.data_received(b"gh")
-        connection.unread(b"ef")
-        assert await connection.read(None) == b"efgh"
         assert connection.size == 0
+        connection.data_received(b"gh")
+        assert await connection.read(None) == b"gh"
         connection.eof_received()
         assert await connection.read(None) == b""
 
@@ -457,33 +457,114 @@ def test_a_read_takes_everything_buffered_and_unread_gives_back() -> None:
 # -- HTTP/1.1 framing ----------------------------------------------------------------------
 
 
+class _Reads:
+    """A connection whose reads return the given bytes one read at a time, then the end."""
+
+    def __init__(self, reads: list[bytes]) -> None:
+        self.reads = reads[::-1]
+
+    async def read(self, timeout: float | None) -> bytes:
+        return self.reads.pop() if self.reads else b""
+
+
+def _parse(
+    reads: list[bytes], head_only: bool = False
+) -> tuple[http11._Response, list[bytes], httpx.RemoteProtocolError | None]:
+    """(the parsed response, the body pieces the transport yields, the error it raised)."""
+
+    async def main() -> tuple[http11._Response, list[bytes], httpx.RemoteProtocolError | None]:
+        connection = _Reads(reads)
+        response = await http11._read_head(connection, None, head_only)  # type: ignore[arg-type]
+        body = http11._Body(None, (b"http", "h", 80), connection, response, None)  # type: ignore[arg-type]
+        pieces: list[bytes] = []
+        try:
+            async for piece in body:
+                pieces.append(piece)
+        except httpx.RemoteProtocolError as exc:
+            return response, pieces, exc
+        return response, pieces, None
+
+    return asyncio.run(main())
+
+
+def _split(wire: bytes, cuts: list[int]) -> list[bytes]:
+    bounds = sorted({0, len(wire), *(c for c in cuts if c < len(wire))})
+    return [wire[start:stop] for start, stop in itertools.pairwise(bounds)]
+
+
 @given(
     pieces=st.lists(st.binary(min_size=1, max_size=40), max_size=8),
-    extension=st.sampled_from([b"", b";name=value", b" ; x"]),
+    extension=st.sampled_from([b"", b";name=value", b';a=1;b="q u"']),
     trailers=st.sampled_from([b"", b"x-trailer: 1\r\n"]),
-    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=12),
+    cuts=st.lists(st.integers(min_value=0, max_value=500), max_size=12),
 )
 def test_chunked_bodies_decode_however_the_reads_split_them(
     pieces: list[bytes], extension: bytes, trailers: bytes, cuts: list[int]
 ) -> None:
-    wire = b"".join(b"%X%s\r\n%s\r\n" % (len(p), extension, p) for p in pieces)
+    wire = CHUNKED_HEAD + b"".join(b"%X%s\r\n%s\r\n" % (len(p), extension, p) for p in pieces)
     wire += b"0%s\r\n%s\r\n" % (extension, trailers)
-    bounds = sorted({0, len(wire), *(c for c in cuts if c < len(wire))})
-    framing = http11._Chunked()
-    body = b""
-    for start, stop in itertools.pairwise(bounds):
-        assert not framing.done
-        body += framing.feed(wire[start:stop])
-    assert body == b"".join(pieces)
-    assert framing.done
+    reads = _split(wire, cuts)
+    response, got, error = _parse(reads)
+    assert error is None
+    assert b"".join(got) == b"".join(pieces)
+    assert len(got) <= len(reads)  # at most one piece per read, however many chunks it held
+    assert response.done and response.reusable
+    assert response.headers == [(b"content-type", b"text/event-stream"),
+                                (b"transfer-encoding", b"chunked")]  # no trailer
+
+
+@given(
+    pieces=st.lists(st.binary(min_size=1, max_size=40), min_size=1, max_size=6),
+    broken=st.sampled_from([b"zz\r\n", b"3\r\nabcXY", b"-1\r\n", b"3 ; x\r\nabc\r\n"]),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=8),
+)
+def test_what_came_before_a_framing_error_arrives_before_it(
+    pieces: list[bytes], broken: bytes, cuts: list[int]
+) -> None:
+    wire = CHUNKED_HEAD + b"".join(map(_chunk, pieces)) + broken
+    _, got, error = _parse(_split(wire, cuts))
+    assert isinstance(error, httpx.RemoteProtocolError)
+    whole = b"".join(got)
+    assert whole.startswith(b"".join(pieces))  # "3\r\nabcXY" also gives its "abc"
+    assert len(whole) - len(b"".join(pieces)) <= 3
 
 
 @pytest.mark.parametrize("wire", [
     b"zz\r\n", b"-1\r\nx\r\n", b"3\r\nabcXY", b"0x3\r\nabc\r\n", b"1" * 5000,
 ])
 def test_malformed_chunked_bodies_are_protocol_errors(wire: bytes) -> None:
-    with pytest.raises(httpx.RemoteProtocolError):
-        http11._Chunked().feed(wire)
+    _, _, error = _parse([CHUNKED_HEAD + wire])
+    assert isinstance(error, httpx.RemoteProtocolError)
+    assert str(error).startswith("malformed response from the upstream: ")
+
+
+@pytest.mark.parametrize(("wire", "body", "reusable"), [
+    (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", b"ok", True),
+    (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokHTTP/1.1 200 OK\r\n\r\n", b"ok", False),
+    (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokjunk", b"ok", False),
+    (b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nokjunk", b"ok", False),
+    (CHUNKED_HEAD + _chunk(b"ok") + b"0\r\n\r\n" + CHUNKED_HEAD, b"ok", False),
+    (b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok", b"ok", False),
+    (b"HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 2\r\n\r\nok", b"ok", True),
+    (b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\nuntil the close", b"until the close",
+     False),
+    (b"HTTP/1.1 304 Not Modified\r\ncontent-length: 9\r\n\r\n", b"", True),
+], ids=["length", "a-second-response", "junk", "junk-after-close", "chunked-then-more",
+        "http1.0", "http1.0-keep-alive", "until-close", "304"])
+def test_what_follows_a_whole_response_is_never_body_and_stops_reuse(
+    wire: bytes, body: bytes, reusable: bool
+) -> None:
+    response, got, error = _parse([wire])
+    assert error is None
+    assert b"".join(got) == body
+    assert response.done and response.reusable is reusable
+
+
+def test_a_head_response_has_no_body_whatever_it_declares() -> None:
+    response, got, error = _parse([b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n"], True)
+    assert (error, got, response.done, response.reusable) == (None, [], True, True)
+    response, got, error = _parse([b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"], True)
+    assert (error, got, response.done, response.reusable) == (None, [], True, False)
 
 
 def test_bodies_framed_every_way_arrive_whole_and_reuse_what_they_may() -> None:
@@ -688,3 +769,111 @@ def test_an_untrusted_https_upstream_is_a_clear_502(
         failed = events[-1].response.error
         assert failed is not None and failed.code == "upstream_unavailable"
         assert "ConnectError" in failed.message
+
+
+# -- a framing error keeps what came before it -------------------------------------------------
+
+PIECES = ("one ", "two ", "three ")
+
+
+def _sse(text: str) -> bytes:
+    chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "m",
+             "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+# Three good chunks and a malformed chunk size line, all in one write: one network read.
+BROKEN_CHUNKED = CHUNKED_HEAD + b"".join(_chunk(_sse(t)) for t in PIECES) + b"zz\r\n"
+
+
+@contextlib.contextmanager
+def _raw_upstream(answer: bytes) -> Iterator[str]:
+    """A socket server in a thread that answers every request with ``answer`` in one write."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def answer_one(conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(5)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))
+            while len(body) < length:
+                body += conn.recv(65536)
+            conn.sendall(answer)
+            with contextlib.suppress(OSError):
+                while conn.recv(65536):  # until the gateway closes its side
+                    pass
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=answer_one, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+
+
+def test_the_pieces_before_a_framing_error_are_read_before_the_error() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(BROKEN_CHUNKED)
+        await writer.drain()
+        await reader.read()
+
+    async def main() -> None:
+        got = b""
+        async with _streamed(handler) as response:
+            with pytest.raises(httpx.RemoteProtocolError, match="chunk size"):
+                async for piece in http11.body_pieces(response):
+                    got += piece
+        assert got == b"".join(_sse(t) for t in PIECES)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streaming", "background"])
+def test_a_framing_error_fails_the_response_with_the_output_before_it(
+    tmp_path: Path, stream: bool
+) -> None:
+    """The terminal response keeps the three pieces (plain httpx kept them too).
+
+    Streaming: the last event is ``response.failed`` holding them. Not streaming: a
+    non-stream upstream request would be one JSON document, useless when cut, so the
+    non-streaming client that can end with partial output is a background one; its stored
+    response, retrieved, is the same ``failed`` response.
+    """
+    with _raw_upstream(BROKEN_CHUNKED) as url, GatewayServer(Settings(
+        upstream_url=url, store=f"sqlite:{tmp_path / 'db.sqlite'}", max_retries=0,
+        read_timeout=5.0,
+    )) as gw:
+        client = OpenAI(base_url=gw.base_url, api_key="x", max_retries=0)
+        if stream:
+            events = list(client.responses.create(model="m", input="hi", stream=True))
+            assert events[-1].type == "response.failed"
+            final = events[-1].response
+            deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+            assert deltas == "".join(PIECES)
+        else:
+            final = client.responses.create(model="m", input="hi", background=True)
+            deadline = time.monotonic() + 10
+            while final.status in ("queued", "in_progress") and time.monotonic() < deadline:
+                time.sleep(0.05)
+                final = client.responses.retrieve(final.id)
+        assert final.status == "failed"
+        assert final.error is not None and "upstream connection closed" in final.error.message
+        assert final.output_text == "".join(PIECES)
+        assert client.responses.retrieve(final.id).output_text == "".join(PIECES)

@@ -3,14 +3,20 @@
 Why not httpx's own transport (httpcore + h11): it hands every HTTP chunk up through h11 and
 seven generator layers, and an upstream frames each SSE event as its own chunk, so a streamed
 completion paid that once per token; its pool also does bookkeeping quadratic in its size on
-every request. Under load those were most of the gateway's CPU. This transport parses the
-response head once, then un-chunks whatever one network read brought in a single pass and yields
-it as one piece. httpx still builds the requests, applies timeouts, decodes content encodings
-and sends proxied requests through its own transports (see :func:`install`).
+every request. Under load those were most of the gateway's CPU. No library offers the middle
+ground: an httpx transport that un-chunks a whole network read at once.
 
-Scope: HTTP/1.1 requests with a body known up front (what the backends send), responses framed
-by ``Transfer-Encoding: chunked``, ``Content-Length`` or the connection's close. A connection is
-pooled again only after a whole, keep-alive response; anything else closes it.
+What this module does itself: the pool, writing the request, and driving the parser once per
+network read. What it does not: parse. Responses go through llhttp (Node's HTTP parser, via
+``httptools``, which uvicorn already uses): it validates the head, the framing (chunked,
+``Content-Length``, until the close) and keep-alive, and calls back once per span of body bytes;
+those of one read leave as one piece. A framing error raises only after the pieces decoded
+before it in the same read have been handed on, so the caller keeps that output.
+
+httpx still builds the requests, applies timeouts, decodes content encodings and sends proxied
+requests through its own transports (see :func:`install`). Scope: HTTP/1.1 requests with a body
+known up front (what the backends send). A connection is pooled again only after a whole
+response llhttp calls keep-alive, with nothing after it; anything else closes it.
 """
 
 from __future__ import annotations
@@ -21,12 +27,12 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator
 
+import httptools
 import httpx
 
 from responses_gateway.backends.network import Connection, connect
 
 MAX_HEAD_BYTES = 64 * 1024
-MAX_CHUNK_LINE = 4096
 _PORTS = {b"http": 80, b"https": 443}
 _Key = tuple[bytes, str, int]
 
@@ -66,7 +72,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
                 )
             try:
                 await connection.write(head + content, timeouts.get("write"))
-                status, reason, headers, body = await _read_head(
+                response = await _read_head(
                     connection, timeouts.get("read"), request.method == "HEAD"
                 )
             except BaseException:
@@ -75,10 +81,13 @@ class Http11Transport(httpx.AsyncBaseTransport):
         except BaseException:
             self._release()
             raise
-        stream = _Body(self, key, connection, body, timeouts.get("read"))
+        stream = _Body(self, key, connection, response, timeouts.get("read"))
         return httpx.Response(
-            status, headers=headers, stream=stream,
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason},
+            response.status, headers=response.headers, stream=stream,
+            extensions={
+                "http_version": b"HTTP/" + response.parser.get_http_version().encode(),
+                "reason_phrase": response.reason,
+            },
         )
 
     async def aclose(self) -> None:
@@ -142,33 +151,45 @@ class _Body(httpx.AsyncByteStream):
         transport: Http11Transport,
         key: _Key,
         connection: Connection,
-        framing: _Framing,
+        response: _Response,
         timeout: float | None,
     ) -> None:
         self._transport = transport
         self._key = key
         self._connection = connection
-        self._framing = framing
+        self._response = response
         self._timeout = timeout
         self._closed = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        framing = self._framing
+        response = self._response
+        pieces = response.pieces
+        error = response.error
+        if pieces:  # what came in the same read as the head
+            yield _take(pieces)
+        if error is not None:
+            raise error
+        feed = response.parser.feed_data
         read = self._connection.read
         timeout = self._timeout
-        while not framing.done:
+        while not response.done:
             data = await read(timeout)
             if not data:
-                framing.end()
+                response.end()
                 break
-            piece = framing.feed(data)
-            if piece:
-                yield piece
+            try:
+                feed(data)  # llhttp appends this read's body bytes to ``pieces``
+            except _PARSE_ERRORS as exc:
+                error = response.failed(exc)
+            if pieces:
+                yield pieces.pop() if len(pieces) == 1 else _take(pieces)
+            if error is not None:  # raised after the pieces before it: the caller keeps them
+                raise error
 
     async def aclose(self) -> None:
         if not self._closed:
             self._closed = True
-            whole = self._framing.done and self._framing.reusable
+            whole = self._response.done and self._response.reusable
             self._transport._finished(self._key, self._connection, whole)
 
 
@@ -182,185 +203,125 @@ def _request_head(request: httpx.Request) -> bytes:
     return b"\r\n".join(lines)
 
 
-async def _read_head(
-    connection: Connection, timeout: float | None, head_only: bool
-) -> tuple[int, bytes, list[tuple[bytes, bytes]], _Framing]:
-    """The final response head (1xx skipped) and the framing of the body that follows."""
-    data = b""
-    while True:
-        end = data.find(b"\r\n\r\n")
-        while end < 0 and len(data) <= MAX_HEAD_BYTES:
-            more = await connection.read(timeout)
-            if not more:
-                raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
-            data += more
-            end = data.find(b"\r\n\r\n")
-        if end < 0 or end > MAX_HEAD_BYTES:
-            raise httpx.RemoteProtocolError("the upstream's response head is too large")
-        lines = data[:end].split(b"\r\n")
-        data = data[end + 4:]
-        version, _, rest = lines[0].partition(b" ")
-        code, _, reason = rest.partition(b" ")
-        if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
-            raise httpx.RemoteProtocolError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
-        status = int(code)
-        headers = []
-        for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            if not colon or not name or name != name.strip():
-                raise httpx.RemoteProtocolError(f"malformed response header: {line[:80]!r}")
-            headers.append((name, value.strip()))
-        if status == 101:
-            raise httpx.RemoteProtocolError("the upstream switched protocols")
-        if status >= 200:
-            break
-    if data:
-        connection.unread(data)
-    return status, reason, headers, _framing(version, status, headers, head_only)
-
-
-def _framing(
-    version: bytes, status: int, headers: list[tuple[bytes, bytes]], head_only: bool
-) -> _Framing:
-    encoding = length = connection = b""
-    for name, value in headers:
-        lowered = name.lower()
-        if lowered == b"transfer-encoding":
-            encoding = value.lower()
-        elif lowered == b"content-length":
-            length = value
-        elif lowered == b"connection":
-            connection += b"," + value.lower()
-    keep_alive = version == b"HTTP/1.1" and b"close" not in connection
-    if head_only or status in (204, 304):
-        framing: _Framing = _Length(0)
-    elif encoding:
-        if not encoding.endswith(b"chunked"):
-            return _UntilClose()
-        framing = _Chunked()
-    elif length:
+async def _read_head(connection: Connection, timeout: float | None, head_only: bool) -> _Response:
+    """Parse up to the final response head (1xx skipped); body bytes that came with it are
+    parsed too, and wait in ``pieces`` (and a framing error after them in ``error``)."""
+    response = _Response(head_only)
+    fed = 0
+    while not response.status:
+        data = await connection.read(timeout)
+        if not data:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        fed += len(data)
         try:
-            size = int(length.split(b",")[0])
-        except ValueError:
-            raise httpx.RemoteProtocolError(f"bad Content-Length {length[:40]!r}") from None
-        if size < 0:
-            raise httpx.RemoteProtocolError(f"bad Content-Length {length[:40]!r}")
-        framing = _Length(size)
-    else:
-        return _UntilClose()
-    framing.reusable = keep_alive
-    return framing
+            response.parser.feed_data(data)
+        except _PARSE_ERRORS as exc:
+            error = response.failed(exc)
+            if error is not None and not response.status:
+                raise error from exc
+        if not response.status and fed > MAX_HEAD_BYTES:
+            raise httpx.RemoteProtocolError("the upstream's response head is too large")
+    if sum(len(name) + len(value) for name, value in response.headers) > MAX_HEAD_BYTES:
+        raise httpx.RemoteProtocolError("the upstream's response head is too large")
+    if head_only and response.pieces:  # a body after a HEAD response's head: do not reuse
+        response.reusable = False
+        response.pieces.clear()
+    return response
 
 
-class _Framing:
-    """Turns what arrives into body bytes; ``done`` once the message is whole."""
-
-    done = False
-    reusable = False  # the connection may carry another request once ``done``
-
-    def feed(self, data: bytes) -> bytes:
-        raise NotImplementedError
-
-    def end(self) -> None:
-        """The connection ended: fine only where the close frames the body."""
-        raise httpx.RemoteProtocolError(
-            "peer closed connection without sending complete message body"
-        )
+_PARSE_ERRORS = (httptools.HttpParserError, httptools.HttpParserUpgrade)
 
 
-class _UntilClose(_Framing):
-    def feed(self, data: bytes) -> bytes:
-        return data
-
-    def end(self) -> None:
-        self.done = True
+class _AfterTheMessage(Exception):
+    """Raised in a callback to stop llhttp at a message after the response: not ours."""
 
 
-class _Length(_Framing):
-    def __init__(self, size: int) -> None:
-        self.left = size
-        self.done = size == 0
+class _Response:
+    """llhttp's callbacks for one response: its final head, then the body pieces of a read.
 
-    def feed(self, data: bytes) -> bytes:
-        left = self.left
-        if len(data) < left:
-            self.left = left - len(data)
-            return data
-        self.left = 0
-        self.done = True
-        if len(data) > left:  # bytes past the body: never sent by a sane server; do not reuse
+    ``on_body`` is the pieces list's own ``append``, so the call llhttp makes per span of body
+    bytes (one per HTTP chunk) runs no Python code.
+    """
+
+    def __init__(self, head_only: bool) -> None:
+        self.pieces: list[bytes] = []
+        self.on_body = self.pieces.append  # before the parser: it looks its callbacks up once
+        self.head_only = head_only  # a HEAD request's response: no body, whatever it declares
+        self.status = 0  # the final (non-1xx) status, once its head is complete
+        self.reason = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.done = False  # the message is whole
+        self.reusable = False  # keep-alive, and nothing came after the message
+        self.error: httpx.RemoteProtocolError | None = None  # raised once ``pieces`` are out
+        self.parser = httptools.HttpResponseParser(self)
+
+    # -- llhttp's callbacks ----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self.status:  # bytes after the whole response: never sent by a sane server
             self.reusable = False
-            return data[:left]
-        return data
+            raise _AfterTheMessage
+        self.headers = []  # a 1xx response's headers are not the final one's
 
+    def on_status(self, reason: bytes) -> None:
+        self.reason = reason
 
-def _no_crlf() -> httpx.RemoteProtocolError:
-    return httpx.RemoteProtocolError("malformed chunked body: no CRLF after a chunk")
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if not self.status:  # after the head: a trailer, which httpx has no place for
+            self.headers.append((name, value.rstrip(b" \t")))  # llhttp strips the leading OWS
 
+    def on_headers_complete(self) -> None:
+        parser = self.parser
+        status = parser.get_status_code()
+        if status < 200:  # informational: the final response follows (101 raises an upgrade)
+            return
+        self.status = status
+        self.reusable = parser.should_keep_alive()  # HTTP/1.1 without close, or 1.0 keep-alive
+        if self.head_only:
+            self.done = True
 
-class _Chunked(_Framing):
-    """``Transfer-Encoding: chunked``, decoded across reads in one pass per read."""
+    def on_message_complete(self) -> None:
+        if self.status:
+            self.done = True
 
-    def __init__(self) -> None:
-        self._left = 0  # data bytes still to come in the current chunk
-        self._crlf = 0  # bytes of the CRLF after a chunk's data still to skip
-        self._line = b""  # an unfinished size (or trailer) line from the previous read
-        self._trailers = False  # past the last chunk: trailer lines, then an empty line
+    # -- what the transport asks -----------------------------------------------------------
 
-    def feed(self, data: bytes) -> bytes:
-        if self._line:
-            data = self._line + data
-            self._line = b""
-        pieces = []
-        pos, end = 0, len(data)
-        while pos < end:
-            if self._left:
-                stop = min(pos + self._left, end)
-                pieces.append(data[pos:stop] if pos or stop < end else data)
-                self._left -= stop - pos
-                pos = stop
-                if not self._left:
-                    self._crlf = 2
-                continue
-            if self._crlf:
-                take = min(self._crlf, end - pos)
-                if data[pos:pos + take] != b"\r\n"[2 - self._crlf:2 - self._crlf + take]:
-                    raise _no_crlf()
-                self._crlf -= take
-                pos += take
-                continue
-            newline = data.find(b"\r\n", pos)
-            if newline < 0:
-                self._line = data[pos:]
-                if len(self._line) > MAX_CHUNK_LINE:
-                    raise httpx.RemoteProtocolError("malformed chunked body: line too long")
+    def failed(self, exc: Exception) -> httpx.RemoteProtocolError | None:
+        """The parser stopped: a protocol error, or None if only what followed the message
+        was wrong (the connection is then not reused)."""
+        self.reusable = False
+        if self.done:
+            return None
+        if isinstance(exc, httptools.HttpParserUpgrade):
+            message = "the upstream switched protocols"
+        else:
+            message = f"malformed response from the upstream: {exc}"
+        error = self.error = httpx.RemoteProtocolError(message)
+        error.__cause__ = exc
+        return error
+
+    def end(self) -> None:
+        """The connection ended before the message did: whole only if the close frames it
+        (llhttp's rule: no ``Content-Length`` and no chunked coding)."""
+        framed = False
+        for name, value in self.headers:
+            lowered = name.lower()
+            if lowered == b"transfer-encoding":
+                framed = value.lower().endswith(b"chunked")
                 break
-            line = data[pos:newline]
-            pos = newline + 2
-            if self._trailers:
-                if not line:
-                    self.done = True
-                    if pos < end:
-                        self.reusable = False
-                    break
-                continue
-            size_text = line.split(b";", 1)[0].strip()
-            if not size_text or size_text.strip(b"0123456789abcdefABCDEF"):
-                raise httpx.RemoteProtocolError(f"malformed chunk size line {line[:40]!r}")
-            size = int(size_text, 16)
-            if not size:
-                self._trailers = True
-            elif newline + 4 + size <= end:  # the whole chunk and its CRLF came in this read
-                stop = pos + size
-                if data[stop:stop + 2] != b"\r\n":
-                    raise _no_crlf()
-                pieces.append(data[pos:stop])
-                pos = stop + 2
-            else:
-                self._left = size
-        if not pieces:
-            return b""
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            if lowered == b"content-length":
+                framed = True
+        if framed:
+            raise httpx.RemoteProtocolError(
+                "peer closed connection without sending complete message body"
+            )
+        self.done = True
+
+
+def _take(pieces: list[bytes]) -> bytes:
+    piece = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+    pieces.clear()
+    return piece
 
 
 def body_pieces(response: httpx.Response) -> AsyncIterator[bytes]:

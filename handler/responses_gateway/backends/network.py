@@ -137,11 +137,6 @@ class Connection(asyncio.Protocol):
             self.timer.cancel()
             self.timer = None
 
-    def unread(self, data: bytes) -> None:
-        """Give back bytes read past the end of what the caller wanted (a head's body start)."""
-        self.buffer.appendleft(data)
-        self.size += len(data)
-
     async def write(self, data: bytes, timeout: float | None) -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
