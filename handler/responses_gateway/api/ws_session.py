@@ -48,10 +48,14 @@ _REMEMBERED = ("completed", "incomplete")
 
 
 def error_event(exc: GatewayError, stream_id: str | None = None) -> Event:
-    """The documented WebSocket ``error`` event: the HTTP error body plus its status."""
+    """The documented WebSocket ``error`` event: the HTTP error body plus its status.
+
+    ``code`` is never null here (the Open Responses schema requires a string): where HTTP
+    sends none, the error's type stands in.
+    """
     error: dict[str, Any] = {
         "type": exc.type,
-        "code": exc.code,
+        "code": exc.code or exc.type,
         "message": exc.message,
         "param": exc.param,
     }
@@ -177,8 +181,8 @@ class Session:
         self.evicted.discard(record.id)
 
     async def evict(self, response_id: str) -> None:
-        """A continuation from ``response_id`` failed: the connection forgets it."""
-        self.records.pop(response_id, None)
+        """A continuation from ``response_id`` failed: the connection no longer continues from
+        it, though the responses after it still reach it as their ancestor."""
         self.evicted.add(response_id)
 
     # -- one response --
