@@ -44,7 +44,7 @@ from tests.helpers.eventstream_server import (
     use_dummy_aws,
 )
 from tests.helpers.gateway_server import GatewayServer
-from tests.helpers.responses_validation import reconstruct
+from tests.helpers.responses_validation import failed_code, reconstruct
 from tests.helpers.scripted_upstream import DEFAULT_TEXT, ScriptedUpstream
 
 CLAUDE = "us.anthropic.claude-sonnet-4-20250514-v1:0"
@@ -54,6 +54,7 @@ PNG = bytes.fromhex(
     "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
 )
 B64_PNG = base64.b64encode(PNG).decode()
+PDF = b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj <<>> endobj\ntrailer <<>>\n%%EOF\n"
 USAGE = {"inputTokens": 12, "outputTokens": 7, "totalTokens": 19}
 WEATHER_SPEC = {"toolSpec": {
     "name": "get_weather", "description": WEATHER_TOOL["description"],
@@ -154,7 +155,8 @@ def signed(value: str, signature: str) -> dict[str, Any]:
 
 
 class ImageServer:
-    """Serves a PNG on 127.0.0.1 and redirects elsewhere on request (``/redirect?to=URL``)."""
+    """Serves a PNG on 127.0.0.1 (a PDF for paths ending ``.pdf``) and redirects elsewhere on
+    request (``/redirect?to=URL``)."""
 
     def __init__(self) -> None:
         self.hits: list[str] = []
@@ -172,11 +174,13 @@ class ImageServer:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
+                body, ctype = (PDF, "application/pdf") if self.path.endswith(".pdf") \
+                    else (PNG, "image/png")
                 self.send_response(200)
-                self.send_header("Content-Type", "image/png")
-                self.send_header("Content-Length", str(len(PNG)))
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(PNG)
+                self.wfile.write(body)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
@@ -637,7 +641,7 @@ def test_errors_before_output_fail_a_stream_after_created(
     assert [e["type"] for e in events] == [
         "response.created", "response.in_progress", "response.failed"]
     failed = grammar.terminal["response"]
-    assert failed["error"]["code"] == (code or "upstream_error")
+    assert failed_code(failed["error"]) == (code or "upstream_error")
     assert aws_code in failed["error"]["message"]
     assert client.responses.retrieve(failed["id"]).status == "failed"
     assert len(bedrock.requests) == 1
@@ -1109,3 +1113,141 @@ def test_allowed_redirect_is_followed(guarded: tuple[GatewayServer, OpenAI],
     assert images.hits[-2:] == [f"/redirect?to={images.url}/cat.png", "/cat.png"]
     assert only(bedrock, "converse").body == {"messages": [user(
         "Describe this.", {"image": {"format": "png", "source": {"bytes": B64_PNG}}})]}
+
+
+# -- issue 16: malformed URLs, file URLs, fetch amplification ---------------------------------
+
+
+def assert_download_error(client: OpenAI, input: list[dict[str, Any]], code: str, *,
+                          stream: bool = False) -> dict[str, Any]:
+    """The 400 OpenAI's own downloader answers: its code, param null, 'Error while
+    downloading <url>' (the gateway adds why)."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        response = client.responses.create(model=NOVA, input=input, stream=stream)
+        if stream:
+            list(response)
+    assert caught.value.status_code == 400
+    error = caught.value.body
+    assert isinstance(error, dict)
+    assert (error["type"], error["code"], error["param"]) == ("invalid_request_error", code, None)
+    assert error["message"].startswith("Error while downloading http")
+    return error
+
+
+@pytest.mark.parametrize("url", [
+    "http://[::1",
+    "http://0177.0.0.1:{port}/cat.png",
+    "http://127.000.000.001:{port}/cat.png",
+    "http://0x7f.1:{port}/cat.png",
+    "http://2130706433:{port}/cat.png",
+    "http://①②⑦.0.0.1:{port}/cat.png",
+    "http://" + "a" * 300 + ".example/cat.png",
+    "http://127.0.0.1:{port}/cat.png\x00",
+    "http://127.0.0.1:{port}/cat.png\r\nX-Injected: 1",
+])
+def test_malformed_image_urls_are_400s_and_nothing_is_fetched(
+    client: OpenAI, bedrock: FakeBedrock, images: ImageServer, url: str
+) -> None:
+    """Regression (issue 16.2): these were 500s. 127.0.0.1 itself is allow-listed here, so a
+    spelling of it that slipped through would reach the image server."""
+    hits = len(images.hits)
+    url = url.replace("{port}", str(images.port))
+    error = assert_download_error(client, image_input(url), "invalid_image_url")
+    assert_download_error(client, image_input(url), "invalid_image_url", stream=True)
+
+    assert "not a valid http(s) URL" in error["message"]
+    assert "\x00" not in error["message"] and "\r" not in error["message"]
+    assert len(images.hits) == hits
+    assert bedrock.requests == []
+
+
+def file_input(url: str) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": [
+        {"type": "input_text", "text": "Summarise this."},
+        {"type": "input_file", "file_url": url}]}]
+
+
+def test_input_file_url_is_downloaded_and_sent_as_the_document(
+    client: OpenAI, bedrock: FakeBedrock, images: ImageServer
+) -> None:
+    """Regression (issue 16.3): the URL's own characters were base64-decoded and sent."""
+    bedrock.json(NOVA, converse_json({"text": "A short report."}))
+    response = client.responses.create(model=NOVA,
+                                       input=file_input(f"{images.url}/files/Q3-report.pdf"))
+
+    assert response.output_text == "A short report."
+    assert images.hits[-1] == "/files/Q3-report.pdf"
+    document = {"document": {"format": "pdf", "name": "Q3-report",
+                             "source": {"bytes": base64.b64encode(PDF).decode()}}}
+    assert only(bedrock, "converse").body == {"messages": [user("Summarise this.", document)]}
+
+
+def test_input_file_data_url_keeps_working(client: OpenAI, bedrock: FakeBedrock) -> None:
+    bedrock.json(NOVA, converse_json({"text": "Read."}))
+    data = "data:application/pdf;base64," + base64.b64encode(PDF).decode()
+    client.responses.create(model=NOVA, input=[{"role": "user", "content": [
+        {"type": "input_text", "text": "Summarise this."},
+        {"type": "input_file", "file_data": data, "filename": "notes.pdf"}]}])
+    assert only(bedrock, "converse").body["messages"][0]["content"][1]["document"] == {
+        "format": "pdf", "name": "notes", "source": {"bytes": base64.b64encode(PDF).decode()}}
+
+
+@pytest.mark.parametrize("url", [
+    "http://private.test/report.pdf",
+    "http://metadata.test/latest/meta-data/",
+    "http://0x7f.1/report.pdf",
+    "http://[::1/report.pdf",
+])
+def test_input_file_urls_follow_the_image_rules(
+    guarded: tuple[GatewayServer, OpenAI], bedrock: FakeBedrock, images: ImageServer, url: str
+) -> None:
+    _, client = guarded
+    hits = len(images.hits)
+    assert_download_error(client, file_input(url), "invalid_file_url")
+    assert len(images.hits) == hits
+    assert bedrock.requests == []
+
+
+def test_too_many_image_urls_are_refused_before_any_download(
+    client: OpenAI, bedrock: FakeBedrock, images: ImageServer
+) -> None:
+    """Regression (issue 16.4): 400 URLs started 400 downloads before the limit was checked."""
+    hits = len(images.hits)
+    urls = [f"{images.url}/cat-{i}.png" for i in range(400)]
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model=NOVA, input=[{"role": "user", "content": [
+            {"type": "input_text", "text": "Describe these."},
+            *({"type": "input_image", "image_url": u, "detail": "auto"} for u in urls)]}])
+
+    error = caught.value.body
+    assert isinstance(error, dict)
+    assert error["param"] == "input[0].content[21].image_url"
+    assert "at most 20 images" in error["message"]
+    assert len(images.hits) == hits
+    assert bedrock.requests == []
+
+
+@pytest.fixture(scope="module")
+def small_budget(fake: FakeBedrock, tmp_path_factory: pytest.TempPathFactory
+                 ) -> Iterator[OpenAI]:
+    """A gateway whose downloads may total 2.5 of the image server's PNGs per request."""
+    db = tmp_path_factory.mktemp("e2e-budget") / "gateway.db"
+    settings = bedrock_settings(fake, db, bedrock_media_budget_bytes=len(PNG) * 5 // 2)
+    with GatewayServer(settings) as server, client_for(server) as client:
+        yield client
+
+
+def test_a_request_s_downloads_share_one_byte_budget(
+    small_budget: OpenAI, bedrock: FakeBedrock, images: ImageServer
+) -> None:
+    def several(n: int) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": [
+            {"type": "input_text", "text": "Describe these."},
+            *({"type": "input_image", "image_url": f"{images.url}/budget-{n}-{i}.png"}
+              for i in range(n))]}]
+
+    bedrock.json(NOVA, converse_json({"text": "Two pixels."}))
+    assert small_budget.responses.create(model=NOVA, input=several(2)).output_text == "Two pixels."
+    error = assert_download_error(small_budget, several(3), "invalid_image_url")
+    assert f"together exceed the {len(PNG) * 5 // 2} byte limit" in error["message"]
+    assert len(bedrock.requests) == 1
