@@ -72,7 +72,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
                 )
             try:
                 await connection.write(head + content, timeouts.get("write"))
-                response = await _read_head(
+                response, parser = await _read_head(
                     connection, timeouts.get("read"), request.method == "HEAD"
                 )
             except BaseException:
@@ -81,13 +81,10 @@ class Http11Transport(httpx.AsyncBaseTransport):
         except BaseException:
             self._release()
             raise
-        stream = _Body(self, key, connection, response, timeouts.get("read"))
+        stream = _Body(self, key, connection, response, parser, timeouts.get("read"))
         return httpx.Response(
             response.status, headers=response.headers, stream=stream,
-            extensions={
-                "http_version": b"HTTP/" + response.parser.get_http_version().encode(),
-                "reason_phrase": response.reason,
-            },
+            extensions={"http_version": response.version, "reason_phrase": response.reason},
         )
 
     async def aclose(self) -> None:
@@ -152,12 +149,14 @@ class _Body(httpx.AsyncByteStream):
         key: _Key,
         connection: Connection,
         response: _Response,
+        parser: httptools.HttpResponseParser,
         timeout: float | None,
     ) -> None:
         self._transport = transport
         self._key = key
         self._connection = connection
         self._response = response
+        self._parser = parser
         self._timeout = timeout
         self._closed = False
 
@@ -169,7 +168,7 @@ class _Body(httpx.AsyncByteStream):
             yield _take(pieces)
         if error is not None:
             raise error
-        feed = response.parser.feed_data
+        feed = self._parser.feed_data
         read = self._connection.read
         timeout = self._timeout
         while not response.done:
@@ -203,10 +202,14 @@ def _request_head(request: httpx.Request) -> bytes:
     return b"\r\n".join(lines)
 
 
-async def _read_head(connection: Connection, timeout: float | None, head_only: bool) -> _Response:
+async def _read_head(
+    connection: Connection, timeout: float | None, head_only: bool
+) -> tuple[_Response, httptools.HttpResponseParser]:
     """Parse up to the final response head (1xx skipped); body bytes that came with it are
     parsed too, and wait in ``pieces`` (and a framing error after them in ``error``)."""
     response = _Response(head_only)
+    parser = response.parser
+    assert parser is not None
     fed = 0
     while not response.status:
         data = await connection.read(timeout)
@@ -214,7 +217,7 @@ async def _read_head(connection: Connection, timeout: float | None, head_only: b
             raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
         fed += len(data)
         try:
-            response.parser.feed_data(data)
+            parser.feed_data(data)
         except _PARSE_ERRORS as exc:
             error = response.failed(exc)
             if error is not None and not response.status:
@@ -226,7 +229,7 @@ async def _read_head(connection: Connection, timeout: float | None, head_only: b
     if head_only and response.pieces:  # a body after a HEAD response's head: do not reuse
         response.reusable = False
         response.pieces.clear()
-    return response
+    return response, parser
 
 
 _PARSE_ERRORS = (httptools.HttpParserError, httptools.HttpParserUpgrade)
@@ -248,12 +251,15 @@ class _Response:
         self.on_body = self.pieces.append  # before the parser: it looks its callbacks up once
         self.head_only = head_only  # a HEAD request's response: no body, whatever it declares
         self.status = 0  # the final (non-1xx) status, once its head is complete
+        self.version = b""
         self.reason = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.done = False  # the message is whole
         self.reusable = False  # keep-alive, and nothing came after the message
         self.error: httpx.RemoteProtocolError | None = None  # raised once ``pieces`` are out
-        self.parser = httptools.HttpResponseParser(self)
+        # Dropped once the head is parsed: the parser refers to these callbacks, and a cycle
+        # would wait for the garbage collector (which the app runs rarely) to free both.
+        self.parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
 
     # -- llhttp's callbacks ----------------------------------------------------------------
 
@@ -272,11 +278,14 @@ class _Response:
 
     def on_headers_complete(self) -> None:
         parser = self.parser
+        assert parser is not None
         status = parser.get_status_code()
         if status < 200:  # informational: the final response follows (101 raises an upgrade)
             return
         self.status = status
+        self.version = b"HTTP/" + parser.get_http_version().encode()
         self.reusable = parser.should_keep_alive()  # HTTP/1.1 without close, or 1.0 keep-alive
+        self.parser = None
         if self.head_only:
             self.done = True
 
