@@ -26,6 +26,7 @@ class Settings:
     backend: str = "openai"
     upstream_url: str = "http://127.0.0.1:11434/v1"
     upstream_api_key: str | None = field(default=None, repr=False)  # secrets stay out of logs
+    upstream_dialect: str = "auto"  # backends/dialects.py: auto, generic, openai, llama.cpp, …
     model_map: dict[str, str] = field(default_factory=dict)
     connect_timeout: float = 10.0
     read_timeout: float = 300.0
@@ -86,6 +87,7 @@ class Settings:
             backend=backend,
             upstream_url=(get("GATEWAY_UPSTREAM_URL", cls.upstream_url) or "").rstrip("/"),
             upstream_api_key=secret("GATEWAY_UPSTREAM_API_KEY"),
+            upstream_dialect=_dialect(get("GATEWAY_UPSTREAM_DIALECT", "auto") or "auto"),
             model_map=parse_model_map(get("GATEWAY_MODEL_MAP") or ""),
             connect_timeout=float(get("GATEWAY_CONNECT_TIMEOUT", "10") or 10),
             read_timeout=float(get("GATEWAY_READ_TIMEOUT", "300") or 300),
@@ -114,6 +116,16 @@ class Settings:
             debug_log_content=(get("GATEWAY_DEBUG_LOG_CONTENT", "false") or "").lower()
             in ("1", "true", "yes"),
         )
+
+
+def _dialect(name: str) -> str:
+    """``auto`` or a known dialect name (a typo fails at startup, not on the first request)."""
+    name = name.strip().lower()
+    if name != "auto":
+        from responses_gateway.backends.dialects import dialect_named
+
+        dialect_named(name)
+    return name
 
 
 def parse_model_map(text: str) -> dict[str, str]:

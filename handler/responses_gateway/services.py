@@ -63,6 +63,7 @@ class Backends:
             connect_timeout=s.connect_timeout,
             read_timeout=s.read_timeout,
             max_retries=s.max_retries,
+            dialect=s.upstream_dialect,
         )
 
     async def aclose(self) -> None:

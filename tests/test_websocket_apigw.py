@@ -1,0 +1,185 @@
+"""WebSocket mode on API Gateway: the $connect/$default/$disconnect handler driven with the
+sample events in events/, DynamoDB served by moto and the management API (PostToConnection)
+by a stand-in on 127.0.0.1 that records every message, over real HTTP through boto3."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from responses_gateway.api import websocket_apigw
+from tests.helpers.e2e import MODEL, check_response, check_stream
+from tests.helpers.gateway_server import free_port
+from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
+from tests.test_websocket import check_ws_event
+
+EVENTS = Path(__file__).resolve().parent.parent / "events"
+KEY = "gw-key-1"
+
+
+class ManagementApi:
+    """``POST /{stage}/@connections/{id}``: records each message; 410 for gone connections."""
+
+    def __init__(self) -> None:
+        self.messages: dict[str, list[dict[str, Any]]] = {}
+        self.gone: set[str] = set()
+        self.port = free_port()
+        app = Starlette(routes=[Route("/{stage}/@connections/{cid}", self._post,
+                                      methods=["POST"])])
+        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
+                                                     log_level="warning"))
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+
+    async def _post(self, request: Request) -> Response:
+        cid = urllib.parse.unquote(request.path_params["cid"])
+        if cid in self.gone:
+            return JSONResponse({"message": "Gone"}, status_code=410,
+                                headers={"x-amzn-ErrorType": "GoneException"})
+        self.messages.setdefault(cid, []).append(json.loads(await request.body()))
+        return Response(status_code=200)
+
+    def __enter__(self) -> ManagementApi:
+        self._thread.start()
+        while not self._server.started:
+            threading.Event().wait(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[str]:
+    with moto_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="module")
+def management() -> Iterator[ManagementApi]:
+    with ManagementApi() as api:
+        yield api
+
+
+@pytest.fixture
+def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, upstream: Any,
+        management: ManagementApi) -> str:
+    use_moto(monkeypatch, moto_endpoint)
+    table = create_dynamodb_table()
+    monkeypatch.setenv("GATEWAY_STORE", f"dynamodb:{table}")
+    monkeypatch.setenv("GATEWAY_UPSTREAM_URL", upstream.base_url)
+    monkeypatch.setenv("GATEWAY_API_KEYS", KEY)
+    monkeypatch.setenv("GATEWAY_MAX_RETRIES", "0")
+    monkeypatch.setenv("GATEWAY_WS_MANAGEMENT_URL", f"http://127.0.0.1:{management.port}/prod")
+    monkeypatch.setattr(websocket_apigw, "_gateway", None)
+    monkeypatch.setattr(websocket_apigw, "_clients", {})
+    return table
+
+
+def sample(name: str, connection_id: str, **changes: Any) -> dict[str, Any]:
+    event = copy.deepcopy(json.loads((EVENTS / f"{name}.json").read_text()))
+    event["requestContext"]["connectionId"] = connection_id
+    event.update(changes)
+    return event
+
+
+def message(connection_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    return websocket_apigw.handler(sample("ws_default", connection_id, body=json.dumps(body)),
+                                   None)
+
+
+def connect(connection_id: str) -> None:
+    assert websocket_apigw.handler(sample("ws_connect", connection_id), None)["statusCode"] == 200
+
+
+def create(input: Any, **fields: Any) -> dict[str, Any]:
+    return {"type": "response.create", "model": MODEL, "input": input, **fields}
+
+
+def test_connect_checks_the_key(aws: str) -> None:
+    event = sample("ws_connect", "c-auth")
+    event["headers"]["Authorization"] = "Bearer wrong-key"
+    answer = websocket_apigw.handler(event, None)
+    assert answer["statusCode"] == 401
+    assert json.loads(answer["body"])["error"]["code"] == "invalid_api_key"
+    assert "wrong-key" not in answer["body"]
+    del event["headers"]["Authorization"]
+    assert websocket_apigw.handler(event, None)["statusCode"] == 401
+
+
+def test_events_arrive_complete_and_in_order_and_store_false_continues(
+    aws: str, management: ManagementApi, upstream: Any
+) -> None:
+    cid = "c-chain="
+    connect(cid)
+    message(cid, create("[[script:deltas n=40]] remember: basalt", store=False))
+    first = management.messages.pop(cid)
+    for event in first:
+        check_ws_event(event)
+    check_stream(first)
+    assert [e["sequence_number"] for e in first] == list(range(len(first)))
+    response = check_response(first[-1]["response"])
+    assert response["status"] == "completed"
+
+    # Another invocation (maybe another execution environment): the state comes from DynamoDB.
+    websocket_apigw._clients.clear()
+    message(cid, create("which word?", store=False, previous_response_id=response["id"]))
+    second = management.messages.pop(cid)
+    check_stream(second)
+    assert second[-1]["type"] == "response.completed"
+    assert "basalt" in json.dumps(upstream.requests[-1]["messages"])
+
+    answer = websocket_apigw.handler(sample("ws_disconnect", cid), None)
+    assert answer["statusCode"] == 200
+    assert message(cid, create("after disconnect"))["statusCode"] == 410
+    assert cid not in management.messages
+
+
+def test_failed_continuation_evicts_across_invocations(
+    aws: str, management: ManagementApi
+) -> None:
+    cid = "c-evict"
+    connect(cid)
+    message(cid, create("seed", store=False))
+    seed = management.messages.pop(cid)[-1]["response"]["id"]
+    message(cid, create("fork", model="script/error status=400", store=False,
+                        previous_response_id=seed))
+    assert management.messages.pop(cid)[-1]["response"]["status"] == "failed"
+    message(cid, create("again", store=False, previous_response_id=seed))
+    [error] = management.messages.pop(cid)
+    assert error["error"]["code"] == "previous_response_not_found"
+
+
+def test_bad_input_and_a_busy_lane_are_error_events(aws: str, management: ManagementApi) -> None:
+    cid = "c-bad"
+    connect(cid)
+    message(cid, {"type": "nope"})
+    message(cid, create("x", background=True))
+    websocket_apigw.Connections(aws).claim(cid, "-")
+    message(cid, create("while another invocation runs"))
+    errors = management.messages.pop(cid)
+    for event in errors:
+        check_ws_event(event)
+    assert [(e["status"], e["error"]["code"]) for e in errors] == [
+        (400, "invalid_value"), (400, "invalid_request_error"), (409, "response_in_progress")]
+
+
+def test_a_gone_connection_cancels_the_response(aws: str, management: ManagementApi) -> None:
+    cid = "c-gone"
+    connect(cid)
+    management.gone.add(cid)
+    answer = message(cid, create("[[script:slow delay=0.05 n=20]] nobody listens"))
+    assert answer["statusCode"] == 200
+    assert cid not in management.messages
