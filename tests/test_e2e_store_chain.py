@@ -221,7 +221,7 @@ def test_three_turn_chain_sends_the_whole_conversation(
     assert sent["messages"] == [
         {"role": "system", "content": "Instructions of turn three."},
         {"role": "user", "content": question},
-        {"role": "assistant", "content": None, "tool_calls": [{
+        {"role": "assistant", "content": "", "tool_calls": [{  # generic dialect: a string
             "id": call["call_id"], "type": "function",
             "function": {"name": "get_weather", "arguments": '{"city": "Lima"}'},
         }]},

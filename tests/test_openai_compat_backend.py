@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import httpx
+import orjson
 import pytest
 
 from responses_gateway.backends.base import BackendRequest
@@ -401,15 +402,151 @@ def test_non_json_error_body(up: ScriptedUpstream) -> None:
     assert info.value.message == "Upstream error (HTTP 502): <h1>Bad gateway</h1>"
 
 
-def test_upstream_401_is_an_authentication_error() -> None:
+@pytest.mark.parametrize("status", [401, 403])
+def test_upstream_refusing_the_gateways_key_is_a_502_without_the_key(status: int) -> None:
+    """Issue 16: a tenant must not be told its own key is wrong, nor see the upstream key."""
+    secret = "upstream-secret-key-0123456789"
     with ScriptedUpstream(api_key="right") as up:
-        backend = OpenAICompatBackend(up.base_url, "wrong")
+        backend = OpenAICompatBackend(up.base_url, secret, max_retries=2)
+        echo = f'message="Incorrect API key provided: {secret}. Header was Bearer {secret}"'
         with pytest.raises(UpstreamError) as info:
-            run(lambda: first_chunk(backend, request("text")))
-        assert (info.value.status, info.value.type, info.value.code) == (
-            401, "authentication_error", "invalid_api_key")
+            run(lambda: first_chunk(backend, request(f"error status={status} {echo}")))
+        err = info.value
+        assert (err.status, err.type, err.code) == (502, "server_error", "upstream_auth_failed")
+        assert secret not in err.message and "Incorrect API key provided" in err.message
+        assert len(up.requests) == 1  # not retried
         ok = OpenAICompatBackend(up.base_url, "right")
         assert field_text(run(lambda: collect(ok, request("text"))), "content") == DEFAULT_TEXT
+
+
+@pytest.mark.parametrize("leak", ["sk-proj-AbCdEf0123456789xyz", "Bearer gw-tenant-token-42"])
+def test_key_shaped_text_is_redacted_from_every_upstream_message(
+    up: ScriptedUpstream, leak: str
+) -> None:
+    backend = backend_for(up, max_retries=0)
+    with pytest.raises(UpstreamError) as info:
+        run(lambda: first_chunk(backend, request(
+            f'error status=400 message="bad request from {leak}, see docs"')))
+    assert leak.split()[-1] not in info.value.message
+    assert "[redacted]" in info.value.message and "see docs" in info.value.message
+    up.reset()
+    chunks, _ = run(lambda: collect_until_error(backend_for(up), request(
+        f'error_event after=2 code=server_error message="proxy key {leak} failed"')))
+    assert chunks[-1]["error"]["message"] == (
+        "proxy key " + ("Bearer " if leak.startswith("Bearer") else "") + "[redacted] failed")
+
+
+def test_error_frame_in_a_plain_data_event_is_redacted(up: ScriptedUpstream) -> None:
+    """An error frame sent as ``data: {"error": …}`` (what LiteLLM and OpenRouter send) comes
+    off the wire as bytes; the backend parses it to redact it."""
+    secret = "configured-upstream-key-000"
+    backend = OpenAICompatBackend(up.base_url, secret, backoff_base=0.01)
+    frame = {"error": {"message": f"auth with {secret} expired", "code": "server_error"}}
+    chunks = backend._redact_errors([b'{"id": "c1", "choices": []}', orjson.dumps(frame)])
+    assert chunks == [b'{"id": "c1", "choices": []}',
+                      {"error": {"message": "auth with [redacted] expired",
+                                 "code": "server_error"}}]
+
+
+def test_500_saying_the_request_was_invalid_is_not_retried(up: ScriptedUpstream) -> None:
+    """llama-cpp-python answers its request validation errors with a 500."""
+    backend = backend_for(up, max_retries=2)
+    with pytest.raises(UpstreamError) as info:
+        run(lambda: first_chunk(backend, request(
+            'error status=500 message="1 validation error for CreateChatCompletionRequest: '
+            'messages.1.content Input should be a valid string"')))
+    assert info.value.status == 500
+    assert len(up.requests) == 1
+
+
+@pytest.mark.parametrize(("status", "tries"), [(501, 1), (502, 3), (504, 3), (529, 3)])
+def test_only_failures_a_retry_can_fix_are_retried(
+    up: ScriptedUpstream, status: int, tries: int
+) -> None:
+    backend = backend_for(up, max_retries=2)
+    with pytest.raises(UpstreamError):
+        run(lambda: first_chunk(backend, request(f"error status={status}")))
+    assert len(up.requests) == tries
+
+
+def test_400_naming_an_unsupported_parameter_is_retried_once_without_it(
+    up: ScriptedUpstream,
+) -> None:
+    backend = backend_for(up, max_retries=2)
+    script = ("error status=400 times=1 then=text code=unsupported_parameter "
+              "message=\"Unsupported parameter: 'logprobs' is not supported with this model.\"")
+
+    async def two_requests() -> list[Chunk]:
+        first = [as_dict(c) async for b in backend.stream(request(script, logprobs=True))
+                 for c in b]
+        second = [as_dict(c) async for b in backend.stream(request("text", logprobs=True))
+                  for c in b]
+        await backend.aclose()
+        return first + second
+
+    chunks = run(two_requests)
+    assert field_text(chunks, "content") == DEFAULT_TEXT * 2
+    bodies = up.requests
+    assert len(bodies) == 3 and "logprobs" in bodies[0]
+    assert "logprobs" not in bodies[1]  # the retry
+    assert "logprobs" not in bodies[2]  # remembered for this upstream and model
+
+
+def test_422_extra_forbidden_and_the_token_limit_rename(up: ScriptedUpstream) -> None:
+    detail = ('{"detail": [{"type": "extra_forbidden", "loc": ["body", "stream_options"], '
+              '"msg": "Extra inputs are not permitted"}]}')
+    backend = backend_for(up, max_retries=0)
+    chunks = run(lambda: collect(backend, request(
+        f"error status=422 times=1 then=text raw='{detail}'",
+        stream_options={"include_usage": True})))
+    assert field_text(chunks, "content") == DEFAULT_TEXT
+    assert "stream_options" in up.requests[0] and "stream_options" not in up.requests[1]
+    up.reset()
+    message = ("Unsupported parameter: 'max_tokens' is not supported with this model. "
+               "Use 'max_completion_tokens' instead.")
+    backend = backend_for(up, max_retries=0)
+    run(lambda: collect(backend, request(
+        f'error status=400 times=1 then=text code=unsupported_parameter message="{message}"',
+        max_completion_tokens=7)))
+    assert [("max_tokens" in b, b.get("max_completion_tokens")) for b in up.requests] == [
+        (True, None), (False, 7)]
+
+
+def test_rejected_content_is_not_retried(up: ScriptedUpstream) -> None:
+    backend = backend_for(up, max_retries=2)
+    with pytest.raises(UpstreamError):
+        run(lambda: first_chunk(backend, request(
+            "error status=400 message=\"Invalid 'messages[0].content': unsupported\"",
+            logprobs=True)))
+    assert len(up.requests) == 1
+
+
+def test_dialect_recognised_from_models_answer() -> None:
+    """A llama-server at an address that says nothing: GET /v1/models names it (owned_by
+    "llamacpp") and its body is prepared for it, once for the process."""
+    with ScriptedUpstream(owned_by="llamacpp") as up:
+        backend = backend_for(up)
+        assert backend.dialect is None
+        tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+
+        async def twice() -> None:
+            for _ in range(2):
+                [c async for c in backend.stream(request(
+                    "text", max_completion_tokens=9, logprobs=True, tools=tools))]
+            await backend.aclose()
+
+        run(twice)
+        assert backend.dialect is not None and backend.dialect.name == "llama.cpp"
+        assert up.requests[0]["max_tokens"] == 9 and "logprobs" not in up.requests[0]
+
+
+def test_azure_keeps_the_api_version_and_sends_api_key(up: ScriptedUpstream) -> None:
+    backend = OpenAICompatBackend(up.base_url + "?api-version=2024-10-21", "azure-key",
+                                  dialect="azure")
+    assert backend.url == up.base_url + "/chat/completions?api-version=2024-10-21"
+    run(lambda: collect(backend, request("text", max_tokens=5)))
+    assert up.request_headers[0]["api-key"] == "azure-key"
+    assert up.requests[0]["max_completion_tokens"] == 5
 
 
 def test_connect_error_retried_then_502() -> None:

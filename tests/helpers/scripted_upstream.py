@@ -616,7 +616,14 @@ class ScriptedUpstream:
         api_key: str | None = None,
         host: str = "127.0.0.1",
         tls: tuple[str, str] | None = None,
+        owned_by: str = "scripted",
+        validate: Callable[[dict[str, Any]], tuple[int, Any] | None] | None = None,
     ) -> None:
+        # Dialect tests: what GET /v1/models says owns the models (llama-server: "llamacpp"),
+        # and a request check standing in for a real server's own (a status and error body
+        # to answer with, None to go on with the script).
+        self.owned_by = owned_by
+        self.validate = validate
         self.api_key = api_key  # when set, requests without "Bearer <api_key>" get a 401
         self.host = host
         self.tls = tls  # (certificate file, key file): serve https
@@ -737,7 +744,7 @@ class ScriptedUpstream:
 
     async def _models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [
-            {"id": name, "object": "model", "created": 0, "owned_by": "scripted"}
+            {"id": name, "object": "model", "created": 0, "owned_by": self.owned_by}
             for name in ("scripted", *(f"script/{s}" for s in SCRIPTS))
         ]})
 
@@ -762,6 +769,9 @@ class ScriptedUpstream:
             return JSONResponse(_error_body(
                 "Incorrect API key provided.", "invalid_request_error", "invalid_api_key"),
                 status_code=401)
+        rejected = self.validate(body) if self.validate is not None else None
+        if rejected is not None:
+            return JSONResponse(rejected[1], status_code=rejected[0])
         directive = find_directive(body) or ""
         try:
             plan = self._plan(body, index, directive)

@@ -1,8 +1,17 @@
 """Backend for any OpenAI-compatible Chat Completions server, over one pooled httpx client per loop.
 
 Why it is shaped this way:
-- Retries (connect errors, 429, 5xx) happen only before the first byte of a successful body,
-  so a client never sees output twice; ``Retry-After`` is honoured up to a cap.
+- Retries happen only for failures a retry can fix (connect errors, 408, 429, 502/503/504,
+  "overloaded", a 500 that does not say the request was invalid), only before the first byte
+  of a successful body, so a client never sees output twice; ``Retry-After`` is honoured up
+  to a cap.
+- The body is rewritten for the upstream's dialect (``backends/dialects.py``) once per
+  request; a 400/422 naming a parameter the upstream does not support gets one more try
+  without it, and the upstream is remembered to reject it.
+- Every upstream message is redacted (``redaction.py``) before it becomes an error, a
+  ``response.failed`` or a log line: servers echo the key they were sent. An upstream that
+  rejects the gateway's own credentials (401/403) is a 502 ``upstream_auth_failed``, not a
+  401 that would tell the client its key is wrong.
 - The generator reads the first chunk before yielding anything, so the caller's
   ``await anext(agen)`` raises :class:`UpstreamError` while HTTP headers can still carry it.
 - The upstream response is closed in a ``finally``: a consumer that stops iterating (aclose,
@@ -20,7 +29,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import logging
 import random
+import re
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -29,10 +40,15 @@ from typing import Any
 import httpx
 import orjson
 
+from responses_gateway.backends import dialects
 from responses_gateway.backends.base import BackendRequest
+from responses_gateway.backends.dialects import Dialect, Learned
 from responses_gateway.backends.http11 import Http11Transport, body_pieces, install
 from responses_gateway.errors import UpstreamError
-from responses_gateway.translate.upstream_sse import Chunk, ChunkDecoder
+from responses_gateway.redaction import redact
+from responses_gateway.translate.upstream_sse import Chunk, ChunkDecoder, parse_chunk
+
+logger = logging.getLogger("responses_gateway.upstream")
 
 _RETRYABLE_TRANSPORT = (httpx.ConnectError, httpx.ConnectTimeout)
 # Raised while the request is sent and headers awaited on a pooled connection the server had
@@ -41,6 +57,16 @@ _STALE_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteErro
 _DROPPED = (httpx.RemoteProtocolError, httpx.ReadError)
 _DRAIN_SECONDS = 1.0  # after [DONE], how long to wait for the body's end (keeps the conn pooled)
 _MAX_ERROR_TEXT = 500
+_RETRY_STATUSES = frozenset({408, 429, 502, 503, 504, 529})
+# A 500 that says the request itself was bad (llama-cpp-python answers its validation errors
+# with 500): sending it again cannot help.
+_INVALID_REQUEST = re.compile(
+    r"validation error|field required|input should be|invalid|not supported|unsupported|"
+    r"expected|must (?:be|contain|have)|missing|unknown|unrecognized|bad request",
+    re.I,
+)
+_OVERLOADED = re.compile(r"overloaded|try again|temporarily unavailable", re.I)
+_DETECT_SECONDS = 5.0  # reading GET /models when the dialect is chosen by asking
 
 
 def _closed_error() -> UpstreamError:
@@ -94,8 +120,18 @@ class OpenAICompatBackend:
         backoff_max: float = 8.0,
         retry_after_cap: float = 20.0,
         max_connections: int | None = 1000,
+        dialect: str = "auto",
     ) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.url = _endpoint(base_url, "chat/completions")
+        self._models_url = _endpoint(base_url, "models")
+        self._secrets = (api_key,)
+        # The dialect: named, recognised from the URL, or (None) asked of GET /models once.
+        self.dialect: Dialect | None = (
+            dialects.dialect_from_url(base_url) if dialect == "auto"
+            else dialects.dialect_named(dialect)
+        )
+        self._learned: dict[str, Learned] = {}  # per model: what this upstream rejected
+        self._detecting: asyncio.Lock | None = None
         self.max_retries = max_retries
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
@@ -107,6 +143,8 @@ class OpenAICompatBackend:
         self._headers = {"content-type": "application/json", "accept": "application/json"}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
+            if self.dialect is not None and self.dialect.key_header:
+                self._headers[self.dialect.key_header] = api_key
         self._owns_client = client is None
         self._client = client
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -131,6 +169,7 @@ class OpenAICompatBackend:
                 install(client, Http11Transport(ssl_context=self._ssl,
                                                 max_connections=self._max_connections))
                 self._loop = loop
+                self._detecting = None  # a lock belongs to its loop as well
         assert client is not None
         return client
 
@@ -151,7 +190,9 @@ class OpenAICompatBackend:
         parse; anything else (``event:``, multi-line data, comments) comes parsed.
         """
         streaming = bool(request.body.get("stream"))
-        response = await self._send(self._http(), orjson.dumps(request.body))
+        client = self._http()
+        dialect = self.dialect or await self._detect(client)
+        response = await self._send(client, dialect, request.body)
         try:
             if not streaming or response.headers.get("content-type", "").startswith(
                 "application/json"
@@ -166,6 +207,8 @@ class OpenAICompatBackend:
                 async for data in body:
                     batch = decoder.feed(data)
                     if batch:
+                        if b'"error"' in data:  # once per read, not per chunk
+                            batch = self._redact_errors(batch)
                         yield batch
                     if decoder.done:
                         await _drain(body)
@@ -174,14 +217,20 @@ class OpenAICompatBackend:
             # caller judges it: after a finish_reason the response is whole all the same.
             batch = decoder.end()
             if batch:
-                yield batch
+                yield self._redact_errors(batch)
             if not decoder.done:
                 raise _closed_error()
         finally:
             await response.aclose()
 
-    async def _send(self, client: httpx.AsyncClient, content: bytes) -> httpx.Response:
+    async def _send(
+        self, client: httpx.AsyncClient, dialect: Dialect, body: dict[str, Any]
+    ) -> httpx.Response:
         """Send with retries; return a 2xx response whose body is still unread."""
+        model = str(body.get("model"))
+        sent = dialect.prepare(body, self._learned.get(model))
+        content = orjson.dumps(sent)
+        adapted = False
         attempt = 0
         while True:
             req = client.build_request("POST", self.url, content=content, headers=self._headers)
@@ -218,10 +267,19 @@ class OpenAICompatBackend:
                     code="upstream_error",
                 )
             try:
-                error = await _http_error(response)
+                error, detail, message = await _http_error(response, self._secrets)
             finally:
                 await response.aclose()
-            if (status == 429 or status >= 500) and attempt < self.max_retries:
+            invalid = status in (400, 422) or (status == 500 and _INVALID_REQUEST.search(message))
+            if invalid and not adapted:
+                change = dialects.adaptation_for(detail, message, sent)
+                if change is not None:
+                    self._learn(model, *change, message)
+                    sent = dialect.prepare(body, self._learned[model])
+                    content = orjson.dumps(sent)
+                    adapted = True
+                    continue
+            if _retryable(status, message, invalid) and attempt < self.max_retries:
                 delay = self._backoff(attempt)
                 if error.retry_after is not None:
                     delay = min(max(error.retry_after, 0.0), self.retry_after_cap)
@@ -229,6 +287,53 @@ class OpenAICompatBackend:
                 attempt += 1
                 continue
             raise error
+
+    def _learn(self, model: str, drops: set[str], renames: dict[str, str], why: str) -> None:
+        learned = self._learned.setdefault(model, Learned())
+        learned.drops |= drops
+        learned.renames.update(renames)
+        logger.warning(
+            "upstream rejected a parameter; retrying without it and from now on",
+            extra={"upstream": self.url, "model": model, "dropped": sorted(drops),
+                   "renamed": renames, "upstream_message": why},
+        )
+
+    async def _detect(self, client: httpx.AsyncClient) -> Dialect:
+        """Ask ``GET /models`` once which server this is; :data:`GENERIC` when it cannot say."""
+        if self._detecting is None:
+            self._detecting = asyncio.Lock()
+        async with self._detecting:
+            if self.dialect is not None:
+                return self.dialect
+            found: Dialect | None = None
+            try:
+                async with asyncio.timeout(_DETECT_SECONDS):
+                    response = await client.get(self._models_url, headers=self._headers)
+                    found = dialects.dialect_from_models(
+                        orjson.loads(response.content) if response.status_code == 200 else None,
+                        response.headers,
+                    )
+            except (TimeoutError, httpx.HTTPError, orjson.JSONDecodeError):
+                pass
+            self.dialect = found or dialects.GENERIC
+            logger.info("upstream dialect", extra={"upstream": self.url,
+                                                   "dialect": self.dialect.name})
+            return self.dialect
+
+    def _redact_errors(self, batch: list[Chunk]) -> list[Chunk]:
+        """Error frames in a batch with their messages redacted; other chunks as they are."""
+        out: list[Chunk] = []
+        for chunk in batch:
+            if chunk.__class__ is bytes and b'"error"' in chunk:  # type: ignore[operator]
+                chunk = parse_chunk(None, chunk) or chunk  # type: ignore[arg-type]
+            error = chunk.get("error") if chunk.__class__ is dict else None  # type: ignore[union-attr]
+            if isinstance(error, dict) and isinstance(error.get("message"), str):
+                chunk = {**chunk, "error": {**error,  # type: ignore[dict-item]
+                                            "message": redact(error["message"], self._secrets)}}
+            elif isinstance(error, str):
+                chunk = {**chunk, "error": redact(error, self._secrets)}  # type: ignore[dict-item]
+            out.append(chunk)
+        return out
 
     def _backoff(self, attempt: int) -> float:
         """Exponential backoff with full jitter in its upper half."""
@@ -250,7 +355,8 @@ class OpenAICompatBackend:
         if "error" in body and not body.get("choices"):
             message, code = _error_fields(body)
             raise UpstreamError(
-                502, f"Upstream error (HTTP {response.status_code}): {message}",
+                502, f"Upstream error (HTTP {response.status_code}): "
+                f"{redact(message, self._secrets)}",
                 code=code or "upstream_error",
             )
         return body
@@ -266,8 +372,14 @@ async def _drain(body: AsyncIterator[bytes]) -> None:
         pass  # the response is closed by the caller either way
 
 
-async def _http_error(response: httpx.Response) -> UpstreamError:
-    """An upstream 4xx/5xx as the same status with OpenAI's type and the upstream's code."""
+async def _http_error(
+    response: httpx.Response, secrets: tuple[str | None, ...]
+) -> tuple[UpstreamError, Any, str]:
+    """An upstream 4xx/5xx as (the error to raise, the parsed body, its redacted message).
+
+    The status, OpenAI's type and the upstream's code pass on, except that the upstream
+    refusing the gateway's own credentials (401/403) is the gateway's failure: a 502.
+    """
     status = response.status_code
     try:
         raw = await response.aread()
@@ -283,12 +395,37 @@ async def _http_error(response: httpx.Response) -> UpstreamError:
         code = None
     else:
         message, code = _error_fields(body)
-    return UpstreamError(
-        status,
-        f"Upstream error (HTTP {status}): {message}",
-        code=code,
-        retry_after=parse_retry_after(response.headers),
-    )
+    message = redact(message, secrets)
+    if status in (401, 403):
+        error = UpstreamError(
+            502,
+            f"Upstream error (HTTP {status}): the upstream rejected the gateway's credentials "
+            f"({message})",
+            code="upstream_auth_failed",
+        )
+    else:
+        error = UpstreamError(
+            status,
+            f"Upstream error (HTTP {status}): {message}",
+            code=code,
+            retry_after=parse_retry_after(response.headers),
+        )
+    return error, body, message
+
+
+def _retryable(status: int, message: str, invalid: Any) -> bool:
+    """Whether sending the same request again can succeed."""
+    if status in _RETRY_STATUSES:
+        return True
+    if status == 500:
+        return not invalid
+    return bool(_OVERLOADED.search(message)) and status >= 500
+
+
+def _endpoint(base_url: str, path: str) -> str:
+    """``{base_url}/{path}``, keeping a query the base URL carries (Azure's api-version)."""
+    base, sep, query = base_url.partition("?")
+    return f"{base.rstrip('/')}/{path}{sep}{query}"
 
 
 def _error_fields(body: Any) -> tuple[str, str | None]:
