@@ -35,7 +35,12 @@ from responses_gateway.store.dynamodb import DynamoDBStore, make_client
 from tests.helpers.e2e import check_stream, e2e_settings, split_frames
 from tests.helpers.gateway_server import GatewayServer, free_port
 from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
-from tests.helpers.responses_validation import TERMINAL_TYPES, events_from_sse, validate_response
+from tests.helpers.responses_validation import (
+    TERMINAL_TYPES,
+    events_from_sse,
+    failed_code,
+    validate_response,
+)
 from tests.helpers.scripted_upstream import DEFAULT_TEXT, ScriptedUpstream
 
 MODEL = "scripted-model"
@@ -99,7 +104,19 @@ def assert_openai_error(answer: Answer, status: int, code: str | None = None) ->
     assert isinstance(error["message"], str) and error["message"]
     if code is not None:
         assert error["code"] == code, error
+    if code == "store_unavailable":  # nothing of the store's internals reaches a client
+        for internal in ("DynamoDB", "127.0.0.1", "http://", "arn:", ".db"):
+            assert internal not in error["message"], error
+        assert "req_" in error["message"] and answer.headers["x-request-id"] in error["message"]
     return error
+
+
+def assert_store_failure(error: dict[str, Any]) -> None:
+    """A response failed by the store: the SDK's code, no store internals in the message."""
+    assert error["code"] == "server_error", error
+    assert "store_unavailable" in error["message"], error
+    for internal in ("DynamoDB", "127.0.0.1", "http://", "arn:", ".db"):
+        assert internal not in error["message"], error
 
 
 def terminal_of(answer: Answer) -> dict[str, Any]:
@@ -260,7 +277,7 @@ def test_midstream_fault_ends_failed_with_the_partial_output_stored(
     terminal = terminal_of(answer)
     response = terminal["response"]
     assert terminal["type"] == "response.failed"
-    assert response["error"]["code"] == code
+    assert failed_code(response["error"]) == code
     deltas = [e for e in answer.events if e["type"] == "response.output_text.delta"]
     assert len(deltas) == seen
     [message] = response["output"]
@@ -576,7 +593,7 @@ def test_dynamodb_throttling_that_persists_fails_clearly(
         if stream:
             terminal = terminal_of(answer)
             assert terminal["type"] == "response.failed"
-            assert terminal["response"]["error"]["code"] == "store_unavailable"
+            assert_store_failure(terminal["response"]["error"])
             response_id = terminal["response"]["id"]
         else:
             assert_openai_error(answer, 503, "store_unavailable")
@@ -600,7 +617,7 @@ def test_record_write_failing_after_its_items_leaves_nothing_visible(
         answer = post(gateway.base_url + "/responses",
                       {"model": MODEL, "input": "remember me", "stream": True})
         terminal = terminal_of(answer)
-        assert terminal["response"]["error"]["code"] == "store_unavailable"
+        assert_store_failure(terminal["response"]["error"])
         assert "BatchWriteItem" in injector.calls  # the items went in before the record failed
         dynamo.heal(injector)
         response_id = terminal["response"]["id"]
@@ -655,7 +672,7 @@ def test_store_unavailable_when_a_foreground_response_ends(
         assert_openai_error(post(url, {"model": MODEL, "input": "hi"}), 503, "store_unavailable")
         terminal = terminal_of(post(url, {"model": MODEL, "input": "hi", "stream": True}))
         assert terminal["response"]["status"] == "failed"
-        assert terminal["response"]["error"]["code"] == "store_unavailable"
+        assert_store_failure(terminal["response"]["error"])
         # store=false never touches the store: served as usual
         free = terminal_of(post(url, {"model": MODEL, "input": "hi", "stream": True,
                                       "store": False}))

@@ -30,6 +30,7 @@ from tests.helpers.moto_server import (
     unique_table_name,
     use_moto,
 )
+from tests.helpers.responses_validation import failed_code
 from tests.helpers.scripted_upstream import DEFAULT_TEXT, ScriptedUpstream
 
 EVENTS = Path(__file__).resolve().parent.parent / "events"
@@ -330,7 +331,7 @@ def test_worker_ends_a_dead_letter_failed(
     assert worker.handler(event, FakeContext()) == {"failed": [rid]}
     response = body_of(api(load_event("retrieve_response.json", rid)))
     assert response["status"] == "failed"
-    assert response["error"]["code"] == "worker_unavailable"
+    assert failed_code(response["error"]) == "worker_unavailable"
 
 
 # -- observability in Lambda ------------------------------------------------------------------

@@ -21,9 +21,15 @@ from responses_gateway.translate.response_object import new_response
 from responses_gateway.translate.stream import ResponseTranslator
 from tests.helpers.e2e import split_frames
 from tests.helpers.gateway_server import GatewayServer
-from tests.helpers.responses_validation import check_grammar, events_from_sse, validate_event
+from tests.helpers.responses_validation import (
+    check_grammar,
+    events_from_sse,
+    failed_code,
+    validate_event,
+)
 
 TEXT = {"choices": [{"index": 0, "delta": {"content": "partial"}}]}
+STOP = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
 MALFORMED = [
     {"choices": [None]},
     {"choices": {"a": 1}},
@@ -42,14 +48,15 @@ def test_a_chunk_of_the_wrong_shape_fails_the_response_cleanly(bad: dict[str, An
                                                  created_at=0))
     events = translator.start() + translator.feed(TEXT) + translator.feed(bad)
     if not translator.done:
-        events += translator.finish()
+        events += translator.feed(STOP) + translator.finish()
     check_grammar(events)
     for event in events:
         validate_event(event)
     terminal = events[-1]
     assert terminal["type"] in ("response.failed", "response.completed")
     if terminal["type"] == "response.failed":
-        assert terminal["response"]["error"]["code"] == "upstream_protocol_error"
+        assert terminal["response"]["error"]["code"] == "server_error"  # the SDK's enum
+        assert "upstream_protocol_error" in terminal["response"]["error"]["message"]
     # what was produced before the bad chunk is kept
     assert terminal["response"]["output"][0]["content"][0]["text"] == "partial"
 
@@ -99,7 +106,7 @@ def test_a_failure_after_the_stream_started_ends_failed_and_is_stored(
         check_grammar(events)
         terminal = events[-1]
         assert terminal["type"] == "response.failed"
-        assert terminal["response"]["error"]["code"] == server.expected_code  # type: ignore[attr-defined]
+        assert failed_code(terminal["response"]["error"]) == server.expected_code  # type: ignore[attr-defined]
         stored = http.get(f"/responses/{terminal['response']['id']}").json()
         assert stored["status"] == "failed"
         assert stored["output"][0]["content"][0]["text"] == "partial"
@@ -131,7 +138,8 @@ def test_parts_of_the_wrong_type_fail_the_response_cleanly(delta: dict[str, Any]
         events += translator.finish()
     check_grammar(events)
     assert events[-1]["type"] == "response.failed"
-    assert events[-1]["response"]["error"]["code"] == "upstream_protocol_error"
+    assert events[-1]["response"]["error"]["code"] == "server_error"
+    assert "upstream_protocol_error" in events[-1]["response"]["error"]["message"]
 
 
 # -- a batch that ends early -------------------------------------------------------------------

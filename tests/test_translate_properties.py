@@ -304,6 +304,8 @@ def run(chunks: list[dict[str, Any]], options: TranslateOptions) -> list[dict[st
 def expected_status(scenario: Scenario) -> tuple[str, str | None]:
     if scenario.error:
         return "failed", None
+    if scenario.finish_reason is None and scenario.usage_mode == "none":
+        return "failed", None  # cut off: neither a finish_reason nor usage came
     reason = {"length": "max_output_tokens", "content_filter": "content_filter"}.get(
         scenario.finish_reason or ""
     )
@@ -340,7 +342,10 @@ def test_any_valid_chunk_sequence_gives_a_valid_stream(scenario: Scenario) -> No
     assert response["status"] == status
     assert response["incomplete_details"] == ({"reason": reason} if reason else None)
     if status == "failed":
-        assert "upstream broke" in response["error"]["message"]
+        assert response["error"]["code"] == "server_error"
+        assert ("upstream broke" if scenario.error else "without a finish_reason") in (
+            response["error"]["message"]
+        )
     elif scenario.usage_mode != "none":
         assert response["usage"]["input_tokens"] == 7
         assert response["usage"]["total_tokens"] == 12

@@ -1,4 +1,5 @@
-"""The one place that mints ids: ``resp_``, ``msg_``, ``fc_``, ``rs_``, ``call_`` and item ids.
+"""The one place that mints ids: ``resp_``, ``msg_``, ``fc_``, ``rs_``, ``call_``, item ids, and
+the ``req_`` id of the HTTP request being served.
 
 OpenAI ids are a prefix and 48 hex characters; clients sometimes check the prefix, never the rest.
 """
@@ -6,6 +7,7 @@ OpenAI ids are a prefix and 48 hex characters; clients sometimes check the prefi
 from __future__ import annotations
 
 import secrets
+from contextvars import ContextVar
 
 RESPONSE = "resp_"
 MESSAGE = "msg_"
@@ -17,3 +19,12 @@ FUNCTION_CALL_OUTPUT = "fco_"
 
 def new_id(prefix: str) -> str:
     return prefix + secrets.token_hex(24)
+
+
+#: The request being served: Lambda's request id in AWS, else a ``req_`` id minted for it. A
+#: client sees it in ``x-request-id`` and in server errors; every log line of the request has it.
+request_id: ContextVar[str | None] = ContextVar("request_id", default=None)
+
+
+def new_request_id() -> str:
+    return "req_" + secrets.token_hex(16)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import time
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
@@ -30,10 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from responses_gateway.ids import new_request_id, request_id
 from responses_gateway.store.base import Store, StoredResponse
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp, Receive, Scope, Send
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
     from responses_gateway.backends.base import Backend, BackendRequest
     from responses_gateway.config import Settings
@@ -43,7 +45,6 @@ SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "responses-gateway"
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ResponsesGateway"
 TERMINAL = frozenset({"completed", "incomplete", "failed", "cancelled"})
 
-request_id: ContextVar[str | None] = ContextVar("request_id", default=None)
 response_id: ContextVar[str | None] = ContextVar("response_id", default=None)
 logger = logging.getLogger("responses_gateway.observability")
 _state: dict[str, Any] = {"debug_content": False, "configured": False}
@@ -86,12 +87,49 @@ class _Correlation(logging.Filter):
         return True
 
 
+# Query parameters that carry credentials: a client may send its key as ``?api_key=`` (it is
+# refused, but the access log line would still keep it).
+_CREDENTIAL_QUERY = re.compile(
+    r"(?i)([?&;](?:[a-z0-9_.-]*(?:key|token|secret|password|passwd|auth[a-z]*|sig|signature|"
+    r"credential[s]?|session)))=[^&;#\s\"']*"
+)
+
+
+def scrub(text: str) -> str:
+    """``text`` with the values of credential-like query parameters replaced."""
+    if "=" not in text:
+        return text
+    return _CREDENTIAL_QUERY.sub(r"\1=[redacted]", text)
+
+
+class ScrubCredentials(logging.Filter):
+    """Keeps credentials sent in a query string out of log lines (uvicorn's access log quotes
+    every request's full path)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and args:
+            record.args = tuple(scrub(a) if isinstance(a, str) else a for a in args)
+        elif isinstance(record.msg, str):
+            record.msg = scrub(record.msg)
+        return True
+
+
+def scrub_server_logs() -> None:
+    """Install :class:`ScrubCredentials` on the server's loggers (once; idempotent)."""
+    for name in ("uvicorn.access", "uvicorn.error", "responses_gateway"):
+        target = logging.getLogger(name)
+        if not any(isinstance(f, ScrubCredentials) for f in target.filters):
+            target.addFilter(ScrubCredentials())
+
+
 # -- per request --------------------------------------------------------------------------
 
 
 class RequestContext:
-    """ASGI middleware: binds the Lambda request id (Mangum's context or the Lambda Web
-    Adapter's ``x-amzn-lambda-context`` header) and, when tracing, the X-Ray trace header.
+    """ASGI middleware: binds the request id (Lambda's, from Mangum's context or the Lambda Web
+    Adapter's ``x-amzn-lambda-context`` header, else a minted ``req_`` id) and, when tracing,
+    the X-Ray trace header; answers it in ``x-request-id``, as OpenAI does.
 
     The adapter runs the app in its own process, so ``_X_AMZN_TRACE_ID`` is not updated per
     invocation there; it arrives as the ``x-amzn-trace-id`` header instead. Lambda sends one
@@ -105,7 +143,7 @@ class RequestContext:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rid = None
+        rid: str | None = None
         context = scope.get("aws.context")
         if context is not None:
             rid = getattr(context, "aws_request_id", None)
@@ -116,9 +154,17 @@ class RequestContext:
                         rid = orjson.loads(value).get("request_id")
                 elif name == b"x-amzn-trace-id" and tracing_enabled():
                     os.environ["_X_AMZN_TRACE_ID"] = value.decode("latin-1")
+        rid = rid or new_request_id()
+        header = (b"x-request-id", rid.encode("latin-1", "replace"))
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":  # OpenAI's header for the same id
+                message["headers"] = [*message.get("headers", ()), header]
+            await send(message)
+
         token = request_id.set(rid)
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, send_with_id)
         finally:
             request_id.reset(token)
 

@@ -30,7 +30,7 @@ from responses_gateway.translate.request_models import (
     normalize_input,
     parse_create_request,
 )
-from responses_gateway.translate.response_object import new_response
+from responses_gateway.translate.response_object import new_response, response_error
 from responses_gateway.translate.sealing import Sealer
 from responses_gateway.translate.stream import Event, ResponseTranslator, TranslateOptions
 from responses_gateway.translate.to_chat import to_chat_request
@@ -352,7 +352,7 @@ class Job:
                 status="failed",
                 completed_at=None,
                 incomplete_details=None,
-                error={"code": exc.code or "store_unavailable", "message": exc.message},
+                error=response_error(exc.code or "store_unavailable", exc.message),
             )
             seq = events[-1]["sequence_number"]
             events[-1] = {"type": "response.failed", "response": response, "sequence_number": seq}

@@ -17,10 +17,10 @@ Documented tolerances, each because real OpenAI output needs it:
 - fields OpenAI sends that openai-python does not declare (``_SDK_MISSING_FIELDS``:
   ``frequency_penalty``, ``presence_penalty``, ``store`` on the response, ``bytes`` on the
   logprobs of output_text events) are not "unknown";
-- ``error.code`` of a failed response may be any non-empty string. openai-python types it as a
-  closed ``Literal``, yet OpenAI itself sends codes outside it (recording
-  ``openai-gpt5nano-failed-insufficient-quota.jsonl``: ``insufficient_quota``); the SDK builds
-  objects without validation at run time, so clients accept any string.
+- ``error.code`` of a failed response must be one of the SDK's ``Literal`` codes in what the
+  gateway emits (issue 17), but may be any non-empty string when judging OpenAI's own
+  recordings (``any_error_code=True``): OpenAI itself sends codes outside it (recording
+  ``openai-gpt5nano-failed-insufficient-quota.jsonl``: ``insufficient_quota``).
 - OpenAI names raw reasoning events ``response.reasoning_text.delta`` / ``.done`` (the SDK's
   names, which we emit); Open Responses calls the same events ``response.reasoning.delta`` /
   ``.done`` with the same fields. They are validated against those schemas.
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
@@ -130,18 +131,25 @@ def _extras(obj: Any, path: str, allowed: frozenset[str]) -> list[str]:
     return found
 
 
-def _with_sdk_error_code(response: dict[str, Any], where: str) -> dict[str, Any]:
-    """``response`` with an ``error.code`` outside the SDK's Literal replaced (see module doc)."""
+def _with_sdk_error_code(
+    response: dict[str, Any], where: str, any_error_code: bool
+) -> dict[str, Any]:
+    """``response``, with an ``error.code`` outside the SDK's Literal replaced where that is
+    tolerated (OpenAI's recordings; see module doc), else refused."""
     error = response.get("error")
     if not isinstance(error, dict) or error.get("code") in _SDK_ERROR_CODES:
         return response
     code = error.get("code")
     if not isinstance(code, str) or not code:
         raise ValidationFailure(f"{where}: error.code must be a non-empty string, got {code!r}")
+    if not any_error_code:
+        raise ValidationFailure(f"{where}: error.code {code!r} is not one the SDK documents")
     return {**response, "error": {**error, "code": "server_error"}}
 
 
-def sdk_validate_event(event: dict[str, Any], *, allow_extra: Iterable[str] = ()) -> Any:
+def sdk_validate_event(
+    event: dict[str, Any], *, allow_extra: Iterable[str] = (), any_error_code: bool = False
+) -> Any:
     """Validate ``event`` against the SDK model its ``type`` names; returns the parsed model."""
     kind = event.get("type")
     model = _sdk_event_models().get(kind)  # type: ignore[arg-type]
@@ -149,7 +157,9 @@ def sdk_validate_event(event: dict[str, Any], *, allow_extra: Iterable[str] = ()
         raise ValidationFailure(f"event type {kind!r} is not in openai's ResponseStreamEvent")
     payload = event
     if isinstance(event.get("response"), dict):
-        payload = {**event, "response": _with_sdk_error_code(event["response"], kind)}
+        payload = {
+            **event, "response": _with_sdk_error_code(event["response"], kind, any_error_code)
+        }
     try:
         parsed = model.model_validate(payload, strict=True)
         via_union = _adapter(ResponseStreamEvent).validate_python(payload, strict=True)
@@ -165,9 +175,13 @@ def sdk_validate_event(event: dict[str, Any], *, allow_extra: Iterable[str] = ()
     return parsed
 
 
-def sdk_validate_response(resp: dict[str, Any], *, allow_extra: Iterable[str] = ()) -> Response:
+def sdk_validate_response(
+    resp: dict[str, Any], *, allow_extra: Iterable[str] = (), any_error_code: bool = False
+) -> Response:
     try:
-        parsed = Response.model_validate(_with_sdk_error_code(resp, "response"), strict=True)
+        parsed = Response.model_validate(
+            _with_sdk_error_code(resp, "response", any_error_code), strict=True
+        )
     except pydantic.ValidationError as exc:
         raise ValidationFailure(f"response does not match openai Response: {exc}") from exc
     extras = _extras(parsed, "response", frozenset(allow_extra))
@@ -238,16 +252,20 @@ def spec_validate_response(resp: dict[str, Any]) -> None:
 # -- both ---------------------------------------------------------------------------------------
 
 
-def validate_event(event: dict[str, Any], *, allow_extra: Iterable[str] = ()) -> Any:
+def validate_event(
+    event: dict[str, Any], *, allow_extra: Iterable[str] = (), any_error_code: bool = False
+) -> Any:
     """SDK model (the specific one, no unknown fields) and Open Responses schema."""
-    parsed = sdk_validate_event(event, allow_extra=allow_extra)
+    parsed = sdk_validate_event(event, allow_extra=allow_extra, any_error_code=any_error_code)
     spec_validate_event(event)
     return parsed
 
 
-def validate_response(resp: dict[str, Any], *, allow_extra: Iterable[str] = ()) -> Response:
+def validate_response(
+    resp: dict[str, Any], *, allow_extra: Iterable[str] = (), any_error_code: bool = False
+) -> Response:
     """openai ``Response`` (no unknown fields) and the spec's ``ResponseResource``."""
-    parsed = sdk_validate_response(resp, allow_extra=allow_extra)
+    parsed = sdk_validate_response(resp, allow_extra=allow_extra, any_error_code=any_error_code)
     spec_validate_response(resp)
     return parsed
 
@@ -330,7 +348,8 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
       first (``response.queued`` allowed between); exactly one terminal event, last;
     - per item: ``output_item.added`` -> (part added -> deltas -> done -> part done)* ->
       ``output_item.done``; function calls: argument deltas -> one ``.done``; items never
-      interleave, ``output_index`` is dense in start order, nothing is open at the end;
+      interleave, ``output_index`` is dense in start order, nothing is open at the end but,
+      in a failed response, a function call whose arguments were cut off;
     - done texts equal their deltas, the done item carries exactly the closed parts;
     - ids: ``resp_``, ``msg_``, ``fc_``, ``rs_``; the terminal response's output equals the
       items of the ``output_item.done`` events, in order, and its status matches the event.
@@ -503,15 +522,24 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
             raise fail(i, f"unexpected event type {kind!r}")
 
     last = len(events) - 1
-    if item is not None:
-        raise fail(last, f"item {item.id} still open at the end")
     terminal = events[last]
     response = terminal["response"]
+    finished = [t.done for t in items]
+    if item is not None:
+        # Only a failed response may end with a call still open: its arguments were cut
+        # off, so it is never announced done (issue 16); the output keeps it, incomplete.
+        if terminal["type"] != "response.failed" or item.type != "function_call":
+            raise fail(last, f"item {item.id} still open at the end")
+        kept = response["output"][-1] if response["output"] else {}
+        if kept.get("id") != item.id or kept.get("status") != "incomplete":
+            raise fail(last, "an unfinished call must stay in the output, incomplete")
+        if kept.get("arguments") != "".join(args):
+            raise fail(last, "the unfinished call's arguments differ from its deltas")
+        finished[-1] = kept
     if response["id"] != response_id:
         raise fail(last, "response id changed")
     if response["status"] != _TERMINAL_STATUS[terminal["type"]]:
         raise fail(last, f"status {response['status']!r} in {terminal['type']}")
-    finished = [t.done for t in items]
     if stable(response["output"]) != stable(finished):
         raise fail(last, "terminal output differs from the output_item.done items")
     return Grammar(items, terminal)
@@ -549,3 +577,22 @@ def reconstruct(events: list[dict[str, Any]]) -> Reconstructed:
     out.text, out.refusal, out.reasoning = "".join(text), "".join(refusal), "".join(reasoning)
     out.calls = [(c, n, "".join(a)) for c, n, a in calls.values()]
     return out
+
+
+def failed_code(error: Any) -> str | None:
+    """The gateway's own code behind a failed Response's ``error`` (a dict or an SDK object).
+
+    The code itself where the SDK documents it; else the response says ``server_error`` and
+    its message ends with the gateway's code in parentheses (``response_error``).
+    """
+    if error is None:
+        return None
+    if isinstance(error, dict):
+        code, message = error.get("code"), error.get("message") or ""
+    else:
+        code, message = error.code, error.message or ""
+    if code == "server_error":
+        found = re.search(r"\(([a-z0-9_]+)\)$", message)
+        if found:
+            return found[1]
+    return code

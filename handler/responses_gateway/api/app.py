@@ -18,7 +18,8 @@ from responses_gateway.api import routes
 from responses_gateway.api.auth import Authenticator
 from responses_gateway.config import Settings
 from responses_gateway.errors import GatewayError
-from responses_gateway.observability import RequestContext
+from responses_gateway.ids import request_id
+from responses_gateway.observability import RequestContext, scrub_server_logs
 from responses_gateway.runner import Gateway
 from responses_gateway.services import build_gateway
 
@@ -47,10 +48,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     logger.exception("unhandled error on %s %s", request.method, request.url.path)
+    rid = request_id.get()
+    quote = f" (Please include the request ID {rid} if you report it.)" if rid else ""
     return routes.error_response(
         GatewayError(
             500,
-            "The server had an error while processing your request. Sorry about that!",
+            "The server had an error while processing your request. Sorry about that!" + quote,
             type="server_error",
             code="server_error",
         )
@@ -91,6 +94,7 @@ def create_app(settings: Settings | None = None, gateway: Gateway | None = None)
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         own = gateway is None
         app.state.gateway = gateway or build_gateway(settings)
+        scrub_server_logs()  # after the server configured its loggers
         _tune_collector()
         try:
             yield

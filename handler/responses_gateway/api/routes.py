@@ -10,10 +10,12 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from responses_gateway.api.json_body import decode_json
 from responses_gateway.api.sse_response import EventStreamResponse
 from responses_gateway.errors import GatewayError, invalid_request, not_found
 from responses_gateway.runner import Gateway
 from responses_gateway.store.base import StoredResponse
+from responses_gateway.translate.request_models import MAX_ID_LENGTH
 from responses_gateway.worker import background
 
 
@@ -46,20 +48,7 @@ async def _json_body(request: Request) -> Any:
         body += piece
         if limit and len(body) > limit:
             raise _too_large(limit)
-    if not body:
-        raise invalid_request(
-            "We could not parse the JSON body of your request. (HINT: This likely means you "
-            "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, "
-            "but what was sent was not valid JSON.)"
-        )
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise invalid_request(
-            "We could not parse the JSON body of your request. (HINT: This likely means you "
-            "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, "
-            "but what was sent was not valid JSON.)"
-        ) from None
+    return decode_json(body)
 
 
 def _too_large(limit: int) -> GatewayError:
@@ -112,12 +101,25 @@ async def create_response(request: Request) -> Response:
     return JSON(await job.run_to_end())
 
 
+def _response_id(request: Request) -> str:
+    """The path's response id; one longer than any id can be (a store key) is not found."""
+    response_id = request.path_params["response_id"]
+    if len(response_id) > MAX_ID_LENGTH:
+        raise _response_not_found(response_id)
+    return response_id
+
+
+def _response_not_found(response_id: str) -> GatewayError:
+    shown = response_id if len(response_id) <= MAX_ID_LENGTH else response_id[:64] + "…"
+    return not_found(f"Response with id '{shown}' not found.", param="response_id")
+
+
 async def _record(request: Request) -> StoredResponse:
     tenant = _tenant(request)
-    response_id = request.path_params["response_id"]
+    response_id = _response_id(request)
     record = await background.load(_gateway(request), response_id, tenant)
     if record is None:
-        raise not_found(f"Response with id '{response_id}' not found.", param="response_id")
+        raise _response_not_found(response_id)
     return record
 
 
@@ -142,9 +144,9 @@ async def retrieve_response(request: Request) -> Response:
 
 async def delete_response(request: Request) -> Response:
     tenant = _tenant(request)
-    response_id = request.path_params["response_id"]
+    response_id = _response_id(request)
     if not await _gateway(request).store.delete(response_id, tenant):
-        raise not_found(f"Response with id '{response_id}' not found.", param="response_id")
+        raise _response_not_found(response_id)
     return JSON({"id": response_id, "object": "response", "deleted": True})
 
 

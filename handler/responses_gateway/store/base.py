@@ -18,11 +18,15 @@ number of calls however long the conversation is.
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
 from responses_gateway.errors import GatewayError
+from responses_gateway.ids import request_id
+
+logger = logging.getLogger("responses_gateway.store")
 
 TERMINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled"})
 
@@ -32,10 +36,24 @@ class CancelledError(Exception):
 
 
 class StoreUnavailable(GatewayError):
-    """A store call failed for good (retries spent, database locked): end the response failed."""
+    """A store call failed for good (retries spent, database locked): end the response failed.
 
-    def __init__(self, message: str) -> None:
-        super().__init__(503, message, type="server_error", code="store_unavailable")
+    ``detail`` (endpoints, table names, ARNs, file paths) goes to the log only; the client is
+    told that the store is unavailable and which request to quote.
+    """
+
+    def __init__(self, detail: str) -> None:
+        rid = request_id.get()
+        quote = f", quoting request id {rid}" if rid else ""
+        super().__init__(
+            503,
+            "The response store is unavailable right now. You can retry your request; if the "
+            f"error persists, tell the gateway's operator{quote}.",
+            type="server_error",
+            code="store_unavailable",
+        )
+        self.detail = detail
+        logger.error("response store unavailable (request %s): %s", rid, detail)
 
 
 @dataclass(slots=True)

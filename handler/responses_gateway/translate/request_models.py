@@ -41,11 +41,16 @@ INCLUDABLE = frozenset(
 LOGPROBS = "message.output_text.logprobs"
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
 NAME_PATTERN = r"^[a-zA-Z0-9_-]+$"
+# Ids a client sends are store keys (DynamoDB: 1024 bytes per sort key, 2048 per partition
+# key); 200 characters of at most 4 UTF-8 bytes each leave room for the key's prefix. The
+# gateway's own ids are about 50.
+MAX_ID_LENGTH = 200
 
 _ITEMS = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
 _PARAMS = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
 
 Status = Literal["in_progress", "completed", "incomplete"]
+ItemId = Annotated[str, Field(max_length=MAX_ID_LENGTH)]
 
 
 def _by_type(value: Any) -> str | None:
@@ -150,7 +155,7 @@ class ReasoningText(BaseModel):
 class Message(BaseModel):
     model_config = _ITEMS
     type: Literal["message"] = "message"
-    id: str | None = None
+    id: ItemId | None = None
     role: Literal["user", "system", "developer", "assistant"]
     content: _str_or_parts(MessagePart)
     status: Status | None = None
@@ -159,7 +164,7 @@ class Message(BaseModel):
 class FunctionCall(BaseModel):
     model_config = _ITEMS
     type: Literal["function_call"]
-    id: str | None = None
+    id: ItemId | None = None
     call_id: str = Field(min_length=1)
     name: str = Field(min_length=1)
     arguments: str
@@ -169,7 +174,7 @@ class FunctionCall(BaseModel):
 class FunctionCallOutput(BaseModel):
     model_config = _ITEMS
     type: Literal["function_call_output"]
-    id: str | None = None
+    id: ItemId | None = None
     call_id: str = Field(min_length=1)
     output: _str_or_parts(InputPart)
     status: Status | None = None
@@ -178,7 +183,7 @@ class FunctionCallOutput(BaseModel):
 class ReasoningItem(BaseModel):
     model_config = _ITEMS
     type: Literal["reasoning"]
-    id: str | None = None
+    id: ItemId | None = None
     summary: list[SummaryText] = Field(default_factory=list)
     content: list[ReasoningText] | None = None
     encrypted_content: str | None = None
@@ -188,7 +193,7 @@ class ReasoningItem(BaseModel):
 class ItemReference(BaseModel):
     model_config = _ITEMS
     type: Literal["item_reference"] = "item_reference"
-    id: str
+    id: ItemId
 
 
 def _item_tag(value: Any) -> str | None:
@@ -344,7 +349,7 @@ class CreateResponseRequest(BaseModel):
     stream_options: StreamOptions | None = None
     store: bool = True
     background: bool = False
-    previous_response_id: str | None = None
+    previous_response_id: ItemId | None = None
     metadata: Metadata | None = Field(default=None, max_length=16)
     truncation: Literal["auto", "disabled"] | None = None
     service_tier: (

@@ -98,3 +98,25 @@ def _count(value: Any) -> int:
 
 def _object(value: Any) -> dict[str, Any]:
     return value if value.__class__ is dict else {}
+
+
+# ``Response.error.code`` is an enum in OpenAI's API (the openai SDKs type it as a Literal);
+# the gateway's own codes (upstream_timeout, store_unavailable, worker_lost...) are not in
+# it, so they travel in the message and the code says ``server_error``.
+RESPONSE_ERROR_CODES = frozenset({
+    "server_error", "rate_limit_exceeded", "invalid_prompt", "data_residency_mismatch",
+    "bio_policy", "misalignment_policy_violation", "vector_store_timeout", "invalid_image",
+    "invalid_image_format", "invalid_base64_image", "invalid_image_url", "image_too_large",
+    "image_too_small", "image_parse_error", "image_content_policy_violation",
+    "invalid_image_mode", "image_file_too_large", "unsupported_image_media_type",
+    "empty_image_file", "failed_to_download_image", "image_file_not_found",
+})
+
+
+def response_error(code: str | None, message: str) -> dict[str, str]:
+    """The ``error`` of a failed Response: a documented code, the detail in the message."""
+    if code in RESPONSE_ERROR_CODES:
+        return {"code": code, "message": message}  # type: ignore[dict-item]
+    if code and code not in message:
+        message = f"{message} ({code})"
+    return {"code": "server_error", "message": message}

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from responses_gateway import ids
-from responses_gateway.translate.response_object import usage_from_chat
+from responses_gateway.translate.response_object import response_error, usage_from_chat
 from responses_gateway.translate.upstream_sse import parse_chunk
 
 Event = dict[str, Any]
@@ -314,9 +314,22 @@ class ResponseTranslator:
                         "delta": value, "sequence_number": seq})
 
     def finish(self) -> list[Event]:
-        """The upstream ended cleanly: close what is open and emit the terminal event."""
+        """The upstream ended cleanly: close what is open and emit the terminal event.
+
+        A stream that ended with neither a ``finish_reason`` nor ``usage`` was cut off
+        (llama-cpp-python ends a running stream with ``[DONE]`` alone when another request
+        arrives): the model did not finish and no ``incomplete_details.reason`` says why, so
+        the response fails with its partial output. ``usage`` without a ``finish_reason`` is
+        a finished answer (Snowflake Cortex never sends one). See docs/upstreams.md.
+        """
         if self.done:
             return []
+        if self._finish_reason is None and self._usage is None:
+            return self.fail(
+                "upstream_no_finish_reason",
+                "Upstream error: the stream ended without a finish_reason; the output may be "
+                "cut off.",
+            )
         out: list[Event] = []
         reason = _INCOMPLETE_REASONS.get(self._finish_reason or "")
         self._close(out, "incomplete" if reason else "completed")
@@ -339,19 +352,24 @@ class ResponseTranslator:
         if self.done:
             return []
         out: list[Event] = []
-        self._close(out, "incomplete")
-        self._close_pending_calls(out)
+        if self._kind == _CALL:
+            self._abandon_call()
+        else:
+            self._close(out, "incomplete")
         response = self.response
         if self._usage is not None:
             response["usage"] = usage_from_chat(self._usage)
         response["status"] = "failed"
-        response["error"] = {"code": code, "message": message}
+        response["error"] = response_error(code, message)
         out.append(self._terminal("response.failed"))
         return out
 
     def cancel(self) -> None:
         """Stop without a terminal event (the response was cancelled elsewhere)."""
-        self._close([], "incomplete")
+        if self._kind == _CALL:
+            self._abandon_call()
+        else:
+            self._close([], "incomplete")
         self.response["status"] = "cancelled"
         self.done = True
         self._repeat = None
@@ -371,7 +389,7 @@ class ResponseTranslator:
                 logprobs = None
                 if self._want_logprobs:
                     lp = choice.get("logprobs")
-                    logprobs = lp.get("content") if lp else None
+                    logprobs = _logprobs(lp.get("content")) if lp else None
                 self._text(content, logprobs, out)
             elif isinstance(content, list):
                 self._content_parts(content, out)
@@ -742,6 +760,23 @@ class ResponseTranslator:
             )
         )
 
+    def _abandon_call(self) -> None:
+        """The response ends with a call whose arguments never finished: it stays open.
+
+        No ``function_call_arguments.done`` or ``output_item.done``: clients run the calls
+        those announce (the Codex CLI does, and keeps them in its history), and these
+        arguments are cut off. The response's output keeps it, marked ``incomplete``.
+        """
+        call, item = self._call, self._item
+        assert call is not None and item is not None
+        item["arguments"] = "".join(call.args)
+        item["status"] = "incomplete"
+        call.state = 2
+        self._call = None
+        self._kind = _NONE
+        self._item = None
+        self._pieces = []
+
     def _close_reasoning(self, item: dict[str, Any], out: list[Event]) -> None:
         base = {"item_id": self._item_id, "output_index": self._output_index}
         if self._content_index >= 0:
@@ -917,6 +952,31 @@ def _has_other_parts(get: Callable[[str], Any]) -> bool:
         get("reasoning_content") or get("reasoning") or get("reasoning_details")
         or get("refusal") or get("tool_calls")
     )
+
+
+def _logprobs(entries: Any) -> list[Any] | None:
+    """Chat logprobs as the Responses schema types them: ``bytes`` is a list of ints, which
+    some servers send as null (llama.cpp); the token's UTF-8 is what it means."""
+    if not entries or entries.__class__ is not list:
+        return None
+    for entry in entries:
+        if entry.__class__ is not dict:
+            raise TranslationError("a logprob entry that is not an object")
+        _fill_bytes(entry)
+        top = entry.get("top_logprobs")
+        if top.__class__ is list:
+            for alternative in top:
+                if alternative.__class__ is dict:
+                    _fill_bytes(alternative)
+        else:
+            entry["top_logprobs"] = []
+    return entries
+
+
+def _fill_bytes(entry: dict[str, Any]) -> None:
+    if entry.get("bytes").__class__ is not list:
+        token = entry.get("token")
+        entry["bytes"] = list(token.encode()) if token.__class__ is str else []
 
 
 class TranslationError(Exception):

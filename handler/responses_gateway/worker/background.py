@@ -36,6 +36,7 @@ from responses_gateway.store.base import (
     StoredResponse,
     StoreUnavailable,
 )
+from responses_gateway.translate.response_object import response_error
 from responses_gateway.translate.stream import Event
 from responses_gateway.translate.upstream_sse import Chunk
 
@@ -445,7 +446,7 @@ async def _fail_if_running(
     if record is None or record.status not in RUNNING:
         return record
     record.response["status"] = "failed"
-    record.response["error"] = {"code": code, "message": message}
+    record.response["error"] = response_error(code, message)
     if await gateway.store.update_response(
         response_id, record.response, expect_status=RUNNING, lease_until=0
     ):
