@@ -1,6 +1,8 @@
 """A validated Responses request plus its conversation items → one Chat Completions body.
 
-Choices made for OpenAI-compatible servers (documented here because clients cannot see them):
+Choices made for OpenAI-compatible servers (documented here because clients cannot see them).
+The body is OpenAI's own form (``max_completion_tokens``, ``content: null`` beside
+``tool_calls``); ``backends/dialects.py`` rewrites it for the server actually upstream.
 
 - ``developer`` messages become ``system`` messages: OpenAI's chat API accepts ``developer``,
   many compatible servers (vLLM templates, Groq, Mistral, Bedrock via our adapter) do not, and
