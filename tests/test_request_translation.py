@@ -293,7 +293,7 @@ def test_include_values() -> None:
     assert not parse().wants_logprobs
 
 
-@pytest.mark.parametrize("field", ["conversation", "prompt"])
+@pytest.mark.parametrize("field", ["prompt"])  # conversation: tests/test_conversations.py
 def test_conversation_and_prompt_are_unsupported(field: str) -> None:
     value = "conv_123" if field == "conversation" else {"id": "pmpt_1"}
     err = error_of({"model": "m", field: value})

@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from responses_gateway import ids
+from responses_gateway import conversations, ids
 from responses_gateway.backends.base import Backend, BackendRequest
 from responses_gateway.config import Settings
 from responses_gateway.errors import GatewayError, invalid_request, not_found
@@ -66,6 +66,9 @@ class Gateway:
         if req.store:
             self.store.check_input_items(items)
         history = await self._history(req.previous_response_id, tenant, cached)
+        turn = await conversations.begin(self.store, req, tenant, items)
+        if turn is not None:  # ``conversation``: its items come before this turn's input
+            history = turn.history
         route = self.settings.route(req.model)
         reasoning_input = "reasoning_content" if route.backend == "bedrock" else (
             self.settings.reasoning_input
@@ -102,6 +105,8 @@ class Gateway:
             background=req.background,
             expires_at=int(time.time()) + self.settings.retention_days * 86400,
         )
+        if turn is not None:
+            await turn.lock(record)  # the request is ready: hold the conversation until it ends
         return Job(self, record, stream=req.streaming, store=req.store)
 
     async def aclose(self) -> None:
@@ -205,6 +210,7 @@ class Job:
         )
         self._chunks: AsyncIterator[list[Chunk]] | None = None
         self._first: asyncio.Future[list[Chunk]] | None = None
+        self.conversation = conversations.turn_of(gateway.store, record)
 
     @property
     def response(self) -> dict[str, Any]:
@@ -322,6 +328,8 @@ class Job:
         return self.response
 
     async def close(self) -> None:
+        if self.conversation is not None and not self.record.background:
+            await self.conversation.release()  # ended before its terminal write: let go
         first, chunks = self._first, self._chunks
         self.metrics.finish(self.translator.response, first)
         if first is not None and not first.done():
@@ -360,6 +368,8 @@ class Job:
 
     async def persist(self) -> None:
         """Write the record before the terminal event leaves (background jobs replace this)."""
+        if self.conversation is not None:  # the turn's items first: if that fails, nothing is
+            await self.conversation.finish(self)  # stored and the response ends failed
         if not self.store:
             return
         self.record.request["sealed_reasoning"] = self.translator.sealed_reasoning

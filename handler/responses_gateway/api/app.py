@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from responses_gateway.api import routes
+from responses_gateway.api import conversations, routes
 from responses_gateway.api.auth import Authenticator
 from responses_gateway.config import Settings
 from responses_gateway.errors import GatewayError
@@ -114,6 +114,7 @@ def create_app(settings: Settings | None = None, gateway: Gateway | None = None)
                 routes.list_input_items,
                 methods=["GET"],
             ),
+            *(Route(path, fn, methods=[m]) for path, fn, m in conversations.ROUTES),
             Route("/v1/models", routes.list_models, methods=["GET"]),
             Route("/health", routes.health, methods=["GET"]),
         ],

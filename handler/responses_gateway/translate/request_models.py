@@ -591,11 +591,7 @@ _PARTS_BY_ROLE = {
 
 def _check(req: CreateResponseRequest) -> None:
     if req.conversation is not None:
-        raise _unsupported(
-            "conversation",
-            "Conversations are not supported by this gateway; use 'previous_response_id' to "
-            "continue a conversation.",
-        )
+        _check_conversation(req)
     if req.prompt is not None:
         raise _unsupported(
             "prompt",
@@ -629,6 +625,38 @@ def _check(req: CreateResponseRequest) -> None:
             elif isinstance(item, FunctionCallOutput) and isinstance(item.output, list):
                 for j, part in enumerate(item.output):
                     _check_media(part, f"input[{i}].output[{j}]")
+
+
+CONVERSATION_PREFIX = "conv"
+
+
+def _check_conversation(req: CreateResponseRequest) -> None:
+    """``conversation``: an id or ``{"id": ...}``, never beside ``previous_response_id``."""
+    value = req.conversation
+    if isinstance(value, dict):
+        if "id" not in value:
+            raise _missing("conversation.id")
+        value = value["id"]
+        param = "conversation.id"
+    else:
+        param = "conversation"
+    if not isinstance(value, str):
+        expected = "a string" if param.endswith(".id") else "one of a string or an object"
+        raise _invalid_type(param, expected, value)
+    if not value.startswith(CONVERSATION_PREFIX) or len(value) > MAX_ID_LENGTH:
+        raise invalid_request(
+            f"Invalid '{param}': {_show(value)}. Expected an ID that begins with "
+            f"'{CONVERSATION_PREFIX}'.",
+            param=param,
+            code="invalid_value",
+        )
+    if req.previous_response_id is not None:
+        raise invalid_request(
+            "Mutually exclusive parameters. Ensure you are only providing one of: "
+            "'previous_response_id' or 'conversation'.",
+            code="mutually_exclusive_parameters",
+        )
+    req.conversation = value  # from here on, the id
 
 
 def _check_media(part: BaseModel, param: str) -> None:

@@ -1,0 +1,257 @@
+"""Conversations: what ``conversation`` on a create adds to a response, and the shared checks
+of the Conversations API (``api/conversations.py``).
+
+A turn on a conversation (``Turn``) is read, locked, then settled:
+
+- ``begin``  reads the conversation's items (one store call): they come before this turn's
+  input, whose item ids must be new to the conversation (OpenAI's "Duplicate item" 400);
+- ``lock``   once the request is ready, takes the conversation's turn lock, conditional on
+  nothing having been appended since the read: a second response on the same conversation
+  meanwhile gets OpenAI's 400 ``conversation_locked`` instead of interleaving with this one;
+- ``finish`` when the response ends: a ``completed`` or ``incomplete`` one appends its input
+  and output items and releases the lock in one write; a ``failed`` or ``cancelled`` one
+  appends nothing (the client may send the same input again) and only releases it.
+
+The lock expires after ``LOCK_SECONDS`` so a process that dies mid-turn cannot hold a
+conversation forever. Conversations, like OpenAI's, do not expire.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from responses_gateway import ids
+from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.store.base import (
+    ConversationLocked,
+    ConversationStore,
+    DuplicateItem,
+    StoredResponse,
+)
+from responses_gateway.translate.request_models import (
+    ENCRYPTED_REASONING,
+    INCLUDABLE,
+    CreateResponseRequest,
+    normalize_input,
+    parse_create_request,
+)
+
+logger = logging.getLogger("responses_gateway")
+CONVERSATION = "conv_"
+MAX_ITEMS_PER_WRITE = 20  # OpenAI: "You may add up to 20 items at a time."
+LOCK_SECONDS = 900.0  # a turn longer than this (a Lambda's longest run) loses its lock
+APPENDED = frozenset({"completed", "incomplete"})
+
+
+def new_id() -> str:
+    return ids.new_id(CONVERSATION)
+
+
+def store_of(store: Any) -> ConversationStore:
+    """The gateway's store as a ConversationStore (every store the gateway builds is one)."""
+    return cast(ConversationStore, store)
+
+
+def not_found(conversation_id: str) -> GatewayError:
+    # OpenAI: 404, no param, no code.
+    return GatewayError(404, f"Conversation with id '{conversation_id}' not found.")
+
+
+def item_not_found(item_id: str) -> GatewayError:
+    return GatewayError(404, f"Item with id '{item_id}' not found.", param="item_id")
+
+
+# -- request pieces the Conversations API shares with POST /v1/responses -----------------------
+
+
+def parse_items(raw: Any, param: str = "items") -> list[dict[str, Any]]:
+    """Items as OpenAI takes them in ``input``, validated and normalized by the same code
+    (ids minted, content as parts); errors name ``items[…]`` instead of ``input[…]``."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise invalid_request(
+            f"Invalid type for '{param}': expected an array of input items, but got "
+            f"{'a string' if isinstance(raw, str) else 'an object'} instead.",
+            param=param,
+            code="invalid_type",
+        )
+    if len(raw) > MAX_ITEMS_PER_WRITE:
+        raise invalid_request(
+            f"Invalid '{param}': array too long. Expected an array with maximum length "
+            f"{MAX_ITEMS_PER_WRITE}, but got an array with length {len(raw)} instead.",
+            param=param,
+            code="array_above_max_length",
+        )
+    try:
+        req = parse_create_request({"model": "-", "input": raw})
+    except GatewayError as exc:
+        raise _renamed(exc, "input", param) from None
+    items = normalize_input(req)
+    seen: set[str] = set()
+    for item in items:
+        if item["id"] in seen:
+            raise DuplicateItem(item["id"], param)
+        seen.add(item["id"])
+    return items
+
+
+def parse_metadata(raw: Any) -> dict[str, str]:
+    """``metadata`` with the create body's limits (16 pairs, keys 64, values 512)."""
+    if raw is None:
+        return {}
+    return dict(parse_create_request({"model": "-", "metadata": raw}).metadata or {})
+
+
+def parse_include(values: list[str]) -> frozenset[str]:
+    for i, value in enumerate(values):
+        if value not in INCLUDABLE:
+            supported = ", ".join(f"'{v}'" for v in sorted(INCLUDABLE))
+            raise invalid_request(
+                f"Invalid value: '{value}'. Supported values are: {supported}.",
+                param=f"include[{i}]",
+                code="invalid_value",
+            )
+    return frozenset(values)
+
+
+def for_client(item: dict[str, Any], include: frozenset[str]) -> dict[str, Any]:
+    """A stored item as listed: sealed reasoning only when ``include`` asks for it."""
+    if ENCRYPTED_REASONING not in include and "encrypted_content" in item:
+        item = {k: v for k, v in item.items() if k != "encrypted_content"}
+    return item
+
+
+def _renamed(exc: GatewayError, old: str, new: str) -> GatewayError:
+    if exc.param and exc.param.startswith(old):
+        exc.param = new + exc.param[len(old) :]
+        exc.message = exc.message.replace(f"'{old}", f"'{new}")
+    return exc
+
+
+# -- a response's turn ------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Turn:
+    """One response's hold on a conversation, from its history read to its append."""
+
+    store: ConversationStore
+    conversation_id: str
+    tenant: str
+    length: int  # committed items when the history was read
+    token: str = field(default_factory=lambda: secrets.token_hex(12))
+    history: list[dict[str, Any]] = field(default_factory=list)
+    done: bool = False
+
+    async def lock(self, record: StoredResponse) -> None:
+        """Take the turn lock and name the conversation in the record (and the Response)."""
+        taken = await self.store.lock_conversation(
+            self.conversation_id,
+            self.tenant,
+            self.token,
+            length=self.length,
+            until=time.time() + LOCK_SECONDS,
+        )
+        if taken is None:
+            raise not_found(self.conversation_id)
+        if not taken:
+            raise ConversationLocked()
+        record.request["conversation"] = {
+            "id": self.conversation_id, "token": self.token, "length": self.length
+        }
+        record.response["conversation"] = {"id": self.conversation_id}
+
+    async def finish(self, job: Any) -> None:
+        """The response ended: append its items (completed, incomplete) or just let go."""
+        if self.done:
+            return
+        self.done = True
+        response = job.translator.response
+        if response.get("status") not in APPENDED:
+            await self.store.release_conversation(self.conversation_id, self.token)
+            return
+        sealed = job.translator.sealed_reasoning
+        output = [
+            dict(item, encrypted_content=sealed[item["id"]])
+            if item.get("type") == "reasoning" and item.get("id") in sealed
+            and "encrypted_content" not in item
+            else item
+            for item in response.get("output") or ()
+        ]
+        await self.store.append_conversation_items(
+            self.conversation_id,
+            self.tenant,
+            [*job.record.input_items, *output],
+            token=self.token,
+            length=self.length,
+            param="input",
+        )
+
+    async def release(self) -> None:
+        """The turn ends without a response (refused early, stopped): free the conversation.
+
+        Best effort: if the store fails here too, the lock lapses after LOCK_SECONDS."""
+        if not self.done:
+            self.done = True
+            try:
+                await self.store.release_conversation(self.conversation_id, self.token)
+            except Exception:
+                logger.warning("could not release conversation %s", self.conversation_id,
+                               exc_info=True)
+
+
+async def begin(
+    store: Any, req: CreateResponseRequest, tenant: str, items: list[dict[str, Any]]
+) -> Turn | None:
+    """The conversation's items for a create with ``conversation`` (None without one)."""
+    if req.conversation is None:
+        return None
+    conversation_id = req.conversation
+    found = await store_of(store).conversation_items(conversation_id, tenant)
+    if found is None:
+        raise not_found(conversation_id)
+    conversation, history = found
+    if conversation.locked:
+        raise ConversationLocked()
+    held = {item.get("id") for item in history}
+    for item in items:
+        if item.get("id") in held:
+            raise DuplicateItem(item["id"], "input")
+    return Turn(
+        store_of(store), conversation_id, tenant, conversation.length, history=history
+    )
+
+
+def turn_of(store: Any, record: StoredResponse) -> Turn | None:
+    """The turn a stored record holds (a background worker settles it in its own process)."""
+    held = record.request.get("conversation")
+    if not held:
+        return None
+    return Turn(
+        store_of(store), held["id"], record.tenant, held["length"], token=held["token"]
+    )
+
+
+async def release_record(store: Any, record: StoredResponse) -> None:
+    """A background response ended elsewhere (cancelled, its worker lost): free its turn."""
+    turn = turn_of(store, record)
+    if turn is not None:
+        await turn.release()
+
+
+__all__ = [
+    "Turn",
+    "begin",
+    "for_client",
+    "not_found",
+    "parse_include",
+    "parse_items",
+    "parse_metadata",
+    "release_record",
+    "turn_of",
+]
