@@ -26,6 +26,7 @@ from typing import Any
 
 import anyio
 
+from responses_gateway import conversations
 from responses_gateway.backends.base import Backend, BackendRequest
 from responses_gateway.errors import GatewayError, UpstreamError, invalid_request
 from responses_gateway.runner import Gateway, Job
@@ -192,7 +193,11 @@ async def run(
             job.backend = DeadlineBackend(job.backend, deadline)
         log = EventLog(gateway, job, lease)
         job.persist = log.finish  # type: ignore[method-assign]
-        await log.run()
+        try:
+            await log.run()
+        finally:
+            if job.conversation is not None:
+                await job.conversation.release()  # nothing appended (failed, stopped): let go
     except asyncio.CancelledError:  # this process is stopping
         with anyio.CancelScope(shield=True):
             await _fail_quietly(
@@ -293,6 +298,8 @@ class EventLog:
                     await self.flush()
         if self.job.response.get("status") in TERMINAL_STATUSES - {"cancelled"}:
             await self.flush(final=True)
+            if self.job.conversation is not None:  # the terminal write held: append the turn
+                await self.job.conversation.finish(self.job)
             await self._keep_sealed_reasoning()
 
     async def _keep_sealed_reasoning(self) -> None:
@@ -450,6 +457,7 @@ async def _fail_if_running(
     if await gateway.store.update_response(
         response_id, record.response, expect_status=RUNNING, lease_until=0
     ):
+        await conversations.release_record(gateway.store, record)
         return record
     return await gateway.store.get(response_id, tenant)
 
@@ -498,6 +506,7 @@ async def cancel(gateway: Gateway, record: StoredResponse) -> dict[str, Any]:
     if await gateway.store.update_response(
         record.id, response, expect_status=RUNNING, lease_until=0
     ):
+        await conversations.release_record(gateway.store, record)
         task = feed_of(gateway).tasks.get(record.id)
         if task is not None:
             task.cancel()  # running here: stop the upstream now, not at the next flush
