@@ -30,9 +30,15 @@ def main(argv: list[str] | None = None) -> int:
         import uvicorn
 
         from responses_gateway.api.app import create_app
+        from responses_gateway.config import Settings
 
-        uvicorn.run(create_app(), host=args.host, port=args.port, log_level=args.log_level,
-                    timeout_graceful_shutdown=5)
+        settings = Settings.from_env()
+        # A WebSocket message up to twice the body limit reaches the app, which answers one
+        # above the limit with an ``error`` event; uvicorn closes (1009) beyond that.
+        ws_max_size = 2 * settings.max_body_bytes if settings.max_body_bytes else 2**31
+        uvicorn.run(create_app(settings), host=args.host, port=args.port,
+                    log_level=args.log_level, timeout_graceful_shutdown=5,
+                    ws_max_size=ws_max_size)
         return 0
     table = args.table
     if table is None:
