@@ -33,7 +33,12 @@ from responses_gateway.worker import background
 from tests.helpers.e2e import check_response, check_stream, sdk_events, split_frames
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
-from tests.helpers.responses_validation import TERMINAL_TYPES, events_from_sse, failed_code
+from tests.helpers.responses_validation import (
+    TERMINAL_TYPES,
+    events_from_sse,
+    failed_code,
+    reconstruct,
+)
 from tests.helpers.scripted_upstream import ScriptedUpstream, StreamRecord
 
 pytestmark = pytest.mark.timeout(120)
@@ -313,11 +318,33 @@ def test_cancel_mid_stream(env: Env, via: str) -> None:
     wait_until(lambda: env.upstream.streams and any(
         t in s.script and s.items_sent >= 5 for s in env.upstream.streams))
     wait_until(lambda: c.responses.retrieve(created.id).status == "in_progress")
+    # Followers on both instances, live while the cancel happens (issue 16, item 11).
+    followed: dict[str, list[dict[str, Any]]] = {}
+    followers = [
+        threading.Thread(target=lambda s=s, k=k: followed.__setitem__(
+            k, read_sse(resume_url(s, created.id, None), timeout=20)))
+        for k, s in (("runner", runner), ("canceller", canceller))
+    ]
+    for follower in followers:
+        follower.start()
+    time.sleep(0.3)
 
     cancelled_at = time.monotonic()
     cancelled = cc.responses.cancel(created.id)
     assert cancelled.status == "cancelled" and cancelled.id == created.id
     check_response(cancelled)
+    for follower in followers:
+        follower.join(timeout=20)
+    for events in followed.values():  # each got a terminal event carrying the cancelled object
+        check_stream(events)
+        assert events[-1]["type"] == "response.failed"
+        assert events[-1]["response"]["status"] == "cancelled"
+        assert events[-1]["response"]["error"] is None
+    # The cancelled object holds everything logged before the cancel, each item's status true.
+    logged = reconstruct(read_sse(resume_url(canceller, created.id, None)))
+    text = "".join(p.text for i in cancelled.output for p in i.content)  # type: ignore[union-attr]
+    assert text and text == logged.text
+    assert all(item.status != "in_progress" for item in cancelled.output)  # type: ignore[union-attr]
 
     stream = env.stream_of(t)
     wait_until(lambda: stream.closed_at is not None, timeout=5)
@@ -337,10 +364,12 @@ def test_cancel_mid_stream(env: Env, via: str) -> None:
     store = env.store()
     assert sync(store.get(created.id, "default")).status == "cancelled"  # type: ignore[union-attr]
     assert not [e for e in sync(store.read_events(created.id)) if e["type"] in TERMINAL_TYPES]
-    # A follower of a cancelled response gets what was stored and then the end of the stream.
+    # A follower of a cancelled response gets what was stored, then a terminal event.
     replay = read_sse(resume_url(canceller, created.id, None))
     assert replay and replay[0]["type"] == "response.created"
-    assert not [e for e in replay if e["type"] in TERMINAL_TYPES]
+    check_stream(replay)
+    assert [e["type"] for e in replay if e["type"] in TERMINAL_TYPES] == ["response.failed"]
+    assert replay[-1]["response"] == cc.responses.retrieve(created.id).to_dict()
 
 
 def test_cancel_errors(env: Env) -> None:

@@ -525,20 +525,24 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
     terminal = events[last]
     response = terminal["response"]
     finished = [t.done for t in items]
+    cancelled = terminal["type"] == "response.failed" and response["status"] == "cancelled"
     if item is not None:
-        # Only a failed response may end with a call still open: its arguments were cut
-        # off, so it is never announced done (issue 16); the output keeps it, incomplete.
-        if terminal["type"] != "response.failed" or item.type != "function_call":
+        # Only a failed response may end with a call still open (its arguments were cut off,
+        # so it is never announced done: issue 16), and a cancelled one with any item; the
+        # output keeps it, incomplete.
+        if terminal["type"] != "response.failed" or not (
+            item.type == "function_call" or cancelled
+        ):
             raise fail(last, f"item {item.id} still open at the end")
         kept = response["output"][-1] if response["output"] else {}
-        if kept.get("id") != item.id or kept.get("status") != "incomplete":
-            raise fail(last, "an unfinished call must stay in the output, incomplete")
-        if kept.get("arguments") != "".join(args):
+        if kept.get("id") != item.id or kept.get("status", "incomplete") != "incomplete":
+            raise fail(last, "an unfinished item must stay in the output, incomplete")
+        if item.type == "function_call" and kept.get("arguments") != "".join(args):
             raise fail(last, "the unfinished call's arguments differ from its deltas")
         finished[-1] = kept
     if response["id"] != response_id:
         raise fail(last, "response id changed")
-    if response["status"] != _TERMINAL_STATUS[terminal["type"]]:
+    if response["status"] != _TERMINAL_STATUS[terminal["type"]] and not cancelled:
         raise fail(last, f"status {response['status']!r} in {terminal['type']}")
     if stable(response["output"]) != stable(finished):
         raise fail(last, "terminal output differs from the output_item.done items")

@@ -62,6 +62,7 @@ class LocalFeed:
     def __init__(self) -> None:
         self.events: dict[str, list[Event]] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.stopping: set[str] = set()  # being cancelled here: log what was made, then stop
         self._changed: dict[str, asyncio.Event] = {}
 
     def open(self, response_id: str) -> None:
@@ -178,6 +179,7 @@ async def run(
     store = gateway.store
     feed = feed_of(gateway)
     feed.open(response_id)
+    log: EventLog | None = None
     try:
         record = await store.get(response_id, tenant)
         if record is None or not record.background or record.status != "queued":
@@ -198,12 +200,16 @@ async def run(
         finally:
             if job.conversation is not None:
                 await job.conversation.release()  # nothing appended (failed, stopped): let go
-    except asyncio.CancelledError:  # this process is stopping
+    except asyncio.CancelledError:
         with anyio.CancelScope(shield=True):
-            await _fail_quietly(
-                gateway, response_id, tenant, "worker_stopped",
-                "The gateway stopped while running this background response.",
-            )
+            if response_id in feed.stopping:  # a cancel here: log all, the canceller ends it
+                if log is not None:
+                    await log.keep_pending()
+            else:  # this process is stopping
+                await _fail_quietly(
+                    gateway, response_id, tenant, "worker_stopped",
+                    "The gateway stopped while running this background response.",
+                )
         raise
     except Exception as exc:
         logger.exception("background response %s failed", response_id)
@@ -354,6 +360,17 @@ class EventLog:
             if final:
                 self._feed.publish(self.id, batch)
 
+    async def keep_pending(self) -> None:
+        """Store what was produced and not flushed yet (a cancel is about to end it here)."""
+        async with self._lock:
+            if self.closing or not self.pending:
+                return
+            batch, self.pending = self.pending, []
+            try:
+                await self.store.append_events(self.id, batch)
+            except Exception:  # cancelled meanwhile, or the store is down: those are lost
+                logger.warning("could not log the last events of %s", self.id, exc_info=True)
+
     async def _keep_flushing(self) -> None:
         """Flush every FLUSH_SECONDS; on a cancel or a store failure, stop the consumer."""
         try:
@@ -502,17 +519,42 @@ async def cancel(gateway: Gateway, record: StoredResponse) -> dict[str, Any]:
         )
     if record.status not in RUNNING:
         return record.response
-    response = dict(record.response, status="cancelled")
-    if await gateway.store.update_response(
-        record.id, response, expect_status=RUNNING, lease_until=0
-    ):
-        await conversations.release_record(gateway.store, record)
-        task = feed_of(gateway).tasks.get(record.id)
-        if task is not None:
-            task.cancel()  # running here: stop the upstream now, not at the next flush
-        return response
-    current = await gateway.store.get(record.id, record.tenant)  # it ended meanwhile
-    return current.response if current is not None else record.response
+    store, feed = gateway.store, feed_of(gateway)
+    task = feed.tasks.get(record.id)
+    if task is not None and not task.done():
+        # Running here: stop the upstream now, and have the worker log every event it made
+        # (not fail the response) so that the cancelled object holds all of them.
+        feed.stopping.add(record.id)
+        task.cancel()
+        await asyncio.wait({task}, timeout=STOP_SECONDS)
+        feed.stopping.discard(record.id)
+    events = await store.read_events(record.id, -1)
+    response = cancelled_response(record.response, events)
+    if not await store.update_response(record.id, response, expect_status=RUNNING, lease_until=0):
+        current = await store.get(record.id, record.tenant)  # it ended meanwhile
+        return current.response if current is not None else record.response
+    await conversations.release_record(store, record)
+    # A worker elsewhere learns of the cancel at its next flush; one that landed between the
+    # read above and the cancel belongs in the cancelled object too (later ones fail).
+    later = await store.read_events(record.id, events[-1]["sequence_number"] if events else -1)
+    if later:
+        response = cancelled_response(record.response, events + later)
+        await store.update_response(record.id, response, expect_status={"cancelled"})
+    return response
+
+
+def cancelled_response(response: dict[str, Any], events: list[Event]) -> dict[str, Any]:
+    """The Response as its logged events left it, ``cancelled``: the output so far, and every
+    item that had not finished marked ``incomplete`` (not left ``in_progress``)."""
+    progress = Progress()
+    for event in events:
+        progress.apply(event)
+    snapshot = progress.snapshot() if progress.response else dict(response)
+    output = [
+        dict(item, status="incomplete") if item.get("status") == "in_progress" else item
+        for item in snapshot.get("output") or ()
+    ]
+    return dict(snapshot, status="cancelled", output=output)
 
 
 async def follow(
@@ -521,8 +563,9 @@ async def follow(
     """Stored events after ``after``, then live ones, through the terminal event, in batches
     (never empty) as they are read.
 
-    A response ended without terminal events (lease expired, dead letter) gets a synthesized
-    ``response.failed``; a cancelled one just ends.
+    A response ended without terminal events (lease expired, dead letter, cancelled) gets a
+    synthesized one carrying the stored Response: a follower always sees the end (for a
+    cancel, ``response.failed`` with status ``cancelled``: docs/background.md).
     """
     feed = feed_of(gateway)
     store = gateway.store
@@ -547,10 +590,9 @@ async def follow(
         if local is not None:
             continue
         if ended_as is not None:  # read once more after it ended: no terminal event came
-            if ended_as.status != "cancelled":
-                ending = await _ending(store, ended_as, after, last)
-                if ending is not None:
-                    yield [ending]
+            ending = await _ending(store, ended_as, after, last)
+            if ending is not None:
+                yield [ending]
             return
         current = await load(gateway, record.id, record.tenant)
         if current is None:
@@ -572,8 +614,18 @@ async def _ending(store: Store, current: StoredResponse, after: int, last: int) 
         end = log[-1]["sequence_number"] if log else -1
     if end + 1 <= after:
         return None
-    return {"type": "response." + current.status, "response": current.response,
+    return {"type": _TERMINAL_EVENT_OF[current.status], "response": current.response,
             "sequence_number": end + 1}
+
+
+# There is no ``response.cancelled`` stream event (the SDKs know none): a cancelled response
+# ends its stream as ``response.failed`` carrying status ``cancelled`` and no error.
+_TERMINAL_EVENT_OF = {
+    "completed": "response.completed",
+    "incomplete": "response.incomplete",
+    "failed": "response.failed",
+    "cancelled": "response.failed",
+}
 
 
 def _through_terminal(events: list[Event]) -> tuple[list[Event], bool]:
