@@ -30,6 +30,9 @@ class Settings:
     model_map: dict[str, str] = field(default_factory=dict)
     connect_timeout: float = 10.0
     read_timeout: float = 300.0
+    # Longest a response may run, start to terminal event: a function URL's Lambda stops at
+    # 900 s (ApiTimeout), and the terminal write needs a moment before that. 0: no limit.
+    max_response_seconds: float = 870.0
     max_retries: int = 2
     max_body_bytes: int = 20 * 1024 * 1024
     store: str = "sqlite:gateway.db"
@@ -91,6 +94,9 @@ class Settings:
             model_map=parse_model_map(get("GATEWAY_MODEL_MAP") or ""),
             connect_timeout=float(get("GATEWAY_CONNECT_TIMEOUT", "10") or 10),
             read_timeout=float(get("GATEWAY_READ_TIMEOUT", "300") or 300),
+            max_response_seconds=float(
+                get("GATEWAY_MAX_RESPONSE_SECONDS", str(cls.max_response_seconds)) or 0
+            ),
             max_retries=int(get("GATEWAY_MAX_RETRIES", "2") or 2),
             max_body_bytes=int(get("GATEWAY_MAX_BODY_BYTES", str(cls.max_body_bytes)) or 0),
             store=get("GATEWAY_STORE", cls.store) or cls.store,

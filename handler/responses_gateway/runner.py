@@ -211,6 +211,31 @@ class Job:
         self._chunks: AsyncIterator[list[Chunk]] | None = None
         self._first: asyncio.Future[list[Chunk]] | None = None
         self.conversation = conversations.turn_of(gateway.store, record)
+        # The deadline: when, and the failure it becomes (see ``set_deadline``).
+        self._deadline = float("inf")
+        self._deadline_error: GatewayError | None = None
+        self._expired = False  # the deadline passed
+        self._awaiting: asyncio.Task[Any] | None = None  # the task awaiting the upstream
+        limit = gateway.settings.max_response_seconds
+        if limit > 0:
+            self.set_deadline(time.time() + limit, GatewayError(
+                504,
+                f"The response took longer than this gateway allows ({limit:g} s, "
+                "GATEWAY_MAX_RESPONSE_SECONDS); the output so far is kept.",
+                type="server_error", code="response_timeout",
+            ))
+
+    def set_deadline(self, when: float, error: GatewayError) -> None:
+        """End the response ``failed`` with ``error`` at ``when`` (epoch seconds), partial
+        output kept, if it has not ended by then; the earliest deadline set wins.
+
+        An upstream that sends only keep-alive comments never trips the read timeout; this
+        bounds the whole response instead (a Lambda would otherwise be killed mid-stream, with
+        nothing stored). One timer per response: while the job waits for the upstream it is
+        interrupted there; while it waits for its consumer, the next batch ends it.
+        """
+        if when < self._deadline:
+            self._deadline, self._deadline_error = when, error
 
     @property
     def response(self) -> dict[str, Any]:
@@ -265,12 +290,13 @@ class Job:
         feed = translator.feed
         first = self.open()
         pending: list[Event] = []  # produced but not sent yet: a failure mid-batch keeps them
+        timer = self._arm_deadline()
         try:
             yield translator.start()
             try:
                 # shield: a cancelled consumer must not cancel ``first`` itself (anyio repeats
                 # a cancel, which would break httpx's shielded connection close); close() does.
-                chunks: list[Chunk] | None = await asyncio.shield(first)
+                chunks: list[Chunk] | None = await self._upstream(asyncio.shield(first))
             except StopAsyncIteration:
                 chunks = None
             source = self._chunks
@@ -289,8 +315,10 @@ class Job:
                     yield events
                 if translator.done:
                     break
+                if self._expired:  # the deadline passed while the consumer had the batch
+                    raise self._deadline_error  # type: ignore[misc]
                 try:
-                    chunks = await anext(source)
+                    chunks = await self._upstream(anext(source))
                 except StopAsyncIteration:
                     chunks = None
             if not translator.done:
@@ -315,11 +343,47 @@ class Job:
                 "server_error", "The gateway failed while producing this response."
             ))
         finally:
+            if timer is not None:
+                timer.cancel()
             if not translator.done:
                 # The consumer went away (client disconnect, cancellation): stop for real.
                 translator.cancel()
                 await _shielded(self.persist())
             await _shielded(self.close())
+
+    def seconds_left(self) -> float | None:
+        """Until the deadline (None: none is set)."""
+        if self._deadline_error is None:
+            return None
+        return max(0.0, self._deadline - time.time())
+
+    def _arm_deadline(self) -> asyncio.TimerHandle | None:
+        if self._deadline_error is None:
+            return None
+        loop = asyncio.get_running_loop()
+        return loop.call_at(loop.time() + self._deadline - time.time(), self._expire)
+
+    def _expire(self) -> None:
+        self._expired = True
+        if self._awaiting is not None:
+            self._awaiting.cancel()  # _upstream turns it into the deadline's failure
+
+    async def _upstream(self, awaitable: Awaitable[list[Chunk]]) -> list[Chunk]:
+        """Await the upstream's next chunks where the deadline can interrupt the wait."""
+        if self._expired:
+            close = getattr(awaitable, "close", None)
+            if close is not None:
+                close()  # never awaited: no "never awaited" warning
+            raise self._deadline_error  # type: ignore[misc]
+        task = self._awaiting = asyncio.current_task()
+        try:
+            return await awaitable
+        except asyncio.CancelledError:
+            if not self._expired or task is None or task.uncancel() > 0:
+                raise  # a cancel of its own (the client left, the process stops)
+            raise self._deadline_error from None  # type: ignore[misc]
+        finally:
+            self._awaiting = None
 
     async def run_to_end(self) -> dict[str, Any]:
         """Consume every event; the final Response object (non-stream requests)."""

@@ -25,6 +25,7 @@ Scripts (details in each ``s_*`` docstring):
     rate_limit|429 retry_after=S|none retry_after_ms= retry_after_date=S code= message=
     error|500 status= code= type= message= raw="non-JSON body"
     drop after= clean=1      slow delay= n=          stall after= seconds=
+    keepalive after= every= seconds=
     malformed after=         error_event after= code= message= done=1
     fixture:<file> (or fixture file=<file>) from tests/fixtures/chat-streams/
     crlf / multiline / comments: text with that framing
@@ -396,6 +397,19 @@ def s_stall(ctx: Context, args: Args) -> Plan:
     return Plan(items=items)
 
 
+def s_keepalive(ctx: Context, args: Args) -> Plan:
+    """after=N deltas (default 2), then only SSE comments every=S seconds (default 0.1) for
+    seconds=T (default 30): never silent long enough for a read timeout; then the rest."""
+    items = _text_items(ctx, args.get("text", DEFAULT_TEXT), _int(args, "n", 4))
+    after = 1 + _int(args, "after", 2)
+    every = _float(args, "every", 0.1)
+    beats: list[Item] = []
+    for _ in range(max(1, int(_float(args, "seconds", 30.0) / every))):
+        beats += [Sleep(every), b": keep-alive\n\n"]
+    items[after:after] = beats
+    return Plan(items=items)
+
+
 def s_malformed(ctx: Context, args: Args) -> Plan:
     """after=N deltas (default 2), a data: line that is not JSON, then the rest and [DONE].
     stream=false: a 200 whose body is not JSON."""
@@ -451,6 +465,7 @@ SCRIPTS: dict[str, Callable[[Context, Args], Plan]] = {
     "drop": s_drop,
     "slow": s_slow,
     "stall": s_stall,
+    "keepalive": s_keepalive,
     "malformed": s_malformed,
     "error_event": s_error_event,
     "huge": s_huge,

@@ -91,13 +91,12 @@ async def create_response(request: Request) -> Response:
         return EventStreamResponse(
             job.batches(), keepalive_seconds=gateway.settings.keepalive_seconds
         )
-    try:
-        await first
-    except GatewayError:
+    # An upstream refusal before any output is an HTTP error; a wait past the response's
+    # deadline is a failed response (run_to_end ends it so, and stores it).
+    await asyncio.wait({first}, timeout=job.seconds_left())
+    if first.done() and isinstance(first.exception(), GatewayError):
         await job.close()
-        raise
-    except Exception:
-        pass
+        raise first.exception()  # type: ignore[misc]
     return JSON(await job.run_to_end())
 
 

@@ -27,7 +27,6 @@ from typing import Any
 import anyio
 
 from responses_gateway import conversations
-from responses_gateway.backends.base import Backend, BackendRequest
 from responses_gateway.errors import GatewayError, UpstreamError, invalid_request
 from responses_gateway.runner import Gateway, Job
 from responses_gateway.store.base import (
@@ -39,7 +38,6 @@ from responses_gateway.store.base import (
 )
 from responses_gateway.translate.response_object import response_error
 from responses_gateway.translate.stream import Event
-from responses_gateway.translate.upstream_sse import Chunk
 
 logger = logging.getLogger("responses_gateway.worker")
 
@@ -192,7 +190,12 @@ async def run(
             return
         job = gateway.job_for(record)  # record.response is still queued: response.queued
         if deadline is not None:
-            job.backend = DeadlineBackend(job.backend, deadline)
+            job.set_deadline(deadline, UpstreamError(
+                504,
+                "The worker ran out of time before the response finished.",
+                type="server_error",
+                code="worker_timeout",
+            ))
         log = EventLog(gateway, job, lease)
         job.persist = log.finish  # type: ignore[method-assign]
         try:
@@ -221,39 +224,6 @@ async def run(
         await _fail_quietly(gateway, response_id, tenant, code, message)
     finally:
         feed.close(response_id)
-
-
-class DeadlineBackend:
-    """The backend, cut off at the worker's deadline as an upstream failure.
-
-    Ending it as an error (not a cancellation) lets the job close its open items and end
-    ``failed`` through its ordinary path: terminal events, one conditional write.
-    """
-
-    def __init__(self, backend: Backend, deadline: float) -> None:
-        self.backend = backend
-        self.deadline = deadline
-
-    async def stream(self, request: BackendRequest) -> AsyncIterator[list[Chunk]]:
-        chunks = self.backend.stream(request)
-        end = object()
-        try:
-            while True:
-                with anyio.move_on_after(self.deadline - time.time()) as scope:
-                    chunk = await anext(chunks, end)  # type: ignore[call-overload]
-                if scope.cancelled_caught:
-                    raise UpstreamError(
-                        504,
-                        "The worker ran out of time before the response finished.",
-                        type="server_error",
-                        code="worker_timeout",
-                    )
-                if chunk is end:
-                    return
-                yield chunk
-        finally:
-            with contextlib.suppress(Exception):
-                await chunks.aclose()  # type: ignore[attr-defined]
 
 
 class EventLog:
