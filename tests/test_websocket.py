@@ -208,6 +208,9 @@ def test_one_lane_is_fifo(gateway: GatewayServer) -> None:
         (json.dumps(create("x", background=True)), 400, "invalid_request_error", "background"),
         (json.dumps(create("x" * MAX_MESSAGE)), 413, "request_too_large", None),
         (json.dumps({"type": "response.create", "input": "no model"}), 400, None, "model"),
+        ('{"type": "response.create", "model": "m", "input": "deep", "tools": [{"type": '
+         '"function", "name": "f", "parameters": ' + '{"a": ' * 300 + "{}" + "}" * 300 + "}]}",
+         400, None, None),
     ],
 )
 def test_bad_message_is_an_error_event_and_the_socket_survives(

@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from responses_gateway.api.json_body import fits_depth, too_deep
 from responses_gateway.errors import GatewayError, invalid_request
 from responses_gateway.runner import Gateway, Job
 from responses_gateway.store.base import StoredResponse
@@ -239,6 +240,8 @@ class Session:
             raise invalid_request(
                 "Each WebSocket message must be a JSON object with a 'type'.", param="type"
             )
+        if not fits_depth(event):  # as an HTTP body: refused before anything runs
+            raise too_deep()
         kind = event.get("type")
         if kind not in CLIENT_EVENTS:
             if not isinstance(kind, str):
