@@ -269,17 +269,18 @@ def test_bad_request_400(
     assert upstream.requests == []
 
 
-def test_not_found_404(gateway: GatewayServer) -> None:
-    async def body(c: AsyncOpenAI) -> list[openai.NotFoundError]:
-        errors = []
-        for call in (
-            lambda: c.responses.retrieve("resp_asyncmissing000000000000000"),
-            lambda: c.responses.create(
-                model=MODEL, input="hi", previous_response_id="resp_asyncmissing0000000000000"),
-        ):
-            with pytest.raises(openai.NotFoundError) as caught:
-                await call()
-            errors.append(caught.value)
+def test_not_found_404_and_missing_previous_400(gateway: GatewayServer) -> None:
+    """A missing response is a 404; a missing previous_response_id a 400, as OpenAI answers."""
+
+    async def body(c: AsyncOpenAI) -> list[openai.APIStatusError]:
+        errors: list[openai.APIStatusError] = []
+        with pytest.raises(openai.NotFoundError) as missing:
+            await c.responses.retrieve("resp_asyncmissing000000000000000")
+        errors.append(missing.value)
+        with pytest.raises(openai.BadRequestError) as previous:
+            await c.responses.create(
+                model=MODEL, input="hi", previous_response_id="resp_asyncmissing0000000000000")
+        errors.append(previous.value)
         return errors
 
     retrieve, previous = run(gateway, body)
