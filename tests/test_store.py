@@ -604,7 +604,8 @@ async def test_sqlite_a_file_busy_past_the_timeout_is_store_unavailable(tmp_path
     with pytest.raises(StoreUnavailable) as raised:
         await store.put(record())
     assert 0.15 < time.monotonic() - started < 3
-    assert raised.value.status == 503 and "locked" in raised.value.message
+    assert raised.value.status == 503 and "locked" in raised.value.detail  # the log's
+    assert "locked" not in raised.value.message and str(path) not in raised.value.message
     other.execute("ROLLBACK")
     r = record()
     await store.put(r)  # free again: nothing was left half-done
@@ -727,7 +728,8 @@ async def test_dynamodb_missing_table_is_store_unavailable(aws: str) -> None:
     with pytest.raises(StoreUnavailable) as raised:
         await store.get(new_id(), "tenant-a")
     assert raised.value.status == 503
-    assert "ResourceNotFoundException" in raised.value.message
+    assert "ResourceNotFoundException" in raised.value.detail  # for the log only
+    assert "ResourceNotFoundException" not in raised.value.message
 
 
 class _ConflictingClient:
