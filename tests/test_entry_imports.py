@@ -1,0 +1,87 @@
+"""What the entry points import (issue 21): cold start pays for every module, so what a request
+may not need — Bedrock, the `mcp` SDK, WebSocket support, Powertools, tokenizers, the openai
+SDK — loads on first use. Asserted on module names, in a fresh interpreter, not on time
+(benchmarks/cold_start.py prints the time).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Never imported by the streaming entry point before a request needs them.
+LAZY = (
+    "openai",
+    "mcp",
+    "websockets",
+    "wsproto",
+    "aws_lambda_powertools",
+    "aws_xray_sdk",
+    "tiktoken",
+    "tokenizers",
+    "mangum",
+    "responses_gateway.backends.bedrock",
+    "responses_gateway.api.websocket",
+    "responses_gateway.api.websocket_apigw",
+    "responses_gateway.tools.mcp",
+)
+#: Not imported with the embedded store either (only the DynamoDB store needs them).
+AWS_SDK = ("boto3", "botocore")
+
+PROBE = """
+import asyncio, json, sys
+from responses_gateway.api.app import create_app
+app = create_app()
+imported = sorted(sys.modules)
+if {started}:
+    async def start():
+        async with app.router.lifespan_context(app):
+            pass
+    asyncio.run(start())
+print(json.dumps({{"import": imported, "started": sorted(sys.modules)}}))
+"""
+
+
+def _modules(env: dict[str, str], started: bool) -> dict[str, list[str]]:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE.format(started=started)],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "handler"), **env},
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _loaded(modules: list[str], names: tuple[str, ...]) -> list[str]:
+    return [m for m in modules if any(m == n or m.startswith(n + ".") for n in names)]
+
+
+def test_the_streaming_entry_point_imports_nothing_a_request_may_not_need(
+    tmp_path: Path,
+) -> None:
+    seen = _modules({"GATEWAY_STORE": f"sqlite:{tmp_path / 'g.db'}"}, started=True)
+    assert _loaded(seen["import"], LAZY + AWS_SDK) == []
+    assert _loaded(seen["started"], LAZY + AWS_SDK) == []  # services built, embedded store
+
+
+@pytest.mark.parametrize("lambda_env", [False, True])
+def test_the_deployed_entry_point_loads_only_its_store(lambda_env: bool) -> None:
+    env = {
+        "GATEWAY_STORE": "dynamodb:entry-imports", "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x",
+    }
+    if lambda_env:  # Powertools' JSON logging is what Lambda pays for, and only there
+        env |= {"AWS_LAMBDA_FUNCTION_NAME": "entry-imports", "POWERTOOLS_TRACE_DISABLED": "1",
+                "POWERTOOLS_METRICS_DISABLED": "1"}
+    seen = _modules(env, started=True)
+    assert _loaded(seen["import"], LAZY + AWS_SDK) == []  # nothing before the lifespan
+    lazy = tuple(n for n in LAZY if not (lambda_env and n == "aws_lambda_powertools"))
+    assert _loaded(seen["started"], lazy) == []
+    assert "responses_gateway.store.dynamodb" in seen["started"]  # its client: on first use
