@@ -36,6 +36,7 @@ from responses_gateway.backends.openai_compat import OpenAICompatBackend
 from responses_gateway.config import Settings
 from tests.helpers.e2e import e2e_settings
 from tests.helpers.gateway_server import GatewayServer
+from tests.helpers.responses_validation import failed_code
 from tests.helpers.scripted_upstream import ScriptedUpstream
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -785,7 +786,7 @@ def test_an_untrusted_https_upstream_is_a_clear_502(
         events = list(client.responses.create(model="scripted-model", input="hi", stream=True))
         assert events[-1].type == "response.failed"
         failed = events[-1].response.error
-        assert failed is not None and failed.code == "upstream_unavailable"
+        assert failed is not None and failed_code(failed) == "upstream_unavailable"
         assert "ConnectError" in failed.message
 
 
@@ -806,7 +807,8 @@ BROKEN_CHUNKED = CHUNKED_HEAD + b"".join(_chunk(_sse(t)) for t in PIECES) + b"zz
 
 @contextlib.contextmanager
 def _raw_upstream(answer: bytes) -> Iterator[str]:
-    """A socket server in a thread that answers every request with ``answer`` in one write."""
+    """A socket server in a thread that answers each POST with ``answer`` in one write (and
+    anything else, such as a backend's look at ``GET /models``, with a 404)."""
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(0.2)
     stop = threading.Event()
@@ -818,11 +820,16 @@ def _raw_upstream(answer: bytes) -> Iterator[str]:
             while b"\r\n\r\n" not in data:
                 data += conn.recv(65536)
             head, _, body = data.partition(b"\r\n\r\n")
-            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length:"))
+            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
             while len(body) < length:
                 body += conn.recv(65536)
-            conn.sendall(answer)
+            if head.startswith(b"POST "):
+                conn.sendall(answer)
+            else:
+                conn.sendall(b"HTTP/1.1 404 Not Found\r\nconnection: close\r\n"
+                             b"content-length: 0\r\n\r\n")
+                return
             with contextlib.suppress(OSError):
                 while conn.recv(65536):  # until the gateway closes its side
                     pass
