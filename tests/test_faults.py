@@ -730,8 +730,10 @@ def test_conditional_write_lost_to_a_cancel_keeps_the_cancel(
         assert stored["status"] == "cancelled"
         time.sleep(0.5)  # nothing overwrites it later
         assert retrieve(gateway, holder["id"]).json()["status"] == "cancelled"
-        follow = _follow(gateway, holder["id"])
-        assert not [e for e in follow.events if e["type"] in TERMINAL_TYPES]
+        follow = _follow(gateway, holder["id"])  # the end, carrying the cancelled object
+        ends = [e for e in follow.events if e["type"] in TERMINAL_TYPES]
+        assert [(e["type"], e["response"]["status"]) for e in ends] == [
+            ("response.failed", "cancelled")]
 
 
 def test_terminal_write_rejected_ends_failed_not_stuck(
