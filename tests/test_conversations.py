@@ -5,10 +5,14 @@ SDK's own types."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
+from unittest import mock
 
 import httpx
 import openai
@@ -21,9 +25,11 @@ from openai.types.conversations import (
 )
 from pydantic import TypeAdapter
 
+from responses_gateway import conversations, observability
 from responses_gateway.conversations import MAX_ITEMS_PER_WRITE
 from responses_gateway.errors import GatewayError
 from responses_gateway.services import build_store
+from responses_gateway.store.base import StoredConversation
 from responses_gateway.translate.request_models import parse_create_request
 from tests.helpers.e2e import MODEL, check_response, check_stream, e2e_settings, sdk_events
 from tests.helpers.gateway_server import GatewayServer
@@ -249,8 +255,12 @@ def test_bad_input_is_an_openai_shaped_400(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as exc:
         client.conversations.items.list(conv.id, limit=101)
     assert error(exc)["param"] == "limit"
-    with pytest.raises(openai.NotFoundError):
+    with pytest.raises(openai.NotFoundError) as exc:
         client.conversations.items.list(conv.id, after="msg_nope")
+    assert error(exc) == {
+        "message": "Item with id 'msg_nope' not found.",
+        "type": "invalid_request_error", "param": "after", "code": None,
+    }
     with pytest.raises(openai.BadRequestError) as exc:
         client.conversations.items.list(conv.id, include=["bogus"])  # type: ignore[list-item]
     assert error(exc)["param"] == "include[0]"
@@ -420,3 +430,157 @@ def test_ten_thousand_items_page_in_order(
         conv.id, limit=100, after=f"msg_{count - 101:05d}", order="asc"
     )
     assert len(page.data) == 100 and not page.has_more
+
+
+# -- loose ends: long items, long turns, workers that never start, polling clients ------------
+
+
+def test_a_long_output_item_is_kept_whole(client: openai.OpenAI, gateway: GatewayServer) -> None:
+    """~525 KB compressed, more than one DynamoDB item holds: stored in parts, never lost."""
+    size = 700_000
+    conv = client.conversations.create()
+    response = client.responses.create(
+        model=MODEL, input=f"[[script:huge size={size} random=1 piece=100000]]",
+        conversation=conv.id,
+    )
+    assert response.status == "completed" and len(response.output_text) == size
+    items = list(client.conversations.items.list(conv.id, order="asc"))
+    assert [i.type for i in items] == ["message", "message"]
+    answer = items[1].to_dict(mode="json")
+    ITEM.validate_python(answer)
+    assert answer["content"][0]["text"] == response.output_text
+    one = client.conversations.items.retrieve(answer["id"], conversation_id=conv.id)
+    assert one.to_dict(mode="json") == answer
+    nxt = client.responses.create(model=MODEL, input="and now?", conversation=conv.id)
+    assert nxt.status == "completed"  # the history (with the long item) was read back whole
+    client.conversations.items.delete(answer["id"], conversation_id=conv.id)
+    assert len(list(client.conversations.items.list(conv.id))) == 3
+    store = gateway.gateway.store
+    if gateway.settings.store.startswith("dynamodb"):  # the parts went with their item
+        rows = store.client.query(
+            TableName=store.table_name, KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": conv.id}},
+        )["Items"]
+        assert not [r for r in rows if r["sk"]["S"].startswith("C#J#")]
+
+
+def test_the_lock_is_renewed_while_a_turn_runs(
+    client: openai.OpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn longer than the lock's lapse keeps the conversation (here: lapse 1 s, turn 3 s)."""
+    monkeypatch.setattr(conversations, "LOCK_SECONDS", 1.0)
+    monkeypatch.setattr(conversations, "RENEW_SECONDS", 0.3)
+    conv = client.conversations.create()
+    outcome: dict[str, Any] = {}
+
+    def long_turn() -> None:
+        outcome["first"] = client.responses.create(
+            model=MODEL, input="[[script:slow delay=0.3 n=10]]", conversation=conv.id
+        )
+
+    runner = threading.Thread(target=long_turn)
+    runner.start()
+    time.sleep(2.0)  # past the 1 s lapse
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.responses.create(model=MODEL, input="me too", conversation=conv.id)
+    assert error(exc)["code"] == "conversation_locked"
+    runner.join(20)
+    assert outcome["first"].status == "completed"
+    assert client.responses.create(model=MODEL, input="now", conversation=conv.id).status == (
+        "completed"
+    )
+    assert len(list(client.conversations.items.list(conv.id))) == 4
+
+
+def test_a_background_create_whose_worker_cannot_start_frees_the_conversation(
+    client: openai.OpenAI, gateway: GatewayServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from responses_gateway.worker import invoke
+
+    async def unreachable(function: str, response_id: str, tenant: str) -> None:
+        raise ConnectionError("lambda endpoint unreachable")
+
+    running = gateway.gateway
+    monkeypatch.setattr(
+        running, "settings", dataclasses.replace(running.settings, worker_function="worker")
+    )
+    monkeypatch.setattr(invoke, "invoke_worker", unreachable)
+    conv = client.conversations.create()
+    with pytest.raises(openai.InternalServerError) as exc:
+        client.responses.create(
+            model=MODEL, input="in the background", conversation=conv.id, background=True
+        )
+    assert exc.value.status_code == 503 and error(exc)["code"] == "worker_unavailable"
+    monkeypatch.undo()
+    nxt = client.responses.create(model=MODEL, input="in the foreground", conversation=conv.id)
+    assert nxt.status == "completed"
+    assert texts(client.conversations.items.list(conv.id, order="asc").to_dict()["data"])[0] == (
+        "in the foreground"
+    )
+
+
+def test_a_client_continuing_as_soon_as_a_background_turn_ends(
+    client: openai.OpenAI, gateway: GatewayServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker appends just after its terminal write (here 0.5 s after); the next turn,
+    sent the moment a poll says ``completed``, waits for that append instead of a 400."""
+    store = gateway.gateway.store
+    append = store.append_conversation_items
+
+    async def slow_append(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("token"):
+            await asyncio.sleep(0.5)
+        return await append(*args, **kwargs)
+
+    monkeypatch.setattr(store, "append_conversation_items", slow_append)
+    conv = client.conversations.create()
+    job = client.responses.create(
+        model=MODEL, input="first, in the background", conversation=conv.id, background=True
+    )
+    while job.status in ("queued", "in_progress"):
+        time.sleep(0.01)
+        job = client.responses.retrieve(job.id)
+    assert job.status == "completed"
+    nxt = client.responses.create(model=MODEL, input="second, at once", conversation=conv.id)
+    assert nxt.status == "completed"
+    items = client.conversations.items.list(conv.id, order="asc").to_dict()["data"]
+    assert texts(items)[0::2] == ["first, in the background", "second, at once"]
+
+
+@pytest.mark.parametrize(
+    ("method", "args", "kwargs"),
+    [
+        ("create_conversation", (StoredConversation("conv_1", "t", 0), []), {}),
+        ("get_conversation", ("conv_1", "t"), {}),
+        ("update_conversation", ("conv_1", "t", {"a": "b"}), {}),
+        ("delete_conversation", ("conv_1", "t"), {}),
+        ("conversation_items", ("conv_1", "t"), {}),
+        ("lock_conversation", ("conv_1", "t", "tok"), {"length": 3, "until": 9.0}),
+        ("append_conversation_items", ("conv_1", "t", []),
+         {"token": "tok", "length": 3, "param": "input"}),
+        ("release_conversation", ("conv_1", "tok"), {}),
+        ("renew_conversation_lock", ("conv_1", "tok", 9.0), {}),
+        ("list_conversation_items", ("conv_1", "t"),
+         {"limit": 5, "order": "asc", "after": "msg_1"}),
+        ("get_conversation_item", ("conv_1", "t", "msg_1"), {}),
+        ("delete_conversation_item", ("conv_1", "t", "msg_1"), {}),
+        ("append_events", ("resp_1", []), {"response": {"status": "completed"},
+                                            "lease_until": 0.0}),
+    ],
+)
+def test_every_conversation_store_call_is_traced(
+    method: str, args: tuple[Any, ...], kwargs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names: list[str] = []
+
+    @asynccontextmanager
+    async def recorded(name: str, **annotations: str) -> AsyncIterator[None]:
+        names.append(name)
+        yield
+
+    monkeypatch.setattr(observability, "subsegment", recorded)
+    inner = mock.AsyncMock()
+    traced = observability._TracedStore(inner)
+    asyncio.run(getattr(traced, method)(*args, **kwargs))
+    assert names == [f"store.{method}"]
+    getattr(inner, method).assert_awaited_once_with(*args, **kwargs)

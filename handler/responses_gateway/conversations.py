@@ -12,12 +12,18 @@ A turn on a conversation (``Turn``) is read, locked, then settled:
   and output items and releases the lock in one write; a ``failed`` or ``cancelled`` one
   appends nothing (the client may send the same input again) and only releases it.
 
-The lock expires after ``LOCK_SECONDS`` so a process that dies mid-turn cannot hold a
-conversation forever. Conversations, like OpenAI's, do not expire.
+The lock lapses ``LOCK_SECONDS`` after it was taken or last renewed, so a process that dies
+mid-turn cannot hold a conversation forever; a running turn renews it every
+``RENEW_SECONDS`` (``Turn.keep``), however long it runs. A background response settles its
+turn just after its terminal write, so the next turn, finding the conversation still held by a
+response that has ended, waits up to ``SETTLE_SECONDS`` for that append instead of answering
+``conversation_locked`` to a client that polled and continued at once. Conversations, like
+OpenAI's, do not expire.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import time
@@ -27,9 +33,11 @@ from typing import Any, cast
 from responses_gateway import ids
 from responses_gateway.errors import GatewayError, invalid_request
 from responses_gateway.store.base import (
+    TERMINAL_STATUSES,
     ConversationLocked,
     ConversationStore,
     DuplicateItem,
+    StoredConversation,
     StoredResponse,
 )
 from responses_gateway.translate.request_models import (
@@ -43,7 +51,12 @@ from responses_gateway.translate.request_models import (
 logger = logging.getLogger("responses_gateway")
 CONVERSATION = "conv_"
 MAX_ITEMS_PER_WRITE = 20  # OpenAI: "You may add up to 20 items at a time."
-LOCK_SECONDS = 900.0  # a turn longer than this (a Lambda's longest run) loses its lock
+# The lock covers a background response's wait for its worker (up to 360 s in AWS) and then
+# lapses this long after the last renewal if its process dies.
+LOCK_SECONDS = 900.0
+RENEW_SECONDS = 60.0  # a running turn moves the lapse this often
+SETTLE_SECONDS = 3.0  # the next turn's wait for an ended background response's append
+SETTLE_POLL_SECONDS = 0.05
 APPENDED = frozenset({"completed", "incomplete"})
 
 
@@ -61,8 +74,9 @@ def not_found(conversation_id: str) -> GatewayError:
     return GatewayError(404, f"Conversation with id '{conversation_id}' not found.")
 
 
-def item_not_found(item_id: str) -> GatewayError:
-    return GatewayError(404, f"Item with id '{item_id}' not found.", param="item_id")
+def item_not_found(item_id: str, param: str = "item_id") -> GatewayError:
+    """The path's item (``item_id``), or the ``after`` cursor naming no item of the list."""
+    return GatewayError(404, f"Item with id '{item_id}' not found.", param=param)
 
 
 # -- request pieces the Conversations API shares with POST /v1/responses -----------------------
@@ -147,9 +161,14 @@ class Turn:
     token: str = field(default_factory=lambda: secrets.token_hex(12))
     history: list[dict[str, Any]] = field(default_factory=list)
     done: bool = False
+    _keeper: asyncio.Task[None] | None = field(default=None, repr=False)
 
     async def lock(self, record: StoredResponse) -> None:
-        """Take the turn lock and name the conversation in the record (and the Response)."""
+        """Take the turn lock and name the conversation in the record (and the Response).
+
+        The token starts with the response's id: a turn that finds the conversation held can
+        tell whether the holder has already ended (its append is under way)."""
+        self.token = f"{record.id}.{secrets.token_hex(8)}"
         taken = await self.store.lock_conversation(
             self.conversation_id,
             self.tenant,
@@ -166,11 +185,39 @@ class Turn:
         }
         record.response["conversation"] = {"id": self.conversation_id}
 
+    def keep(self) -> None:
+        """Renew the lock every RENEW_SECONDS until the turn settles (``finish``/``release``):
+        the response runs as long as it runs, its conversation stays its own."""
+        if self._keeper is None and not self.done:
+            self._keeper = asyncio.ensure_future(self._keep())
+
+    def _stop_keeping(self) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
+
+    async def _keep(self) -> None:
+        while not self.done:
+            await asyncio.sleep(RENEW_SECONDS)
+            if self.done:
+                return
+            try:
+                held = await self.store.renew_conversation_lock(
+                    self.conversation_id, self.token, time.time() + LOCK_SECONDS
+                )
+            except Exception:  # the next renewal tries again; the append reports a loss
+                logger.warning("could not renew the lock of conversation %s",
+                               self.conversation_id, exc_info=True)
+                continue
+            if not held:
+                logger.warning("conversation %s: the turn lock was lost", self.conversation_id)
+                return
+
     async def finish(self, job: Any) -> None:
         """The response ended: append its items (completed, incomplete) or just let go."""
         if self.done:
             return
         self.done = True
+        self._stop_keeping()
         response = job.translator.response
         if response.get("status") not in APPENDED:
             await self.store.release_conversation(self.conversation_id, self.token)
@@ -198,6 +245,7 @@ class Turn:
         Best effort: if the store fails here too, the lock lapses after LOCK_SECONDS."""
         if not self.done:
             self.done = True
+            self._stop_keeping()
             try:
                 await self.store.release_conversation(self.conversation_id, self.token)
             except Exception:
@@ -217,7 +265,7 @@ async def begin(
         raise not_found(conversation_id)
     conversation, history = found
     if conversation.locked:
-        raise ConversationLocked()
+        conversation, history = await _settled(store, conversation, tenant)
     held = {item.get("id") for item in history}
     for item in items:
         if item.get("id") in held:
@@ -225,6 +273,32 @@ async def begin(
     return Turn(
         store_of(store), conversation_id, tenant, conversation.length, history=history
     )
+
+
+async def _settled(
+    store: Any, conversation: StoredConversation, tenant: str
+) -> tuple[StoredConversation, list[dict[str, Any]]]:
+    """The conversation once the turn holding it has appended, if that turn's response has
+    already ended (a background response appends just after its terminal write); else, or
+    if the append takes longer than SETTLE_SECONDS, OpenAI's ``conversation_locked``."""
+    holder = conversation.holder or ""
+    response_id = holder.partition(".")[0]
+    if not response_id.startswith(ids.RESPONSE):
+        raise ConversationLocked()
+    record = await store.get(response_id, tenant)
+    if record is None or record.status not in TERMINAL_STATUSES:
+        raise ConversationLocked()  # still running: a real second response at the same time
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while time.monotonic() < deadline:
+        await asyncio.sleep(SETTLE_POLL_SECONDS)
+        found = await store_of(store).conversation_items(conversation.id, tenant)
+        if found is None:
+            raise not_found(conversation.id)
+        if not found[0].locked or found[0].holder != holder:
+            if found[0].locked:
+                raise ConversationLocked()  # settled, then taken by another turn
+            return found
+    raise ConversationLocked()
 
 
 def turn_of(store: Any, record: StoredResponse) -> Turn | None:

@@ -32,7 +32,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from responses_gateway.ids import new_request_id, request_id
-from responses_gateway.store.base import Store, StoredResponse
+from responses_gateway.store.base import (
+    ConversationStore,
+    Store,
+    StoredConversation,
+    StoredResponse,
+)
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -370,8 +375,8 @@ class _TracedBackend:
         return getattr(self._inner, name)
 
 
-class _TracedStore(Store):
-    """Every store call in a ``store.<method>`` subsegment."""
+class _TracedStore(Store, ConversationStore):
+    """Every store call in a ``store.<method>`` subsegment (conversation calls included)."""
 
     def __init__(self, inner: Store) -> None:
         self._inner = inner
@@ -408,9 +413,18 @@ class _TracedStore(Store):
                 response_id, response, expect_status=expect_status, lease_until=lease_until
             )
 
-    async def append_events(self, response_id: str, events: list[dict[str, Any]]) -> None:
+    async def append_events(
+        self,
+        response_id: str,
+        events: list[dict[str, Any]],
+        *,
+        response: dict[str, Any] | None = None,
+        lease_until: float | None = None,
+    ) -> None:
         async with subsegment("store.append_events"):
-            await self._inner.append_events(response_id, events)
+            await self._inner.append_events(
+                response_id, events, response=response, lease_until=lease_until
+            )
 
     async def read_events(self, response_id: str, after: int = -1) -> list[dict[str, Any]]:
         async with subsegment("store.read_events"):
@@ -425,3 +439,104 @@ class _TracedStore(Store):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+    # -- conversations ---------------------------------------------------------------------
+
+    @property
+    def _conversations(self) -> ConversationStore:
+        return self._inner  # type: ignore[return-value]  # every store the gateway builds is one
+
+    async def create_conversation(
+        self, conversation: StoredConversation, items: list[dict[str, Any]]
+    ) -> None:
+        async with subsegment("store.create_conversation"):
+            await self._conversations.create_conversation(conversation, items)
+
+    async def get_conversation(
+        self, conversation_id: str, tenant: str
+    ) -> StoredConversation | None:
+        async with subsegment("store.get_conversation"):
+            return await self._conversations.get_conversation(conversation_id, tenant)
+
+    async def update_conversation(
+        self, conversation_id: str, tenant: str, metadata: dict[str, str]
+    ) -> StoredConversation | None:
+        async with subsegment("store.update_conversation"):
+            return await self._conversations.update_conversation(
+                conversation_id, tenant, metadata
+            )
+
+    async def delete_conversation(self, conversation_id: str, tenant: str) -> bool:
+        async with subsegment("store.delete_conversation"):
+            return await self._conversations.delete_conversation(conversation_id, tenant)
+
+    async def conversation_items(
+        self, conversation_id: str, tenant: str
+    ) -> tuple[StoredConversation, list[dict[str, Any]]] | None:
+        async with subsegment("store.conversation_items"):
+            return await self._conversations.conversation_items(conversation_id, tenant)
+
+    async def lock_conversation(
+        self, conversation_id: str, tenant: str, token: str, *, length: int, until: float
+    ) -> bool | None:
+        async with subsegment("store.lock_conversation"):
+            return await self._conversations.lock_conversation(
+                conversation_id, tenant, token, length=length, until=until
+            )
+
+    async def append_conversation_items(
+        self,
+        conversation_id: str,
+        tenant: str,
+        items: list[dict[str, Any]],
+        *,
+        token: str | None = None,
+        length: int | None = None,
+        param: str = "items",
+    ) -> StoredConversation | None:
+        async with subsegment("store.append_conversation_items"):
+            return await self._conversations.append_conversation_items(
+                conversation_id, tenant, items, token=token, length=length, param=param
+            )
+
+    async def release_conversation(self, conversation_id: str, token: str) -> None:
+        async with subsegment("store.release_conversation"):
+            await self._conversations.release_conversation(conversation_id, token)
+
+    async def renew_conversation_lock(
+        self, conversation_id: str, token: str, until: float
+    ) -> bool:
+        async with subsegment("store.renew_conversation_lock"):
+            return await self._conversations.renew_conversation_lock(
+                conversation_id, token, until
+            )
+
+    async def list_conversation_items(
+        self,
+        conversation_id: str,
+        tenant: str,
+        *,
+        limit: int,
+        order: str,
+        after: str | None = None,
+    ) -> tuple[list[dict[str, Any]], bool] | None:
+        async with subsegment("store.list_conversation_items"):
+            return await self._conversations.list_conversation_items(
+                conversation_id, tenant, limit=limit, order=order, after=after
+            )
+
+    async def get_conversation_item(
+        self, conversation_id: str, tenant: str, item_id: str
+    ) -> tuple[StoredConversation, dict[str, Any] | None] | None:
+        async with subsegment("store.get_conversation_item"):
+            return await self._conversations.get_conversation_item(
+                conversation_id, tenant, item_id
+            )
+
+    async def delete_conversation_item(
+        self, conversation_id: str, tenant: str, item_id: str
+    ) -> tuple[StoredConversation, bool] | None:
+        async with subsegment("store.delete_conversation_item"):
+            return await self._conversations.delete_conversation_item(
+                conversation_id, tenant, item_id
+            )

@@ -21,7 +21,7 @@ Scripts (details in each ``s_*`` docstring):
     text text= n=            echo n=                 deltas n=500 ("0 1 2 ... ")
     tool names=a,b name= args='{json}' n=            parallel names=a,b
     reasoning reasoning= text= field=reasoning_content|reasoning
-    refusal text=            length text=            huge size= piece=
+    refusal text=            length text=            huge size= piece= random=
     rate_limit|429 retry_after=S|none retry_after_ms= retry_after_date=S code= message=
     error|500 status= code= type= message= raw="non-JSON body"
     drop after= clean=1      slow delay= n=          stall after= seconds=
@@ -48,9 +48,11 @@ import asyncio
 import contextlib
 import logging
 import math
+import random
 import re
 import shlex
 import socket
+import string
 import threading
 import time
 from collections.abc import Callable
@@ -430,10 +432,13 @@ def s_error_event(ctx: Context, args: Args) -> Plan:
 
 
 def s_huge(ctx: Context, args: Args) -> Plan:
-    """size=BYTES of text (default 4 MiB) in deltas of piece=BYTES (default 64 KiB)."""
+    """size=BYTES of text (default 4 MiB) in deltas of piece=BYTES (default 64 KiB);
+    random=1: letters that do not compress (a deterministic pseudo-random sequence)."""
     size, piece = _int(args, "size", 4 * 1024 * 1024), _int(args, "piece", 64 * 1024)
     pattern = "0123456789abcdefghijklmnopqrstuvwxyz\n"
     text = (pattern * (size // len(pattern) + 1))[:size]
+    if args.get("random"):
+        text = "".join(random.Random(size).choices(string.ascii_letters + string.digits, k=size))
     return Plan(items=_text_items(ctx, text, math.ceil(size / piece)))
 
 

@@ -131,8 +131,8 @@ async def list_items(request: Request) -> Response:
         page = await _store(request).list_conversation_items(
             conversation_id, tenant, limit=limit, order=order, after=after
         )
-    except KeyError:
-        raise conversations.item_not_found(after or "") from None
+    except KeyError:  # docs/store.md: an unknown cursor is the 404 of the item it names
+        raise conversations.item_not_found(after or "", param="after") from None
     if page is None:
         raise conversations.not_found(conversation_id)
     items, has_more = page
@@ -152,7 +152,6 @@ async def create_items(request: Request) -> Response:
             code="missing_required_parameter",
         )
     items = await gateway._resolve_references(conversations.parse_items(body["items"]), tenant)
-    gateway.store.check_input_items(items)
     if await _store(request).append_conversation_items(conversation_id, tenant, items) is None:
         raise conversations.not_found(conversation_id)
     return JSON(_item_list([conversations.for_client(i, include) for i in items], False))

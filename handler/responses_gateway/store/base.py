@@ -175,6 +175,7 @@ class StoredConversation:
     metadata: dict[str, str] = field(default_factory=dict)
     length: int = 0  # positions committed so far (deleted items leave holes; never reused)
     locked: bool = False  # a turn holds the lock right now
+    holder: str | None = None  # while locked: the holding turn's token ("<response id>.<hex>")
 
     def to_object(self) -> dict[str, Any]:
         """The ``conversation`` object the API returns."""
@@ -253,6 +254,13 @@ class ConversationStore(ABC):
     @abstractmethod
     async def release_conversation(self, conversation_id: str, token: str) -> None:
         """Drop the lock if ``token`` still holds it (a turn that appends nothing)."""
+
+    @abstractmethod
+    async def renew_conversation_lock(
+        self, conversation_id: str, token: str, until: float
+    ) -> bool:
+        """Move the lock's lapse to ``until`` if ``token`` still holds it (a long turn);
+        False if it does not (lapsed and taken, released, or the conversation is gone)."""
 
     @abstractmethod
     async def list_conversation_items(

@@ -125,6 +125,64 @@ def _conv_pointer_sk(item_id: str) -> str:
     return f"C#P#{item_id}"
 
 
+def _conv_part_sk(pos: int, k: int) -> str:
+    """Part k (1…) of the item at ``pos`` when it is too large for one DynamoDB item. ``C#J``
+    sorts right after every ``C#I`` row and before the pointers, so a turn's history Query
+    (``C`` … ``C#J#~``) reads the parts with their items, in one range."""
+    return f"C#J#{pos:012d}#{k:03d}"
+
+
+def _conv_item_rows(
+    conversation_id: str, pos: int, item: dict[str, Any]
+) -> tuple[list[dict[str, Any]], int]:
+    """The row ``C#I#<pos>`` holding ``item`` (and its parts), and their payload size.
+
+    An item whose JSON compresses to more than one DynamoDB item can hold keeps its first
+    350 KB in the row and the rest in part rows that repeat a version token the row names,
+    as a response's large record does (``_blob``): a long output item is never refused."""
+    attr, size = _pack(item)
+    row: dict[str, Any] = {
+        "pk": _s(conversation_id), "sk": _s(_conv_item_sk(pos)), "iid": _s(item["id"]),
+    }
+    if size <= INPUT_ITEM_LIMIT:
+        row["item"] = attr
+        return [row], size
+    chunks = _split(_raw(attr))
+    version = secrets.token_hex(6)
+    row.update({"d": {"B": chunks[0]}, "np": _n(len(chunks)), "v": _s(version)})
+    parts = [
+        {"pk": _s(conversation_id), "sk": _s(_conv_part_sk(pos, k)), "d": {"B": chunk},
+         "v": _s(version)}
+        for k, chunk in enumerate(chunks[1:], start=1)
+    ]
+    return [*parts, row], size  # the row last: a batch writes it after its parts
+
+
+def _conv_part_keys(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """Keys of a row's part rows (none for an item stored whole)."""
+    if "np" not in row:
+        return []
+    pos = int(row["sk"]["S"][4:])
+    return [
+        {"pk": row["pk"], "sk": _s(_conv_part_sk(pos, k))} for k in range(1, int(row["np"]["N"]))
+    ]
+
+
+def _conv_item_of(row: dict[str, Any], parts: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The item a row holds, its parts taken from ``parts`` (by sort key); None when a part
+    is missing or from another write (the item was deleted while being read)."""
+    if "item" in row:
+        return _unpack(row["item"])
+    version = row["v"]["S"]
+    chunks = [row["d"]["B"]]
+    for key in _conv_part_keys(row):
+        part = parts.get(key["sk"]["S"])
+        if part is None or part["v"]["S"] != version:
+            return None
+        chunks.append(part["d"]["B"])
+    return orjson.loads(zlib.decompress(b"".join(chunks)))
+
+
 def _pointer_pk(tenant: str, item_id: str) -> str:
     return f"ITEM#{tenant}#{item_id}"
 
@@ -246,13 +304,15 @@ class _Conversations:
     @staticmethod
     def _conv_of(conversation_id: str, item: dict[str, Any]) -> StoredConversation:
         lock_until = item.get("lku")
+        locked = lock_until is not None and float(lock_until["N"]) > time.time()
         return StoredConversation(
             id=conversation_id,
             tenant=item["tenant"]["S"],
             created_at=int(item["created"]["N"]),
             metadata=orjson.loads(item["meta"]["S"]),
             length=int(item["n"]["N"]),
-            locked=lock_until is not None and float(lock_until["N"]) > time.time(),
+            locked=locked,
+            holder=item["lk"]["S"] if locked and "lk" in item else None,
         )
 
     def _get_conv(
@@ -268,37 +328,18 @@ class _Conversations:
             return None
         return self._conv_of(conversation_id, item), item
 
-    @staticmethod
-    def check_conversation_items(items: list[dict[str, Any]], param: str) -> list[dict[str, Any]]:
-        """Each item packed for its own DynamoDB item; 400 naming ``param[i]`` if one can never
-        fit (the same bound as a response's input items)."""
-        packed = []
-        for index, item in enumerate(items):
-            attr, size = _pack(item)
-            if size > INPUT_ITEM_LIMIT:
-                raise GatewayError(
-                    400,
-                    f"Item {index} is too large to store: {size} bytes after compression, more "
-                    f"than the {INPUT_ITEM_LIMIT} bytes one stored item can hold.",
-                    param=f"{param}[{index}]",
-                )
-            packed.append(attr)
-        return packed
-
     def _rows(
-        self, conversation_id: str, items: list[dict[str, Any]], start: int, param: str
+        self, conversation_id: str, items: list[dict[str, Any]], start: int
     ) -> tuple[list[dict[str, Any]], int]:
-        """Item and pointer rows for ``items`` at ``start``…, and their packed size."""
+        """Item rows (with their parts) and pointer rows for ``items`` at ``start``…, and
+        their packed size."""
         rows: list[dict[str, Any]] = []
         size = 0
-        packed = self.check_conversation_items(items, param)
-        for offset, (item, attr) in enumerate(zip(items, packed, strict=True)):
+        for offset, item in enumerate(items):
             pos = start + offset
-            size += len(_raw(attr)) + 200
-            rows.append({
-                "pk": _s(conversation_id), "sk": _s(_conv_item_sk(pos)),
-                "item": attr, "iid": _s(item["id"]),
-            })
+            item_rows, packed = _conv_item_rows(conversation_id, pos, item)
+            size += packed + 200 * len(item_rows)
+            rows += item_rows
             rows.append({
                 "pk": _s(conversation_id), "sk": _s(_conv_pointer_sk(item["id"])), "pos": _n(pos)
             })
@@ -307,7 +348,7 @@ class _Conversations:
     def _create_conversation(
         self, conv: StoredConversation, items: list[dict[str, Any]]
     ) -> None:
-        rows, _ = self._rows(conv.id, items, 0, "items")
+        rows, _ = self._rows(conv.id, items, 0)
         self._batch_put(rows)  # invisible until the record exists
         self._call(
             "put_item",
@@ -370,11 +411,12 @@ class _Conversations:
     def _conversation_items(
         self, conversation_id: str, tenant: str
     ) -> tuple[StoredConversation, list[dict[str, Any]]] | None:
-        """One strongly consistent Query: the record (``C`` sorts first), then the items."""
+        """One strongly consistent Query: the record (``C`` sorts first), then the items, then
+        the parts of items too large for one row (``C#J``)."""
         rows = self._query(  # type: ignore[attr-defined]
             KeyConditionExpression="pk = :pk AND sk BETWEEN :lo AND :hi",
             ExpressionAttributeValues={
-                ":pk": _s(conversation_id), ":lo": _s(CONVERSATION), ":hi": _s("C#I#~")
+                ":pk": _s(conversation_id), ":lo": _s(CONVERSATION), ":hi": _s("C#J#~")
             },
         )
         first = next(rows, None)
@@ -382,8 +424,22 @@ class _Conversations:
             return None
         conv = self._conv_of(conversation_id, first)
         end = _conv_item_sk(conv.length)
-        items = [_unpack(row["item"]) for row in rows if row["sk"]["S"] < end]
+        found: list[dict[str, Any]] = []
+        parts: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            sk = row["sk"]["S"]
+            if sk.startswith("C#J#"):
+                parts[sk] = row
+            elif sk < end:
+                found.append(row)
+        items = [item for row in found if (item := _conv_item_of(row, parts)) is not None]
         return conv, items
+
+    def _items_of(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The items of item rows, reading the parts of any stored in parts (one BatchGet)."""
+        keys = [key for row in rows for key in _conv_part_keys(row)]
+        parts = {p["sk"]["S"]: p for p in self._batch_get(keys)} if keys else {}
+        return [item for row in rows if (item := _conv_item_of(row, parts)) is not None]
 
     def _lock_conversation(
         self, conversation_id: str, tenant: str, token: str, length: int, until: float
@@ -429,7 +485,7 @@ class _Conversations:
                         raise ConversationLocked()
                     self._check_duplicates(conversation_id, conv.length, items, param)
                 start = conv.length
-            rows, size = self._rows(conversation_id, items, start, param)
+            rows, size = self._rows(conversation_id, items, start)
             values: dict[str, Any] = {":t": _s(tenant), ":n": _n(start),
                                       ":new": _n(start + len(items))}
             if token is not None:
@@ -524,6 +580,20 @@ class _Conversations:
                 ExpressionAttributeValues={":k": _s(token)},
             )
 
+    def _renew_lock(self, conversation_id: str, token: str, until: float) -> bool:
+        try:
+            self._call(
+                "update_item",
+                TableName=self.table_name,
+                Key=self._conv_key(conversation_id),
+                UpdateExpression="SET lku = :u",
+                ConditionExpression="lk = :k",
+                ExpressionAttributeValues={":k": _s(token), ":u": _n(until)},
+            )
+        except _ConditionFailed:
+            return False
+        return True
+
     def _position(self, conversation_id: str, item_id: str, length: int) -> int | None:
         """Where ``item_id`` sits, if it is committed and its row is really that item."""
         pointer = self._call(
@@ -582,7 +652,7 @@ class _Conversations:
             if "LastEvaluatedKey" not in page:
                 break
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        return [_unpack(row["item"]) for row in rows[:limit]], len(rows) > limit
+        return self._items_of(rows[:limit]), len(rows) > limit
 
     def _get_conversation_item(
         self, conversation_id: str, tenant: str, item_id: str
@@ -593,7 +663,8 @@ class _Conversations:
         conv = found[0]
         pos = self._position(conversation_id, item_id, conv.length)
         row = None if pos is None else self._row(conversation_id, pos, item_id)
-        return conv, None if row is None else _unpack(row["item"])
+        items = [] if row is None else self._items_of([row])
+        return conv, items[0] if items else None
 
     def _delete_conversation_item(
         self, conversation_id: str, tenant: str, item_id: str
@@ -603,11 +674,16 @@ class _Conversations:
             return None
         conv = found[0]
         pos = self._position(conversation_id, item_id, conv.length)
-        if pos is None or self._row(conversation_id, pos, item_id) is None:
+        row = None if pos is None else self._row(conversation_id, pos, item_id)
+        if pos is None or row is None:
             return conv, False
         self._batch_write([
-            {"DeleteRequest": {"Key": {"pk": _s(conversation_id), "sk": _s(sk)}}}
-            for sk in (_conv_item_sk(pos), _conv_pointer_sk(item_id))
+            {"DeleteRequest": {"Key": key}}
+            for key in [
+                {"pk": _s(conversation_id), "sk": _s(_conv_item_sk(pos))},
+                {"pk": _s(conversation_id), "sk": _s(_conv_pointer_sk(item_id))},
+                *_conv_part_keys(row),
+            ]
         ])
         return conv, True
 
@@ -1138,6 +1214,11 @@ class DynamoDBStore(_Conversations, Store, ConversationStore):
 
     async def release_conversation(self, conversation_id: str, token: str) -> None:
         await asyncio.to_thread(self._release_conversation, conversation_id, token)
+
+    async def renew_conversation_lock(
+        self, conversation_id: str, token: str, until: float
+    ) -> bool:
+        return await asyncio.to_thread(self._renew_lock, conversation_id, token, until)
 
     async def list_conversation_items(
         self,

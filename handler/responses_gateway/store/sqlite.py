@@ -442,19 +442,21 @@ class SQLiteStore(Store, ConversationStore):
         StoredConversation | None
     ):
         row = c.execute(
-            "SELECT tenant, created_at, metadata, length, lock_until FROM conversations"
-            " WHERE id = ?",
+            "SELECT tenant, created_at, metadata, length, lock_until, lock_token"
+            " FROM conversations WHERE id = ?",
             (conversation_id,),
         ).fetchone()
         if row is None or row[0] != tenant:
             return None
+        locked = row[4] is not None and row[4] > time.time()
         return StoredConversation(
             id=conversation_id,
             tenant=tenant,
             created_at=row[1],
             metadata=orjson.loads(row[2]),
             length=row[3],
-            locked=row[4] is not None and row[4] > time.time(),
+            locked=locked,
+            holder=row[5] if locked else None,
         )
 
     async def create_conversation(
@@ -624,6 +626,18 @@ class SQLiteStore(Store, ConversationStore):
                 " WHERE id = ? AND lock_token = ?",
                 (conversation_id, token),
             )
+
+    async def renew_conversation_lock(
+        self, conversation_id: str, token: str, until: float
+    ) -> bool:
+        return await self._run(self._renew_lock, conversation_id, token, until)
+
+    def _renew_lock(self, conversation_id: str, token: str, until: float) -> bool:
+        with self._tx() as c:
+            return c.execute(
+                "UPDATE conversations SET lock_until = ? WHERE id = ? AND lock_token = ?",
+                (until, conversation_id, token),
+            ).rowcount == 1
 
     async def list_conversation_items(
         self,

@@ -149,6 +149,7 @@ async def dispatch(gateway: Gateway, record: StoredResponse) -> None:
             logger.exception("could not invoke worker %s for %s", function, record.id)
             with contextlib.suppress(Exception):
                 await gateway.store.delete(record.id, record.tenant)
+            await conversations.release_record(gateway.store, record)  # never ran: let go
             raise GatewayError(
                 503,
                 "The background worker could not be started; the response was not created.",
