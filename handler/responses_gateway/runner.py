@@ -257,6 +257,8 @@ class Job:
         still be an HTTP error.
         """
         if self._first is None:
+            if self.conversation is not None:
+                self.conversation.keep()  # the turn's lock outlives any long response
             self._chunks = self.backend.stream(self.backend_request)
             self._first = asyncio.ensure_future(self._first_chunk())
         return self._first
