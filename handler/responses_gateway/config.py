@@ -28,6 +28,8 @@ class Settings:
     upstream_api_key: str | None = field(default=None, repr=False)  # secrets stay out of logs
     upstream_dialect: str = "auto"  # backends/dialects.py: auto, generic, openai, llama.cpp, …
     model_map: dict[str, str] = field(default_factory=dict)
+    # Context windows by model name (context_windows.py): what truncation fits into.
+    context_windows: dict[str, int] = field(default_factory=dict)
     connect_timeout: float = 10.0
     read_timeout: float = 300.0
     # Longest a response may run, start to terminal event: a function URL's Lambda stops at
@@ -92,6 +94,7 @@ class Settings:
             upstream_api_key=secret("GATEWAY_UPSTREAM_API_KEY"),
             upstream_dialect=_dialect(get("GATEWAY_UPSTREAM_DIALECT", "auto") or "auto"),
             model_map=parse_model_map(get("GATEWAY_MODEL_MAP") or ""),
+            context_windows=_context_windows(get("GATEWAY_CONTEXT_WINDOWS") or ""),
             connect_timeout=float(get("GATEWAY_CONNECT_TIMEOUT", "10") or 10),
             read_timeout=float(get("GATEWAY_READ_TIMEOUT", "300") or 300),
             max_response_seconds=float(
@@ -132,6 +135,12 @@ def _dialect(name: str) -> str:
 
         dialect_named(name)
     return name
+
+
+def _context_windows(text: str) -> dict[str, int]:
+    from responses_gateway.context_windows import parse_windows
+
+    return parse_windows(text)
 
 
 def parse_model_map(text: str) -> dict[str, str]:

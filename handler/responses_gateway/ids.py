@@ -1,5 +1,5 @@
-"""The one place that mints ids: ``resp_``, ``msg_``, ``fc_``, ``rs_``, ``call_``, item ids, and
-the ``req_`` id of the HTTP request being served.
+"""The one place that mints ids: ``resp_``, ``msg_``, ``fc_``, ``rs_``, ``call_``, ``cmp_``, item
+ids, and the ``req_`` id of the HTTP request being served.
 
 OpenAI ids are a prefix and 48 hex characters; clients sometimes check the prefix, never the rest.
 """
@@ -15,6 +15,7 @@ FUNCTION_CALL = "fc_"
 REASONING = "rs_"
 CALL = "call_"
 FUNCTION_CALL_OUTPUT = "fco_"
+COMPACTION = "cmp_"
 
 
 def new_id(prefix: str) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from responses_gateway import conversations, ids
+from responses_gateway import context, conversations, ids
 from responses_gateway.backends.base import Backend, BackendRequest
 from responses_gateway.config import Settings
 from responses_gateway.errors import GatewayError, invalid_request, not_found
@@ -33,7 +33,6 @@ from responses_gateway.translate.request_models import (
 from responses_gateway.translate.response_object import new_response, response_error
 from responses_gateway.translate.sealing import Sealer
 from responses_gateway.translate.stream import Event, ResponseTranslator, TranslateOptions
-from responses_gateway.translate.to_chat import to_chat_request
 from responses_gateway.translate.upstream_sse import Chunk
 
 logger = logging.getLogger("responses_gateway")
@@ -73,15 +72,9 @@ class Gateway:
         reasoning_input = "reasoning_content" if route.backend == "bedrock" else (
             self.settings.reasoning_input
         )
-        message_params: list[str] = []
-        chat = to_chat_request(
-            req,
-            history + items,
-            model=route.model,
-            reasoning_input=reasoning_input,
-            unseal=partial(self.sealer.unseal, tenant=tenant),
-            message_params=message_params,
-        )
+        # Rendered, and compacted or truncated to the model's window as asked (context.py).
+        fitted = await context.fit(self, req, route, history + items, tenant, reasoning_input)
+        chat, message_params = fitted.chat, fitted.message_params
         response_id = ids.new_id(ids.RESPONSE)
         response = new_response(
             req.echo(),
@@ -99,6 +92,7 @@ class Gateway:
                 "options": _options_of(req),
                 "sealed_reasoning": {},
                 "message_params": message_params,
+                "output_items": fitted.output_items,  # made before the model runs (compaction)
             },
             input_items=items,
             previous_response_id=req.previous_response_id,
@@ -294,7 +288,10 @@ class Job:
         pending: list[Event] = []  # produced but not sent yet: a failure mid-batch keeps them
         timer = self._arm_deadline()
         try:
-            yield translator.start()
+            started = translator.start()
+            for item in self.record.request.get("output_items") or ():
+                started += translator.add_finished_item(item)
+            yield started
             try:
                 # shield: a cancelled consumer must not cancel ``first`` itself (anyio repeats
                 # a cancel, which would break httpx's shielded connection close); close() does.

@@ -23,6 +23,7 @@ value-len(2) value``; payload; CRC32 of everything before.
 from __future__ import annotations
 
 import json
+import re
 import struct
 import threading
 import time
@@ -168,6 +169,9 @@ class _Handler(BaseHTTPRequestHandler):
         with self.owner.lock:
             self.owner.requests.append(Recorded(operation, model_id, json.loads(raw or b"{}"),
                                                 dict(self.headers.items())))
+        if operation == "count-tokens":  # CountTokens: this fake's own count (count_tokens)
+            self._send_json(200, {"inputTokens": count_tokens(json.loads(raw or b"{}"))})
+            return
         answer = self.owner._answers.get(model_id)
         if answer is None:
             self._send_json(404, {"message": f"no scripted answer for {model_id}"},
@@ -231,6 +235,19 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(0.02)
             self._chunk(ping)  # raises once the client has gone
         self.wfile.write(b"0\r\n\r\n")
+
+
+def count_tokens(body: dict[str, Any]) -> int:
+    """The fake's tokenizer for CountTokens: a word or a punctuation mark is a token, three
+    more per message and per system block (a Converse request in ``input.converse``)."""
+    converse = (body.get("input") or {}).get("converse") or {}
+    blocks = list(converse.get("system") or [])
+    messages = converse.get("messages") or []
+    for message in messages:
+        blocks.extend(message.get("content") or [])
+    text = " ".join(json.dumps(b) if "text" not in b else b["text"] for b in blocks)
+    return len(re.findall(r"\w+|[^\w\s]", text)) + 3 * (len(messages) + len(
+        converse.get("system") or []))
 
 
 def _encode_step(step: Any) -> bytes:

@@ -48,7 +48,10 @@ SPEC_PATH = Path(__file__).resolve().parents[1] / "fixtures" / "spec" / "openres
 _SPEC_URI = "urn:openresponses:openapi"
 
 TERMINAL_TYPES = frozenset({"response.completed", "response.incomplete", "response.failed"})
-ITEM_ID_PREFIXES = {"message": "msg_", "function_call": "fc_", "reasoning": "rs_"}
+ITEM_ID_PREFIXES = {"message": "msg_", "function_call": "fc_", "reasoning": "rs_",
+                    "compaction": "cmp_"}
+# Items added whole (no status, no deltas): done repeats added (a compaction item).
+_WHOLE_ITEMS = frozenset({"compaction"})
 _TERMINAL_STATUS = {
     "response.completed": "completed",
     "response.incomplete": "incomplete",
@@ -338,6 +341,7 @@ _ITEM_PART_TYPES = {
     "message": {"content": {"output_text", "refusal"}},
     "reasoning": {"content": {"reasoning_text"}, "summary": {"summary_text"}},
     "function_call": {},
+    "compaction": {},
 }
 
 
@@ -414,7 +418,10 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
                 raise fail(i, f"unexpected item type {new.get('type')!r}")
             if not str(new.get("id", "")).startswith(prefix):
                 raise fail(i, f"item id {new.get('id')!r} lacks {prefix}")
-            if new["type"] != "reasoning" and new.get("status") != "in_progress":
+            if new["type"] in _WHOLE_ITEMS:
+                if not new.get("encrypted_content"):
+                    raise fail(i, "an added compaction item must be whole")
+            elif new["type"] != "reasoning" and new.get("status") != "in_progress":
                 raise fail(i, f"an added item has status {new.get('status')!r}")
             if new["type"] == "message" and new.get("content") != []:
                 raise fail(i, "an added message must have empty content")
@@ -514,7 +521,11 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
                         for p in got]
                 if have != want:
                     raise fail(i, f"done item {part_kind} {have} differs from its parts {want}")
-            if item.type != "reasoning" and done.get("status") not in ("completed", "incomplete"):
+            if item.type in _WHOLE_ITEMS:
+                if done != item.added:
+                    raise fail(i, "a whole item changed between added and done")
+            elif item.type != "reasoning" and done.get("status") not in ("completed",
+                                                                         "incomplete"):
                 raise fail(i, f"done item status {done.get('status')!r}")
             item.done = done
             item = None

@@ -28,6 +28,7 @@ Scripts (details in each ``s_*`` docstring):
     keepalive after= every= seconds=
     malformed after=         error_event after= code= message= done=1
     fixture:<file> (or fixture file=<file>) from tests/fixtures/chat-streams/
+    facts total=N            an agent that remembers FACT:... tokens (s_facts)
     crlf / multiline / comments: text with that framing
 
 Generic arguments, any script: ``times=K [key=K] [then=NAME]`` (only the first K matching
@@ -454,6 +455,65 @@ def s_fixture(ctx: Context, args: Args) -> Plan:
     return Plan(items=list(events), done=False)
 
 
+FACT = re.compile(r"FACT:[\w-]+")
+STEP = re.compile(r"FACT:step(\d+)")
+
+
+def context_facts(ctx: Context) -> list[str]:
+    """Every ``FACT:...`` token in the request's messages, first seen first."""
+    found: dict[str, None] = {}
+    for message in ctx.messages:
+        for fact in FACT.findall(message_text(message)):
+            found[fact] = None
+    return list(found)
+
+
+def s_facts(ctx: Context, args: Args) -> Plan:
+    """A model that remembers what it was told. With tools offered (and tool_choice not
+    "none") it works through total=N steps, one call of the first tool per turn with
+    {"step": K} (K: one past the highest ``FACT:stepK`` in its context); otherwise it answers
+    "FACTS: " and every ``FACT:...`` token in its context, in order. Asked for a compaction
+    summary, it so writes one that carries every fact on."""
+    facts = context_facts(ctx)
+    done = max((int(m[1]) for f in facts if (m := STEP.fullmatch(f))), default=0)
+    tools = ctx.tool_names()
+    if tools and ctx.body.get("tool_choice") != "none" and done < _int(args, "total", 0):
+        step = orjson.dumps({"step": done + 1}).decode()
+        return Plan(items=_call_items(ctx, [(tools[0], step)], _int(args, "n", 2)))
+    return Plan(items=_text_items(ctx, "FACTS: " + " ".join(facts), _int(args, "n", 2)))
+
+
+# -- token counting, as vLLM's and llama.cpp's own routes answer it ---------------------------
+
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def scripted_tokens(text: str) -> int:
+    """This server's tokenizer: a word or a punctuation mark is a token."""
+    return len(_TOKEN.findall(text))
+
+
+def render_prompt(messages: list[Any]) -> str:
+    """This server's chat template (what llama.cpp's /apply-template answers)."""
+    out = []
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        functions = [c.get("function") or {} for c in message.get("tool_calls") or []
+                     if isinstance(c, dict)]
+        calls = "".join(f" {f.get('name')}({f.get('arguments')})" for f in functions)
+        out.append(f"<|{message.get('role')}|>\n{message_text(message)}{calls}\n")
+    return "".join(out) + "<|assistant|>\n"
+
+
+def prompt_count(body: dict[str, Any]) -> int:
+    """The prompt tokens of a chat (or vLLM /tokenize) body: template, then tools."""
+    count = scripted_tokens(render_prompt(body.get("messages") or []))
+    if body.get("tools"):
+        count += scripted_tokens(orjson.dumps(body["tools"]).decode())
+    return count
+
+
 SCRIPTS: dict[str, Callable[[Context, Args], Plan]] = {
     "text": s_text,
     "echo": s_echo,
@@ -475,6 +535,7 @@ SCRIPTS: dict[str, Callable[[Context, Args], Plan]] = {
     "error_event": s_error_event,
     "huge": s_huge,
     "fixture": s_fixture,
+    "facts": s_facts,
     # text with one framing argument preset (see _FRAMING_DEFAULTS)
     "crlf": s_text,
     "multiline": s_text,
@@ -638,12 +699,21 @@ class ScriptedUpstream:
         tls: tuple[str, str] | None = None,
         owned_by: str = "scripted",
         validate: Callable[[dict[str, Any]], tuple[int, Any] | None] | None = None,
+        context_window: int | None = None,
+        tokenizer: str | None = None,
     ) -> None:
         # Dialect tests: what GET /v1/models says owns the models (llama-server: "llamacpp"),
         # and a request check standing in for a real server's own (a status and error body
         # to answer with, None to go on with the script).
         self.owned_by = owned_by
         self.validate = validate
+        # Context windows (issue 19): a window reported in GET /v1/models (vLLM's
+        # max_model_len; llama.cpp's meta.n_ctx with tokenizer="llama.cpp") and enforced as
+        # vLLM does (400 past it); tokenizer="vllm" / "llama.cpp" serves that server's
+        # /tokenize (and /apply-template) at the root. tokenize_requests: what they were asked.
+        self.context_window = context_window
+        self.tokenizer = tokenizer
+        self.tokenize_requests: list[tuple[str, Any]] = []
         self.api_key = api_key  # when set, requests without "Bearer <api_key>" get a 401
         self.host = host
         self.tls = tls  # (certificate file, key file): serve https
@@ -663,6 +733,8 @@ class ScriptedUpstream:
         self.app = Starlette(routes=[
             Route("/v1/chat/completions", self._chat, methods=["POST"]),
             Route("/v1/models", self._models, methods=["GET"]),
+            Route("/tokenize", self._tokenize, methods=["POST"]),
+            Route("/apply-template", self._apply_template, methods=["POST"]),
         ])
 
     # -- public surface -------------------------------------------------------------------
@@ -764,9 +836,52 @@ class ScriptedUpstream:
 
     async def _models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [
-            {"id": name, "object": "model", "created": 0, "owned_by": self.owned_by}
+            {"id": name, "object": "model", "created": 0, "owned_by": self.owned_by,
+             **self._window_fields()}
             for name in ("scripted", *(f"script/{s}" for s in SCRIPTS))
         ]})
+
+    def _window_fields(self) -> dict[str, Any]:
+        if self.context_window is None:
+            return {}
+        if self.tokenizer == "llama.cpp":
+            return {"meta": {"n_ctx": self.context_window, "n_vocab": 32000}}
+        return {"max_model_len": self.context_window}
+
+    async def _tokenize(self, request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        with self._lock:
+            self.tokenize_requests.append(("tokenize", body))
+        if self.tokenizer == "vllm" and isinstance(body.get("messages"), list):
+            count = prompt_count(body)
+            return JSONResponse({"count": count, "max_model_len": self.context_window or 4096,
+                                 "tokens": list(range(count))})
+        if self.tokenizer in ("vllm", "llama.cpp") and isinstance(body.get("content"), str):
+            count = scripted_tokens(body["content"])
+            return JSONResponse({"tokens": list(range(count)), "count": count})
+        return JSONResponse({"detail": "Not Found"}, status_code=404)
+
+    async def _apply_template(self, request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        with self._lock:
+            self.tokenize_requests.append(("apply-template", body))
+        if self.tokenizer != "llama.cpp":
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        return JSONResponse({"prompt": render_prompt(body.get("messages") or [])})
+
+    def _over_window(self, body: dict[str, Any]) -> tuple[int, Any] | None:
+        """vLLM's answer to a request past the context window, when one is set."""
+        if self.context_window is None:
+            return None
+        prompt = prompt_count(body)
+        limit = body.get("max_completion_tokens") or body.get("max_tokens") or 0
+        if prompt + limit <= self.context_window:
+            return None
+        return 400, {"object": "error", "type": "BadRequestError", "param": None, "code": 400,
+                     "message": f"This model's maximum context length is {self.context_window} "
+                     f"tokens. However, you requested {prompt + limit} tokens ({prompt} in the "
+                     f"messages, {limit} in the completion). Please reduce the length of the "
+                     "messages or completion."}
 
     async def _chat(self, request: Request) -> Response:
         raw = await request.body()
@@ -790,6 +905,7 @@ class ScriptedUpstream:
                 "Incorrect API key provided.", "invalid_request_error", "invalid_api_key"),
                 status_code=401)
         rejected = self.validate(body) if self.validate is not None else None
+        rejected = rejected or self._over_window(body)
         if rejected is not None:
             return JSONResponse(rejected[1], status_code=rejected[0])
         directive = find_directive(body) or ""

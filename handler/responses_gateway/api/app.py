@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from responses_gateway.api import conversations, routes
+from responses_gateway.api import context, conversations, routes
 from responses_gateway.api.auth import Authenticator
 from responses_gateway.config import Settings
 from responses_gateway.errors import GatewayError
@@ -106,6 +106,10 @@ def create_app(settings: Settings | None = None, gateway: Gateway | None = None)
         routes=[
             Route("/v1/responses", routes.create_response, methods=["POST"]),
             WebSocketRoute("/v1/responses", _responses_socket),
+            # Before {response_id}, every method: "compact" is never taken for an id (context.py).
+            Route("/v1/responses/compact", context.compact_response, methods=context.METHODS),
+            Route("/v1/responses/input_tokens", context.count_input_tokens,
+                  methods=context.METHODS),
             Route("/v1/responses/{response_id}", routes.retrieve_response, methods=["GET"]),
             Route("/v1/responses/{response_id}", routes.delete_response, methods=["DELETE"]),
             Route("/v1/responses/{response_id}/cancel", routes.cancel_response, methods=["POST"]),

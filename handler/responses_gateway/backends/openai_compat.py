@@ -132,6 +132,8 @@ class OpenAICompatBackend:
         )
         self._learned: dict[str, Learned] = {}  # per model: what this upstream rejected
         self._detecting: asyncio.Lock | None = None
+        self._models: tuple[Any] | None = None  # GET /models's body, once asked (tokens.py)
+        self._root = _server_root(base_url)
         self.max_retries = max_retries
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
@@ -306,19 +308,49 @@ class OpenAICompatBackend:
             if self.dialect is not None:
                 return self.dialect
             found: Dialect | None = None
+            body: Any = None
             try:
                 async with asyncio.timeout(_DETECT_SECONDS):
                     response = await client.get(self._models_url, headers=self._headers)
-                    found = dialects.dialect_from_models(
-                        orjson.loads(response.content) if response.status_code == 200 else None,
-                        response.headers,
-                    )
+                    body = orjson.loads(response.content) if response.status_code == 200 else None
+                    found = dialects.dialect_from_models(body, response.headers)
             except (TimeoutError, httpx.HTTPError, orjson.JSONDecodeError):
                 pass
+            self._models = (body,)  # kept: context windows read the same answer (tokens.py)
             self.dialect = found or dialects.GENERIC
             logger.info("upstream dialect", extra={"upstream": self.url,
                                                    "dialect": self.dialect.name})
             return self.dialect
+
+    # -- what else the server says: its models' context windows, token counts (tokens.py) --
+
+    async def models_answer(self) -> Any:
+        """``GET /models``'s body (None if it failed), asked at most once per process: the
+        dialect probe's own answer when it ran."""
+        if self._models is None:
+            client = self._http()
+            if self.dialect is None:
+                await self._detect(client)
+            if self._models is None:
+                self._models = (await self._side_request(client, "GET", self._models_url),)
+        return self._models[0]
+
+    async def server_json(self, path: str, body: dict[str, Any]) -> Any:
+        """POST ``body`` to ``path`` at the server's root (llama.cpp's and vLLM's
+        ``/tokenize`` live beside ``/v1``, not under it): the parsed 200 answer, else None."""
+        return await self._side_request(self._http(), "POST", self._root + path, body)
+
+    async def _side_request(
+        self, client: httpx.AsyncClient, method: str, url: str, body: Any = None
+    ) -> Any:
+        try:
+            async with asyncio.timeout(_DETECT_SECONDS):
+                response = await client.request(
+                    method, url, headers=self._headers,
+                    content=None if body is None else orjson.dumps(body))
+                return orjson.loads(response.content) if response.status_code == 200 else None
+        except (TimeoutError, httpx.HTTPError, orjson.JSONDecodeError):
+            return None
 
     def _redact_errors(self, batch: list[Chunk]) -> list[Chunk]:
         """Error frames in a batch with their messages redacted; other chunks as they are."""
@@ -420,6 +452,12 @@ def _retryable(status: int, message: str, invalid: Any) -> bool:
     if status == 500:
         return not invalid
     return bool(_OVERLOADED.search(message)) and status >= 500
+
+
+def _server_root(base_url: str) -> str:
+    """``http://host:8000/v1`` -> ``http://host:8000``: where a server's own routes live."""
+    base = base_url.partition("?")[0].rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
 
 
 def _endpoint(base_url: str, path: str) -> str:

@@ -196,6 +196,16 @@ class ItemReference(BaseModel):
     id: ItemId
 
 
+class CompactionItem(BaseModel):
+    """A window's summary made by ``/responses/compact`` or ``context_management``: sealed
+    (translate/sealing.py), opened by to_chat.py into a message for the model."""
+
+    model_config = _ITEMS
+    type: Literal["compaction"]
+    id: ItemId | None = None
+    encrypted_content: str = Field(max_length=10_485_760)
+
+
 def _item_tag(value: Any) -> str | None:
     """Easy messages (``{"role", "content"}``) and bare ``{"id"}`` references have no type."""
     if isinstance(value, dict) and value.get("type") is None:
@@ -212,6 +222,7 @@ InputItem = Annotated[
         Annotated[FunctionCallOutput, Tag("~function_call_output")],
         Annotated[ReasoningItem, Tag("~reasoning")],
         Annotated[ItemReference, Tag("~item_reference")],
+        Annotated[CompactionItem, Tag("~compaction")],
     ],
     Discriminator(_item_tag),
 ]
@@ -317,6 +328,15 @@ class StreamOptions(BaseModel):
 
 Metadata = dict[str, Annotated[str, Field(max_length=512)]]
 
+
+class ContextManagement(BaseModel):
+    """``context_management`` entry: compact the window before the model runs once the
+    rendered input passes ``compact_threshold`` tokens (compaction.py)."""
+
+    model_config = _PARAMS
+    type: Literal["compaction"]
+    compact_threshold: int | None = Field(default=None, ge=1)
+
 # --- the request ---------------------------------------------------------------------------
 
 
@@ -352,6 +372,7 @@ class CreateResponseRequest(BaseModel):
     previous_response_id: ItemId | None = None
     metadata: Metadata | None = Field(default=None, max_length=16)
     truncation: Literal["auto", "disabled"] | None = None
+    context_management: list[ContextManagement] | None = None
     service_tier: (
         Literal["auto", "default", "flex", "scale", "priority", "fast", "ultrafast"] | None
     ) = None
@@ -538,6 +559,7 @@ _ID_PREFIX = {
     "function_call": ids.FUNCTION_CALL,
     "function_call_output": ids.FUNCTION_CALL_OUTPUT,
     "reasoning": ids.REASONING,
+    "compaction": ids.COMPACTION,
 }
 
 
@@ -550,6 +572,8 @@ def _normalize_item(item: BaseModel) -> dict[str, Any]:
     data = {"id": item_id, "type": kind, **fields}
     if kind == "reasoning":
         data.setdefault("summary", [])
+        return data
+    if kind == "compaction":
         return data
     if data.get("status") is None:
         data["status"] = "completed"
@@ -738,7 +762,8 @@ _BOUNDS = {
     "less_than": ("above maximum", "above_max", "lt", "<"),
 }
 _SUPPORTED_ITEMS = (
-    "'message', 'function_call', 'function_call_output', 'reasoning', 'item_reference'"
+    "'message', 'function_call', 'function_call_output', 'reasoning', 'item_reference', "
+    "'compaction'"
 )
 
 

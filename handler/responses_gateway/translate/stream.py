@@ -564,6 +564,18 @@ class ResponseTranslator:
 
     # -- opening and closing items -----------------------------------------------------------
 
+    def add_finished_item(self, item: dict[str, Any]) -> list[Event]:
+        """An item the gateway made whole before the model ran (a compaction item, by
+        context.py): its ``output_item.added`` and ``.done`` at the next output index."""
+        out: list[Event] = []
+        self._close(out, "completed")
+        output = self.response["output"]
+        index = len(output)
+        output.append(item)
+        for kind in ("response.output_item.added", "response.output_item.done"):
+            out.append(self._event({"type": kind, "output_index": index, "item": dict(item)}))
+        return out
+
     def _add_item(self, item: dict[str, Any], out: list[Event]) -> None:
         output = self.response["output"]
         self._output_index = len(output)

@@ -30,10 +30,11 @@ The body is OpenAI's own form (``max_completion_tokens``, ``content: null`` besi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.translate import compacted
 from responses_gateway.translate.request_models import (
     CreateResponseRequest,
     FormatJsonObject,
@@ -55,12 +56,17 @@ def to_chat_request(
     reasoning_input: str | None = None,
     unseal: Unseal | None = None,
     message_params: list[str] | None = None,
+    omit: Collection[int] = (),
+    output_items: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """Build the chat body. ``items`` is the whole conversation, this turn's input last.
 
     ``message_params``, when given, is filled with the client-side param of each chat message
     (``instructions``, ``input[3]``, ``previous_response_id``), so an error a backend raises
-    about ``messages[k]...`` can name what the client sent.
+    about ``messages[k]...`` can name what the client sent. ``omit``: indexes of ``items``
+    left out (``truncation``); ``output_items``: items this response made before the model
+    runs (a compaction item), after the input. The newest compaction item stands for what
+    came before it (translate/compacted.py).
     """
     current = 0 if req.input is None else 1 if isinstance(req.input, str) else len(req.input)
     builder = _Messages(reasoning_input, unseal, first_current=len(items) - current)
@@ -68,14 +74,36 @@ def to_chat_request(
     if req.instructions:
         builder.messages.append({"role": "system", "content": req.instructions})
         sources.append("instructions")
+    if output_items:
+        items = [*items, *output_items]
+    skipped, summary_at, summary = _compaction_view(items, unseal, builder)
     for index, item in enumerate(items):
-        builder.add(index, item)
+        if index in skipped or index in omit:
+            continue
+        if index == summary_at:
+            builder.finish()  # closes the open assistant turn: the summary is a user message
+            builder.messages.append(compacted.summary_message(summary))
+        else:
+            builder.add(index, item)
         sources.extend([builder.param(index)] * (len(builder.messages) - len(sources)))
     body: dict[str, Any] = {"model": model, "messages": builder.finish()}
     sources.extend(["input"] * (len(body["messages"]) - len(sources)))
     _add_tools(body, req)
     _add_options(body, req)
     return body
+
+
+def _compaction_view(
+    items: list[dict[str, Any]], unseal: Unseal | None, builder: _Messages
+) -> tuple[set[int], int, str]:
+    """(indexes the newest compaction item supersedes, its index or -1, its summary)."""
+    at = compacted.latest(items)
+    if at < 0:
+        return set(), -1, ""
+    if unseal is None:
+        raise invalid_request("Compaction items cannot be opened here.", param=builder.param(at))
+    opened = compacted.open_item(unseal, items[at], builder.param(at))
+    return compacted.superseded(items, at, opened), at, opened.summary
 
 
 def _add_tools(body: dict[str, Any], req: CreateResponseRequest) -> None:

@@ -1,0 +1,104 @@
+"""``POST /v1/responses/compact`` and ``POST /v1/responses/input_tokens``.
+
+Both take a subset of the create body and check it exactly as a create does (the same
+parser, so the same 400s); the work is in compaction.py and tokens.py. Their paths come
+before ``/v1/responses/{response_id}`` in the router and answer every method, so neither
+``compact`` nor ``input_tokens`` is ever taken for a response id (a GET is a 405).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from responses_gateway import compaction, context, conversations, tokens
+from responses_gateway.api.routes import JSON, _gateway, _json_body, _tenant
+from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.runner import Gateway
+from responses_gateway.translate.request_models import (
+    CreateResponseRequest,
+    normalize_input,
+    parse_create_request,
+)
+
+#: Every method reaches these routes (only POST is allowed; the rest are 405s, not ids).
+METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+#: What ``POST /v1/responses/compact`` reads of its body (OpenAI's ResponseCompactParams).
+COMPACT_FIELDS = ("model", "input", "instructions", "previous_response_id", "prompt_cache_key",
+                  "prompt_cache_retention", "service_tier")
+#: What ``POST /v1/responses/input_tokens`` reads (OpenAI's InputTokenCountParams).
+COUNT_FIELDS = ("model", "input", "instructions", "previous_response_id", "conversation",
+                "tools", "tool_choice", "parallel_tool_calls", "reasoning", "text", "truncation")
+
+
+def _subset(body: Any, fields: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        parse_create_request(body)  # the create's own 400 for a body that is not an object
+    return {k: body[k] for k in fields if k in body}
+
+
+def _only_post(request: Request) -> None:
+    if request.method != "POST":
+        raise GatewayError(
+            405, f"Method {request.method} is not allowed for {request.url.path}.")
+
+
+async def _conversation_items(
+    gateway: Gateway, req: CreateResponseRequest, tenant: str
+) -> list[dict[str, Any]]:
+    """Earlier items: a ``previous_response_id`` chain or a ``conversation``'s items."""
+    if req.conversation is not None:
+        found = await conversations.store_of(gateway.store).conversation_items(
+            req.conversation, tenant)
+        if found is None:
+            raise conversations.not_found(req.conversation)
+        return list(found[1])
+    return await gateway._history(req.previous_response_id, tenant)
+
+
+def _reasoning_input(gateway: Gateway, backend: str) -> str | None:
+    return "reasoning_content" if backend == "bedrock" else gateway.settings.reasoning_input
+
+
+async def compact_response(request: Request) -> Response:
+    _only_post(request)
+    tenant = _tenant(request)
+    gateway = _gateway(request)
+    body = _subset(await _json_body(request), COMPACT_FIELDS)
+    if body.get("model") is None:
+        raise invalid_request("Missing required parameter: 'model'.", param="model",
+                              code="missing_required_parameter")
+    req = parse_create_request(body)
+    items = await gateway._resolve_references(normalize_input(req), tenant)
+    items = await _conversation_items(gateway, req, tenant) + items
+    if not items:
+        raise invalid_request(
+            "Nothing to compact: give 'input' or a 'previous_response_id' with items.",
+            param="input")
+    route = gateway.settings.route(req.model)
+    window = await context.windows_of(gateway).window(req.model, route)
+    result = await compaction.compact(
+        gateway, req, route, items, tenant,
+        reasoning_input=_reasoning_input(gateway, route.backend), window=window)
+    return JSON(compaction.response_of(result))
+
+
+async def count_input_tokens(request: Request) -> Response:
+    _only_post(request)
+    tenant = _tenant(request)
+    gateway = _gateway(request)
+    body = _subset(await _json_body(request), COUNT_FIELDS)
+    body.setdefault("model", "")  # optional here: then the default backend's estimate
+    req = parse_create_request(body)
+    items = await gateway._resolve_references(normalize_input(req), tenant)
+    items = await _conversation_items(gateway, req, tenant) + items
+    route = gateway.settings.route(req.model)
+    reasoning_input = _reasoning_input(gateway, route.backend)
+    if req.truncation == "auto":  # what the model would read after truncation
+        fitted = await context.fit(gateway, req, route, items, tenant, reasoning_input)
+    else:
+        fitted = context.render(gateway, req, route, items, tenant, reasoning_input)
+    counted = await tokens.count(gateway.backend_for(route.backend), fitted.chat)
+    return JSON({"object": "response.input_tokens", "input_tokens": counted.tokens})

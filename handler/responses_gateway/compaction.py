@@ -1,0 +1,221 @@
+"""Compaction: a window of items becomes the user messages it kept plus one ``compaction`` item
+whose sealed content is a summary the backend model wrote of it.
+
+Used by ``POST /v1/responses/compact`` (api/context.py) and by ``context_management`` on
+create (context.py). The summary comes from one non-streaming chat call to the request's own
+model through its own backend (``Gateway.backend_for``), the window rendered as for a create
+(to_chat.py, earlier compaction items included) with :data:`SUMMARY_PROMPT` after it. A window
+larger than the model can read is summarised in consecutive parts, each part's summary carried
+into the next. The output follows OpenAI's: "a list of all user messages, followed by a single
+compaction item"; when the context window is known, the user messages kept are the newest that
+fit in a quarter of it (the latest always), the others being in the summary.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import orjson
+
+from responses_gateway import ids, tokens
+from responses_gateway.backends.base import BackendRequest
+from responses_gateway.config import Route
+from responses_gateway.errors import UpstreamError
+from responses_gateway.translate import compacted
+from responses_gateway.translate.request_models import CreateResponseRequest
+from responses_gateway.translate.response_object import usage_from_chat
+from responses_gateway.translate.to_chat import to_chat_request
+
+SUMMARY_PROMPT = (
+    "Context checkpoint. Write a summary of the conversation above for another model that "
+    "will continue it without seeing it. Keep everything needed to go on: the user's goals "
+    "and constraints, decisions made, facts, names, numbers and identifiers learnt, tool calls "
+    "made and what they returned, work done, and what remains to do. Be concise and concrete. "
+    "Answer with the summary only."
+)
+#: Kept user messages take at most this share of a known context window.
+KEEP_SHARE = 0.25
+#: One summarising call reads at most this share of the window (the rest: prompt and summary).
+READ_SHARE = 0.6
+#: A summary may be at most this share of the window (and at most SUMMARY_MAX_TOKENS).
+SUMMARY_SHARE = 0.2
+SUMMARY_MAX_TOKENS = 4096
+_DROPPED_OPTIONS = ("response_format", "logprobs", "top_logprobs", "parallel_tool_calls",
+                    "stream_options", "reasoning_effort", "verbosity", "max_tokens")
+
+
+@dataclass
+class Compacted:
+    window: list[dict[str, Any]]  # the kept user messages, then ``item``
+    item: dict[str, Any]  # the compaction item
+    usage: dict[str, Any] = field(default_factory=dict)  # Responses usage of the summarising
+
+
+async def compact(
+    gateway: Any,
+    req: CreateResponseRequest,
+    route: Route,
+    items: list[dict[str, Any]],
+    tenant: str,
+    *,
+    reasoning_input: str | None,
+    window: int | None,
+) -> Compacted:
+    """Summarise ``items`` (the whole conversation, earlier compaction items included)."""
+    unseal = partial(gateway.sealer.unseal, tenant=tenant)
+    visible = _visible(items, unseal)
+    render = partial(to_chat_request, req, model=route.model, reasoning_input=reasoning_input,
+                     unseal=unseal)
+    backend = gateway.backend_for(route.backend)
+    summary = ""
+    usage: list[dict[str, Any]] = []
+    for part in _parts(visible, window):
+        chat = render(part)
+        text, used = await _summarise(backend, chat, summary, tenant, window)
+        summary = text
+        usage.append(used)
+    kept = _kept_users(visible, window)
+    sealed = gateway.sealer.seal(
+        compacted.payload(summary, [compacted.user_key(item) for item in kept]), tenant)
+    item = {"id": ids.new_id(ids.COMPACTION), "type": "compaction", "encrypted_content": sealed}
+    return Compacted(window=[*kept, item], item=item, usage=_total(usage))
+
+
+def response_of(result: Compacted) -> dict[str, Any]:
+    """The ``response.compaction`` object ``POST /v1/responses/compact`` answers with."""
+    return {
+        "id": ids.new_id(ids.RESPONSE),
+        "object": "response.compaction",
+        "created_at": int(time.time()),
+        "output": result.window,
+        "usage": result.usage,
+    }
+
+
+def _visible(items: list[dict[str, Any]], unseal: Any) -> list[dict[str, Any]]:
+    """The items the model would see: those an earlier compaction item stands for are out."""
+    at = compacted.latest(items)
+    if at < 0:
+        return list(items)
+    opened = compacted.open_item(unseal, items[at], f"input[{at}]")
+    gone = compacted.superseded(items, at, opened)
+    return [item for index, item in enumerate(items) if index not in gone]
+
+
+def _parts(items: list[dict[str, Any]], window: int | None) -> list[list[dict[str, Any]]]:
+    """Consecutive parts a summarising call can read whole; one part when the window is
+    unknown. A call and its output, and reasoning and what follows it, stay together."""
+    if window is None or not items:
+        return [items]
+    budget = max(1, int(window * READ_SHARE))
+    parts: list[list[dict[str, Any]]] = [[]]
+    size = 0
+    open_calls: set[str] = set()
+    for item in items:
+        cost = tokens.estimate(item)
+        can_split = parts[-1] and not open_calls and parts[-1][-1].get("type") != "reasoning"
+        if can_split and size + cost > budget:
+            parts.append([])
+            size = 0
+        parts[-1].append(item)
+        size += cost
+        kind = item.get("type")
+        call_id = item.get("call_id")
+        if kind in ("function_call", "custom_tool_call") and isinstance(call_id, str):
+            open_calls.add(call_id)
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            open_calls.discard(call_id)  # type: ignore[arg-type]
+    return parts
+
+
+async def _summarise(
+    backend: Any, chat: dict[str, Any], earlier: str, tenant: str, window: int | None
+) -> tuple[str, dict[str, Any]]:
+    """One summarising call: ``earlier`` (the summary of the parts before) leads the part."""
+    messages = list(chat["messages"])
+    if earlier:
+        lead = next((i for i, m in enumerate(messages) if m.get("role") != "system"),
+                    len(messages))
+        messages.insert(lead, compacted.summary_message(earlier))
+    messages.append({"role": "user", "content": SUMMARY_PROMPT})
+    body = {k: v for k, v in chat.items() if k not in _DROPPED_OPTIONS}
+    body.update(messages=messages, stream=False)
+    if body.get("tools"):
+        body["tool_choice"] = "none"  # tool history stays valid; the answer is text
+    limit = SUMMARY_MAX_TOKENS if window is None else max(
+        64, min(SUMMARY_MAX_TOKENS, int(window * SUMMARY_SHARE)))
+    body["max_completion_tokens"] = limit
+    request = BackendRequest(body=body, tenant=tenant, stream=False)
+    prepare = getattr(backend, "prepare", None)
+    if prepare is not None:
+        await prepare(request)
+    completion: Any = None
+    async for batch in backend.stream(request):
+        for chunk in batch:
+            completion = _as_dict(chunk)
+    text = _text_of(completion)
+    if not text:
+        raise UpstreamError(
+            502, "Upstream error: the model wrote no summary for the compaction.",
+            code="upstream_error")
+    used = completion.get("usage")
+    return text, used if isinstance(used, dict) else {}
+
+
+def _as_dict(chunk: Any) -> Any:
+    """A backend's chunk as a dict (backends may hand over raw JSON bytes)."""
+    return orjson.loads(chunk) if isinstance(chunk, bytes | bytearray) else chunk
+
+
+def _text_of(completion: Any) -> str:
+    if not isinstance(completion, dict):
+        return ""
+    error = completion.get("error")
+    if error:
+        message = error.get("message") if isinstance(error, dict) else str(error)
+        raise UpstreamError(502, f"Upstream error: {message}", code="upstream_error")
+    choices = completion.get("choices") or []
+    message = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
+    if not isinstance(message, dict):
+        return ""
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content.strip() if isinstance(content, str) else ""
+
+
+def _kept_users(items: list[dict[str, Any]], window: int | None) -> list[dict[str, Any]]:
+    """The user messages the window keeps verbatim, oldest first."""
+    users = [item for item in items if compacted.is_role(item, "user")]
+    if window is None or not users:
+        return users
+    budget = int(window * KEEP_SHARE)
+    kept: list[dict[str, Any]] = []
+    size = 0
+    for item in reversed(users):
+        cost = tokens.estimate(item.get("content"))
+        if kept and size + cost > budget:
+            break
+        kept.append(item)
+        size += cost
+    kept.reverse()
+    return kept
+
+
+def _total(usages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Responses usage of every summarising call together."""
+    total = usage_from_chat({})
+    for chat_usage in usages:
+        one = usage_from_chat(chat_usage)
+        for key in ("input_tokens", "output_tokens", "total_tokens"):
+            total[key] += one[key]
+        for group in ("input_tokens_details", "output_tokens_details"):
+            for key in total[group]:
+                total[group][key] += one[group][key]
+    return total
+
+
+__all__ = ["Compacted", "compact", "response_of"]

@@ -1,0 +1,235 @@
+"""Fitting a create's input to the model: ``context_management`` compaction, ``truncation``.
+
+``Gateway.prepare`` renders the conversation through :func:`fit`, which may first compact it
+(the rendered input passed ``compact_threshold``: the compaction item becomes the response's
+first output item and stands, for the model, for everything before it) and then:
+
+- ``truncation: "auto"``: leaves out the oldest items until the input fits the context window
+  less room to answer (``max_output_tokens``, else a tenth of the window). Never the
+  instructions or ``system``/``developer`` messages, never the latest user message or what
+  follows it, never a call without its output or reasoning without what it preceded. Items
+  are left out of what the model reads, not of what is stored.
+- ``truncation: "disabled"`` (the default): an input over the window is OpenAI's 400
+  ``context_length_exceeded``.
+
+Without a known window (context_windows.py) and without ``context_management`` this costs
+nothing beyond the render. Counts are exact where the backend counts (tokens.py); the
+estimate screens first, so a request far below the window is never counted upstream.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from responses_gateway import compaction, tokens
+from responses_gateway.config import Route
+from responses_gateway.context_windows import ContextWindows
+from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.translate import compacted
+from responses_gateway.translate.request_models import CreateResponseRequest
+from responses_gateway.translate.to_chat import to_chat_request
+
+#: Share of the window ``context_management`` compacts past when ``compact_threshold`` is null.
+DEFAULT_THRESHOLD_SHARE = 0.8
+#: An estimate this many times below the budget is trusted without an exact count.
+_SAFE_FACTOR = 1.5
+_MAX_ROUNDS = 8
+
+_windows: weakref.WeakKeyDictionary[Any, ContextWindows] = weakref.WeakKeyDictionary()
+
+
+def windows_of(gateway: Any) -> ContextWindows:
+    """The gateway's context windows (one cache per gateway, made on first use)."""
+    found = _windows.get(gateway)
+    if found is None:
+        found = _windows[gateway] = ContextWindows(gateway.settings.context_windows,
+                                                   gateway.backend_for)
+    return found
+
+
+def context_length_exceeded(tokens_used: int, window: int) -> GatewayError:
+    return invalid_request(
+        f"Your input exceeds the context window of this model ({tokens_used} tokens; the "
+        f"window holds {window}). Please adjust your input and try again, or set "
+        "'truncation' to 'auto'.",
+        param="input",
+        code="context_length_exceeded",
+    )
+
+
+@dataclass
+class Fitted:
+    chat: dict[str, Any]
+    message_params: list[str]
+    output_items: list[dict[str, Any]] = field(default_factory=list)
+    catalog: Any = None  # the render's tool catalog, when asked for one (new_catalog)
+
+
+async def fit(
+    gateway: Any,
+    req: CreateResponseRequest,
+    route: Route,
+    items: list[dict[str, Any]],
+    tenant: str,
+    reasoning_input: str | None,
+    *,
+    new_catalog: Callable[[], Any] | None = None,
+) -> Fitted:
+    """The chat body for ``items`` (history and this turn's input), fitted to the model.
+    ``new_catalog`` makes the tool catalog each render fills (to_chat.py)."""
+    render = partial(_render, req, route, items, partial(gateway.sealer.unseal, tenant=tenant),
+                     reasoning_input, new_catalog)
+    fitted = render()
+    entry = next((e for e in req.context_management or () if e.type == "compaction"), None)
+    window = await windows_of(gateway).window(req.model, route)
+    if entry is None and window is None:
+        return fitted
+    backend = gateway.backend_for(route.backend)
+    counted: tokens.Count | None = None
+    threshold = entry.compact_threshold if entry is not None else None
+    if threshold is None and entry is not None and window is not None:
+        threshold = int(window * DEFAULT_THRESHOLD_SHARE)
+    if threshold is not None and tokens.estimate_chat(fitted.chat) * _SAFE_FACTOR > threshold:
+        counted = await tokens.count(backend, fitted.chat)
+        if counted.tokens > threshold and _compactable(items):
+            result = await compaction.compact(gateway, req, route, items, tenant,
+                                              reasoning_input=reasoning_input, window=window)
+            fitted = render(output_items=[result.item])
+            counted = None
+    if window is None:
+        return fitted
+    auto = req.truncation == "auto"
+    budget = window - _reserve(req, window) if auto else window
+    if counted is None and tokens.estimate_chat(fitted.chat) * _SAFE_FACTOR <= budget:
+        return fitted
+    counted = counted or await tokens.count(backend, fitted.chat)
+    if counted.tokens <= budget:
+        return fitted
+    if not auto:
+        raise context_length_exceeded(counted.tokens, window)
+    return await _truncate(render, items, fitted, counted, budget, window, backend)
+
+
+def render(
+    gateway: Any,
+    req: CreateResponseRequest,
+    route: Route,
+    items: list[dict[str, Any]],
+    tenant: str,
+    reasoning_input: str | None,
+) -> Fitted:
+    """The chat body for ``items`` as they are, neither compacted nor truncated."""
+    return _render(req, route, items, partial(gateway.sealer.unseal, tenant=tenant),
+                   reasoning_input, None)
+
+
+def _render(
+    req: CreateResponseRequest,
+    route: Route,
+    items: list[dict[str, Any]],
+    unseal: Any,
+    reasoning_input: str | None,
+    new_catalog: Callable[[], Any] | None,
+    *,
+    omit: Collection[int] = (),
+    output_items: Sequence[dict[str, Any]] = (),
+) -> Fitted:
+    params: list[str] = []
+    extra = {"catalog": new_catalog()} if new_catalog is not None else {}
+    chat = to_chat_request(req, items, model=route.model, reasoning_input=reasoning_input,
+                           unseal=unseal, message_params=params, omit=omit,
+                           output_items=output_items, **extra)
+    return Fitted(chat, params, list(output_items), extra.get("catalog"))
+
+
+def _reserve(req: CreateResponseRequest, window: int) -> int:
+    """Room left for the answer under ``truncation: "auto"``."""
+    return min(req.max_output_tokens or window // 10, window // 2)
+
+
+def _compactable(items: list[dict[str, Any]]) -> bool:
+    """Anything a summary could replace: items other than user and system messages."""
+    return any(not compacted.is_role(item, "user", "system", "developer") for item in items)
+
+
+async def _truncate(
+    render: Any,
+    items: list[dict[str, Any]],
+    fitted: Fitted,
+    counted: tokens.Count,
+    budget: int,
+    window: int,
+    backend: Any,
+) -> Fitted:
+    """Leave out the oldest items until the count fits ``budget``."""
+    output_items = fitted.output_items
+    candidates = _candidates(items, output_items)
+    omit: set[int] = set()
+    for _ in range(_MAX_ROUNDS):
+        # Estimates of the items scaled to the count: the rest of the request (tools,
+        # instructions, the template) is not what leaving items out saves.
+        scale = max(1.0, counted.tokens / max(1, tokens.estimate_chat(fitted.chat)))
+        more = _drop(items, candidates, omit, (counted.tokens - budget) / scale)
+        if not more:
+            raise context_length_exceeded(counted.tokens, window)
+        omit |= more
+        fitted = render(omit=omit, output_items=output_items)
+        counted = await tokens.count(backend, fitted.chat)
+        if counted.tokens <= budget:
+            return fitted
+    raise context_length_exceeded(counted.tokens, window)
+
+
+def _candidates(items: list[dict[str, Any]], output_items: list[dict[str, Any]]) -> list[int]:
+    """Indexes truncation may leave out, oldest first: before the latest user message, not
+    ``system``/``developer`` messages, not what a compaction item already stands for (the
+    model does not see it, so leaving it out saves nothing)."""
+    last_user = max((i for i, item in enumerate(items) if compacted.is_role(item, "user")),
+                    default=len(items))
+    everything = [*items, *output_items]
+    hidden_before = compacted.latest(everything)
+    return [
+        i for i in range(min(last_user, len(items)))
+        if not compacted.is_role(items[i], "system", "developer")
+        and not (i < hidden_before and _superseded(everything, hidden_before, i))
+    ]
+
+
+def _superseded(everything: list[dict[str, Any]], at: int, index: int) -> bool:
+    """Whether the compaction item at ``at`` hides ``index`` (kept user messages are seen)."""
+    return not compacted.is_role(everything[index], "user")
+
+
+def _drop(
+    items: list[dict[str, Any]], candidates: list[int], omit: set[int], excess: float
+) -> set[int]:
+    """The next oldest items to leave out, at least ``excess`` estimated tokens, ending where
+    no call is left without its output and no reasoning without what follows it."""
+    chosen: set[int] = set()
+    saved = 0
+    open_calls: set[str] = set()
+    for index in candidates:
+        if index in omit:
+            continue
+        item = items[index]
+        chosen.add(index)
+        saved += tokens.estimate(item)
+        kind = item.get("type")
+        call_id = item.get("call_id")
+        if kind in ("function_call", "custom_tool_call") and isinstance(call_id, str):
+            open_calls.add(call_id)
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            open_calls.discard(call_id)  # type: ignore[arg-type]
+        if saved >= excess and not open_calls and kind != "reasoning":
+            return chosen
+    if open_calls:  # a call whose output is in the latest turn: it must stay, and its own
+        chosen = {i for i in chosen if not _in_calls(items[i], open_calls)}
+    return chosen
+
+
+def _in_calls(item: dict[str, Any], calls: set[str]) -> bool:
+    return item.get("call_id") in calls

@@ -1,0 +1,121 @@
+"""Compaction items as input: what the model sees of a window that was compacted.
+
+A ``compaction`` item's ``encrypted_content`` is sealed for the tenant (translate/sealing.py,
+the same key as reasoning) and holds the summary the backend model wrote of the window and
+the keys of the user messages the window kept verbatim (``compaction.py`` makes it). When the
+item comes back as input, the newest one stands for everything before it: the items before it
+are left out, except ``system``/``developer`` messages (instructions given as input) and the
+user messages it kept; the item itself becomes a user message giving the summary. So a client
+that appends output to input forever, or chains with ``previous_response_id``, sends the model
+a window that stays small, as OpenAI's guide promises ("drop items that came before the most
+recent compaction item": they are dropped here anyway).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from responses_gateway.errors import GatewayError, invalid_request
+
+#: The sealed payload's key for the summary (a reasoning blob has none: it is refused here).
+SUMMARY_KEY = "compaction"
+KEEP_KEY = "keep"
+#: How the model is told what the message is (Codex words its own compaction handoff alike).
+SUMMARY_INTRO = (
+    "Earlier turns of this conversation were compacted. This is a summary of them, written "
+    "for you to continue the work from; the user messages kept from them come before it.\n\n"
+)
+
+Opener = Callable[..., dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    summary: str
+    keep: tuple[str, ...]
+
+
+def payload(summary: str, keep: list[str]) -> dict[str, Any]:
+    """What is sealed into a compaction item's ``encrypted_content``."""
+    return {SUMMARY_KEY: summary, KEEP_KEY: keep}
+
+
+def user_key(item: dict[str, Any]) -> str:
+    """A user message's identity across requests: its content, not its id (a client that
+    sends easy messages gets a new id for the same message each time)."""
+    content = item.get("content")
+    raw = orjson.dumps(content, option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(b"user\0" + raw).hexdigest()[:32]
+
+
+def is_role(item: Any, *roles: str) -> bool:
+    return (
+        isinstance(item, dict)
+        and (item.get("type") or ("message" if "role" in item else None)) == "message"
+        and item.get("role") in roles
+    )
+
+
+def open_item(unseal: Opener, item: dict[str, Any], param: str) -> Opened:
+    """The summary and kept keys of a compaction item; a 400 for a blob this gateway did not
+    seal for this tenant (or one that is not a compaction's)."""
+    blob = item.get("encrypted_content")
+    if not isinstance(blob, str):
+        raise invalid_request(
+            f"Missing required parameter: '{param}.encrypted_content'.",
+            param=f"{param}.encrypted_content", code="missing_required_parameter",
+        )
+    try:
+        opened = unseal(blob)
+    except GatewayError as exc:
+        raise invalid_request(
+            "The encrypted content of a compaction item could not be verified; it was not "
+            "produced by this gateway for this API key, or it was modified.",
+            param=f"{param}.encrypted_content", code="invalid_encrypted_content",
+        ) from exc
+    summary = opened.get(SUMMARY_KEY)
+    keep = opened.get(KEEP_KEY)
+    if not isinstance(summary, str) or not isinstance(keep, list):
+        raise invalid_request(
+            "The encrypted content is not a compaction item's (it was sealed for another "
+            "kind of item).",
+            param=f"{param}.encrypted_content", code="invalid_encrypted_content",
+        )
+    return Opened(summary, tuple(k for k in keep if isinstance(k, str)))
+
+
+def latest(items: list[dict[str, Any]]) -> int:
+    """Index of the newest compaction item, -1 when there is none."""
+    for index in range(len(items) - 1, -1, -1):
+        item = items[index]
+        if isinstance(item, dict) and item.get("type") == "compaction":
+            return index
+    return -1
+
+
+def superseded(items: list[dict[str, Any]], at: int, opened: Opened) -> set[int]:
+    """Indexes before the compaction item at ``at`` that the model no longer sees."""
+    keep = Counter(opened.keep)
+    gone: set[int] = set()
+    for index in range(at):
+        item = items[index]
+        if is_role(item, "system", "developer"):
+            continue
+        if is_role(item, "user"):
+            key = user_key(item)
+            if keep[key] > 0:
+                keep[key] -= 1
+                continue
+        gone.add(index)
+    return gone
+
+
+def summary_message(summary: str) -> dict[str, Any]:
+    """The chat message a compaction item becomes."""
+    return {"role": "user", "content": SUMMARY_INTRO + summary}
