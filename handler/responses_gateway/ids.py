@@ -15,6 +15,12 @@ FUNCTION_CALL = "fc_"
 REASONING = "rs_"
 CALL = "call_"
 FUNCTION_CALL_OUTPUT = "fco_"
+CUSTOM_TOOL_CALL = "ctc_"
+CUSTOM_TOOL_CALL_OUTPUT = "ctco_"
+MCP_LIST_TOOLS = "mcpl_"
+MCP_CALL = "mcp_"
+MCP_APPROVAL_REQUEST = "mcpr_"
+MCP_APPROVAL_RESPONSE = "mcpa_"
 COMPACTION = "cmp_"
 
 

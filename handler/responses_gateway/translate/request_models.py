@@ -25,6 +25,7 @@ from pydantic_core import PydanticCustomError
 
 from responses_gateway import ids
 from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.tools.hosted import HOSTED_TYPES, refused
 
 INCLUDABLE = frozenset(
     {
@@ -168,6 +169,7 @@ class FunctionCall(BaseModel):
     call_id: str = Field(min_length=1)
     name: str = Field(min_length=1)
     arguments: str
+    namespace: str | None = None
     status: Status | None = None
 
 
@@ -188,6 +190,66 @@ class ReasoningItem(BaseModel):
     content: list[ReasoningText] | None = None
     encrypted_content: str | None = None
     status: Status | None = None
+
+
+class CustomToolCall(BaseModel):
+    model_config = _ITEMS
+    type: Literal["custom_tool_call"]
+    id: ItemId | None = None
+    call_id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    input: str
+    namespace: str | None = None
+    status: Status | None = None
+
+
+class CustomToolCallOutput(BaseModel):
+    model_config = _ITEMS
+    type: Literal["custom_tool_call_output"]
+    id: ItemId | None = None
+    call_id: str = Field(min_length=1)
+    output: _str_or_parts(InputPart)
+    status: Status | None = None
+
+
+class McpListToolsItem(BaseModel):
+    model_config = _ITEMS
+    type: Literal["mcp_list_tools"]
+    id: ItemId | None = None
+    server_label: str
+    tools: list[dict[str, Any]]
+    error: str | None = None
+
+
+class McpCallItem(BaseModel):
+    model_config = _ITEMS
+    type: Literal["mcp_call"]
+    id: ItemId | None = None
+    server_label: str
+    name: str
+    arguments: str
+    output: str | None = None
+    error: Any = None
+    status: Literal["in_progress", "completed", "incomplete", "calling", "failed"] | None = None
+    approval_request_id: str | None = None
+
+
+class McpApprovalRequestItem(BaseModel):
+    model_config = _ITEMS
+    type: Literal["mcp_approval_request"]
+    id: ItemId | None = None
+    server_label: str
+    name: str
+    arguments: str
+
+
+class McpApprovalResponseItem(BaseModel):
+    model_config = _ITEMS
+    type: Literal["mcp_approval_response"]
+    id: ItemId | None = None
+    approval_request_id: str = Field(min_length=1)
+    approve: bool
+    reason: str | None = None
 
 
 class ItemReference(BaseModel):
@@ -221,6 +283,12 @@ InputItem = Annotated[
         Annotated[FunctionCall, Tag("~function_call")],
         Annotated[FunctionCallOutput, Tag("~function_call_output")],
         Annotated[ReasoningItem, Tag("~reasoning")],
+        Annotated[CustomToolCall, Tag("~custom_tool_call")],
+        Annotated[CustomToolCallOutput, Tag("~custom_tool_call_output")],
+        Annotated[McpListToolsItem, Tag("~mcp_list_tools")],
+        Annotated[McpCallItem, Tag("~mcp_call")],
+        Annotated[McpApprovalRequestItem, Tag("~mcp_approval_request")],
+        Annotated[McpApprovalResponseItem, Tag("~mcp_approval_response")],
         Annotated[ItemReference, Tag("~item_reference")],
         Annotated[CompactionItem, Tag("~compaction")],
     ],
@@ -239,12 +307,139 @@ class FunctionTool(BaseModel):
     strict: bool | None = None
 
 
-Tool = Annotated[Union[Annotated[FunctionTool, Tag("~function")]], Discriminator(_by_type)]  # noqa: UP007
+class FormatGrammar(BaseModel):
+    model_config = _PARAMS
+    type: Literal["grammar"]
+    syntax: Literal["lark", "regex"]
+    definition: str
+
+
+class FormatFreeText(BaseModel):
+    model_config = _PARAMS
+    type: Literal["text"]
+
+
+class CustomTool(BaseModel):
+    """Freeform input (tools/custom.py): offered to the model as a function of one string."""
+
+    model_config = _PARAMS
+    type: Literal["custom"]
+    name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN)
+    description: str | None = None
+    format: (
+        Annotated[
+            Union[  # noqa: UP007
+                Annotated[FormatFreeText, Tag("~text")],
+                Annotated[FormatGrammar, Tag("~grammar")],
+            ],
+            Discriminator(_by_type),
+        ]
+        | None
+    ) = None
+
+
+NamespaceMember = Annotated[
+    Union[  # noqa: UP007
+        Annotated[FunctionTool, Tag("~function")],
+        Annotated[CustomTool, Tag("~custom")],
+    ],
+    Discriminator(_by_type),
+]
+
+
+class NamespaceTool(BaseModel):
+    """Tools grouped under a name (the Codex CLI's sub-agent tools): flattened for the model,
+    their calls reported with ``namespace`` (tools/catalog.py)."""
+
+    model_config = _PARAMS
+    type: Literal["namespace"]
+    name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN)
+    description: str
+    tools: list[NamespaceMember] = Field(min_length=1)
+
+
+class McpToolFilter(BaseModel):
+    model_config = _PARAMS
+    tool_names: list[str] | None = None
+    read_only: bool | None = None
+
+
+class McpApprovalFilter(BaseModel):
+    model_config = _PARAMS
+    always: McpToolFilter | None = None
+    never: McpToolFilter | None = None
+
+
+def _list_or_object(value: Any) -> str | None:
+    return "~list" if isinstance(value, list) else "~filter" if isinstance(value, dict) else None
+
+
+def _mode_or_object(value: Any) -> str | None:
+    return "~mode" if isinstance(value, str) else "~filter" if isinstance(value, dict) else None
+
+
+class McpTool(BaseModel):
+    """A remote MCP server whose tools the gateway runs (tools/mcp.py)."""
+
+    model_config = _PARAMS
+    type: Literal["mcp"]
+    server_label: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN)
+    server_url: str | None = Field(default=None, max_length=2048)
+    connector_id: str | None = None
+    tunnel_id: str | None = None
+    server_description: str | None = None
+    headers: dict[str, str] | None = None
+    authorization: str | None = None
+    allowed_tools: (
+        Annotated[
+            Union[  # noqa: UP007
+                Annotated[list[str], Tag("~list")],
+                Annotated[McpToolFilter, Tag("~filter")],
+            ],
+            Discriminator(_list_or_object),
+        ]
+        | None
+    ) = None
+    require_approval: (
+        Annotated[
+            Union[  # noqa: UP007
+                Annotated[Literal["always", "never"], Tag("~mode")],
+                Annotated[McpApprovalFilter, Tag("~filter")],
+            ],
+            Discriminator(_mode_or_object),
+        ]
+        | None
+    ) = None
+
+
+class HostedTool(BaseModel):
+    """A tool only OpenAI runs (tools/hosted.py): omitted or refused by GATEWAY_HOSTED_TOOLS."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+    type: str
+
+
+Tool = Annotated[
+    Union[
+        Annotated[FunctionTool, Tag("~function")],
+        Annotated[CustomTool, Tag("~custom")],
+        Annotated[NamespaceTool, Tag("~namespace")],
+        Annotated[McpTool, Tag("~mcp")],
+        *(Annotated[HostedTool, Tag(f"~{kind}")] for kind in sorted(HOSTED_TYPES)),
+    ],
+    Discriminator(_by_type),
+]
 
 
 class ToolChoiceFunction(BaseModel):
     model_config = _PARAMS
     type: Literal["function"]
+    name: str
+
+
+class ToolChoiceCustom(BaseModel):
+    model_config = _PARAMS
+    type: Literal["custom"]
     name: str
 
 
@@ -254,7 +449,10 @@ class ToolChoiceAllowed(BaseModel):
     mode: Literal["none", "auto", "required"] = "auto"
     tools: list[
         Annotated[
-            Union[Annotated[ToolChoiceFunction, Tag("~function")]],  # noqa: UP007
+            Union[  # noqa: UP007
+                Annotated[ToolChoiceFunction, Tag("~function")],
+                Annotated[ToolChoiceCustom, Tag("~custom")],
+            ],
             Discriminator(_by_type),
         ]
     ] = Field(min_length=1, max_length=128)
@@ -268,6 +466,7 @@ ToolChoice = Annotated[
     Union[  # noqa: UP007
         Annotated[Literal["none", "auto", "required"], Tag("~mode")],
         Annotated[ToolChoiceFunction, Tag("~function")],
+        Annotated[ToolChoiceCustom, Tag("~custom")],
         Annotated[ToolChoiceAllowed, Tag("~allowed_tools")],
     ],
     Discriminator(_tool_choice_tag),
@@ -439,7 +638,18 @@ class CreateResponseRequest(BaseModel):
 
     @property
     def function_tools(self) -> list[FunctionTool]:
-        return list(self.tools or ())
+        """The plain ``function`` tools (the ones whose names are their own chat names)."""
+        return [tool for tool in self.tools or () if isinstance(tool, FunctionTool)]
+
+    def tool_names(self) -> set[tuple[str, str]]:
+        """(type, name) a ``tool_choice`` may name: functions, namespace members, custom."""
+        names: set[tuple[str, str]] = set()
+        for tool in self.tools or ():
+            members = tool.tools if isinstance(tool, NamespaceTool) else (tool,)
+            for member in members:
+                if isinstance(member, (FunctionTool, CustomTool)):
+                    names.add((member.type, member.name))
+        return names
 
     def echo(self) -> dict[str, Any]:
         """The request fields a Response object repeats, with OpenAI's defaults filled in."""
@@ -462,7 +672,7 @@ class CreateResponseRequest(BaseModel):
             "frequency_penalty": self.frequency_penalty or 0.0,
             "text": self._echo_text(),
             "tool_choice": self._echo_tool_choice(),
-            "tools": [_echo_tool(tool) for tool in self.function_tools],
+            "tools": [_echo_tool(tool) for tool in self.tools or () if _echoed(tool)],
             "top_logprobs": self.top_logprobs or 0,
             "truncation": self.truncation or "disabled",
             "user": self.user,
@@ -493,31 +703,71 @@ class CreateResponseRequest(BaseModel):
             return "auto"
         if isinstance(choice, str):
             return choice
-        if isinstance(choice, ToolChoiceFunction):
-            return {"type": "function", "name": choice.name}
+        if isinstance(choice, (ToolChoiceFunction, ToolChoiceCustom)):
+            return {"type": choice.type, "name": choice.name}
         return {
             "type": "allowed_tools",
             "mode": choice.mode,
-            "tools": [{"type": "function", "name": t.name} for t in choice.tools],
+            "tools": [{"type": t.type, "name": t.name} for t in choice.tools],
         }
 
 
-def _echo_tool(tool: FunctionTool) -> dict[str, Any]:
-    # Responses function tools are strict unless the client says otherwise (OpenAI echoes true).
-    return {
-        "type": "function",
-        "description": tool.description,
-        "name": tool.name,
-        "parameters": tool.parameters,
-        "strict": True if tool.strict is None else tool.strict,
-    }
+def _echoed(tool: BaseModel) -> bool:
+    """Hosted tools left out for the model are left out of the echo too: the response lists
+    what the model was offered (tools/hosted.py)."""
+    return not isinstance(tool, HostedTool)
+
+
+def _echo_tool(tool: BaseModel) -> dict[str, Any]:
+    if isinstance(tool, FunctionTool):
+        # Responses function tools are strict unless the client says otherwise (OpenAI
+        # echoes true).
+        return {
+            "type": "function",
+            "description": tool.description,
+            "name": tool.name,
+            "parameters": tool.parameters,
+            "strict": True if tool.strict is None else tool.strict,
+        }
+    if isinstance(tool, CustomTool):
+        echoed: dict[str, Any] = {"type": "custom", "name": tool.name}
+        if tool.description is not None:
+            echoed["description"] = tool.description
+        echoed["format"] = (
+            tool.format.model_dump() if tool.format is not None else {"type": "text"}
+        )
+        return echoed
+    if isinstance(tool, NamespaceTool):
+        return {
+            "type": "namespace",
+            "name": tool.name,
+            "description": tool.description,
+            "tools": [_echo_member(member) for member in tool.tools],
+        }
+    assert isinstance(tool, McpTool)
+    # headers and authorization are secrets: never echoed, stored or logged (OpenAI leaves
+    # them out of the response too).
+    return tool.model_dump(
+        exclude={"headers", "authorization", "connector_id", "tunnel_id"}, exclude_none=False
+    )
+
+
+def _echo_member(tool: BaseModel) -> dict[str, Any]:
+    echoed = _echo_tool(tool)
+    if isinstance(tool, FunctionTool) and tool.strict is None:
+        echoed.pop("strict")  # namespace members echo what was sent (NamespaceTool's shape)
+    return echoed
 
 
 # --- parsing -------------------------------------------------------------------------------
 
 
-def parse_create_request(body: Any) -> CreateResponseRequest:
-    """Validate a decoded create body; any problem is a 400 naming the param as OpenAI does."""
+def parse_create_request(body: Any, *, hosted_tools: str = "reject") -> CreateResponseRequest:
+    """Validate a decoded create body; any problem is a 400 naming the param as OpenAI does.
+
+    ``hosted_tools`` is GATEWAY_HOSTED_TOOLS (tools/hosted.py): ``reject`` refuses a hosted
+    tool, ``omit`` keeps it out of what the model is offered and of the echoed ``tools``.
+    """
     if not isinstance(body, dict):
         raise invalid_request(
             f"The request body must be a JSON object, but got {_kind(body)} instead.",
@@ -528,6 +778,10 @@ def parse_create_request(body: Any) -> CreateResponseRequest:
     except ValidationError as exc:
         raise _from_validation(exc) from None
     _check(req)
+    if hosted_tools == "reject":
+        for i, tool in enumerate(req.tools or ()):
+            if isinstance(tool, HostedTool):
+                raise refused(tool.type, i)
     return req
 
 
@@ -559,8 +813,18 @@ _ID_PREFIX = {
     "function_call": ids.FUNCTION_CALL,
     "function_call_output": ids.FUNCTION_CALL_OUTPUT,
     "reasoning": ids.REASONING,
+    "custom_tool_call": ids.CUSTOM_TOOL_CALL,
+    "custom_tool_call_output": ids.CUSTOM_TOOL_CALL_OUTPUT,
+    "mcp_list_tools": ids.MCP_LIST_TOOLS,
+    "mcp_call": ids.MCP_CALL,
+    "mcp_approval_request": ids.MCP_APPROVAL_REQUEST,
+    "mcp_approval_response": ids.MCP_APPROVAL_RESPONSE,
     "compaction": ids.COMPACTION,
 }
+_NO_STATUS = frozenset(
+    {"reasoning", "mcp_list_tools", "mcp_approval_request", "mcp_approval_response",
+     "compaction"}
+)
 
 
 def _normalize_item(item: BaseModel) -> dict[str, Any]:
@@ -573,7 +837,7 @@ def _normalize_item(item: BaseModel) -> dict[str, Any]:
     if kind == "reasoning":
         data.setdefault("summary", [])
         return data
-    if kind == "compaction":
+    if kind in _NO_STATUS:
         return data
     if data.get("status") is None:
         data["status"] = "completed"
@@ -588,7 +852,7 @@ def _normalize_item(item: BaseModel) -> dict[str, Any]:
         else:
             assistant = data["role"] == "assistant"
             data["content"] = [_normalize_part(p, assistant) for p in content]
-    elif kind == "function_call_output" and isinstance(data["output"], list):
+    elif kind.endswith("_output") and isinstance(data["output"], list):
         data["output"] = [_normalize_part(p) for p in data["output"]]
     return data
 
@@ -632,6 +896,7 @@ def _check(req: CreateResponseRequest) -> None:
             "'stream_options' is only allowed when 'stream' is true.", param="stream_options"
         )
     _check_tool_choice(req)
+    _check_mcp_tools(req)
     if isinstance(req.input, list):
         for i, item in enumerate(req.input):
             if isinstance(item, Message) and isinstance(item.content, list):
@@ -646,7 +911,9 @@ def _check(req: CreateResponseRequest) -> None:
                             code="invalid_value",
                         )
                     _check_media(part, param)
-            elif isinstance(item, FunctionCallOutput) and isinstance(item.output, list):
+            elif isinstance(item, (FunctionCallOutput, CustomToolCallOutput)) and isinstance(
+                item.output, list
+            ):
                 for j, part in enumerate(item.output):
                     _check_media(part, f"input[{i}].output[{j}]")
 
@@ -696,26 +963,54 @@ def _check_media(part: BaseModel, param: str) -> None:
         raise _missing(f"{param}.file_data")
 
 
+def _check_mcp_tools(req: CreateResponseRequest) -> None:
+    """OpenAI's connectors and tunnels live inside OpenAI; the gateway reaches a server URL."""
+    labels: set[str] = set()
+    for i, tool in enumerate(req.tools or ()):
+        if not isinstance(tool, McpTool):
+            continue
+        for field_name in ("connector_id", "tunnel_id"):
+            if getattr(tool, field_name) is not None:
+                raise _unsupported(
+                    f"tools[{i}].{field_name}",
+                    f"'{field_name}' is not supported by this gateway (OpenAI's connectors and "
+                    f"tunnels run inside OpenAI); give the MCP server's 'server_url' instead.",
+                )
+        if tool.server_url is None:
+            raise _missing(f"tools[{i}].server_url")
+        if tool.server_label in labels:
+            raise invalid_request(
+                f"Duplicate MCP server_label '{tool.server_label}': each MCP tool needs its own "
+                f"label.",
+                param=f"tools[{i}].server_label",
+                code="invalid_value",
+            )
+        labels.add(tool.server_label)
+
+
 def _check_tool_choice(req: CreateResponseRequest) -> None:
     choice = req.tool_choice
-    names = {tool.name for tool in req.function_tools}
+    names = req.tool_names()
     if choice in (None, "auto", "none"):
         return
-    if not names:
+    if not req.tools:
         kind = choice if isinstance(choice, str) else choice.type
         raise invalid_request(
             f"Tool choice '{kind}' must be specified with 'tools' parameter.",
             param="tool_choice",
         )
-    if isinstance(choice, ToolChoiceFunction) and choice.name not in names:
+    if isinstance(choice, (ToolChoiceFunction, ToolChoiceCustom)) and (
+        (choice.type, choice.name) not in names
+    ):
+        noun = "function" if choice.type == "function" else "custom tool"
         raise invalid_request(
-            f"Tool choice function '{choice.name}' is not one of the functions in 'tools'.",
+            f"Tool choice {noun} '{choice.name}' is not one of the {noun}s in 'tools'.",
             param="tool_choice.name",
             code="invalid_value",
         )
     if isinstance(choice, ToolChoiceAllowed):
         for i, allowed in enumerate(choice.tools):
-            if allowed.name not in names:
+            if (allowed.type, allowed.name) not in names:
                 raise invalid_request(
                     f"Allowed tool '{allowed.name}' is not one of the functions in 'tools'.",
                     param=f"tool_choice.tools[{i}].name",
@@ -762,8 +1057,9 @@ _BOUNDS = {
     "less_than": ("above maximum", "above_max", "lt", "<"),
 }
 _SUPPORTED_ITEMS = (
-    "'message', 'function_call', 'function_call_output', 'reasoning', 'item_reference', "
-    "'compaction'"
+    "'message', 'function_call', 'function_call_output', 'custom_tool_call', "
+    "'custom_tool_call_output', 'reasoning', 'mcp_list_tools', 'mcp_call', "
+    "'mcp_approval_request', 'mcp_approval_response', 'item_reference', 'compaction'"
 )
 
 
@@ -843,9 +1139,9 @@ def _invalid_tag(param: str, loc: tuple[Any, ...], ctx: dict[str, Any]) -> Gatew
     type_param = f"{param}.type"
     if loc[0] == "tools" and len(loc) == 2:
         message = (
-            f"Tool type '{tag}' is not supported by this gateway: it serves only 'function' "
-            f"tools (hosted tools such as web_search, file_search, code_interpreter, "
-            f"computer_use, mcp or image_generation run inside OpenAI)."
+            f"Tool type '{tag}' is not supported by this gateway. Supported values are: "
+            f"'function', 'custom', 'namespace', 'mcp' and OpenAI's hosted tools (left out for "
+            f"the model, or refused, as GATEWAY_HOSTED_TOOLS says)."
         )
     elif loc[0] == "tool_choice" and len(loc) == 1:
         message = (

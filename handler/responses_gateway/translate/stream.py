@@ -12,6 +12,14 @@ Rules kept here, for every provider's quirks:
   content array) becomes a ``reasoning`` item, text a ``message`` item, ``refusal`` a refusal
   part of the message, each tool call a ``function_call`` item, added once its name is known;
 - the terminal event is emitted once, by :meth:`finish` or :meth:`fail`; nothing follows it.
+
+A response may span several model turns (tools the gateway runs, tools/mcp.py): the runner
+ends each turn with :meth:`end_turn` (close what is open, keep the usage, hand over the calls
+the gateway must run), opens and closes the items of those calls through ``mcp_*``, and feeds
+the next turn to this same translator, so ids, output indexes and sequence numbers continue and
+usage is summed over turns. A call's chat function name says what it stands for
+(``TranslateOptions.tools``): a namespace member (``function_call`` with ``namespace``), a
+``custom`` tool (``custom_tool_call``), an MCP server's tool (run by the gateway).
 """
 
 from __future__ import annotations
@@ -24,12 +32,17 @@ from typing import Any
 import orjson
 
 from responses_gateway import ids
+from responses_gateway.tools.catalog import ToolSpec
+from responses_gateway.tools.custom import InputStream, input_of
 from responses_gateway.translate.response_object import response_error, usage_from_chat
 from responses_gateway.translate.upstream_sse import parse_chunk
 
 Event = dict[str, Any]
 
-_NONE, _REASONING, _TEXT, _REFUSAL, _CALL = range(5)
+# _CUSTOM: a custom tool's call; _SERVER: a call the gateway runs (its item comes after the
+# turn); _TOOL_ITEM: an item of a gateway-run tool (mcp_list_tools, mcp_call) being run.
+_NONE, _REASONING, _TEXT, _REFUSAL, _CALL, _CUSTOM, _SERVER, _TOOL_ITEM = range(8)
+_CALL_KINDS = (_CALL, _CUSTOM, _SERVER)
 _NO_LOGPROBS: list[Any] = []  # shared by text deltas without logprobs; never mutated
 
 _INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
@@ -49,10 +62,13 @@ class TranslateOptions:
     logprobs: bool = False  # include "message.output_text.logprobs"
     encrypted_reasoning: bool = False  # include "reasoning.encrypted_content"
     seal: Callable[[dict[str, Any]], str] | None = None  # tenant-bound sealer for reasoning
+    tools: dict[str, ToolSpec] | None = None  # chat function name -> what it stands for
 
 
 class _Call:
-    __slots__ = ("args", "call_id", "index", "item", "name", "output_index", "state")
+    __slots__ = (
+        "args", "call_id", "index", "input", "item", "name", "output_index", "spec", "state"
+    )
 
     def __init__(self, call_id: str, index: int | None) -> None:
         self.call_id = call_id
@@ -62,6 +78,23 @@ class _Call:
         self.item: dict[str, Any] | None = None
         self.output_index = -1
         self.state = 0  # 0 pending (no name yet), 1 open, 2 closed
+        self.spec: ToolSpec | None = None  # what the chat function stands for (None: itself)
+        self.input: InputStream | None = None  # a custom call's input, decoded as it streams
+
+    @property
+    def arguments(self) -> str:
+        return "".join(self.args)
+
+
+class ServerCall:
+    """A call the model made to a tool the gateway runs (an MCP server's tool)."""
+
+    __slots__ = ("arguments", "call_id", "spec")
+
+    def __init__(self, call_id: str, spec: ToolSpec, arguments: str) -> None:
+        self.call_id = call_id
+        self.spec = spec
+        self.arguments = arguments
 
 
 class ResponseTranslator:
@@ -88,12 +121,16 @@ class ResponseTranslator:
         "_repeat",
         "_repeat_misses",
         "_seq",
+        "_tools",
         "_usage",
+        "_usage_before",
         "_want_logprobs",
+        "client_calls",
         "done",
         "options",
         "response",
         "sealed_reasoning",
+        "server_calls",
     )
 
     def __init__(self, response: dict[str, Any], options: TranslateOptions | None = None) -> None:
@@ -128,6 +165,11 @@ class ResponseTranslator:
         self._fragment_seen: str | None = None  # the last chunk was only this fragment
         self._repeat: _Repeat | None = None
         self._repeat_misses = 0
+        self._tools = self.options.tools or None
+        self._usage_before: dict[str, Any] | None = None  # usage of the turns already ended
+        #: this turn's calls the client must answer (function, custom) and the gateway's own
+        self.client_calls = 0
+        self.server_calls: list[ServerCall] = []
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -335,8 +377,7 @@ class ResponseTranslator:
         self._close(out, "incomplete" if reason else "completed")
         self._close_pending_calls(out)
         response = self.response
-        if self._usage is not None:
-            response["usage"] = usage_from_chat(self._usage)
+        self._set_usage()
         if reason:
             response["status"] = "incomplete"
             response["incomplete_details"] = {"reason": reason}
@@ -352,21 +393,144 @@ class ResponseTranslator:
         if self.done:
             return []
         out: list[Event] = []
-        if self._kind == _CALL:
+        if self._kind in _CALL_KINDS:
             self._abandon_call()
         else:
             self._close(out, "incomplete")
         response = self.response
-        if self._usage is not None:
-            response["usage"] = usage_from_chat(self._usage)
+        self._set_usage()
         response["status"] = "failed"
         response["error"] = response_error(code, message)
         out.append(self._terminal("response.failed"))
         return out
 
+    def end_turn(self) -> list[Event]:
+        """The upstream ended one model turn and the gateway runs its calls before the next:
+        close what is open, keep the turn's usage, start the next turn's bookkeeping. The
+        calls to run are in ``server_calls`` until the next turn starts."""
+        if self.done:
+            return []
+        out: list[Event] = []
+        self._close(out, "completed")
+        self._close_pending_calls(out)
+        if self._usage is not None:
+            self._usage_before = _sum_usage(self._usage_before, usage_from_chat(self._usage))
+        self._usage = None
+        self._finish_reason = None
+        self._calls_by_index = {}
+        self._calls_by_id = {}
+        self._open_index = -1
+        self._repeat = None
+        self._fragment_seen = None
+        return out
+
+    def next_turn(self) -> None:
+        """The gateway ran the last turn's calls; the next model turn starts."""
+        self.client_calls = 0
+        self.server_calls = []
+
+    def _set_usage(self) -> None:
+        usage = usage_from_chat(self._usage) if self._usage is not None else None
+        if self._usage_before is not None:
+            usage = _sum_usage(self._usage_before, usage)
+        if usage is not None:
+            self.response["usage"] = usage
+
+    # -- items of the tools the gateway runs (see end_turn) ----------------------------------
+
+    def mcp_list_tools_start(self, server_label: str) -> list[Event]:
+        out: list[Event] = []
+        self._open_tool_item(
+            {"id": ids.new_id(ids.MCP_LIST_TOOLS), "type": "mcp_list_tools",
+             "server_label": server_label, "tools": []},
+            "response.mcp_list_tools.in_progress", out,
+        )
+        return out
+
+    def mcp_list_tools_end(
+        self, tools: list[dict[str, Any]], error: str | None = None
+    ) -> list[Event]:
+        item = self._item
+        assert self._kind == _TOOL_ITEM and item is not None, "no mcp_list_tools item is open"
+        item["tools"] = tools
+        if error is not None:
+            item["error"] = error
+        out = [self._item_event(
+            "response.mcp_list_tools.failed" if error else "response.mcp_list_tools.completed"
+        )]
+        self._close(out, "completed")
+        return out
+
+    def mcp_call_start(
+        self, server_label: str, name: str, arguments: str,
+        approval_request_id: str | None = None,
+    ) -> list[Event]:
+        out: list[Event] = []
+        item: dict[str, Any] = {
+            "id": ids.new_id(ids.MCP_CALL), "type": "mcp_call", "status": "in_progress",
+            "arguments": "", "name": name, "server_label": server_label,
+        }
+        if approval_request_id is not None:
+            item["approval_request_id"] = approval_request_id
+        self._open_tool_item(item, "response.mcp_call.in_progress", out)
+        if arguments:
+            out.append(self._event({
+                "type": "response.mcp_call_arguments.delta", "item_id": self._item_id,
+                "output_index": self._output_index, "delta": arguments,
+            }))
+        item["arguments"] = arguments
+        out.append(self._event({
+            "type": "response.mcp_call_arguments.done", "item_id": self._item_id,
+            "output_index": self._output_index, "arguments": arguments,
+        }))
+        return out
+
+    @property
+    def open_item(self) -> dict[str, Any] | None:
+        """The item open now (the mcp_call being run, between start and end)."""
+        return self._item
+
+    def mcp_call_end(self, output: str | None, error: dict[str, Any] | None) -> list[Event]:
+        item = self._item
+        assert self._kind == _TOOL_ITEM and item is not None, "no mcp_call item is open"
+        if error is None:
+            item["output"] = output
+            item["status"] = "completed"
+        else:
+            item["error"] = error
+            item["status"] = "failed"
+        out = [self._item_event(
+            "response.mcp_call.failed" if error else "response.mcp_call.completed"
+        )]
+        self._close(out, item["status"])
+        return out
+
+    def mcp_approval_request(self, server_label: str, name: str, arguments: str) -> list[Event]:
+        """A call waiting for the client's approval: an item, added and done at once."""
+        out: list[Event] = []
+        self._open_tool_item(
+            {"id": ids.new_id(ids.MCP_APPROVAL_REQUEST), "type": "mcp_approval_request",
+             "arguments": arguments, "name": name, "server_label": server_label},
+            None, out,
+        )
+        self._close(out, "completed")
+        return out
+
+    def _open_tool_item(self, item: dict[str, Any], progress: str | None, out: list[Event]) -> None:
+        self._close(out, "completed")
+        self._kind = _TOOL_ITEM
+        self._add_item(item, out)
+        if progress is not None:
+            out.append(self._item_event(progress))
+
+    def _item_event(self, kind: str) -> Event:
+        return self._event(
+            {"type": kind, "item_id": self._item_id, "output_index": self._output_index}
+        )
+
     def cancel(self) -> None:
         """Stop without a terminal event (the response was cancelled elsewhere)."""
-        if self._kind == _CALL:
+        if self._kind in _CALL_KINDS:
             self._abandon_call()
         else:
             self._close([], "incomplete")
@@ -560,7 +724,10 @@ class ResponseTranslator:
             # is not current cannot exist because opening one closes the other.
             raise TranslationError(f"tool call {call.call_id!r} is not the open item")
         if arguments:
-            self._fragment(arguments, out)
+            if self._kind == _CALL:
+                self._fragment(arguments, out)
+            else:
+                self._more_input(call, arguments, out)
 
     # -- opening and closing items -----------------------------------------------------------
 
@@ -675,18 +842,44 @@ class ResponseTranslator:
 
     def _open_call(self, call: _Call, out: list[Event]) -> None:
         self._close(out, "completed")
+        spec = self._tools.get(call.name) if self._tools is not None else None
+        call.spec = spec
+        self._call = call
+        self._open_index = call.index
+        call.state = 1
+        if spec is not None and spec.kind == "mcp":
+            self._kind = _SERVER  # no item yet: the gateway runs it once the turn ends
+            return
+        if spec is not None and spec.kind == "custom":
+            item: dict[str, Any] = {
+                "id": ids.new_id(ids.CUSTOM_TOOL_CALL),
+                "type": "custom_tool_call",
+                "call_id": call.call_id,
+                "input": "",
+                "name": spec.name,
+            }
+            if spec.namespace is not None:
+                item["namespace"] = spec.namespace
+            self._kind = _CUSTOM
+            call.input = InputStream()
+            call.item = item
+            self._add_item(item, out)
+            call.output_index = self._output_index
+            pending, call.args = call.args, []
+            for piece in pending:
+                self._more_input(call, piece, out)
+            return
         item = {
             "id": ids.new_id(ids.FUNCTION_CALL),
             "type": "function_call",
             "status": "in_progress",
             "arguments": "",
             "call_id": call.call_id,
-            "name": call.name,
+            "name": call.name if spec is None else spec.name,
         }
+        if spec is not None and spec.namespace is not None:
+            item["namespace"] = spec.namespace
         self._kind = _CALL
-        self._call = call
-        self._open_index = call.index
-        call.state = 1
         call.item = item
         self._add_item(item, out)
         call.output_index = self._output_index
@@ -701,6 +894,19 @@ class ResponseTranslator:
                     "sequence_number": self._seq - 1,
                 }
             )
+
+    def _more_input(self, call: _Call, arguments: str, out: list[Event]) -> None:
+        """Arguments of a custom call (decoded into input deltas) or of a gateway-run call
+        (kept until the turn ends)."""
+        call.args.append(arguments)
+        if call.input is None:
+            return
+        text = call.input.feed(arguments)
+        if text:
+            out.append(self._event({
+                "type": "response.custom_tool_call_input.delta", "item_id": self._item_id,
+                "output_index": self._output_index, "delta": text,
+            }))
 
     def _close_part(self, out: list[Event]) -> None:
         """Close the open content part of the open message."""
@@ -734,6 +940,16 @@ class ResponseTranslator:
         kind = self._kind
         if kind == _NONE:
             return
+        if kind == _SERVER:
+            call = self._call
+            assert call is not None and call.spec is not None
+            call.state = 2
+            self._call = None
+            self._kind = _NONE
+            self.server_calls.append(ServerCall(call.call_id, call.spec, call.arguments))
+            return
+        if kind in (_CALL, _CUSTOM):
+            self.client_calls += 1
         item = self._item
         assert item is not None
         if kind in (_TEXT, _REFUSAL):
@@ -741,6 +957,11 @@ class ResponseTranslator:
             item["status"] = status
         elif kind == _REASONING:
             self._close_reasoning(item, out)
+        elif kind == _TOOL_ITEM:
+            if "status" in item and item["status"] == "in_progress":
+                item["status"] = status
+        elif kind == _CUSTOM:
+            self._close_custom(item, out)
         else:
             call = self._call
             assert call is not None
@@ -772,6 +993,24 @@ class ResponseTranslator:
             )
         )
 
+    def _close_custom(self, item: dict[str, Any], out: list[Event]) -> None:
+        call = self._call
+        assert call is not None and call.input is not None
+        streamed = "".join(call.input.text)
+        text = input_of(call.arguments)
+        if text != streamed and text.startswith(streamed):
+            out.append(self._event({
+                "type": "response.custom_tool_call_input.delta", "item_id": self._item_id,
+                "output_index": self._output_index, "delta": text[len(streamed):],
+            }))
+        item["input"] = text
+        call.state = 2
+        self._call = None
+        out.append(self._event({
+            "type": "response.custom_tool_call_input.done", "item_id": self._item_id,
+            "output_index": self._output_index, "input": text,
+        }))
+
     def _abandon_call(self) -> None:
         """The response ends with a call whose arguments never finished: it stays open.
 
@@ -780,9 +1019,13 @@ class ResponseTranslator:
         arguments are cut off. The response's output keeps it, marked ``incomplete``.
         """
         call, item = self._call, self._item
-        assert call is not None and item is not None
-        item["arguments"] = "".join(call.args)
-        item["status"] = "incomplete"
+        assert call is not None
+        if item is not None:
+            if self._kind == _CUSTOM:
+                item["input"] = "".join(call.input.text) if call.input is not None else ""
+            else:
+                item["arguments"] = "".join(call.args)
+                item["status"] = "incomplete"
         call.state = 2
         self._call = None
         self._kind = _NONE
@@ -949,6 +1192,23 @@ def _fragment_slot(chunk: Any, kind: int) -> tuple[dict[str, Any], str] | None:
     except (KeyError, IndexError, TypeError, AttributeError):
         return None
     return (delta, key) if delta.__class__ is dict else None
+
+
+def _sum_usage(before: dict[str, Any] | None, usage: dict[str, Any] | None) -> dict[str, Any]:
+    """Responses usage of several model turns: every count added up."""
+    if before is None or usage is None:
+        return dict(before or usage or {})
+    total: dict[str, Any] = {}
+    for key in before.keys() | usage.keys():
+        a, b = before.get(key), usage.get(key)
+        if isinstance(a, dict) or isinstance(b, dict):
+            total[key] = _sum_usage(a if isinstance(a, dict) else None,
+                                    b if isinstance(b, dict) else None)
+        elif isinstance(a, int) or isinstance(b, int):
+            total[key] = (a if isinstance(a, int) else 0) + (b if isinstance(b, int) else 0)
+        else:
+            total[key] = b if b is not None else a
+    return total
 
 
 def _has_other_call_parts(get: Callable[[str], Any]) -> bool:
