@@ -42,13 +42,9 @@ API_KEY_ENV = "GATEWAY_API_KEY"
 pytestmark = pytest.mark.timeout(INSTALL_TIMEOUT + RUN_TIMEOUT + 60)
 CODEX_KEY = "sk-codex-test"
 
-# What docs/codex.md tells users to put in config.toml, minus the [model_providers] table.
+# What docs/codex.md tells users to put in config.toml, minus the [model_providers] table:
+# Codex's default tools (its sub-agent ``namespace``, the hosted ``web_search``) stay on.
 QUIET = """
-web_search = "disabled"
-
-[agents]
-enabled = false
-
 [features]
 plugins = false
 
@@ -301,22 +297,86 @@ def test_codex_exec_keeps_signed_reasoning_across_the_tool_call(
     assert sink.attempts == []
 
 
-def test_codex_default_tools_are_refused_with_a_precise_400(
+def test_codex_default_tools_call_a_namespace_tool(
     codex_bin: str, gateway: GatewayServer, upstream: ScriptedUpstream, sink: ProxySink,
     tmp_path: Path,
 ) -> None:
-    """Why docs/codex.md turns sub-agents and web search off: by default Codex also sends a
-    ``namespace`` tool (multi_agent_v1) and the hosted ``web_search`` tool, which a Chat
-    Completions model cannot serve. The gateway answers 400 naming the tool; nothing goes
-    upstream."""
-    quiet = QUIET.replace('web_search = "disabled"\n', "").replace(
-        "[agents]\nenabled = false\n", "")
-    config = codex_config(gateway.base_url, quiet=quiet)
+    """Codex's default configuration: its sub-agent tools come as the ``namespace`` tool
+    ``multi_agent_v1`` and ``web_search`` is on. The model sees the namespace's functions
+    flattened (``multi_agent_v1__close_agent``) and no web_search (GATEWAY_HOSTED_TOOLS=omit);
+    its call comes back to Codex as ``close_agent`` in namespace ``multi_agent_v1``, which
+    Codex runs and answers, and the turn completes."""
+    args = json.dumps({"target": "no-such-agent"})
+    prompt = (f"codex-namespace-1 [[script:tool name=multi_agent_v1__close_agent "
+              f"args='{args}']]")
 
-    run = codex_exec(codex_bin, gateway, sink, tmp_path, "codex-default-1 say hi", config=config)
+    run = codex_exec(codex_bin, gateway, sink, tmp_path, prompt)
+
+    assert run.returncode == 0, run.stderr + run.stdout
+    assert run.events[-1]["type"] == "turn.completed"
+    [message] = run.items("agent_message")
+    assert message["text"].startswith("Tool output: ")
+
+    first, second = upstream_turns(upstream, "codex-namespace-1")
+    names = [tool["function"]["name"] for tool in first["tools"]]
+    assert "multi_agent_v1__close_agent" in names and "exec_command" in names
+    assert {tool["type"] for tool in first["tools"]} == {"function"}  # web_search left out
+    call_turn, tool_turn = second["messages"][-2:]
+    [call] = call_turn["tool_calls"]
+    # Codex sent the call back as OpenAI reported it (name + namespace): flattened again.
+    assert call["function"] == {"name": "multi_agent_v1__close_agent", "arguments": args}
+    assert tool_turn["role"] == "tool" and tool_turn["tool_call_id"] == call["id"]
+    assert tool_turn["content"]  # Codex's answer for an agent that does not exist
+    assert tool_turn["content"] in message["text"]
+    assert sink.attempts == []
+
+
+def test_codex_applies_a_patch_through_the_custom_tool(
+    codex_bin: str, gateway: GatewayServer, upstream: ScriptedUpstream, sink: ProxySink,
+    tmp_path: Path,
+) -> None:
+    """For models it knows to take freeform patches (``gpt-5.5`` here, mapped by the gateway to
+    any backend model) Codex offers ``apply_patch`` as a ``custom`` tool with a Lark grammar.
+    The model calls the function standing for it with ``{"input": patch}``; Codex receives a
+    ``custom_tool_call`` and applies the patch."""
+    patch = ("*** Begin Patch\n*** Add File: hello.txt\n+hello from the gateway\n"
+             "*** End Patch\n")
+    args = json.dumps({"input": patch})
+    prompt = f"codex-custom-1 [[script:tool name=apply_patch args='{args}']]"
+    config = codex_config(gateway.base_url).replace(f'model = "{MODEL}"', 'model = "gpt-5.5"')
+
+    run = codex_exec(codex_bin, gateway, sink, tmp_path, prompt, config=config)
+
+    assert run.returncode == 0, run.stderr + run.stdout
+    assert (run.workdir / "hello.txt").read_text() == "hello from the gateway\n"
+    assert run.events[-1]["type"] == "turn.completed"
+
+    first, second = upstream_turns(upstream, "codex-custom-1")
+    [offered] = [t["function"] for t in first["tools"] if t["function"]["name"] == "apply_patch"]
+    assert offered["parameters"]["required"] == ["input"]
+    assert "lark grammar" in offered["description"] and "*** Begin Patch" in offered["description"]
+    assert {tool["type"] for tool in first["tools"]} == {"function"}  # tool_search, web_search out
+    call_turn, tool_turn = second["messages"][-2:]
+    [call] = call_turn["tool_calls"]
+    assert call["function"]["name"] == "apply_patch"
+    assert json.loads(call["function"]["arguments"]) == json.loads(args)
+    assert tool_turn["role"] == "tool" and tool_turn["tool_call_id"] == call["id"]
+    assert "hello.txt" in tool_turn["content"]
+    assert sink.attempts == []
+
+
+def test_codex_default_tools_are_refused_when_hosted_tools_are_rejected(
+    codex_bin: str, upstream: ScriptedUpstream, sink: ProxySink, tmp_path: Path,
+) -> None:
+    """GATEWAY_HOSTED_TOOLS=reject: Codex's default ``web_search`` is OpenAI's 400 naming the
+    tool, and nothing goes upstream."""
+    settings = e2e_settings(upstream, tmp_path / "reject.db", api_keys=(CODEX_KEY,),
+                            hosted_tools="reject")
+    with GatewayServer(settings) as server:
+        run = codex_exec(codex_bin, server, sink, tmp_path, "codex-default-1 say hi")
 
     assert run.returncode != 0
-    assert "is not supported by this gateway" in run.stdout + run.stderr
+    assert "Tool type 'web_search' is not supported by this gateway" in run.stdout + run.stderr
     assert "tools[" in run.stdout + run.stderr
     assert upstream_turns(upstream, "codex-default-1") == []
     assert sink.attempts == []

@@ -498,9 +498,7 @@ FN = {"type": "function", "name": "get_weather", "parameters": {"type": "object"
         "file_search",
         "code_interpreter",
         "computer_use_preview",
-        "mcp",
         "image_generation",
-        "custom",
         "local_shell",
     ],
 )

@@ -25,6 +25,7 @@ from responses_gateway.errors import GatewayError, invalid_request, not_found
 from responses_gateway.observability import ResponseMetrics
 from responses_gateway.store.base import CancelledError as StoreCancelled
 from responses_gateway.store.base import Store, StoredResponse, StoreUnavailable
+from responses_gateway.tools.catalog import ToolCatalog, specs_from_record
 from responses_gateway.translate.request_models import (
     CreateResponseRequest,
     normalize_input,
@@ -60,7 +61,7 @@ class Gateway:
         ``cached``: responses a WebSocket connection holds, found before the store (they may
         be ``store: false``).
         """
-        req = parse_create_request(body)
+        req = parse_create_request(body, hosted_tools=self.settings.hosted_tools)
         items = await self._resolve_references(normalize_input(req), tenant)
         if req.store:
             self.store.check_input_items(items)
@@ -73,8 +74,9 @@ class Gateway:
             self.settings.reasoning_input
         )
         # Rendered, and compacted or truncated to the model's window as asked (context.py).
-        fitted = await context.fit(self, req, route, history + items, tenant, reasoning_input)
-        chat, message_params = fitted.chat, fitted.message_params
+        fitted = await context.fit(self, req, route, history + items, tenant, reasoning_input,
+                                   new_catalog=ToolCatalog)
+        chat, message_params, catalog = fitted.chat, fitted.message_params, fitted.catalog
         response_id = ids.new_id(ids.RESPONSE)
         response = new_response(
             req.echo(),
@@ -93,6 +95,7 @@ class Gateway:
                 "sealed_reasoning": {},
                 "message_params": message_params,
                 "output_items": fitted.output_items,  # made before the model runs (compaction)
+                "tools": catalog.to_record(),  # chat function name -> what it stands for
             },
             input_items=items,
             previous_response_id=req.previous_response_id,
@@ -188,6 +191,7 @@ class Job:
                 logprobs=options["logprobs"],
                 encrypted_reasoning=options["encrypted_reasoning"],
                 seal=partial(gateway.sealer.seal, tenant=record.tenant),
+                tools=specs_from_record(record.request.get("tools")),
             ),
         )
         chat = dict(record.request["chat"])

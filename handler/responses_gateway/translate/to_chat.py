@@ -34,12 +34,19 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.tools import custom
+from responses_gateway.tools.catalog import ToolCatalog
 from responses_gateway.translate import compacted
 from responses_gateway.translate.request_models import (
     CreateResponseRequest,
+    CustomTool,
     FormatJsonObject,
     FormatJsonSchema,
+    FunctionTool,
+    McpTool,
+    NamespaceTool,
     ToolChoiceAllowed,
+    ToolChoiceCustom,
     ToolChoiceFunction,
 )
 
@@ -56,6 +63,7 @@ def to_chat_request(
     reasoning_input: str | None = None,
     unseal: Unseal | None = None,
     message_params: list[str] | None = None,
+    catalog: ToolCatalog | None = None,
     omit: Collection[int] = (),
     output_items: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
@@ -63,13 +71,18 @@ def to_chat_request(
 
     ``message_params``, when given, is filled with the client-side param of each chat message
     (``instructions``, ``input[3]``, ``previous_response_id``), so an error a backend raises
-    about ``messages[k]...`` can name what the client sent. ``omit``: indexes of ``items``
-    left out (``truncation``); ``output_items``: items this response made before the model
-    runs (a compaction item), after the input. The newest compaction item stands for what
-    came before it (translate/compacted.py).
+    about ``messages[k]...`` can name what the client sent. ``catalog``, when given, is filled
+    with the tools as chat functions and the way back (tools/catalog.py); MCP servers' tools
+    join it later, once listed. ``omit``: indexes of ``items`` left out (``truncation``);
+    ``output_items``: items this response made before the model runs (a compaction item),
+    after the input. The newest compaction item stands for what came before it
+    (translate/compacted.py).
     """
+    catalog = catalog if catalog is not None else ToolCatalog()
+    chat_tools = _catalog_tools(req, catalog)
     current = 0 if req.input is None else 1 if isinstance(req.input, str) else len(req.input)
-    builder = _Messages(reasoning_input, unseal, first_current=len(items) - current)
+    builder = _Messages(reasoning_input, unseal, first_current=len(items) - current,
+                        catalog=catalog)
     sources = message_params if message_params is not None else []
     if req.instructions:
         builder.messages.append({"role": "system", "content": req.instructions})
@@ -88,7 +101,7 @@ def to_chat_request(
         sources.extend([builder.param(index)] * (len(builder.messages) - len(sources)))
     body: dict[str, Any] = {"model": model, "messages": builder.finish()}
     sources.extend(["input"] * (len(body["messages"]) - len(sources)))
-    _add_tools(body, req)
+    _add_tools(body, req, chat_tools, catalog)
     _add_options(body, req)
     return body
 
@@ -106,28 +119,60 @@ def _compaction_view(
     return compacted.superseded(items, at, opened), at, opened.summary
 
 
-def _add_tools(body: dict[str, Any], req: CreateResponseRequest) -> None:
-    tools = req.function_tools
+def _catalog_tools(req: CreateResponseRequest, catalog: ToolCatalog) -> list[dict[str, Any]]:
+    """Every tool the model is offered, as chat functions, in the client's order. Plain
+    functions claim their names first, so a flattened name can never take one."""
+    tools = req.tools or []
+    for tool in tools:
+        if isinstance(tool, FunctionTool):
+            catalog.claim(tool.name)
+    choice = req.tool_choice
+    allowed = (
+        {(t.type, t.name) for t in choice.tools} if isinstance(choice, ToolChoiceAllowed) else None
+    )
+    for tool in tools:
+        if isinstance(tool, NamespaceTool):
+            for member in tool.tools:
+                if allowed is None or (member.type, member.name) in allowed:
+                    _add_member(catalog, member, tool.name)
+        elif isinstance(tool, (FunctionTool, CustomTool)) and (
+            allowed is None or (tool.type, tool.name) in allowed
+        ):
+            _add_member(catalog, tool, None)
+    return catalog.chat_tools
+
+
+def _add_member(
+    catalog: ToolCatalog, tool: FunctionTool | CustomTool, namespace: str | None
+) -> None:
+    if isinstance(tool, CustomTool):
+        fmt = tool.format.model_dump() if tool.format is not None else None
+        catalog.add_custom(tool.name, tool.description, fmt, namespace)
+        return
+    function: dict[str, Any] = {"name": tool.name}
+    if tool.description is not None:
+        function["description"] = tool.description
+    if tool.parameters is not None:
+        function["parameters"] = tool.parameters
+    if tool.strict is not None:
+        function["strict"] = tool.strict
+    catalog.add_function(function, namespace)
+
+
+def _add_tools(
+    body: dict[str, Any], req: CreateResponseRequest, chat_tools: list[dict[str, Any]],
+    catalog: ToolCatalog,
+) -> None:
     choice: Any = req.tool_choice
     if isinstance(choice, ToolChoiceAllowed):
-        allowed = {tool.name for tool in choice.tools}
-        tools = [tool for tool in tools if tool.name in allowed]
         choice = choice.mode
-    elif isinstance(choice, ToolChoiceFunction):
-        choice = {"type": "function", "function": {"name": choice.name}}
-    if not tools:
+    elif isinstance(choice, (ToolChoiceFunction, ToolChoiceCustom)):
+        name = catalog.chat_name(choice.type, choice.name)
+        choice = {"type": "function", "function": {"name": name}}
+    mcp = any(isinstance(tool, McpTool) for tool in req.tools or ())
+    if not chat_tools and not mcp:
         return  # chat rejects tool_choice / parallel_tool_calls without tools
-    chat_tools = []
-    for tool in tools:
-        function: dict[str, Any] = {"name": tool.name}
-        if tool.description is not None:
-            function["description"] = tool.description
-        if tool.parameters is not None:
-            function["parameters"] = tool.parameters
-        if tool.strict is not None:
-            function["strict"] = tool.strict
-        chat_tools.append({"type": "function", "function": function})
-    body["tools"] = chat_tools
+    body["tools"] = chat_tools  # an MCP server's tools join these once listed (runner)
     if choice is not None:
         body["tool_choice"] = choice
     if req.parallel_tool_calls is not None:
@@ -181,6 +226,7 @@ class _Messages:
 
     __slots__ = (
         "_assistant",
+        "_catalog",
         "_details",
         "_first_current",
         "_media",
@@ -190,8 +236,12 @@ class _Messages:
         "messages",
     )
 
-    def __init__(self, reasoning_field: str | None, unseal: Unseal | None, first_current: int):
+    def __init__(
+        self, reasoning_field: str | None, unseal: Unseal | None, first_current: int,
+        catalog: ToolCatalog,
+    ):
         self.messages: list[dict[str, Any]] = []
+        self._catalog = catalog
         self._reasoning_field = reasoning_field
         self._unseal = unseal
         self._first_current = first_current
@@ -216,8 +266,14 @@ class _Messages:
             self._message(index, item)
         elif kind == "function_call":
             self._function_call(index, item)
-        elif kind == "function_call_output":
+        elif kind == "custom_tool_call":
+            self._custom_tool_call(index, item)
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             self._function_call_output(index, item)
+        elif kind == "mcp_call":
+            self._mcp_call(index, item)
+        elif kind in ("mcp_list_tools", "mcp_approval_request", "mcp_approval_response"):
+            pass  # the gateway's own bookkeeping (tools/mcp.py); nothing the model said
         elif kind == "reasoning":
             self._reasoning_item(index, item)
         elif kind == "item_reference":
@@ -295,10 +351,49 @@ class _Messages:
                     param=f"{self.param(index)}.{key}",
                     code="missing_required_parameter",
                 )
+        namespace = item.get("namespace")
+        if isinstance(namespace, str) and namespace:
+            name = self._catalog.chat_name("function", name, namespace)  # type: ignore[arg-type]
+        self._add_call(call_id, name, arguments)  # type: ignore[arg-type]
+
+    def _add_call(self, call_id: str, name: str, arguments: str) -> None:
         message = self._assistant or self._open_assistant()
         message.setdefault("tool_calls", []).append(
             {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
         )
+
+    def _custom_tool_call(self, index: int, item: dict[str, Any]) -> None:
+        """The model called a custom tool through the function standing for it: the same call
+        goes back, its input as that function's one argument."""
+        call_id, name, text = item.get("call_id"), item.get("name"), item.get("input")
+        for key, value in (("call_id", call_id), ("name", name), ("input", text)):
+            if not isinstance(value, str):
+                raise invalid_request(
+                    f"Missing required parameter: '{self.param(index)}.{key}'.",
+                    param=f"{self.param(index)}.{key}",
+                    code="missing_required_parameter",
+                )
+        namespace = item.get("namespace") if isinstance(item.get("namespace"), str) else None
+        chat_name = self._catalog.chat_name("custom", name, namespace)  # type: ignore[arg-type]
+        self._add_call(call_id, chat_name, custom.arguments_for(text))  # type: ignore[arg-type]
+
+    def _mcp_call(self, index: int, item: dict[str, Any]) -> None:
+        """A call the gateway ran on an MCP server: the call, then its output (or error) as
+        the tool's answer. Its item id is the call id (an mcp_call has no call_id)."""
+        call_id, name = item.get("id"), item.get("name")
+        label, arguments = item.get("server_label"), item.get("arguments")
+        if not all(isinstance(v, str) for v in (call_id, name, label, arguments)):
+            raise invalid_request(
+                "An 'mcp_call' item needs 'id', 'server_label', 'name' and 'arguments'.",
+                param=self.param(index),
+            )
+        chat_name = self._catalog.chat_name("mcp", name, label)  # type: ignore[arg-type]
+        self._add_call(call_id, chat_name, arguments)  # type: ignore[arg-type]
+        self._close_assistant()
+        output = item.get("output")
+        if not isinstance(output, str):
+            output = _mcp_error_text(item.get("error"))
+        self.messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
 
     def _function_call_output(self, index: int, item: dict[str, Any]) -> None:
         self._close_assistant()
@@ -385,6 +480,18 @@ class _Messages:
         if len(parts) == 1 and parts[0]["type"] == "text":
             return parts[0]["text"]
         return parts
+
+
+def _mcp_error_text(error: Any) -> str:
+    """An mcp_call's error as the model reads it (the three shapes of ``McpToolCallError``)."""
+    if isinstance(error, dict):
+        if isinstance(error.get("message"), str):
+            return f"Error: {error['message']}"
+        content = error.get("content")
+        if isinstance(content, list):
+            texts = [p.get("text") for p in content if isinstance(p, dict)]
+            return "Error: " + "\n".join(t for t in texts if isinstance(t, str))
+    return f"Error: {error}" if error else "(no output)"
 
 
 def _parts(content: Any, param: str) -> list[dict[str, Any]]:
