@@ -986,6 +986,14 @@ def _check_mcp_tools(req: CreateResponseRequest) -> None:
                 code="invalid_value",
             )
         labels.add(tool.server_label)
+        # The gateway cannot run MCP servers' tools yet (issue 22: the turn loop and
+        # tools/mcp.py are to come): a clear 400 rather than a tool the model never sees.
+        raise invalid_request(
+            "Tool type 'mcp' is not supported by this gateway yet: it serves 'function', "
+            "'custom' and 'namespace' tools; remote MCP servers are not run.",
+            param=f"tools[{i}].type",
+            code="invalid_value",
+        )
 
 
 def _check_tool_choice(req: CreateResponseRequest) -> None:
