@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pydantic
 import pytest
 from openai.types.responses.responses_server_event import ResponsesServerEvent
@@ -361,6 +362,31 @@ def test_compliance_websocket_failed_continuation_evicts_cache(gateway: GatewayS
     completed(first)
     assert failed[-1]["type"] == "error" or final(failed)["status"] == "failed"
     assert error_code(retry) == "previous_response_not_found"
+
+
+def test_compliance_websocket_compact_new_chain(gateway: GatewayServer, upstream: Any) -> None:
+    # /responses/compact's output, passed back as it is, starts a new chain over WebSocket.
+    compact_request = {"model": MODEL, "input": [
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "Remember the compaction code word: slate."}]},
+        {"type": "message", "role": "assistant", "content": [
+            {"type": "output_text", "text": "OK."}]},
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "Compress this conversation for later continuation."}]},
+    ]}
+    answer = httpx.post(gateway.base_url + "/responses/compact", json=compact_request,
+                        headers={"Authorization": "Bearer sk-test"}, timeout=20)
+    assert answer.status_code == 200, answer.text
+    output = answer.json()["output"]
+    assert output[-1]["type"] == "compaction"
+    request = create([*output, {"type": "message", "role": "user",
+                                "content": "Continue from here. Reply with exactly: compacted"}],
+                     store=False, tools=[])
+    assert "previous_response_id" not in request
+    [turn] = session(gateway, [request])
+    completed(turn)
+    sent = json.dumps(upstream.requests[-1]["messages"])
+    assert "slate" in sent and "were compacted" in sent  # the window and its summary
 
 
 def test_evicted_response_stays_reachable_as_an_ancestor(gateway: GatewayServer) -> None:

@@ -73,10 +73,7 @@ async def compact(
     summary = ""
     usage: list[dict[str, Any]] = []
     for part in _parts(visible, window):
-        chat = render(part)
-        text, used = await _summarise(backend, chat, summary, tenant, window)
-        summary = text
-        usage.append(used)
+        summary = await _summarise_part(backend, render, part, summary, tenant, window, usage)
     kept = _kept_users(visible, window)
     sealed = gateway.sealer.seal(
         compacted.payload(summary, [compacted.user_key(item) for item in kept]), tenant)
@@ -131,10 +128,51 @@ def _parts(items: list[dict[str, Any]], window: int | None) -> list[list[dict[st
     return parts
 
 
-async def _summarise(
-    backend: Any, chat: dict[str, Any], earlier: str, tenant: str, window: int | None
-) -> tuple[str, dict[str, Any]]:
-    """One summarising call: ``earlier`` (the summary of the parts before) leads the part."""
+async def _summarise_part(
+    backend: Any,
+    render: Any,
+    part: list[dict[str, Any]],
+    earlier: str,
+    tenant: str,
+    window: int | None,
+    usage: list[dict[str, Any]],
+) -> str:
+    """The summary of ``part`` after ``earlier``; a part the model cannot read whole (its
+    exact count, where the backend counts, says so) is summarised in two halves."""
+    body = _summary_request(render(part), earlier, window)
+    if window is not None and len(part) > 1:
+        counted = await tokens.count(backend, body)
+        if counted.tokens + body["max_completion_tokens"] > window:
+            cut = _safe_cut(part)
+            if 0 < cut < len(part):
+                earlier = await _summarise_part(backend, render, part[:cut], earlier, tenant,
+                                                window, usage)
+                return await _summarise_part(backend, render, part[cut:], earlier, tenant,
+                                             window, usage)
+    text, used = await _summarise(backend, body, tenant)
+    usage.append(used)
+    return text
+
+
+def _safe_cut(part: list[dict[str, Any]]) -> int:
+    """The index nearest the middle where ``part`` splits without parting a call from its
+    output or reasoning from what follows it (0: nowhere)."""
+    cuts: list[int] = []
+    open_calls: set[str] = set()
+    for index, item in enumerate(part):
+        if index and not open_calls and part[index - 1].get("type") != "reasoning":
+            cuts.append(index)
+        kind, call_id = item.get("type"), item.get("call_id")
+        if kind in ("function_call", "custom_tool_call") and isinstance(call_id, str):
+            open_calls.add(call_id)
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            open_calls.discard(call_id)  # type: ignore[arg-type]
+    return min(cuts, key=lambda c: abs(2 * c - len(part)), default=0)
+
+
+def _summary_request(chat: dict[str, Any], earlier: str, window: int | None) -> dict[str, Any]:
+    """The summarising chat body: ``earlier`` (the summary of the parts before) leads the
+    part, the request for a summary follows it."""
     messages = list(chat["messages"])
     if earlier:
         lead = next((i for i, m in enumerate(messages) if m.get("role") != "system"),
@@ -148,6 +186,12 @@ async def _summarise(
     limit = SUMMARY_MAX_TOKENS if window is None else max(
         64, min(SUMMARY_MAX_TOKENS, int(window * SUMMARY_SHARE)))
     body["max_completion_tokens"] = limit
+    return body
+
+
+async def _summarise(backend: Any, body: dict[str, Any], tenant: str
+                     ) -> tuple[str, dict[str, Any]]:
+    """One summarising call."""
     request = BackendRequest(body=body, tenant=tenant, stream=False)
     prepare = getattr(backend, "prepare", None)
     if prepare is not None:

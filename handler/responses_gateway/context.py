@@ -37,7 +37,7 @@ from responses_gateway.translate.to_chat import to_chat_request
 DEFAULT_THRESHOLD_SHARE = 0.8
 #: An estimate this many times below the budget is trusted without an exact count.
 _SAFE_FACTOR = 1.5
-_MAX_ROUNDS = 8
+_MAX_ROUNDS = 16
 
 _windows: weakref.WeakKeyDictionary[Any, ContextWindows] = weakref.WeakKeyDictionary()
 
@@ -173,7 +173,8 @@ async def _truncate(
         # Estimates of the items scaled to the count: the rest of the request (tools,
         # instructions, the template) is not what leaving items out saves.
         scale = max(1.0, counted.tokens / max(1, tokens.estimate_chat(fitted.chat)))
-        more = _drop(items, candidates, omit, (counted.tokens - budget) / scale)
+        # A little past the excess: a count per round is a round trip upstream.
+        more = _drop(items, candidates, omit, (counted.tokens - budget) / scale * 1.2 + 1)
         if not more:
             raise context_length_exceeded(counted.tokens, window)
         omit |= more

@@ -472,14 +472,18 @@ def s_facts(ctx: Context, args: Args) -> Plan:
     """A model that remembers what it was told. With tools offered (and tool_choice not
     "none") it works through total=N steps, one call of the first tool per turn with
     {"step": K} (K: one past the highest ``FACT:stepK`` in its context); otherwise it answers
-    "FACTS: " and every ``FACT:...`` token in its context, in order. Asked for a compaction
-    summary, it so writes one that carries every fact on."""
+    "FACTS: " and every ``FACT:...`` token in its context, in order (the newest that fit
+    ``max_completion_tokens``). Asked for a compaction summary, it so writes one that carries
+    the facts on."""
     facts = context_facts(ctx)
     done = max((int(m[1]) for f in facts if (m := STEP.fullmatch(f))), default=0)
     tools = ctx.tool_names()
     if tools and ctx.body.get("tool_choice") != "none" and done < _int(args, "total", 0):
         step = orjson.dumps({"step": done + 1}).decode()
         return Plan(items=_call_items(ctx, [(tools[0], step)], _int(args, "n", 2)))
+    limit = ctx.body.get("max_completion_tokens") or ctx.body.get("max_tokens")
+    while limit and facts and scripted_tokens("FACTS: " + " ".join(facts)) > limit:
+        facts = facts[1:]  # a limited answer keeps the newest (finish_reason stays "stop")
     return Plan(items=_text_items(ctx, "FACTS: " + " ".join(facts), _int(args, "n", 2)))
 
 
