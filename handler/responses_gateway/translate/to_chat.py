@@ -18,6 +18,9 @@ The body is OpenAI's own form (``max_completion_tokens``, ``content: null`` besi
 - A ``function_call_output`` becomes a ``tool`` message whose content is its text parts joined
   by newlines. Chat tool messages cannot carry images or files, so those parts follow the run of
   tool messages as one ``user`` message, introduced by a line naming the call.
+- The newest ``compaction`` item stands for the items before it (all but ``system`` /
+  ``developer`` messages and the user messages it kept) and becomes a user message giving its
+  sealed summary (translate/compacted.py, docs/compaction.md).
 - Reasoning items are dropped unless the backend accepts reasoning back: ``reasoning_input``
   names the assistant field that carries it (``"reasoning_content"`` for DeepSeek, vLLM, Z.ai;
   ``"reasoning"`` for OpenRouter). Their text goes onto the next assistant message, and a sealed
