@@ -6,7 +6,8 @@ redirect, followed by hand) is parsed strictly and resolved here, *all* its addr
 public, and the connection is pinned to the checked address (Host header and TLS SNI keep the
 name) so a second DNS answer cannot swap in a private one. A host that looks like a number but
 is not a canonical IP address (``0177.0.0.1``, ``0x7f.1``, ``2130706433``) is refused, never
-handed to a resolver that would read it as some IPv4 address. Size, time and content type are
+handed to a resolver that would read it as some IPv4 address (those rules live in
+``net_policy.py``, shared with remote MCP servers). Size, time and content type are
 capped per download; a request's downloads run a few at a time and share one byte budget.
 
 Errors are what OpenAI answers when its own downloader fails: 400, ``invalid_image_url`` (or
@@ -20,11 +21,8 @@ can serve images from 127.0.0.1. Default off; never set it in a deployment.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import os
-import re
-import socket
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -32,22 +30,26 @@ import httpx
 
 from responses_gateway.backends.bedrock.media import DOCUMENT_FORMATS, IMAGE_FORMATS, media_type
 from responses_gateway.errors import GatewayError
+from responses_gateway.net_policy import (  # the SSRF rules, shared with tools/mcp.py
+    Refused,
+    Resolver,
+    allow_list,
+    checked_addresses,
+    is_public_address,
+    literal_address,
+    shown_url,
+    system_resolver,
+)
 
-Resolver = Callable[[str, int], Awaitable[list[str]]]
+__all__ = ["Fetched", "MediaFetcher", "is_public_address", "literal_address", "shown_url"]
+
 Kind = Literal["image", "document"]
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 ALLOW_HOSTS_ENV = "GATEWAY_TEST_IMAGE_ALLOW_HOSTS"
 DEFAULT_TOTAL_BYTES = 20 * 1024 * 1024  # as much as a client may send inline in one body
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
 # Types a server may label bytes with when it does not know better; the bytes decide then.
 _GENERIC_TYPES = frozenset({"", "application/octet-stream", "binary/octet-stream"})
-# A label WHATWG URL parsing (and inet_aton) reads as a number: decimal, octal or hex.
-_NUMERIC_LABEL = re.compile(r"0[xX][0-9a-fA-F]*|[0-9]+")
-_DNS_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")  # 1-63 chars, no dots
-_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,49 +79,6 @@ class _Budget:
         return f"the request's downloads together exceed the {self.limit} byte limit"
 
 
-async def system_resolver(host: str, port: int) -> list[str]:
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return list(dict.fromkeys(str(info[4][0]) for info in infos))
-
-
-def is_public_address(ip: IPAddress) -> bool:
-    """Globally routable unicast only: no private, loopback, link-local (cloud metadata),
-    shared (CGNAT), reserved, multicast or unspecified addresses, also when IPv4-mapped."""
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
-        elif ip in _NAT64:
-            ip = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    return ip.is_global and not ip.is_multicast
-
-
-def literal_address(host: str) -> IPAddress | None:
-    """The address an (IDNA-encoded, unbracketed) host names literally, None for a DNS name.
-
-    Raises ValueError for a name DNS cannot carry (a label over 63 characters, more than 253
-    in all), and for a host whose last label is a number but which is not a canonical
-    dotted quad: resolvers read ``0177.0.0.1``, ``0x7f.1``, ``127.1`` or ``2130706433`` as
-    IPv4 addresses (127.0.0.1 each), each by its own rules, so they never reach one.
-    """
-    if ":" in host:
-        return ipaddress.IPv6Address(host)
-    labels = host.split(".")
-    last = labels[-1] if labels[-1] or len(labels) == 1 else labels[-2]
-    if not _NUMERIC_LABEL.fullmatch(last):
-        if len(host.removesuffix(".")) > 253 or not all(map(_DNS_LABEL.fullmatch, labels[:-1])) \
-                or not (labels[-1] == "" or _DNS_LABEL.fullmatch(labels[-1])):
-            raise ValueError(f"not a DNS name: {host!r}")
-        return None
-    return ipaddress.IPv4Address(host)  # four decimal parts, no leading zeros, no dot after
-
-
-def shown_url(url: str) -> str:
-    """The URL as an error message may quote it: no user:password, no control characters,
-    at most 200 characters."""
-    url = _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", _USERINFO.sub(r"\1", url))
-    return url if len(url) <= 200 else url[:200] + "…"
-
-
 class MediaFetcher:
     """Downloads URLs for image / document blocks under SSRF, size, time and type limits."""
 
@@ -143,7 +102,7 @@ class MediaFetcher:
         self.max_redirects = max_redirects
         self._resolve = resolver or system_resolver
         self._transport = transport
-        self._allow_hosts = frozenset(h.strip().lower().strip("[]") for h in allow_hosts if h)
+        self._allow_hosts = allow_list(allow_hosts)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, *,
@@ -250,23 +209,11 @@ class MediaFetcher:
     ) -> httpx.Request:
         host = url.raw_host.decode("ascii").lower()
         port = url.port or (443 if url.scheme == "https" else 80)
-        literal = literal_address(host)  # _parse checked it parses
-        if literal is not None:
-            addresses = [literal]
-        else:
-            try:
-                answers = await self._resolve(host, port)
-            except (OSError, UnicodeError):
-                answers = []
-            try:
-                addresses = [ipaddress.ip_address(a.split("%", 1)[0]) for a in answers]
-            except ValueError:
-                addresses = []
-            if not addresses:
-                raise refuse("the host name does not resolve") from None
-        if host not in self._allow_hosts and not all(map(is_public_address, addresses)):
-            raise refuse("the host resolves to a private, loopback, link-local or otherwise "
-                         "non-public address")
+        try:
+            addresses = await checked_addresses(host, port, resolver=self._resolve,
+                                                allow_hosts=self._allow_hosts)
+        except Refused as exc:
+            raise refuse(str(exc)) from None
         headers = {"Host": url.netloc.decode("ascii"), "Accept": "*/*"}
         extensions = {"sni_hostname": host} if url.scheme == "https" else {}
         return client.build_request("GET", url.copy_with(host=str(addresses[0])),
