@@ -338,3 +338,34 @@ def test_dynamodb_store_chain_with_compaction(moto_endpoint: str, upstream: Scri
         assert second.output_text == "FACTS: FACT:f0 FACT:f1 FACT:f2"
         body = compact(c, model=FACTS, previous_response_id=second.id)
         assert body["output"][-1]["type"] == "compaction"
+
+
+# -- Bedrock: the summary from Converse, the window back through Converse ---------------------
+
+
+def test_compact_and_continue_on_bedrock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                         ) -> None:
+    from responses_gateway.config import Settings
+    from tests.helpers.eventstream_server import FakeBedrock, use_dummy_aws
+
+    use_dummy_aws(monkeypatch)
+    model = "anthropic.claude-sonnet-4-20250514-v1:0"
+    with FakeBedrock() as fake:
+        fake.json(model, {"output": {"message": {"role": "assistant", "content": [
+            {"text": "Summary: launch on Tuesday, FACT:bedrock."}]}}, "stopReason": "end_turn",
+            "usage": {"inputTokens": 40, "outputTokens": 9, "totalTokens": 49},
+            "metrics": {"latencyMs": 1}})
+        settings = Settings(backend="bedrock", bedrock_region="us-east-1", max_retries=0,
+                            bedrock_endpoint_url=fake.url, store=f"sqlite:{tmp_path / 'g.db'}")
+        with GatewayServer(settings) as server, client_for(server) as c:
+            body = compact(c, model=model, input=[
+                {"role": "user", "content": "We launch on Tuesday."},
+                {"role": "assistant", "content": "Noted: Tuesday."}])
+            assert body["usage"]["input_tokens"] == 40 and body["usage"]["output_tokens"] == 9
+            follow = c.responses.create(model=model, stream=False, input=[
+                *body["output"], {"role": "user", "content": "When?"}])
+            check_response(follow)
+        summarising, answering = [r for r in fake.requests if r.operation == "converse"]
+        assert "summary" in json.dumps(summarising.body["messages"][-1])
+        sent = json.dumps(answering.body["messages"])
+        assert "FACT:bedrock" in sent and "Noted: Tuesday" not in sent

@@ -19,6 +19,7 @@ estimate screens first, so a request far below the window is never counted upstr
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from responses_gateway.translate import compacted
 from responses_gateway.translate.request_models import CreateResponseRequest
 from responses_gateway.translate.to_chat import to_chat_request
 
+_MESSAGE_PARAM = re.compile(r"messages\[(\d+)\](.*)", re.S)
 #: Share of the window ``context_management`` compacts past when ``compact_threshold`` is null.
 DEFAULT_THRESHOLD_SHARE = 0.8
 #: An estimate this many times below the budget is trusted without an exact count.
@@ -69,7 +71,19 @@ class Fitted:
     catalog: Any = None  # the render's tool catalog, when asked for one (new_catalog)
 
 
-async def fit(
+async def fit(*args: Any, **kwargs: Any) -> Fitted:
+    """:func:`_fit`, with a backend's 400 about ``messages[k]`` naming what the client sent."""
+    try:
+        return await _fit(*args, **kwargs)
+    except GatewayError as exc:
+        match = _MESSAGE_PARAM.match(exc.param or "")
+        sources = getattr(exc, "message_params", None) or ()
+        if match and int(match[1]) < len(sources):
+            exc.param = sources[int(match[1])] + match[2]
+        raise
+
+
+async def _fit(
     gateway: Any,
     req: CreateResponseRequest,
     route: Route,
@@ -94,7 +108,7 @@ async def fit(
     if threshold is None and entry is not None and window is not None:
         threshold = int(window * DEFAULT_THRESHOLD_SHARE)
     if threshold is not None and tokens.estimate_chat(fitted.chat) * _SAFE_FACTOR > threshold:
-        counted = await tokens.count(backend, fitted.chat)
+        counted = await _count(backend, fitted)
         if counted.tokens > threshold and _compactable(items):
             result = await compaction.compact(gateway, req, route, items, tenant,
                                               reasoning_input=reasoning_input, window=window)
@@ -106,7 +120,7 @@ async def fit(
     budget = window - _reserve(req, window) if auto else window
     if counted is None and tokens.estimate_chat(fitted.chat) * _SAFE_FACTOR <= budget:
         return fitted
-    counted = counted or await tokens.count(backend, fitted.chat)
+    counted = counted or await _count(backend, fitted)
     if counted.tokens <= budget:
         return fitted
     if not auto:
@@ -146,6 +160,14 @@ def _render(
     return Fitted(chat, params, list(output_items), extra.get("catalog"))
 
 
+async def _count(backend: Any, fitted: Fitted) -> tokens.Count:
+    try:
+        return await tokens.count(backend, fitted.chat)
+    except GatewayError as exc:
+        exc.message_params = fitted.message_params  # type: ignore[attr-defined]
+        raise
+
+
 def _reserve(req: CreateResponseRequest, window: int) -> int:
     """Room left for the answer under ``truncation: "auto"``."""
     return min(req.max_output_tokens or window // 10, window // 2)
@@ -179,7 +201,7 @@ async def _truncate(
             raise context_length_exceeded(counted.tokens, window)
         omit |= more
         fitted = render(omit=omit, output_items=output_items)
-        counted = await tokens.count(backend, fitted.chat)
+        counted = await _count(backend, fitted)
         if counted.tokens <= budget:
             return fitted
     raise context_length_exceeded(counted.tokens, window)

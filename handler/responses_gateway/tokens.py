@@ -27,6 +27,8 @@ from typing import Any
 
 import orjson
 
+from responses_gateway.errors import GatewayError
+
 logger = logging.getLogger("responses_gateway")
 
 #: An image or file in the estimate: about what a high-detail image costs OpenAI's and
@@ -57,12 +59,19 @@ def estimate_chat(chat: dict[str, Any]) -> int:
 
 
 async def count(backend: Any, chat: dict[str, Any]) -> Count:
-    """The input tokens of ``chat`` (a Chat Completions body) for ``backend``."""
+    """The input tokens of ``chat`` (a Chat Completions body) for ``backend``. A request
+    the backend would refuse for the client's reason (more images than Bedrock takes) raises
+    that 400 here, naming the chat message (``messages[k]``) as backends do."""
     try:
         if getattr(backend, "name", None) == "bedrock":
             exact = await _bedrock(backend, chat)
         else:
             exact = await _openai_compatible(backend, chat)
+    except GatewayError as exc:
+        if 400 <= exc.status < 500 and exc.status not in (401, 403, 404, 429):
+            raise
+        logger.warning("token count failed; using the estimate", exc_info=True)
+        exact = None
     except Exception:  # counting must never fail a request; the estimate stands in
         logger.warning("token count failed; using the estimate", exc_info=True)
         exact = None
