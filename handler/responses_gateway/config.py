@@ -57,6 +57,11 @@ class Settings:
     queued_seconds: float | None = None  # how long a background response may wait for a worker
     debug_log_content: bool = False
     hosted_tools: str = "omit"  # tools/hosted.py: "omit" (leave out for the model) or "reject"
+    # Remote MCP servers (tools/mcp.py): hosts allowed although private, each call's time
+    # limit (also bounds connecting and listing), the largest tool output kept.
+    mcp_allow_hosts: tuple[str, ...] = ()
+    mcp_call_timeout: float = 60.0
+    mcp_max_output_bytes: int = 1024 * 1024
 
     def route(self, model: str) -> Route:
         """The backend and backend model for a client model name.
@@ -128,6 +133,12 @@ class Settings:
             debug_log_content=(get("GATEWAY_DEBUG_LOG_CONTENT", "false") or "").lower()
             in ("1", "true", "yes"),
             hosted_tools=policy_named(get("GATEWAY_HOSTED_TOOLS", "omit") or "omit"),
+            mcp_allow_hosts=tuple(
+                h.strip() for h in (get("GATEWAY_MCP_ALLOW_HOSTS") or "").split(",") if h.strip()
+            ),
+            mcp_call_timeout=float(get("GATEWAY_MCP_CALL_TIMEOUT", "60") or 60),
+            mcp_max_output_bytes=int(get("GATEWAY_MCP_MAX_OUTPUT_BYTES")
+                                     or cls.mcp_max_output_bytes),
         )
 
 
