@@ -187,7 +187,7 @@ def test_upstream_error_event_mid_stream_fails_with_its_code(client: OpenAI) -> 
         ({"temperature": 3}, "temperature"),
         ({"temperature": "hot"}, "temperature"),
         ({"max_output_tokens": 1}, "max_output_tokens"),
-        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"tools": [{"type": "no_such_tool"}]}, "tools[0].type"),
         ({"input": 5}, "input"),
         ({"top_p": -1}, "top_p"),
     ],
