@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from responses_gateway import conversations
-from responses_gateway.api.routes import JSON, _gateway, _int_param, _json_body, _tenant
+from responses_gateway.api.routes import JSON, _gateway, _json_body, _tenant, page_params
 from responses_gateway.errors import invalid_request
 from responses_gateway.store.base import ConversationStore, StoredConversation
 from responses_gateway.translate.request_models import MAX_ID_LENGTH
@@ -111,21 +111,7 @@ async def list_items(request: Request) -> Response:
     conversation_id = _conversation_id(request)
     params = request.query_params
     include = _include(request)
-    limit = _int_param(params.get("limit"), "limit", 20)
-    if not 1 <= limit <= 100:
-        raise invalid_request(
-            f"Invalid 'limit': integer below minimum value or above maximum value. Expected a "
-            f"value between 1 and 100, but got {limit} instead.",
-            param="limit",
-            code="integer_out_of_range",
-        )
-    order = params.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise invalid_request(
-            f"Invalid value: '{order}'. Supported values are: 'asc' and 'desc'.",
-            param="order",
-            code="invalid_value",
-        )
+    limit, order = page_params(params)
     after = _item_id(params.get("after") or None)
     try:
         page = await _store(request).list_conversation_items(

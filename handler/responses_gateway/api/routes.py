@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -157,20 +158,7 @@ async def cancel_response(request: Request) -> Response:
 async def list_input_items(request: Request) -> Response:
     record = await _record(request)
     params = request.query_params
-    limit = _int_param(params.get("limit"), "limit", 20)
-    if not 1 <= limit <= 100:
-        raise invalid_request(
-            f"Invalid 'limit': integer below minimum value or above maximum value. Expected a "
-            f"value between 1 and 100, but got {limit} instead.",
-            param="limit",
-            code="integer_out_of_range",
-        )
-    order = params.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise invalid_request(
-            f"Invalid value for 'order': expected one of 'asc' or 'desc', but got {order!r}.",
-            param="order",
-        )
+    limit, order = page_params(params)
     items = list(record.input_items)
     if order == "desc":
         items.reverse()
@@ -211,6 +199,26 @@ async def list_models(request: Request) -> Response:
 
 async def health(request: Request) -> Response:
     return JSON({"status": "ok"})
+
+
+def page_params(params: Mapping[str, str]) -> tuple[int, str]:
+    """``limit`` (1-100, default 20) and ``order`` (default ``desc``) of a list route."""
+    limit = _int_param(params.get("limit"), "limit", 20)
+    if not 1 <= limit <= 100:
+        raise invalid_request(
+            f"Invalid 'limit': integer below minimum value or above maximum value. Expected a "
+            f"value between 1 and 100, but got {limit} instead.",
+            param="limit",
+            code="integer_out_of_range",
+        )
+    order = params.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise invalid_request(
+            f"Invalid value: '{order}'. Supported values are: 'asc' and 'desc'.",
+            param="order",
+            code="invalid_value",
+        )
+    return limit, order
 
 
 def _int_param(value: str | None, name: str, default: int) -> int:
