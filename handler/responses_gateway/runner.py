@@ -14,7 +14,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -25,19 +25,27 @@ from responses_gateway.errors import GatewayError, invalid_request, not_found
 from responses_gateway.observability import ResponseMetrics
 from responses_gateway.store.base import CancelledError as StoreCancelled
 from responses_gateway.store.base import Store, StoredResponse, StoreUnavailable
-from responses_gateway.tools.catalog import ToolCatalog, specs_from_record
+from responses_gateway.tools.catalog import ToolCatalog, catalog_of, specs_from_record
 from responses_gateway.translate.request_models import (
     CreateResponseRequest,
+    McpTool,
     normalize_input,
     parse_create_request,
 )
 from responses_gateway.translate.response_object import new_response, response_error
 from responses_gateway.translate.sealing import Sealer
 from responses_gateway.translate.stream import Event, ResponseTranslator, TranslateOptions
+from responses_gateway.translate.to_chat import turn_messages
 from responses_gateway.translate.upstream_sse import Chunk
+
+if TYPE_CHECKING:  # tools/mcp.py (and the mcp SDK) load only for requests with MCP tools
+    from responses_gateway.tools.mcp import McpTools
 
 logger = logging.getLogger("responses_gateway")
 MAX_ITEM_REFERENCES = 1000
+#: Model turns with tool calls the gateway runs in one response, at most (a model that never
+#: stops calling tools ends there, with what it produced; max_tool_calls bounds it sooner).
+MAX_TOOL_TURNS = 64
 BackendFactory = Callable[[str], Backend]
 _MESSAGE_PARAM = re.compile(r"messages\[(\d+)\](.*)", re.S)
 
@@ -77,6 +85,7 @@ class Gateway:
         fitted = await context.fit(self, req, route, history + items, tenant, reasoning_input,
                                    new_catalog=ToolCatalog)
         chat, message_params, catalog = fitted.chat, fitted.message_params, fitted.catalog
+        tools = await self._mcp_tools(req, chat, catalog, history, items, tenant)
         response_id = ids.new_id(ids.RESPONSE)
         response = new_response(
             req.echo(),
@@ -96,15 +105,47 @@ class Gateway:
                 "message_params": message_params,
                 "output_items": fitted.output_items,  # made before the model runs (compaction)
                 "tools": catalog.to_record(),  # chat function name -> what it stands for
+                # MCP servers (tools/mcp.py): their tools, approvals, headers sealed
+                "mcp": tools.to_record(partial(self.sealer.seal, tenant=tenant)) if tools else None,
             },
             input_items=items,
             previous_response_id=req.previous_response_id,
             background=req.background,
             expires_at=int(time.time()) + self.settings.retention_days * 86400,
         )
-        if turn is not None:
-            await turn.lock(record)  # the request is ready: hold the conversation until it ends
-        return Job(self, record, stream=req.streaming, store=req.store)
+        try:
+            if turn is not None:
+                await turn.lock(record)  # the request is ready: hold the conversation till it ends
+        except BaseException:
+            if tools is not None:
+                await tools.aclose()
+            raise
+        if tools is not None and req.background:
+            await tools.aclose()  # the worker connects again (it may run in another process)
+            tools = None
+        return Job(self, record, stream=req.streaming, store=req.store, tools=tools)
+
+    async def _mcp_tools(
+        self, req: CreateResponseRequest, chat: dict[str, Any], catalog: ToolCatalog,
+        history: list[dict[str, Any]], items: list[dict[str, Any]], tenant: str,
+    ) -> McpTools | None:
+        """The request's MCP servers listed (or their listing found in the conversation),
+        their tools offered to the model; a server that cannot be listed is OpenAI's 424."""
+        wanted = [tool for tool in req.tools or () if isinstance(tool, McpTool)]
+        if not wanted:
+            return None
+        from responses_gateway.tools.mcp import Limits, McpTools
+
+        tools = McpTools.of(wanted, Limits.of(self.settings))
+        tools.find_approval(items, history)
+        await tools.list_all([*history, *items])
+        for label, function in tools.functions():
+            catalog.add_mcp(label, function)
+        chat["tools"] = catalog.chat_tools
+        if not chat["tools"]:  # chat servers refuse an empty tool list and what goes with it
+            for key in ("tools", "tool_choice", "parallel_tool_calls"):
+                chat.pop(key, None)
+        return tools
 
     async def aclose(self) -> None:
         feed = getattr(self, "local_feed", None)  # background responses running here
@@ -179,11 +220,16 @@ class Gateway:
 class Job:
     """One response being produced. ``batches()`` is the whole lifecycle, terminal included."""
 
-    def __init__(self, gateway: Gateway, record: StoredResponse, *, stream: bool, store: bool):
+    def __init__(
+        self, gateway: Gateway, record: StoredResponse, *, stream: bool, store: bool,
+        tools: McpTools | None = None,
+    ):
         self.gateway = gateway
         self.record = record
         self.store = store
         options = record.request["options"]
+        #: MCP servers whose tools this response runs between model turns (tools/mcp.py)
+        self.tools = tools if tools is not None else _tools_of(gateway, record)
         self.translator = ResponseTranslator(
             record.response,
             TranslateOptions(
@@ -252,14 +298,24 @@ class Job:
         """Send the request upstream; the future resolves with the first chunks.
 
         An UpstreamError from it happened before any output: within a grace period it can
-        still be an HTTP error.
+        still be an HTTP error. Calls the client approved run first (``batches``), and the
+        model after them: then the future is resolved at once, with nothing.
         """
         if self._first is None:
             if self.conversation is not None:
                 self.conversation.keep()  # the turn's lock outlives any long response
-            self._chunks = self.backend.stream(self.backend_request)
-            self._first = asyncio.ensure_future(self._first_chunk())
+            if self.tools is not None and self.tools.approved:
+                self._first = asyncio.get_running_loop().create_future()
+                self._first.set_result([])
+            else:
+                self._start_turn()
+        assert self._first is not None
         return self._first
+
+    def _start_turn(self) -> None:
+        """One model turn: the chat request (as it stands) upstream."""
+        self._chunks = self.backend.stream(self.backend_request)
+        self._first = asyncio.ensure_future(self._first_chunk())
 
     async def _first_chunk(self) -> list[Chunk]:
         assert self._chunks is not None
@@ -291,39 +347,90 @@ class Job:
         first = self.open()
         pending: list[Event] = []  # produced but not sent yet: a failure mid-batch keeps them
         timer = self._arm_deadline()
+        tools = self.tools
         try:
             started = translator.start()
             for item in self.record.request.get("output_items") or ():
                 started += translator.add_finished_item(item)
+            if tools is not None:  # the servers listed for this response (Gateway.prepare)
+                for listed in tools.listed:
+                    started += translator.mcp_list_tools_start(listed["server_label"])
+                    started += translator.mcp_list_tools_end(listed["tools"])
             yield started
-            try:
-                # shield: a cancelled consumer must not cancel ``first`` itself (anyio repeats
-                # a cancel, which would break httpx's shielded connection close); close() does.
-                chunks: list[Chunk] | None = await self._upstream(asyncio.shield(first))
-            except StopAsyncIteration:
-                chunks = None
-            source = self._chunks
-            assert source is not None
-            while chunks is not None:
-                for chunk in chunks:
-                    pending += feed(chunk)
-                    if translator.done:  # an upstream error chunk ended it
-                        break
-                if pending:
-                    if metrics.waiting:
-                        metrics.first_content()
-                    if translator.done:
-                        pending = await self._stored(pending)
+            turn_start = len(translator.response["output"])
+            if tools is not None and tools.approved:  # approved last time: they run first
+                for approved in tools.approved:
+                    pending += translator.mcp_call_start(
+                        approved.label, approved.name, approved.arguments,
+                        approval_request_id=approved.approval_request_id)
                     events, pending = pending, []
                     yield events
-                if translator.done:
-                    break
-                if self._expired:  # the deadline passed while the consumer had the batch
-                    raise self._deadline_error  # type: ignore[misc]
+                    result = await self._upstream(
+                        tools.call(approved.label, approved.name, approved.arguments))
+                    pending += translator.mcp_call_end(*result)
+                events, pending = pending, []
+                yield events
+                first = await self._next_turn(turn_start)
+                turn_start = len(translator.response["output"])
+            turns = 0
+            while True:  # one model turn, then the calls the gateway runs, while it has any
                 try:
-                    chunks = await self._upstream(anext(source))
+                    # shield: a cancelled consumer must not cancel ``first`` itself (anyio
+                    # repeats a cancel, which would break httpx's shielded connection close);
+                    # close() does.
+                    chunks: list[Chunk] | None = await self._upstream(asyncio.shield(first))
                 except StopAsyncIteration:
                     chunks = None
+                source = self._chunks
+                assert source is not None
+                while chunks is not None:
+                    for chunk in chunks:
+                        pending += feed(chunk)
+                        if translator.done:  # an upstream error chunk ended it
+                            break
+                    if pending:
+                        if metrics.waiting:
+                            metrics.first_content()
+                        if translator.done:
+                            pending = await self._stored(pending)
+                        events, pending = pending, []
+                        yield events
+                    if translator.done:
+                        break
+                    if self._expired:  # the deadline passed while the consumer had the batch
+                        raise self._deadline_error  # type: ignore[misc]
+                    try:
+                        chunks = await self._upstream(anext(source))
+                    except StopAsyncIteration:
+                        chunks = None
+                if translator.done or tools is None or not translator.wants_tool_turn:
+                    break
+                # The model called tools the gateway runs: their items, then the next turn.
+                pending += translator.end_turn()
+                stop = translator.client_calls > 0  # the client must answer its own calls
+                ran = 0
+                for call in translator.server_calls:
+                    label, name = call.spec.namespace or "", call.spec.name
+                    if tools.limit_reached(self.record.response.get("max_tool_calls")):
+                        continue  # max_tool_calls: no more calls (and no more MCP tools)
+                    ran += 1
+                    if tools.needs_approval(label, name):
+                        pending += translator.mcp_approval_request(label, name, call.arguments)
+                        stop = True  # the response ends; the next request approves or not
+                        continue
+                    pending += translator.mcp_call_start(label, name, call.arguments)
+                    events, pending = pending, []
+                    yield events
+                    result = await self._upstream(tools.call(label, name, call.arguments))
+                    pending += translator.mcp_call_end(*result)
+                if pending:
+                    events, pending = pending, []
+                    yield events
+                turns += 1
+                if stop or not ran or turns >= MAX_TOOL_TURNS:
+                    break  # (a model that calls past max_tool_calls is not asked again)
+                first = await self._next_turn(turn_start)
+                turn_start = len(translator.response["output"])
             if not translator.done:
                 yield await self._stored(translator.finish())
         except (StoreUnavailable, StoreCancelled):
@@ -353,6 +460,53 @@ class Job:
                 translator.cancel()
                 await _shielded(self.persist())
             await _shielded(self.close())
+
+    async def _next_turn(self, since: int) -> asyncio.Future[list[Chunk]]:
+        """The next model turn: the chat request gets this turn's output (its text, reasoning
+        and the calls the gateway ran with their results) and goes upstream again."""
+        translator = self.translator
+        translator.next_turn()
+        sealed = translator.sealed_reasoning
+        items = [
+            dict(item, encrypted_content=sealed[item["id"]])
+            if item.get("type") == "reasoning" and item.get("id") in sealed else item
+            for item in translator.response["output"][since:]
+        ]
+        reasoning_input = "reasoning_content" if self.record.request["backend"] == "bedrock" else (
+            self.gateway.settings.reasoning_input)
+        added = turn_messages(
+            items, catalog=catalog_of(translator.options.tools or {}),
+            reasoning_input=reasoning_input,
+            unseal=partial(self.gateway.sealer.unseal, tenant=self.record.tenant),
+        )
+        body = self.backend_request.body
+        messages = body["messages"] = list(body["messages"])  # the record's own stays as it was
+        last = messages[-1] if messages else None
+        if (added and last is not None and last.get("role") == "assistant"
+                and not last.get("tool_calls") and added[0].get("role") == "assistant"
+                and not added[0].get("content")):
+            # Calls approved in the previous response belong to its last assistant turn.
+            messages[-1] = {**last, **{k: v for k, v in added[0].items() if v is not None}}
+            added = added[1:]
+        messages.extend(added)
+        if self.tools is not None and self.tools.limit_reached(
+                self.record.response.get("max_tool_calls")):
+            specs = translator.options.tools or {}
+            kept = [t for t in body.get("tools") or ()
+                    if getattr(specs.get(t["function"]["name"]), "kind", None) != "mcp"]
+            body["tools"] = kept
+            if not kept:
+                for key in ("tools", "tool_choice", "parallel_tool_calls"):
+                    body.pop(key, None)
+        chunks, self._chunks = self._chunks, None
+        if chunks is not None:
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+        self._start_turn()
+        assert self._first is not None
+        return self._first
 
     def seconds_left(self) -> float | None:
         """Until the deadline (None: none is set)."""
@@ -397,6 +551,8 @@ class Job:
     async def close(self) -> None:
         if self.conversation is not None and not self.record.background:
             await self.conversation.release()  # ended before its terminal write: let go
+        if self.tools is not None:
+            await self.tools.aclose()
         first, chunks = self._first, self._chunks
         self.metrics.finish(self.translator.response, first)
         if first is not None and not first.done():
@@ -449,6 +605,17 @@ def _options_of(req: CreateResponseRequest) -> dict[str, bool]:
         "logprobs": req.wants_logprobs,
         "encrypted_reasoning": req.wants_encrypted_reasoning,
     }
+
+
+def _tools_of(gateway: Gateway, record: StoredResponse) -> McpTools | None:
+    """The MCP servers a stored response runs (a background worker's job)."""
+    data = record.request.get("mcp")
+    if not data:
+        return None
+    from responses_gateway.tools.mcp import Limits, McpTools
+
+    return McpTools.from_record(data, Limits.of(gateway.settings),
+                                partial(gateway.sealer.unseal, tenant=record.tenant))
 
 
 async def _shielded(awaitable: Awaitable[None]) -> None:

@@ -115,5 +115,15 @@ class ToolCatalog:
         return {chat: [s.kind, s.name, s.namespace] for chat, s in self.specs.items()}
 
 
+def catalog_of(specs: dict[str, ToolSpec]) -> ToolCatalog:
+    """A catalog that maps calls back to the chat names ``specs`` gave (a later model turn's
+    history: runner.py), without the chat tools themselves."""
+    catalog = ToolCatalog()
+    for chat, spec in specs.items():
+        catalog._taken.add(chat)
+        catalog._chat_names[(spec.kind, spec.name, spec.namespace)] = chat
+    return catalog
+
+
 def specs_from_record(data: dict[str, Any] | None) -> dict[str, ToolSpec]:
     return {chat: ToolSpec(*entry) for chat, entry in (data or {}).items()}

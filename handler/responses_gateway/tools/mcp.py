@@ -560,6 +560,9 @@ class McpTools:
     headers: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
     connections: dict[str, Connection] = field(default_factory=dict)
     calls_run: int = 0
+    #: headers still sealed (a stored response): opened on the first connection, so a key
+    #: that cannot open them fails that call, not the whole response
+    sealed: tuple[str, Callable[[str], dict[str, Any]]] | None = field(default=None, repr=False)
 
     # -- building (Gateway.prepare) --
 
@@ -665,13 +668,16 @@ class McpTools:
     def from_record(cls, data: Mapping[str, Any], limits: Limits, unseal: Any) -> McpTools:
         servers = {s["label"]: McpServer.from_record(s) for s in data.get("servers") or ()}
         sealed = data.get("sealed_headers")
-        headers = unseal(sealed).get("headers", {}) if sealed else {}
         return cls(servers, limits, tools=dict(data.get("tools") or {}),
                    listed=list(data.get("listed") or ()),
                    approved=[Approved(**a) for a in data.get("approved") or ()],
-                   headers=headers)
+                   sealed=(sealed, unseal) if sealed else None)
 
     # -- running (the runner's turn loop) --
+
+    def limit_reached(self, max_tool_calls: int | None) -> bool:
+        """``max_tool_calls``: the calls this response may still run are used up."""
+        return max_tool_calls is not None and self.calls_run >= max_tool_calls
 
     def needs_approval(self, label: str, name: str) -> bool:
         server = self.servers.get(label)
@@ -684,6 +690,15 @@ class McpTools:
     async def connection(self, label: str) -> Connection:
         connection = self.connections.get(label)
         if connection is None or connection.closed:
+            if self.sealed is not None:
+                blob, unseal = self.sealed
+                try:
+                    self.headers = unseal(blob).get("headers") or {}
+                except GatewayError:
+                    raise McpFailure(protocol_error(
+                        CONNECTION_CLOSED, "The MCP server's headers could not be opened "
+                        "(GATEWAY_SEAL_KEY changed?).")) from None
+                self.sealed = None
             server = self.servers[label]
             connection = self.connections[label] = Connection(
                 server, self.headers.get(label, {}), self.limits)

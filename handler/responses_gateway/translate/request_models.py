@@ -747,9 +747,15 @@ def _echo_tool(tool: BaseModel) -> dict[str, Any]:
     assert isinstance(tool, McpTool)
     # headers and authorization are secrets: never echoed, stored or logged (OpenAI leaves
     # them out of the response too).
-    return tool.model_dump(
-        exclude={"headers", "authorization", "connector_id", "tunnel_id"}, exclude_none=False
-    )
+    echoed = {
+        name: getattr(tool, name)
+        for name in McpTool.model_fields
+        if name not in ("headers", "authorization", "connector_id", "tunnel_id")
+    }
+    for name in ("allowed_tools", "require_approval"):  # filters: plain dicts, as sent
+        if isinstance(echoed[name], BaseModel):
+            echoed[name] = echoed[name].model_dump()
+    return echoed
 
 
 def _echo_member(tool: BaseModel) -> dict[str, Any]:
@@ -964,7 +970,8 @@ def _check_media(part: BaseModel, param: str) -> None:
 
 
 def _check_mcp_tools(req: CreateResponseRequest) -> None:
-    """OpenAI's connectors and tunnels live inside OpenAI; the gateway reaches a server URL."""
+    """OpenAI's connectors and tunnels live inside OpenAI; the gateway reaches a server URL
+    (tools/mcp.py runs it; where it may connect is decided when it connects)."""
     labels: set[str] = set()
     for i, tool in enumerate(req.tools or ()):
         if not isinstance(tool, McpTool):
@@ -986,14 +993,9 @@ def _check_mcp_tools(req: CreateResponseRequest) -> None:
                 code="invalid_value",
             )
         labels.add(tool.server_label)
-        # The gateway cannot run MCP servers' tools yet (issue 22: the turn loop and
-        # tools/mcp.py are to come): a clear 400 rather than a tool the model never sees.
-        raise invalid_request(
-            "Tool type 'mcp' is not supported by this gateway yet: it serves 'function', "
-            "'custom' and 'namespace' tools; remote MCP servers are not run.",
-            param=f"tools[{i}].type",
-            code="invalid_value",
-        )
+        from responses_gateway.tools.mcp import check_url  # loads only for MCP requests
+
+        check_url(tool.server_url, f"tools[{i}].server_url")
 
 
 def _check_tool_choice(req: CreateResponseRequest) -> None:

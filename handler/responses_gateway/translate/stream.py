@@ -416,7 +416,6 @@ class ResponseTranslator:
         if self._usage is not None:
             self._usage_before = _sum_usage(self._usage_before, usage_from_chat(self._usage))
         self._usage = None
-        self._finish_reason = None
         self._calls_by_index = {}
         self._calls_by_id = {}
         self._open_index = -1
@@ -425,9 +424,18 @@ class ResponseTranslator:
         return out
 
     def next_turn(self) -> None:
-        """The gateway ran the last turn's calls; the next model turn starts."""
+        """The gateway ran the last turn's calls; the next model turn starts. (Without one,
+        :meth:`finish` ends the response on the last turn's finish_reason.)"""
         self.client_calls = 0
         self.server_calls = []
+        self._finish_reason = None
+
+    @property
+    def wants_tool_turn(self) -> bool:
+        """The model's turn ended with calls the gateway runs (and was not cut short)."""
+        return (bool(self.server_calls) or self._kind == _SERVER) and (
+            self._finish_reason not in _INCOMPLETE_REASONS
+        )
 
     def _set_usage(self) -> None:
         usage = usage_from_chat(self._usage) if self._usage is not None else None

@@ -85,7 +85,7 @@ def to_chat_request(
     chat_tools = _catalog_tools(req, catalog)
     current = 0 if req.input is None else 1 if isinstance(req.input, str) else len(req.input)
     builder = _Messages(reasoning_input, unseal, first_current=len(items) - current,
-                        catalog=catalog)
+                        catalog=catalog, denied=_denied(items))
     sources = message_params if message_params is not None else []
     if req.instructions:
         builder.messages.append({"role": "system", "content": req.instructions})
@@ -230,21 +230,26 @@ class _Messages:
     __slots__ = (
         "_assistant",
         "_catalog",
+        "_denied",
         "_details",
         "_first_current",
         "_media",
         "_reasoning",
         "_reasoning_field",
+        "_tool_results",
         "_unseal",
         "messages",
     )
 
     def __init__(
         self, reasoning_field: str | None, unseal: Unseal | None, first_current: int,
-        catalog: ToolCatalog,
+        catalog: ToolCatalog, denied: dict[str, str] | None = None,
     ):
         self.messages: list[dict[str, Any]] = []
         self._catalog = catalog
+        self._denied = denied or {}  # approval request id -> what the model is told
+        # Results of the open assistant turn's MCP calls: tool messages follow the turn.
+        self._tool_results: list[dict[str, Any]] = []
         self._reasoning_field = reasoning_field
         self._unseal = unseal
         self._first_current = first_current
@@ -275,8 +280,12 @@ class _Messages:
             self._function_call_output(index, item)
         elif kind == "mcp_call":
             self._mcp_call(index, item)
+        elif kind == "mcp_approval_request" and item.get("id") in self._denied:
+            self._denied_call(item)
         elif kind in ("mcp_list_tools", "mcp_approval_request", "mcp_approval_response"):
-            pass  # the gateway's own bookkeeping (tools/mcp.py); nothing the model said
+            # The gateway's own bookkeeping (tools/mcp.py): an approved request is the
+            # mcp_call that ran it, one still waiting is not a call yet.
+            pass
         elif kind == "reasoning":
             self._reasoning_item(index, item)
         elif kind == "item_reference":
@@ -382,7 +391,8 @@ class _Messages:
 
     def _mcp_call(self, index: int, item: dict[str, Any]) -> None:
         """A call the gateway ran on an MCP server: the call, then its output (or error) as
-        the tool's answer. Its item id is the call id (an mcp_call has no call_id)."""
+        the tool's answer. Its item id is the call id (an mcp_call has no call_id). Calls in a
+        row are one assistant turn (parallel calls), their answers follow it in order."""
         call_id, name = item.get("id"), item.get("name")
         label, arguments = item.get("server_label"), item.get("arguments")
         if not all(isinstance(v, str) for v in (call_id, name, label, arguments)):
@@ -390,13 +400,25 @@ class _Messages:
                 "An 'mcp_call' item needs 'id', 'server_label', 'name' and 'arguments'.",
                 param=self.param(index),
             )
-        chat_name = self._catalog.chat_name("mcp", name, label)  # type: ignore[arg-type]
-        self._add_call(call_id, chat_name, arguments)  # type: ignore[arg-type]
-        self._close_assistant()
         output = item.get("output")
         if not isinstance(output, str):
             output = _mcp_error_text(item.get("error"))
-        self.messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
+        self._mcp_answered(call_id, name, label, arguments, output)  # type: ignore[arg-type]
+
+    def _mcp_answered(
+        self, call_id: str, name: str, label: str, arguments: str, output: str
+    ) -> None:
+        chat_name = self._catalog.chat_name("mcp", name, label)
+        self._add_call(call_id, chat_name, arguments)
+        self._tool_results.append({"role": "tool", "tool_call_id": call_id, "content": output})
+
+    def _denied_call(self, item: dict[str, Any]) -> None:
+        """A call the client did not approve: the model learns it was not run, and why."""
+        name, label, arguments = item.get("name"), item.get("server_label"), item.get("arguments")
+        if not all(isinstance(v, str) for v in (name, label, arguments)):
+            return
+        self._mcp_answered(item["id"], name, label, arguments,  # type: ignore[arg-type]
+                           self._denied[item["id"]])
 
     def _function_call_output(self, index: int, item: dict[str, Any]) -> None:
         self._close_assistant()
@@ -448,6 +470,7 @@ class _Messages:
     # -- turn bookkeeping --
 
     def _open_assistant(self) -> dict[str, Any]:
+        self._flush_tool_results()
         self._flush_media()
         message: dict[str, Any] = {"role": "assistant", "content": None}
         self._attach_reasoning(message)
@@ -465,9 +488,16 @@ class _Messages:
 
     def _close_assistant(self) -> None:
         """End the assistant turn; reasoning with no assistant message after it is dropped."""
+        self._flush_tool_results()
         self._assistant = None
         self._reasoning = []
         self._details = []
+
+    def _flush_tool_results(self) -> None:
+        if self._tool_results:
+            self._assistant = None  # answered: later calls start a new turn
+            self.messages.extend(self._tool_results)
+            self._tool_results = []
 
     def _flush_media(self) -> None:
         if self._media:
@@ -483,6 +513,31 @@ class _Messages:
         if len(parts) == 1 and parts[0]["type"] == "text":
             return parts[0]["text"]
         return parts
+
+
+def turn_messages(
+    items: Sequence[dict[str, Any]], *, catalog: ToolCatalog, reasoning_input: str | None,
+    unseal: Unseal | None,
+) -> list[dict[str, Any]]:
+    """One model turn's output items (text, reasoning, the mcp_call items the gateway ran) as
+    the chat messages the next turn sends after the ones before (runner.py's turn loop)."""
+    builder = _Messages(reasoning_input, unseal, first_current=0, catalog=catalog)
+    for index, item in enumerate(items):
+        builder.add(index, item)
+    return builder.finish()
+
+
+def _denied(items: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """Approval requests the client refused: what the model reads in the call's place."""
+    denied = {}
+    for item in items:
+        if item.get("type") == "mcp_approval_response" and item.get("approve") is False:
+            reason = item.get("reason")
+            denied[str(item.get("approval_request_id"))] = (
+                "The user did not approve this tool call; it was not run."
+                + (f" Reason: {reason}" if isinstance(reason, str) and reason else "")
+            )
+    return denied
 
 
 def _mcp_error_text(error: Any) -> str:

@@ -251,6 +251,9 @@ class EventLog:
         self._renew_every = min(lease / 3, SNAPSHOT_SECONDS)
         self._next_renewal = time.monotonic() + self._renew_every
         self._last_flush = time.monotonic()
+        # Events since the last snapshot: an idle renewal (the gateway running a tool, the
+        # upstream thinking) still carries the Response, so a poll sees what came before.
+        self._unsnapshotted = False
 
     async def run(self) -> None:
         async with anyio.create_task_group() as group:
@@ -295,6 +298,7 @@ class EventLog:
 
     def add(self, batch: list[Event]) -> None:
         self.pending += batch
+        self._unsnapshotted = True
         if not self.closing:
             apply = self.progress.apply
             for event in batch:
@@ -317,11 +321,13 @@ class EventLog:
                 response, lease_until = self.job.response, 0.0
             elif now >= self._next_renewal:
                 self._next_renewal = now + self._renew_every
-                if not self.pending:  # idle: renew alone (also how a cancel is noticed)
+                if not self.pending and not self._unsnapshotted:
+                    # idle: renew alone (also how a cancel is noticed)
                     if not await self.store.renew_lease(self.id, time.time() + self.lease):
                         raise CancelledError(self.id)
                     return
                 response, lease_until = self.progress.snapshot(), time.time() + self.lease
+                self._unsnapshotted = False
             if not self.pending and response is None:
                 return
             batch, self.pending = self.pending, []
