@@ -226,16 +226,16 @@ def test_hosted_tools_are_left_out_or_refused_as_configured() -> None:
     assert info.value.param == "tools[0].type"
 
 
-def test_mcp_tools_are_a_clear_400_until_the_gateway_runs_them() -> None:
+def test_mcp_tools_are_accepted_and_connectors_are_a_clear_400() -> None:
     tool = {"type": "mcp", "server_label": "docs", "server_url": "https://example.com/mcp"}
-    with pytest.raises(GatewayError) as info:
-        parse_create_request({"model": "m", "tools": [WEATHER_TOOL, tool]}, hosted_tools="omit")
-    assert (info.value.status, info.value.param, info.value.code) == (
-        400, "tools[1].type", "invalid_value")
-    assert "'mcp'" in info.value.message
+    req = parse_create_request({"model": "m", "tools": [WEATHER_TOOL, tool]}, hosted_tools="omit")
+    assert [t.type for t in req.tools] == ["function", "mcp"]  # run by tools/mcp.py
     with pytest.raises(GatewayError) as info:
         parse_create_request({"model": "m", "tools": [{**tool, "connector_id": "x"}]})
     assert info.value.param == "tools[0].connector_id"
+    with pytest.raises(GatewayError) as info:
+        parse_create_request({"model": "m", "tools": [{**tool, "server_url": "ftp://x/y"}]})
+    assert (info.value.status, info.value.param) == (400, "tools[0].server_url")
 
 
 # -- end to end -----------------------------------------------------------------------------

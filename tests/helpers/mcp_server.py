@@ -7,9 +7,11 @@ Usage::
         tool = {"type": "mcp", "server_label": "lab", "server_url": mcp.url, ...}
         mcp.seen()       # headers of every POST it received (to check what the gateway sent)
 
-Tools: ``search(query)`` (read-only), ``add(a, b)``, ``fail(message)`` (an error result),
+Tools: ``search(query)`` (read-only), ``add(a, b)``, ``remember(step)`` (``FACT:stepN``, for
+the scripted upstream's ``facts`` model), ``fail(message)`` (an error result),
 ``slow(seconds)``, ``huge(size)`` (``size`` characters), ``die()`` (the process exits in the
-middle of the call), ``whoami()`` (the Authorization and X-Api-Key headers of the call).
+middle of the call), ``whoami()`` (digests of the Authorization and X-Api-Key headers of the
+call: :func:`digest`, so the output never repeats a secret).
 A subprocess, so ``die`` kills a server and nothing else.
 """
 
@@ -84,6 +86,12 @@ class McpTestServer:
                 self._process.kill()
 
 
+def digest(value: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
 def build_app() -> Any:
     """The server's ASGI app (run in the subprocess)."""
     import asyncio
@@ -107,6 +115,11 @@ def build_app() -> Any:
     def add(a: int, b: int) -> int:
         """Add two integers."""
         return a + b
+
+    @server.tool()
+    def remember(step: int = 0) -> str:
+        """Notes a step (for the scripted model's ``facts`` script)."""
+        return f"FACT:step{step}"
 
     @server.tool()
     def fail(message: str = "it broke") -> str:
@@ -134,7 +147,8 @@ def build_app() -> Any:
     @server.tool()
     def whoami() -> str:
         """The credentials this call came with."""
-        return f"authorization={last.get('authorization', '')} key={last.get('x-api-key', '')}"
+        return (f"authorization={digest(last.get('authorization', ''))} "
+                f"key={digest(last.get('x-api-key', ''))}")
 
     app = server.streamable_http_app(host="127.0.0.1")
     for route in server.sse_app(host="127.0.0.1").routes:

@@ -49,9 +49,24 @@ _SPEC_URI = "urn:openresponses:openapi"
 
 TERMINAL_TYPES = frozenset({"response.completed", "response.incomplete", "response.failed"})
 ITEM_ID_PREFIXES = {"message": "msg_", "function_call": "fc_", "reasoning": "rs_",
-                    "compaction": "cmp_"}
-# Items added whole (no status, no deltas): done repeats added (a compaction item).
-_WHOLE_ITEMS = frozenset({"compaction"})
+                    "compaction": "cmp_", "custom_tool_call": "ctc_", "mcp_list_tools": "mcpl_",
+                    "mcp_call": "mcp_", "mcp_approval_request": "mcpr_"}
+# Items added whole (no status, no deltas): done repeats added (a compaction item, an
+# approval request).
+_WHOLE_ITEMS = frozenset({"compaction", "mcp_approval_request"})
+# Items without a status field (OpenAI's models have none for them).
+_NO_STATUS = frozenset({"reasoning", "custom_tool_call", "mcp_list_tools"})
+# Events that only mark an item's progress: (item type, event type) -> the events allowed
+# before it, as a set of event types seen so far in the item.
+_MCP_LIST_EVENTS = ("response.mcp_list_tools.in_progress", "response.mcp_list_tools.completed",
+                    "response.mcp_list_tools.failed")
+_MCP_CALL_EVENTS = ("response.mcp_call.in_progress", "response.mcp_call.completed",
+                    "response.mcp_call.failed")
+# Item kinds and event types the Open Responses spec does not describe (OpenAI's own tools):
+# those are checked against openai-python's models only.
+_BEYOND_SPEC_ITEMS = frozenset({"custom_tool_call", "mcp_list_tools", "mcp_call",
+                                "mcp_approval_request", "mcp_approval_response"})
+_BEYOND_SPEC_TOOLS = frozenset({"custom", "namespace", "mcp"})
 _TERMINAL_STATUS = {
     "response.completed": "completed",
     "response.incomplete": "incomplete",
@@ -234,7 +249,27 @@ def _spec_errors(instance: Any, schema_name: str) -> list[str]:
     return [f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message[:300]}" for e in errors]
 
 
+def beyond_spec(obj: Any) -> bool:
+    """Whether an event or response holds what the Open Responses spec has no schema for
+    (MCP, custom and namespace tools and their items)."""
+    if not isinstance(obj, dict):
+        return False
+    kind = str(obj.get("type") or "")
+    if kind.startswith(("response.mcp_", "response.custom_tool_call")):
+        return True
+    if obj.get("type") in _BEYOND_SPEC_ITEMS:
+        return True
+    for key in ("item", "response"):
+        if beyond_spec(obj.get(key)):
+            return True
+    tools, output = obj.get("tools") or (), obj.get("output") or ()
+    return any(isinstance(t, dict) and t.get("type") in _BEYOND_SPEC_TOOLS for t in tools) or any(
+        isinstance(i, dict) and i.get("type") in _BEYOND_SPEC_ITEMS for i in output)
+
+
 def spec_validate_event(event: dict[str, Any]) -> None:
+    if beyond_spec(event):
+        return  # openai-python's models are the reference for these
     kind = event.get("type")
     spec_kind = _SPEC_ALIASES.get(kind, kind)  # type: ignore[arg-type]
     name = spec_event_schemas().get(spec_kind)  # type: ignore[arg-type]
@@ -247,6 +282,8 @@ def spec_validate_event(event: dict[str, Any]) -> None:
 
 
 def spec_validate_response(resp: dict[str, Any]) -> None:
+    if beyond_spec(resp):
+        return
     errors = _spec_errors(resp, "ResponseResource")
     if errors:
         raise ValidationFailure(f"response does not match spec ResponseResource: {errors}")
@@ -342,6 +379,10 @@ _ITEM_PART_TYPES = {
     "reasoning": {"content": {"reasoning_text"}, "summary": {"summary_text"}},
     "function_call": {},
     "compaction": {},
+    "custom_tool_call": {},
+    "mcp_list_tools": {},
+    "mcp_call": {},
+    "mcp_approval_request": {},
 }
 
 
@@ -418,15 +459,23 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
                 raise fail(i, f"unexpected item type {new.get('type')!r}")
             if not str(new.get("id", "")).startswith(prefix):
                 raise fail(i, f"item id {new.get('id')!r} lacks {prefix}")
-            if new["type"] in _WHOLE_ITEMS:
+            if new["type"] == "compaction":
                 if not new.get("encrypted_content"):
                     raise fail(i, "an added compaction item must be whole")
-            elif new["type"] != "reasoning" and new.get("status") != "in_progress":
+            elif new["type"] == "mcp_approval_request":
+                if not all(isinstance(new.get(k), str) for k in ("name", "arguments",
+                                                                   "server_label")):
+                    raise fail(i, "an added approval request must be whole")
+            elif new["type"] not in _NO_STATUS and new.get("status") != "in_progress":
                 raise fail(i, f"an added item has status {new.get('status')!r}")
+            if new["type"] in ("function_call", "mcp_call") and new.get("arguments") != "":
+                raise fail(i, f"an added {new['type']} must have empty arguments")
+            if new["type"] == "custom_tool_call" and new.get("input") != "":
+                raise fail(i, "an added custom_tool_call must have empty input")
+            if new["type"] == "mcp_list_tools" and new.get("tools") != []:
+                raise fail(i, "an added mcp_list_tools must list no tools yet")
             if new["type"] == "message" and new.get("content") != []:
                 raise fail(i, "an added message must have empty content")
-            if new["type"] == "function_call" and new.get("arguments") != "":
-                raise fail(i, "an added function_call must have empty arguments")
             if new["type"] == "reasoning" and new.get("summary") != []:
                 raise fail(i, "an added reasoning item must have an empty summary")
             item = ItemTrace(len(items), new["id"], new["type"], [kind], added=new)
@@ -488,30 +537,65 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
                 raise fail(i, "the closed part differs from its text")
             closed_parts[part_kind].append(part)
             part = None
-        elif kind == "response.function_call_arguments.delta":
-            if item.type != "function_call" or args_done is not None:
-                raise fail(i, "argument delta outside an open function call")
+        elif kind in ("response.function_call_arguments.delta",
+                      "response.mcp_call_arguments.delta",
+                      "response.custom_tool_call_input.delta"):
+            if item.type != _DELTA_ITEM[kind] or args_done is not None:
+                raise fail(i, f"{kind} outside an open {_DELTA_ITEM[kind]}")
+            if kind == "response.mcp_call_arguments.delta" and "response.mcp_call.in_progress" \
+                    not in item.events:
+                raise fail(i, "mcp_call arguments before response.mcp_call.in_progress")
             args.append(event["delta"])
-        elif kind == "response.function_call_arguments.done":
-            if item.type != "function_call" or args_done is not None:
-                raise fail(i, "arguments done twice or outside a function call")
-            if event["arguments"] != "".join(args):
-                raise fail(i, "arguments differ from their deltas")
-            args_done = event["arguments"]
+        elif kind in ("response.function_call_arguments.done",
+                      "response.mcp_call_arguments.done",
+                      "response.custom_tool_call_input.done"):
+            if item.type != _DELTA_ITEM[kind] or args_done is not None:
+                raise fail(i, f"{kind} twice or outside a {_DELTA_ITEM[kind]}")
+            done_key = "input" if item.type == "custom_tool_call" else "arguments"
+            if event[done_key] != "".join(args):
+                raise fail(i, f"{done_key} differ from their deltas")
+            args_done = event[done_key]
+        elif kind in _MCP_LIST_EVENTS or kind in _MCP_CALL_EVENTS:
+            family = _MCP_LIST_EVENTS if kind in _MCP_LIST_EVENTS else _MCP_CALL_EVENTS
+            wanted = "mcp_list_tools" if family is _MCP_LIST_EVENTS else "mcp_call"
+            if item.type != wanted:
+                raise fail(i, f"{kind} outside an open {wanted}")
+            seen = [e for e in item.events[:-1] if e in family]
+            if kind == family[0] and seen:
+                raise fail(i, f"{kind} twice")
+            if kind != family[0] and seen != [family[0]]:
+                raise fail(i, f"{kind} must follow exactly one {family[0]}")
+            if wanted == "mcp_call" and kind != family[0] and args_done is None:
+                raise fail(i, "mcp_call ended before its arguments were done")
         elif kind == "response.output_item.done":
             if part is not None:
                 raise fail(i, "item closed with a part still open")
             done = event["item"]
             if done.get("id") != item.id or done.get("type") != item.type:
                 raise fail(i, "the done item is not the added one")
-            if item.type == "function_call":
+            if item.type in ("function_call", "mcp_call", "custom_tool_call"):
+                done_key = "input" if item.type == "custom_tool_call" else "arguments"
                 if args_done is None:
-                    raise fail(i, "function call closed without arguments.done")
-                if done.get("arguments") != args_done:
-                    raise fail(i, "done item arguments differ from arguments.done")
-                for key in ("call_id", "name"):
+                    raise fail(i, f"{item.type} closed without its {done_key} done")
+                if done.get(done_key) != args_done:
+                    raise fail(i, f"done item {done_key} differ from their .done event")
+                for key in ("call_id", "name", "server_label", "namespace"):
                     if done.get(key) != item.added.get(key):
                         raise fail(i, f"{key} changed between added and done")
+            if item.type == "mcp_call":
+                ended = [e for e in item.events if e in _MCP_CALL_EVENTS[1:]]
+                want = {"response.mcp_call.completed": "completed",
+                        "response.mcp_call.failed": "failed"}
+                cut = not ended and done.get("status") == "incomplete"  # the response failed
+                if not cut and (len(ended) != 1 or done.get("status") != want[ended[0]]):
+                    raise fail(i, f"mcp_call done with status {done.get('status')!r} after "
+                                  f"{ended}")
+                if not cut and (done.get("error") is None) != (done["status"] == "completed"):
+                    raise fail(i, "an mcp_call has an error exactly when it failed")
+            if item.type == "mcp_list_tools":
+                ended = [e for e in item.events if e in _MCP_LIST_EVENTS[1:]]
+                if len(ended) != 1 or bool(done.get("error")) != ended[0].endswith("failed"):
+                    raise fail(i, "mcp_list_tools done without exactly one completed/failed")
             for part_kind in ("content", "summary"):
                 if part_kind not in allowed:
                     continue
@@ -524,8 +608,8 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
             if item.type in _WHOLE_ITEMS:
                 if done != item.added:
                     raise fail(i, "a whole item changed between added and done")
-            elif item.type != "reasoning" and done.get("status") not in ("completed",
-                                                                         "incomplete"):
+            elif item.type not in _NO_STATUS and item.type != "mcp_call" and done.get(
+                    "status") not in ("completed", "incomplete"):
                 raise fail(i, f"done item status {done.get('status')!r}")
             item.done = done
             item = None
@@ -542,7 +626,7 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
         # so it is never announced done: issue 16), and a cancelled one with any item; the
         # output keeps it, incomplete.
         if terminal["type"] != "response.failed" or not (
-            item.type == "function_call" or cancelled
+            item.type in ("function_call", "custom_tool_call") or cancelled
         ):
             raise fail(last, f"item {item.id} still open at the end")
         kept = response["output"][-1] if response["output"] else {}
@@ -558,6 +642,16 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
     if stable(response["output"]) != stable(finished):
         raise fail(last, "terminal output differs from the output_item.done items")
     return Grammar(items, terminal)
+
+
+_DELTA_ITEM = {
+    "response.function_call_arguments.delta": "function_call",
+    "response.function_call_arguments.done": "function_call",
+    "response.mcp_call_arguments.delta": "mcp_call",
+    "response.mcp_call_arguments.done": "mcp_call",
+    "response.custom_tool_call_input.delta": "custom_tool_call",
+    "response.custom_tool_call_input.done": "custom_tool_call",
+}
 
 
 # -- reading content back out of events ---------------------------------------------------------

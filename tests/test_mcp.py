@@ -1,0 +1,294 @@
+"""Remote MCP run by the gateway (issue 22): end to end through openai-python, unmodified,
+against a real MCP server (tests/helpers/mcp_server.py, the SDK's own server) and the scripted
+Chat Completions upstream. Every streamed event is validated against the SDK's models and the
+stream grammar (check_grammar knows the MCP items).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from tests.helpers.e2e import WEATHER_TOOL, check_response, check_stream, e2e_settings, sdk_events
+from tests.helpers.gateway_server import GatewayServer
+from tests.helpers.mcp_server import McpTestServer, digest
+from tests.helpers.scripted_upstream import ScriptedUpstream
+
+SECRET = "sk-mcp-header-secret-42"
+TOKEN = "oauth-token-secret-77"
+
+
+@pytest.fixture(scope="module")
+def mcp_server() -> Iterator[McpTestServer]:
+    with McpTestServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[GatewayServer]:
+    db = tmp_path_factory.mktemp("mcp") / "gateway.db"
+    settings = e2e_settings(upstream, db, mcp_allow_hosts=("127.0.0.1",), mcp_call_timeout=3.0,
+                            mcp_max_output_bytes=100_000)
+    with GatewayServer(settings) as server:
+        yield server
+
+
+def mcp_tool(server: McpTestServer, **extra: Any) -> dict[str, Any]:
+    return {"type": "mcp", "server_label": "lab", "server_url": server.url,
+            "require_approval": "never", **extra}
+
+
+def script(name: str, marker: str, **args: str) -> str:
+    words = " ".join(f"{k}='{v}'" for k, v in args.items())
+    return f"[[script:{name} {words}]] {marker}"
+
+
+def call_search(marker: str, tool: str = "lab__search", args: str = '{"query": "mcp"}') -> str:
+    return script("tool", marker, names=tool, args=args)
+
+
+def items_of(response: dict[str, Any]) -> list[str]:
+    return [item["type"] for item in response["output"]]
+
+
+# -- list and call, streaming and not ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_list_call_and_answer(client: OpenAI, upstream: ScriptedUpstream,
+                              mcp_server: McpTestServer, stream: bool) -> None:
+    marker = f"list-call-{stream}"
+    tools: Any = [mcp_tool(mcp_server, headers={"X-Api-Key": SECRET}, authorization=TOKEN)]
+    if stream:
+        events = sdk_events(client.responses.create(
+            model="m", input=call_search(marker), tools=tools, stream=True))
+        check_stream(events)
+        response = events[-1]["response"]
+        kinds = [e["type"] for e in events]
+        assert kinds[2:6] == ["response.output_item.added", "response.mcp_list_tools.in_progress",
+                              "response.mcp_list_tools.completed", "response.output_item.done"]
+        call_events = [k for k in kinds if "mcp_call" in k]
+        assert call_events == ["response.mcp_call.in_progress",
+                               "response.mcp_call_arguments.delta",
+                               "response.mcp_call_arguments.done", "response.mcp_call.completed"]
+    else:
+        response = check_response(client.responses.create(model="m", input=call_search(marker),
+                                                          tools=tools))
+    assert items_of(response) == ["mcp_list_tools", "mcp_call", "message"]
+    listed, call, message = response["output"]
+    assert listed["server_label"] == "lab" and listed["id"].startswith("mcpl_")
+    assert {t["name"] for t in listed["tools"]} >= {"search", "add", "fail", "slow"}
+    assert (call["name"], call["server_label"], call["status"]) == ("search", "lab", "completed")
+    assert call["output"] == "3 results for mcp" and json.loads(call["arguments"]) == {
+        "query": "mcp"}
+    assert "3 results for mcp" in message["content"][0]["text"]  # the model read the output
+    # The echoed tool carries neither headers nor authorization, as OpenAI's does.
+    [echoed] = response["tools"]
+    assert "headers" not in echoed and "authorization" not in echoed
+    assert echoed["server_url"] == mcp_server.url
+    # Two upstream requests: the second carries the call and its result.
+    second = [b for b in upstream.requests if marker in str(b["messages"])][-1]
+    assert second["messages"][-2]["tool_calls"][0]["function"]["name"] == "lab__search"
+    assert second["messages"][-1] == {"role": "tool", "tool_call_id": call["id"],
+                                      "content": "3 results for mcp"}
+    assert [t["function"]["name"] for t in second["tools"]][:2] == ["lab__search", "lab__add"]
+    # The server got the headers; the usage is summed over both turns.
+    assert any(h.get("x-api-key") == SECRET and h.get("authorization") == f"Bearer {TOKEN}"
+               for h in mcp_server.seen())
+    assert response["usage"]["input_tokens"] > 0
+
+
+def test_secrets_never_stored_or_logged(client: OpenAI, gateway: GatewayServer,
+                                        mcp_server: McpTestServer,
+                                        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    response = client.responses.create(
+        model="m", input=call_search("secrets", tool="lab__whoami", args="{}"),
+        tools=[mcp_tool(mcp_server, headers={"X-Api-Key": SECRET}, authorization=TOKEN)])
+    assert response.output[1].output == (
+        f"authorization={digest('Bearer ' + TOKEN)} key={digest(SECRET)}")  # they arrived
+    stored = client.responses.retrieve(response.id).to_dict()
+    assert SECRET not in json.dumps(stored) and TOKEN not in json.dumps(stored)
+    db = Path(gateway.settings.store.removeprefix("sqlite:"))
+    for path in db.parent.iterdir():  # the database and its journal: sealed, never in clear
+        data = path.read_bytes()
+        assert SECRET.encode() not in data and TOKEN.encode() not in data
+    assert all(SECRET not in r.getMessage() and TOKEN not in r.getMessage()
+               for r in caplog.records)
+    assert any("mcp" in r.name for r in caplog.records)  # the SDK's debug logs were seen
+
+
+# -- failures are the mcp_call item's, never a crash ---------------------------------------
+
+
+@pytest.mark.parametrize(("tool", "args", "error_type", "text"), [
+    ("lab__fail", '{"message": "disk on fire"}', "mcp_tool_execution_error", "disk on fire"),
+    ("lab__slow", '{"seconds": 10}', "mcp_protocol_error", "GATEWAY_MCP_CALL_TIMEOUT"),
+    ("lab__huge", '{"size": 2000000}', "mcp_tool_execution_error",
+     "GATEWAY_MCP_MAX_OUTPUT_BYTES"),
+    ("lab__huge", '{"size": 150000}', "mcp_tool_execution_error",
+     "GATEWAY_MCP_MAX_OUTPUT_BYTES"),
+    ("lab__add", '"not an object"', "mcp_protocol_error", "not a JSON object"),
+])
+def test_a_failing_call_is_a_failed_item_and_the_model_goes_on(
+        client: OpenAI, upstream: ScriptedUpstream, mcp_server: McpTestServer, tool: str,
+        args: str, error_type: str, text: str) -> None:
+    marker = f"fail-{tool}-{len(args)}"
+    started = time.monotonic()
+    events = sdk_events(client.responses.create(
+        model="m", input=call_search(marker, tool=tool, args=args), stream=True,
+        tools=[mcp_tool(mcp_server)]))
+    check_stream(events)
+    response = events[-1]["response"]
+    assert response["status"] == "completed"
+    call = response["output"][1]
+    assert call["status"] == "failed" and call["error"]["type"] == error_type
+    assert text in json.dumps(call["error"])
+    assert "response.mcp_call.failed" in [e["type"] for e in events]
+    last = [b for b in upstream.requests if marker in str(b["messages"])][-1]
+    assert last["messages"][-1]["content"].startswith("Error: ")  # the model was told
+    assert time.monotonic() - started < 8
+
+
+def test_a_server_that_dies_mid_call(client: OpenAI) -> None:
+    with McpTestServer() as doomed:
+        events = sdk_events(client.responses.create(
+            model="m", input=call_search("dies", tool="lab__die", args="{}"), stream=True,
+            tools=[mcp_tool(doomed)]))
+        assert not doomed.alive
+    check_stream(events)
+    response = events[-1]["response"]
+    assert response["status"] == "completed"
+    call = response["output"][1]
+    assert call["status"] == "failed"
+    assert call["error"]["type"] == "mcp_protocol_error"
+
+
+def test_private_server_url_is_refused(upstream: ScriptedUpstream, mcp_server: McpTestServer,
+                                       tmp_path: Path) -> None:
+    settings = e2e_settings(upstream, tmp_path / "g.db")  # no GATEWAY_MCP_ALLOW_HOSTS
+    with GatewayServer(settings) as strict:
+        body = {"model": "m", "input": "hi", "tools": [mcp_tool(mcp_server)]}
+        answer = httpx.post(strict.base_url + "/responses", json=body, timeout=30)
+        assert answer.status_code == 424
+        error = answer.json()["error"]
+        assert error["type"] == "external_connector_error" and error["param"] == "tools"
+        assert "'lab'" in error["message"] and "private" in error["message"]
+        for url in ("http://169.254.169.254/latest/meta-data", "http://[::1]:9/mcp",
+                    "http://0x7f.1/mcp"):
+            body["tools"] = [mcp_tool(mcp_server, server_url=url)]
+            answer = httpx.post(strict.base_url + "/responses", json=body, timeout=30)
+            assert answer.status_code in (400, 424), (url, answer.text)
+            assert "error" in answer.json()
+    assert not [h for h in mcp_server.seen() if "strict" in json.dumps(h)]
+
+
+def test_an_unreachable_server_is_424(client: OpenAI) -> None:
+    with pytest.raises(Exception) as info:
+        client.responses.create(model="m", input="hi", tools=[{
+            "type": "mcp", "server_label": "gone", "server_url": "http://127.0.0.1:9/mcp",
+            "require_approval": "never"}])
+    assert getattr(info.value, "status_code", None) == 424
+
+
+def test_with_a_function_tool_and_the_sse_transport(
+        client: OpenAI, mcp_server: McpTestServer) -> None:
+    response = check_response(client.responses.create(
+        model="m", input=call_search("sse", tool="lab__add", args='{"a": 2, "b": 40}'),
+        tools=[WEATHER_TOOL, mcp_tool(mcp_server, server_url=mcp_server.sse_url)]))
+    assert items_of(response) == ["mcp_list_tools", "mcp_call", "message"]
+    assert response["output"][1]["output"] == "42"
+
+
+def test_allowed_tools_and_max_tool_calls(client: OpenAI, upstream: ScriptedUpstream,
+                                          mcp_server: McpTestServer) -> None:
+    # The "facts" model calls the first tool once per turn until it has five facts, or
+    # answers when it has no tools.
+    response = check_response(client.responses.create(
+        model="m", input="[[script:facts total=5]] allowed", max_tool_calls=2,
+        tools=[mcp_tool(mcp_server, allowed_tools={"tool_names": ["remember", "nope"]})]))
+    assert [t["name"] for t in response["output"][0]["tools"]] == ["remember"]
+    assert items_of(response) == ["mcp_list_tools", "mcp_call", "mcp_call", "message"]
+    assert [i["output"] for i in response["output"][1:3]] == ["FACT:step1", "FACT:step2"]
+    assert response["output"][3]["content"][0]["text"] == "FACTS: FACT:step1 FACT:step2"
+    last = [b for b in upstream.requests if "allowed" in str(b["messages"])][-1]
+    assert "tools" not in last  # the limit took the MCP tools away: the model answered
+
+
+# -- approvals ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("approve", [True, False])
+def test_approval_round_trip(client: OpenAI, upstream: ScriptedUpstream,
+                             mcp_server: McpTestServer, approve: bool) -> None:
+    marker = f"approval-{approve}"
+    tools: Any = [mcp_tool(mcp_server, require_approval={"never": {"tool_names": ["add"]}})]
+    events = sdk_events(client.responses.create(
+        model="m", input=call_search(marker), tools=tools, stream=True))
+    check_stream(events)
+    first = events[-1]["response"]
+    assert first["status"] == "completed"
+    assert items_of(first) == ["mcp_list_tools", "mcp_approval_request"]
+    request = first["output"][1]
+    assert request["id"].startswith("mcpr_") and request["name"] == "search"
+    calls_before = len(upstream.requests)
+    events = sdk_events(client.responses.create(
+        model="m", previous_response_id=first["id"], tools=tools, stream=True,
+        input=[{"type": "mcp_approval_response", "approval_request_id": request["id"],
+                "approve": approve, "reason": "not today"}]))
+    check_stream(events)
+    second = events[-1]["response"]
+    if approve:
+        assert items_of(second) == ["mcp_call", "message"]  # listed once per conversation
+        call = second["output"][0]
+        assert call["approval_request_id"] == request["id"] and call["status"] == "completed"
+        assert "3 results for mcp" in second["output"][1]["content"][0]["text"]
+    else:
+        assert items_of(second) == ["message"]
+        sent = upstream.requests[-1]["messages"]
+        assert "did not approve" in sent[-1]["content"] and "not today" in sent[-1]["content"]
+    assert len(upstream.requests) == calls_before + 1
+
+
+# -- background and cancel -----------------------------------------------------------------
+
+
+def test_background_response_with_mcp(client: OpenAI, mcp_server: McpTestServer) -> None:
+    job = client.responses.create(
+        model="m", input=call_search("background"), background=True,
+        tools=[mcp_tool(mcp_server, headers={"X-Api-Key": SECRET})])
+    deadline = time.monotonic() + 30
+    while job.status in ("queued", "in_progress") and time.monotonic() < deadline:
+        time.sleep(0.1)
+        job = client.responses.retrieve(job.id)
+    response = check_response(job)
+    assert response["status"] == "completed"
+    assert items_of(response) == ["mcp_list_tools", "mcp_call", "message"]
+    stream = sdk_events(client.responses.retrieve(job.id, stream=True))
+    check_stream(stream)
+
+
+def test_cancel_during_a_tool_call(client: OpenAI, mcp_server: McpTestServer) -> None:
+    job = client.responses.create(
+        model="m", input=call_search("cancel", tool="lab__slow", args='{"seconds": 2.5}'),
+        background=True, tools=[mcp_tool(mcp_server)])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        job = client.responses.retrieve(job.id)
+        if any(item.type == "mcp_call" for item in job.output):
+            break
+        time.sleep(0.05)
+    started = time.monotonic()
+    cancelled = client.responses.cancel(job.id)
+    assert time.monotonic() - started < 2
+    assert cancelled.status == "cancelled"
+    assert cancelled.output[-1].type == "mcp_call" and cancelled.output[-1].status == "incomplete"
