@@ -40,6 +40,9 @@ NOT_PARAMETERS = {
     "GATEWAY_QUEUED_SECONDS": "default fits the worker's MaximumEventAgeInSeconds (300 s)",
     "GATEWAY_WS_IDLE_SECONDS": "uvicorn only: API Gateway closes idle sockets (10 minutes)",
     "GATEWAY_WS_MAX_CONNECTION_SECONDS": "uvicorn only: API Gateway's limit is two hours",
+    "GATEWAY_MCP_ALLOW_HOSTS": "private MCP servers only; empty (none) is the safe default",
+    "GATEWAY_MCP_CALL_TIMEOUT": "an internal limit under the response's own deadline",
+    "GATEWAY_MCP_MAX_OUTPUT_BYTES": "an internal limit; its default fits Lambda memory",
 }
 
 
