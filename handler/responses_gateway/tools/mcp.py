@@ -628,7 +628,7 @@ class McpTools:
 
         requests = {item.get("id"): item for item in [*history, *items]
                     if item.get("type") == "mcp_approval_request"}
-        done = {item.get("approval_request_id") for item in history
+        done = {item.get("approval_request_id") for item in [*history, *items]
                 if item.get("type") == "mcp_call"}
         for index, item in enumerate(items):
             if item.get("type") != "mcp_approval_response" or not item.get("approve"):
