@@ -11,6 +11,9 @@ Each figure is the median (and min) over ``--runs`` fresh interpreters, all in t
   picks when they are installed, uvloop and httptools (run.sh's whole import);
 - ``streaming ready``: the above plus the app's lifespan startup (services built) under a
   Lambda-like environment (JSON logging configured), i.e. until /health could answer;
+- ``ready + first create``: the above plus validating one create body, which builds
+  the request validators (deferred to the first create: the worker and the routes that do not
+  create never pay for them);
 - ``worker handler``: ``import responses_gateway.worker.lambda_handler``;
 - ``buffered handler``: ``import responses_gateway.lambda_buffered`` (Mangum, services built).
 
@@ -30,7 +33,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGET_MS = 250.0
+TARGET_MS = 150.0  # issue 21: the streaming entry and the worker each
 
 ENV = {
     "GATEWAY_STORE": "dynamodb:cold-start-bench",
@@ -64,6 +67,16 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
         "    async with app.router.lifespan_context(app):\n"
         "        pass\n"
         "asyncio.run(ready())", LAMBDA_ENV),
+    "ready + first create": (
+        f"import asyncio\n{UVICORN}\nfrom responses_gateway.api.app import create_app\n"
+        "from responses_gateway.translate.request_models import parse_create_request\n"
+        "app = create_app()\n"
+        "async def ready():\n"
+        "    async with app.router.lifespan_context(app):\n"
+        "        pass\n"
+        "asyncio.run(ready())\n"
+        "parse_create_request({'model': 'm', 'input': 'hi', 'tools': [{'type': 'function', "
+        "'name': 'f'}]})", LAMBDA_ENV),
     "worker handler": ("import responses_gateway.worker.lambda_handler", {}),
     "buffered handler": ("import responses_gateway.lambda_buffered", {}),
 }
@@ -123,9 +136,10 @@ def main() -> int:
     for name, values in results.items():
         note = "  (process wall time)" if name == "bare interpreter" else ""
         print(f"{name:28}{statistics.median(values):10.1f}{min(values):10.1f}{note}")
-    entry = statistics.median(results["streaming entry"])
-    verdict = "under" if entry < TARGET_MS else "OVER"
-    print(f"streaming entry: {entry:.1f} ms median, {verdict} the {TARGET_MS:.0f} ms target")
+    for name in ("streaming entry", "worker handler"):
+        median = statistics.median(results[name])
+        verdict = "under" if median <= TARGET_MS else "OVER"
+        print(f"{name}: {median:.1f} ms median, {verdict} the {TARGET_MS:.0f} ms target")
     if args.importtime:
         print("\nslowest imports of the streaming entry (cumulative us, own us):")
         for cumulative, own, name in slowest_imports():
