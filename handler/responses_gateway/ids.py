@@ -35,3 +35,9 @@ request_id: ContextVar[str | None] = ContextVar("request_id", default=None)
 
 def new_request_id() -> str:
     return "req_" + secrets.token_hex(16)
+
+
+def request_id_header() -> list[tuple[bytes, bytes]]:
+    """``x-request-id`` for a response to the request being served (none outside one)."""
+    rid = request_id.get()
+    return [(b"x-request-id", rid.encode("latin-1", "replace"))] if rid else []

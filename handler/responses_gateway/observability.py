@@ -40,7 +40,7 @@ from responses_gateway.store.base import (
 )
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
     from responses_gateway.backends.base import Backend, BackendRequest
     from responses_gateway.config import Settings
@@ -134,7 +134,8 @@ def scrub_server_logs() -> None:
 class RequestContext:
     """ASGI middleware: binds the request id (Lambda's, from Mangum's context or the Lambda Web
     Adapter's ``x-amzn-lambda-context`` header, else a minted ``req_`` id) and, when tracing,
-    the X-Ray trace header; answers it in ``x-request-id``, as OpenAI does.
+    the X-Ray trace header. Responses answer it in ``x-request-id``, as OpenAI does
+    (:func:`responses_gateway.ids.request_id_header`).
 
     The adapter runs the app in its own process, so ``_X_AMZN_TRACE_ID`` is not updated per
     invocation there; it arrives as the ``x-amzn-trace-id`` header instead. Lambda sends one
@@ -159,17 +160,11 @@ class RequestContext:
                         rid = orjson.loads(value).get("request_id")
                 elif name == b"x-amzn-trace-id" and tracing_enabled():
                     os.environ["_X_AMZN_TRACE_ID"] = value.decode("latin-1")
-        rid = rid or new_request_id()
-        header = (b"x-request-id", rid.encode("latin-1", "replace"))
-
-        async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":  # OpenAI's header for the same id
-                message["headers"] = [*message.get("headers", ()), header]
-            await send(message)
-
-        token = request_id.set(rid)
+        # The responses the app builds answer it in x-request-id (request_id_header): set
+        # there rather than by wrapping ``send``, which would cost a call per body message.
+        token = request_id.set(rid or new_request_id())
         try:
-            await self.app(scope, receive, send_with_id)
+            await self.app(scope, receive, send)
         finally:
             request_id.reset(token)
 

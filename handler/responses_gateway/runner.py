@@ -259,7 +259,8 @@ class Job:
         self._deadline = float("inf")
         self._deadline_error: GatewayError | None = None
         self._expired = False  # the deadline passed
-        self._awaiting: asyncio.Task[Any] | None = None  # the task awaiting the upstream
+        self._task: asyncio.Task[Any] | None = None  # the task running batches()
+        self._waiting = False  # it awaits the upstream (or a tool): the deadline may cancel it
         limit = gateway.settings.max_response_seconds
         if limit > 0:
             self.set_deadline(time.time() + limit, GatewayError(
@@ -347,6 +348,7 @@ class Job:
         first = self.open()
         pending: list[Event] = []  # produced but not sent yet: a failure mid-batch keeps them
         timer = self._arm_deadline()
+        self._task = asyncio.current_task()
         tools = self.tools
         try:
             started = translator.start()
@@ -399,10 +401,18 @@ class Job:
                         break
                     if self._expired:  # the deadline passed while the consumer had the batch
                         raise self._deadline_error  # type: ignore[misc]
+                    self._waiting = True  # as _upstream does, inline: this is per batch
                     try:
-                        chunks = await self._upstream(anext(source))
+                        chunks = await anext(source)
                     except StopAsyncIteration:
                         chunks = None
+                    except asyncio.CancelledError:
+                        error = self._deadline_failure()
+                        if error is None:
+                            raise
+                        raise error from None
+                    finally:
+                        self._waiting = False
                 if translator.done or tools is None or not translator.wants_tool_turn:
                     break
                 # The model called tools the gateway runs: their items, then the next turn.
@@ -522,25 +532,39 @@ class Job:
 
     def _expire(self) -> None:
         self._expired = True
-        if self._awaiting is not None:
-            self._awaiting.cancel()  # _upstream turns it into the deadline's failure
+        if self._waiting and self._task is not None:
+            self._task.cancel()  # the wait turns it into the deadline's failure (_deadline_failure)
 
-    async def _upstream(self, awaitable: Awaitable[list[Chunk]]) -> list[Chunk]:
-        """Await the upstream's next chunks where the deadline can interrupt the wait."""
+    def _deadline_failure(self) -> GatewayError | None:
+        """After a CancelledError in a wait: the deadline's failure if the deadline sent it,
+        None if the cancel is another's (the client left, the process stops)."""
+        task = self._task
+        if not self._expired or task is None or task.uncancel() > 0:
+            return None
+        return self._deadline_error
+
+    async def _upstream(self, awaitable: Awaitable[Any]) -> Any:
+        """Await the upstream's first chunks, or a tool, where the deadline can interrupt.
+
+        (The per-batch wait in ``batches()`` does the same inline: no coroutine per batch.)
+        """
         if self._expired:
             close = getattr(awaitable, "close", None)
             if close is not None:
                 close()  # never awaited: no "never awaited" warning
             raise self._deadline_error  # type: ignore[misc]
-        task = self._awaiting = asyncio.current_task()
+        if self._task is None:
+            self._task = asyncio.current_task()
+        self._waiting = True
         try:
             return await awaitable
         except asyncio.CancelledError:
-            if not self._expired or task is None or task.uncancel() > 0:
-                raise  # a cancel of its own (the client left, the process stops)
-            raise self._deadline_error from None  # type: ignore[misc]
+            error = self._deadline_failure()
+            if error is None:
+                raise
+            raise error from None
         finally:
-            self._awaiting = None
+            self._waiting = False
 
     async def run_to_end(self) -> dict[str, Any]:
         """Consume every event; the final Response object (non-stream requests)."""

@@ -14,6 +14,7 @@ from starlette.responses import Response
 from responses_gateway.api.json_body import decode_json
 from responses_gateway.api.sse_response import EventStreamResponse
 from responses_gateway.errors import GatewayError, invalid_request, not_found
+from responses_gateway.ids import request_id_header
 from responses_gateway.runner import Gateway
 from responses_gateway.store.base import StoredResponse
 from responses_gateway.translate.request_models import MAX_ID_LENGTH
@@ -25,6 +26,10 @@ class JSON(Response):
 
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content)
+
+    def init_headers(self, headers: Mapping[str, str] | None = None) -> None:
+        super().init_headers(headers)
+        self.raw_headers += request_id_header()
 
 
 def error_response(error: GatewayError) -> Response:

@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 from starlette.types import Receive, Scope, Send
 
+from responses_gateway.ids import request_id_header
 from responses_gateway.sse import encode_comment, encode_events
 
 HEADERS = [
@@ -36,7 +37,7 @@ class EventStreamResponse:
     ) -> None:
         self.batches = batches
         self.keepalive_seconds = keepalive_seconds
-        self.headers = HEADERS + (headers or [])
+        self.headers = HEADERS + request_id_header() + (headers or [])
         self._last_write = time.monotonic()
         self._ended = False  # the body's last message went out: no keep-alive after it
 
