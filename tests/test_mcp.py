@@ -292,3 +292,33 @@ def test_cancel_during_a_tool_call(client: OpenAI, mcp_server: McpTestServer) ->
     assert time.monotonic() - started < 2
     assert cancelled.status == "cancelled"
     assert cancelled.output[-1].type == "mcp_call" and cancelled.output[-1].status == "incomplete"
+
+
+# -- tool_choice naming an MCP server's tool ------------------------------------------------
+
+
+def test_tool_choice_forces_an_mcp_tool_on_the_first_turn_only(
+    client: OpenAI, upstream: ScriptedUpstream, mcp_server: McpTestServer
+) -> None:
+    marker = "choice-mcp"
+    response = check_response(client.responses.create(
+        model="m", input=call_search(marker), tools=[mcp_tool(mcp_server)],
+        tool_choice={"type": "mcp", "server_label": "lab", "name": "search"}))
+    assert items_of(response) == ["mcp_list_tools", "mcp_call", "message"]
+    assert response["tool_choice"] == {"type": "mcp", "server_label": "lab", "name": "search"}
+    first, second = [b for b in upstream.requests if marker in str(b["messages"])]
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "lab__search"}}
+    assert second["tool_choice"] == "auto"  # forced again, the model could never answer
+
+
+@pytest.mark.parametrize(("choice", "param"), [
+    ({"type": "mcp", "server_label": "elsewhere"}, "tool_choice.server_label"),
+    ({"type": "mcp", "server_label": "lab", "name": "no_such_tool"}, "tool_choice.name"),
+])
+def test_tool_choice_naming_an_unknown_mcp_server_or_tool_is_a_400(
+    gateway: GatewayServer, mcp_server: McpTestServer, choice: dict[str, Any], param: str
+) -> None:
+    answer = httpx.post(gateway.base_url + "/responses", json={
+        "model": "m", "input": "hi", "tools": [mcp_tool(mcp_server)], "tool_choice": choice})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["param"] == param

@@ -29,6 +29,7 @@ from responses_gateway.tools.catalog import ToolCatalog, catalog_of, specs_from_
 from responses_gateway.translate.request_models import (
     CreateResponseRequest,
     McpTool,
+    ToolChoiceMcp,
     normalize_input,
     parse_create_request,
 )
@@ -142,6 +143,17 @@ class Gateway:
         for label, function in tools.functions():
             catalog.add_mcp(label, function)
         chat["tools"] = catalog.chat_tools
+        choice = req.tool_choice
+        if isinstance(choice, ToolChoiceMcp) and choice.name is not None:
+            offered = {(label, function["name"]) for label, function in tools.functions()}
+            if (choice.server_label, choice.name) not in offered:
+                raise invalid_request(
+                    f"Tool choice '{choice.name}' is not a tool of MCP server "
+                    f"'{choice.server_label}'.",
+                    param="tool_choice.name", code="invalid_value",
+                )
+            chat["tool_choice"] = {"type": "function", "function": {
+                "name": catalog.chat_name("mcp", choice.name, choice.server_label)}}
         if not chat["tools"]:  # chat servers refuse an empty tool list and what goes with it
             for key in ("tools", "tool_choice", "parallel_tool_calls"):
                 chat.pop(key, None)
@@ -499,6 +511,10 @@ class Job:
             messages[-1] = {**last, **{k: v for k, v in added[0].items() if v is not None}}
             added = added[1:]
         messages.extend(added)
+        if body.get("tool_choice") not in (None, "auto", "none"):
+            # A forced choice ("required", one tool) is for the first model turn: forced
+            # again, the model could never answer after the tools it called have run.
+            body["tool_choice"] = "auto"
         if self.tools is not None and self.tools.limit_reached(
                 self.record.response.get("max_tool_calls")):
             specs = translator.options.tools or {}

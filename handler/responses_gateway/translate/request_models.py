@@ -446,6 +446,15 @@ class ToolChoiceCustom(BaseModel):
     name: str
 
 
+class ToolChoiceMcp(BaseModel):
+    """Use a tool of one MCP server (``name``), or any of its tools (no ``name``)."""
+
+    model_config = _PARAMS
+    type: Literal["mcp"]
+    server_label: str
+    name: str | None = None
+
+
 class ToolChoiceAllowed(BaseModel):
     model_config = _PARAMS
     type: Literal["allowed_tools"]
@@ -470,6 +479,7 @@ ToolChoice = Annotated[
         Annotated[Literal["none", "auto", "required"], Tag("~mode")],
         Annotated[ToolChoiceFunction, Tag("~function")],
         Annotated[ToolChoiceCustom, Tag("~custom")],
+        Annotated[ToolChoiceMcp, Tag("~mcp")],
         Annotated[ToolChoiceAllowed, Tag("~allowed_tools")],
     ],
     Discriminator(_tool_choice_tag),
@@ -710,6 +720,8 @@ class CreateResponseRequest(BaseModel):
             return choice
         if isinstance(choice, (ToolChoiceFunction, ToolChoiceCustom)):
             return {"type": choice.type, "name": choice.name}
+        if isinstance(choice, ToolChoiceMcp):
+            return {"type": "mcp", "server_label": choice.server_label, "name": choice.name}
         return {
             "type": "allowed_tools",
             "mode": choice.mode,
@@ -1021,6 +1033,15 @@ def _check_tool_choice(req: CreateResponseRequest) -> None:
         raise invalid_request(
             f"Tool choice {noun} '{choice.name}' is not one of the {noun}s in 'tools'.",
             param="tool_choice.name",
+            code="invalid_value",
+        )
+    if isinstance(choice, ToolChoiceMcp) and choice.server_label not in {
+        tool.server_label for tool in req.tools if isinstance(tool, McpTool)
+    }:
+        raise invalid_request(
+            f"Tool choice MCP server '{choice.server_label}' is not one of the MCP servers in "
+            "'tools'.",
+            param="tool_choice.server_label",
             code="invalid_value",
         )
     if isinstance(choice, ToolChoiceAllowed):

@@ -51,6 +51,7 @@ from responses_gateway.translate.request_models import (
     ToolChoiceAllowed,
     ToolChoiceCustom,
     ToolChoiceFunction,
+    ToolChoiceMcp,
 )
 
 Unseal = Callable[[str], dict[str, Any]]
@@ -172,6 +173,8 @@ def _add_tools(
     elif isinstance(choice, (ToolChoiceFunction, ToolChoiceCustom)):
         name = catalog.chat_name(choice.type, choice.name)
         choice = {"type": "function", "function": {"name": name}}
+    elif isinstance(choice, ToolChoiceMcp):
+        choice = "required"  # the server's tools are listed later: the runner narrows it
     mcp = any(isinstance(tool, McpTool) for tool in req.tools or ())
     if not chat_tools and not mcp:
         return  # chat rejects tool_choice / parallel_tool_calls without tools
