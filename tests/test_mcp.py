@@ -322,3 +322,44 @@ def test_tool_choice_naming_an_unknown_mcp_server_or_tool_is_a_400(
         "model": "m", "input": "hi", "tools": [mcp_tool(mcp_server)], "tool_choice": choice})
     assert answer.status_code == 400, answer.text
     assert answer.json()["error"]["param"] == param
+
+
+# -- MCP in a conversation and over a WebSocket ------------------------------------------------
+
+
+def test_mcp_in_a_conversation_lists_once_and_keeps_the_calls(
+    client: OpenAI, upstream: ScriptedUpstream, mcp_server: McpTestServer
+) -> None:
+    conversation = client.conversations.create()
+    tools: Any = [mcp_tool(mcp_server)]
+    first = check_response(client.responses.create(
+        model="m", input=call_search("conv-mcp-1"), tools=tools, conversation=conversation.id))
+    assert items_of(first) == ["mcp_list_tools", "mcp_call", "message"]
+    second = check_response(client.responses.create(
+        model="m", input="[[script:text]] conv-mcp-2", tools=tools,
+        conversation=conversation.id))
+    assert items_of(second) == ["message"]  # the conversation holds the listing: not again
+    kinds = [item.type for item in client.conversations.items.list(conversation.id,
+                                                                     order="asc")]
+    assert kinds[:4] == ["message", "mcp_list_tools", "mcp_call", "message"]
+    sent = [b for b in upstream.requests if "conv-mcp-2" in str(b["messages"])][-1]
+    assert "3 results for mcp" in json.dumps(sent["messages"])  # the call's result, sent back
+    assert [t["function"]["name"] for t in sent["tools"]][:2] == ["lab__search", "lab__add"]
+
+
+def test_mcp_over_a_websocket(gateway: GatewayServer, mcp_server: McpTestServer) -> None:
+    from websockets.sync.client import connect
+
+    from tests.test_websocket import check_ws_event
+
+    url = gateway.base_url.replace("http://", "ws://") + "/responses"
+    with connect(url) as ws:
+        ws.send(json.dumps({"type": "response.create", "model": "m", "store": False,
+                            "input": call_search("ws-mcp"), "tools": [mcp_tool(mcp_server)]}))
+        events: list[dict[str, Any]] = []
+        while not events or events[-1]["type"] not in ("response.completed", "error",
+                                                       "response.failed"):
+            events.append(json.loads(ws.recv(timeout=30)))
+            check_ws_event(events[-1])
+    check_stream(events)
+    assert items_of(events[-1]["response"]) == ["mcp_list_tools", "mcp_call", "message"]
