@@ -539,7 +539,7 @@ def test_function_tool_errors(tool: Any, param: str, fragment: str) -> None:
     ("choice", "tools", "param", "fragment"),
     [
         ({"type": "web_search_preview"}, [FN], "tool_choice.type", "'web_search_preview'"),
-        ({"type": "mcp", "server_label": "x"}, [FN], "tool_choice.type", "'mcp'"),
+        ({"type": "mcp", "server_label": "x"}, [FN], "tool_choice.server_label", "'x'"),
         ({"type": "function"}, [FN], "tool_choice.name", "Missing required parameter"),
         ({"type": "function", "name": "other"}, [FN], "tool_choice.name", "'other'"),
         ("required", [], "tool_choice", "'required' must be specified with 'tools'"),

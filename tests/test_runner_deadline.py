@@ -53,8 +53,12 @@ def test_a_keepalive_only_stream_ends_failed_at_the_deadline(
     assert events[-1]["type"] == "response.failed"
     assert reconstruct(events).text  # the two deltas before the keep-alives are kept
     _ended_by_the_deadline(events[-1]["response"], client)
-    assert upstream.streams[-1].closed_at is not None  # the upstream request was closed
-    assert not upstream.streams[-1].completed
+    stream = upstream.streams[-1]  # the upstream request was closed, not left running
+    deadline = time.monotonic() + 3
+    while stream.closed_at is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert stream.closed_at is not None
+    assert not stream.completed
 
 
 def test_a_non_stream_request_ends_failed_at_the_deadline(
