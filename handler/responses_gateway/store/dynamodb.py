@@ -297,6 +297,7 @@ class _Conversations:
     _call: Any
     _batch_write: Any
     _batch_put: Any
+    _partition_keys: Any
 
     def _conv_key(self, conversation_id: str) -> dict[str, Any]:
         return {"pk": _s(conversation_id), "sk": _s(CONVERSATION)}
@@ -395,14 +396,7 @@ class _Conversations:
         except _ConditionFailed:
             return False
         try:
-            keys = [
-                {"pk": item["pk"], "sk": item["sk"]}
-                for item in self._query(  # type: ignore[attr-defined]
-                    KeyConditionExpression="pk = :pk",
-                    ExpressionAttributeValues={":pk": _s(conversation_id)},
-                    ProjectionExpression="pk, sk",
-                )
-            ]
+            keys = self._partition_keys(conversation_id)
             self._batch_write([{"DeleteRequest": {"Key": key}} for key in keys])
         except StoreUnavailable:  # unreachable without the record; a later delete retries
             log.warning("could not remove all items of deleted conversation %s", conversation_id)
@@ -760,6 +754,17 @@ class DynamoDBStore(_Conversations, Store, ConversationStore):
                 return
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
+    def _partition_keys(self, pk: str) -> list[dict[str, Any]]:
+        """The keys of every item in partition ``pk`` (a record and what hangs off it)."""
+        return [
+            {"pk": item["pk"], "sk": item["sk"]}
+            for item in self._query(
+                KeyConditionExpression="pk = :pk",
+                ExpressionAttributeValues={":pk": _s(pk)},
+                ProjectionExpression="pk, sk",
+            )
+        ]
+
     def _batch_write(self, requests: list[dict[str, Any]]) -> None:
         """BatchWriteItem in groups of 25, resubmitting what DynamoDB left unprocessed."""
         for start in range(0, len(requests), 25):
@@ -955,14 +960,7 @@ class DynamoDBStore(_Conversations, Store, ConversationStore):
         }
         keys = [{"pk": _s(_pointer_pk(tenant, i)), "sk": _s(response_id)} for i in item_ids]
         try:
-            keys += [
-                {"pk": item["pk"], "sk": item["sk"]}
-                for item in self._query(
-                    KeyConditionExpression="pk = :pk",
-                    ExpressionAttributeValues={":pk": _s(response_id)},
-                    ProjectionExpression="pk, sk",
-                )
-            ]
+            keys += self._partition_keys(response_id)
             self._batch_write([{"DeleteRequest": {"Key": key}} for key in keys])
         except StoreUnavailable:  # invisible leftovers; TTL removes them
             log.warning("could not remove all items of deleted response %s", response_id)
