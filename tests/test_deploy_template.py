@@ -291,6 +291,46 @@ def test_layer_pins_every_runtime_dependency_within_pyproject() -> None:
         assert dev_only not in pins
 
 
+def test_every_package_the_runtime_imports_is_a_runtime_dependency() -> None:
+    """Lazy imports included (``mcp``, Bedrock's boto3): the layer holds only pyproject's
+    dependencies, so a package the tests install for another reason would be missing in AWS."""
+    import ast
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+
+    declared = {
+        _normal(Requirement(spec).name)
+        for spec in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+            "dependencies"]
+    }
+    distributions = importlib.metadata.packages_distributions()
+    imported: dict[str, str] = {}
+    for path in sorted((ROOT / "handler").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top != "responses_gateway":
+                    imported.setdefault(top, str(path.relative_to(ROOT)))
+    # Parts of a dependency's own distribution (botocore comes with boto3, and so on).
+    transitive = {"botocore": "boto3", "anyio": "starlette", "pydantic_core": "pydantic",
+                  "typing_extensions": "pydantic", "httpcore": "httpx",
+                  "httpx2": "mcp"}  # the mcp SDK's own HTTP client
+    declared.add("aws-xray-sdk")  # layer-only: the Powertools Tracer, used only when tracing
+    missing = []
+    for top, where in sorted(imported.items()):
+        names = {_normal(d) for d in distributions.get(top, [top])}
+        if not names & declared and transitive.get(top) not in declared:
+            missing.append(f"{top} (imported by {where})")
+    assert not missing, f"imported by the runtime but not in its dependencies: {missing}"
+
+
 def _runtime_python() -> str | None:
     """A working ``python3.12`` (PATH, or a pyenv install not selected in this shell)."""
     root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
