@@ -19,7 +19,6 @@ estimate screens first, so a request far below the window is never counted upstr
 
 from __future__ import annotations
 
-import re
 import weakref
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -32,9 +31,8 @@ from responses_gateway.context_windows import ContextWindows
 from responses_gateway.errors import GatewayError, invalid_request
 from responses_gateway.translate import compacted
 from responses_gateway.translate.request_models import CreateResponseRequest
-from responses_gateway.translate.to_chat import to_chat_request
+from responses_gateway.translate.to_chat import client_param, to_chat_request
 
-_MESSAGE_PARAM = re.compile(r"messages\[(\d+)\](.*)", re.S)
 #: Share of the window ``context_management`` compacts past when ``compact_threshold`` is null.
 DEFAULT_THRESHOLD_SHARE = 0.8
 #: An estimate this many times below the budget is trusted without an exact count.
@@ -71,19 +69,7 @@ class Fitted:
     catalog: Any = None  # the render's tool catalog, when asked for one (new_catalog)
 
 
-async def fit(*args: Any, **kwargs: Any) -> Fitted:
-    """:func:`_fit`, with a backend's 400 about ``messages[k]`` naming what the client sent."""
-    try:
-        return await _fit(*args, **kwargs)
-    except GatewayError as exc:
-        match = _MESSAGE_PARAM.match(exc.param or "")
-        sources = getattr(exc, "message_params", None) or ()
-        if match and int(match[1]) < len(sources):
-            exc.param = sources[int(match[1])] + match[2]
-        raise
-
-
-async def _fit(
+async def fit(
     gateway: Any,
     req: CreateResponseRequest,
     route: Route,
@@ -163,9 +149,8 @@ def _render(
 async def _count(backend: Any, fitted: Fitted) -> tokens.Count:
     try:
         return await tokens.count(backend, fitted.chat)
-    except GatewayError as exc:
-        exc.message_params = fitted.message_params  # type: ignore[attr-defined]
-        raise
+    except GatewayError as exc:  # a backend's 400 about messages[k]: name what was sent
+        raise client_param(exc, fitted.message_params) from None
 
 
 def _reserve(req: CreateResponseRequest, window: int) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from functools import partial
@@ -36,7 +35,7 @@ from responses_gateway.translate.request_models import (
 from responses_gateway.translate.response_object import new_response, response_error
 from responses_gateway.translate.sealing import Sealer
 from responses_gateway.translate.stream import Event, ResponseTranslator, TranslateOptions
-from responses_gateway.translate.to_chat import turn_messages
+from responses_gateway.translate.to_chat import client_param, turn_messages
 from responses_gateway.translate.upstream_sse import Chunk
 
 if TYPE_CHECKING:  # tools/mcp.py (and the mcp SDK) load only for requests with MCP tools
@@ -48,7 +47,6 @@ MAX_ITEM_REFERENCES = 1000
 #: stops calling tools ends there, with what it produced; max_tool_calls bounds it sooner).
 MAX_TOOL_TURNS = 64
 BackendFactory = Callable[[str], Backend]
-_MESSAGE_PARAM = re.compile(r"messages\[(\d+)\](.*)", re.S)
 
 
 class Gateway:
@@ -339,11 +337,7 @@ class Job:
 
     def _client_param(self, exc: GatewayError) -> GatewayError:
         """A backend names chat messages (``messages[2].content[0]``); the client sent input."""
-        match = _MESSAGE_PARAM.match(exc.param or "")
-        sources = self.record.request.get("message_params") or ()
-        if match and int(match[1]) < len(sources):
-            exc.param = sources[int(match[1])] + match[2]
-        return exc
+        return client_param(exc, self.record.request.get("message_params") or ())
 
     async def batches(self) -> AsyncIterator[list[Event]]:
         """``response.created`` first, then everything up to exactly one terminal event.

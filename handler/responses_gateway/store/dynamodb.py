@@ -298,6 +298,7 @@ class _Conversations:
     _batch_write: Any
     _batch_put: Any
     _partition_keys: Any
+    _delete_owned: Any
 
     def _conv_key(self, conversation_id: str) -> dict[str, Any]:
         return {"pk": _s(conversation_id), "sk": _s(CONVERSATION)}
@@ -385,16 +386,8 @@ class _Conversations:
         return self._conv_of(conversation_id, item)
 
     def _delete_conversation(self, conversation_id: str, tenant: str) -> bool:
-        try:  # the record first: from here on the conversation is not found
-            self._call(
-                "delete_item",
-                TableName=self.table_name,
-                Key=self._conv_key(conversation_id),
-                ConditionExpression="tenant = :t",
-                ExpressionAttributeValues={":t": _s(tenant)},
-            )
-        except _ConditionFailed:
-            return False
+        if not self._delete_owned(self._conv_key(conversation_id), tenant):
+            return False  # the record first: from here on the conversation is not found
         try:
             keys = self._partition_keys(conversation_id)
             self._batch_write([{"DeleteRequest": {"Key": key}} for key in keys])
@@ -754,6 +747,20 @@ class DynamoDBStore(_Conversations, Store, ConversationStore):
                 return
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
+    def _delete_owned(self, key: dict[str, Any], tenant: str) -> bool:
+        """Delete the record at ``key`` if ``tenant`` owns it; False if not (or not there)."""
+        try:
+            self._call(
+                "delete_item",
+                TableName=self.table_name,
+                Key=key,
+                ConditionExpression="tenant = :t",
+                ExpressionAttributeValues={":t": _s(tenant)},
+            )
+        except _ConditionFailed:
+            return False
+        return True
+
     def _partition_keys(self, pk: str) -> list[dict[str, Any]]:
         """The keys of every item in partition ``pk`` (a record and what hangs off it)."""
         return [
@@ -943,16 +950,8 @@ class DynamoDBStore(_Conversations, Store, ConversationStore):
         stored = self._get(response_id, tenant)
         if stored is None:
             return False
-        try:  # the record first: from here on the response is not found
-            self._call(
-                "delete_item",
-                TableName=self.table_name,
-                Key=self._record_key(response_id),
-                ConditionExpression="tenant = :t",
-                ExpressionAttributeValues={":t": _s(tenant)},
-            )
-        except _ConditionFailed:
-            return False
+        if not self._delete_owned(self._record_key(response_id), tenant):
+            return False  # the record first: from here on the response is not found
         item_ids = {
             item["id"]
             for item in [*stored.input_items, *(stored.response.get("output") or [])]

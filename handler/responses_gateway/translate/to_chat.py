@@ -33,6 +33,7 @@ The body is OpenAI's own form (``max_completion_tokens``, ``content: null`` besi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -57,6 +58,18 @@ from responses_gateway.translate.request_models import (
 Unseal = Callable[[str], dict[str, Any]]
 
 _DETAILS = frozenset({"low", "high", "auto"})
+
+
+_MESSAGE_PARAM = re.compile(r"messages\[(\d+)\](.*)", re.S)
+
+
+def client_param(exc: GatewayError, message_params: Sequence[str]) -> GatewayError:
+    """A backend names chat messages (``messages[2].content[0]``); the client sent input:
+    ``exc`` names that instead, from the ``message_params`` :func:`to_chat_request` filled."""
+    match = _MESSAGE_PARAM.match(exc.param or "")
+    if match and int(match[1]) < len(message_params):
+        exc.param = message_params[int(match[1])] + match[2]
+    return exc
 
 
 def to_chat_request(
