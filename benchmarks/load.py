@@ -7,11 +7,13 @@ Starts the scripted upstream's app (tests/helpers/scripted_upstream.py, script `
 the gateway (one uvicorn worker, started as handler/run.sh starts it, SQLite store) as two
 subprocesses on 127.0.0.1, so neither shares a GIL with the other or with this load generator.
 Each round sends the same load twice: ``--streams`` concurrent chat streams straight to the
-upstream, then ``--streams`` concurrent Responses streams through the gateway, each of
-``--deltas`` text deltas, ``--delay`` seconds apart (0: as fast as the upstream can). Then 30
-streams one at a time, each way, show the latency without load. Every stream is checked: it
-completed, its sequence numbers run 0..N-1, its deltas concatenate to the text the upstream sent
-(nothing lost or reordered) and the terminal response carries that same text.
+upstream (the very chat request the gateway sends for the Responses create, usage included, so
+the upstream does the same work either way), then ``--streams`` concurrent Responses streams
+through the gateway, each of ``--deltas`` text deltas, ``--delay`` seconds apart (0: as fast as
+the upstream can). Then 30 streams one at a time, each way, show the latency without load.
+Every stream is checked: it completed, its sequence numbers run 0..N-1, its deltas concatenate
+to the text the upstream sent (nothing lost or reordered) and the terminal response carries that
+same text.
 
 Figures per stream, p50 and p99 (medians over the rounds): time to the first event (the first
 SSE frame: a chat chunk directly, ``response.created`` through the gateway), to the first text
@@ -200,7 +202,10 @@ def _model(deltas: int, delay: float) -> str:
 async def direct_stream(
     client: httpx.AsyncClient, url: str, deltas: int, delay: float = 0.0
 ) -> Stream:
+    # The chat request the gateway itself sends for gateway_stream's create (usage included:
+    # a Response always carries it), so the upstream does the same work for both loads.
     body = {"model": _model(deltas, delay), "stream": True,
+            "stream_options": {"include_usage": True},
             "messages": [{"role": "user", "content": "count"}]}
     start = time.perf_counter()
     first = first_delta = 0.0

@@ -965,13 +965,13 @@ class ScriptedUpstream:
         chunks = [i for i in plan.items if isinstance(i, dict)]
         stream_options = body.get("stream_options")
         want_usage = isinstance(stream_options, dict) and stream_options.get("include_usage")
+        plan.usage = _usage(ctx, chunks)  # once: a 500-chunk script's walk is not free
         if args.get("usage", "1" if want_usage else "0") == "1" and name != "fixture" and not any(
                 isinstance(i, Drop | EndBody) for i in plan.items):
             insert_at = len(plan.items)
             if plan.items and isinstance(plan.items[-1], bytes) and not plan.done:
                 insert_at -= 1
-            plan.items.insert(insert_at, ctx.chunks.usage(_usage(ctx, chunks)))
-        plan.usage = _usage(ctx, chunks)
+            plan.items.insert(insert_at, ctx.chunks.usage(plan.usage))
         return plan
 
     def _closed(self, record: StreamRecord, *, completed: bool, disconnected: bool) -> None:
