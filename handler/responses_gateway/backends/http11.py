@@ -340,11 +340,27 @@ def body_pieces(response: httpx.Response) -> AsyncIterator[bytes]:
     transport: httpx's three generator layers in between do nothing for it but cost a few
     microseconds per read. Anything else (a proxied request, gzip) goes through httpx.
     """
-    stream = getattr(response.stream, "_stream", None)  # httpx's BoundAsyncStream wraps it
+    stream = response.stream  # sent through the client, httpx's BoundAsyncStream wraps it
+    if stream.__class__ is not _Body:
+        stream = getattr(stream, "_stream", None)
     if stream.__class__ is _Body and "content-encoding" not in response.headers:
         response.is_stream_consumed = True
         return stream.__aiter__()
     return response.aiter_bytes()
+
+
+def direct_transport(client: httpx.AsyncClient, url: httpx.URL) -> Http11Transport | None:
+    """This transport when it carries ``url`` for ``client`` (no proxy applies), else None.
+
+    A caller that gets it may send straight to it: the client's build and send add, per
+    request, header merging, a cookie jar read and write, and auth and redirect hooks, about
+    85 µs of CPU that a fixed, authenticated POST to one upstream does not need.
+    """
+    pick = getattr(client, "_transport_for_url", None)
+    if pick is None:
+        return None
+    transport = pick(url)
+    return transport if isinstance(transport, Http11Transport) else None
 
 
 def install(client: httpx.AsyncClient, transport: Http11Transport) -> bool:

@@ -43,7 +43,12 @@ import orjson
 from responses_gateway.backends import dialects
 from responses_gateway.backends.base import BackendRequest
 from responses_gateway.backends.dialects import Dialect, Learned
-from responses_gateway.backends.http11 import Http11Transport, body_pieces, install
+from responses_gateway.backends.http11 import (
+    Http11Transport,
+    body_pieces,
+    direct_transport,
+    install,
+)
 from responses_gateway.errors import UpstreamError
 from responses_gateway.redaction import redact
 from responses_gateway.translate.upstream_sse import Chunk, ChunkDecoder, parse_chunk
@@ -151,6 +156,12 @@ class OpenAICompatBackend:
         self._client = client
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ssl: ssl.SSLContext | None = None  # built once: each costs ~15 ms
+        # The owned client's transport for self.url when no proxy applies, and what a POST to
+        # it carries: the completion request is sent straight to it (``_post``).
+        self._direct: Http11Transport | None = None
+        self._post_url = httpx.URL(self.url)
+        self._post_headers = httpx.Headers(self._headers)
+        self._post_extensions = {"timeout": self._timeout.as_dict()}
 
     # -- client lifecycle ------------------------------------------------------------------
 
@@ -170,6 +181,9 @@ class OpenAICompatBackend:
                 )  # the limits apply to proxied requests; direct ones share the transport's
                 install(client, Http11Transport(ssl_context=self._ssl,
                                                 max_connections=self._max_connections))
+                self._direct = direct_transport(client, self._post_url)
+                self._post_headers = httpx.Headers(client.headers)  # user-agent, encodings
+                self._post_headers.update(self._headers)
                 self._loop = loop
                 self._detecting = None  # a lock belongs to its loop as well
         assert client is not None
@@ -235,9 +249,8 @@ class OpenAICompatBackend:
         adapted = False
         attempt = 0
         while True:
-            req = client.build_request("POST", self.url, content=content, headers=self._headers)
             try:
-                response = await client.send(req, stream=True)
+                response = await self._post(client, content)
             except httpx.TimeoutException as exc:
                 if isinstance(exc, httpx.ConnectTimeout) and attempt < self.max_retries:
                     await asyncio.sleep(self._backoff(attempt))
@@ -289,6 +302,18 @@ class OpenAICompatBackend:
                 attempt += 1
                 continue
             raise error
+
+    async def _post(self, client: httpx.AsyncClient, content: bytes) -> httpx.Response:
+        """POST ``content`` to the completions URL; the response's body is still unread."""
+        direct = self._direct
+        if direct is not None and client is self._client:
+            request = httpx.Request("POST", self._post_url, content=content,
+                                    headers=self._post_headers, extensions=self._post_extensions)
+            response = await direct.handle_async_request(request)
+            response.request = request
+            return response
+        request = client.build_request("POST", self.url, content=content, headers=self._headers)
+        return await client.send(request, stream=True)
 
     def _learn(self, model: str, drops: set[str], renames: dict[str, str], why: str) -> None:
         learned = self._learned.setdefault(model, Learned())
