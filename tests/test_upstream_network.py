@@ -115,6 +115,48 @@ def test_the_gateway_backend_sends_through_it() -> None:
     asyncio.run(main())
 
 
+def test_the_completion_post_goes_straight_to_the_transport_and_replays_no_cookie() -> None:
+    """The backend's POST skips httpx's client (``_post``): the same headers reach the
+    upstream, and a cookie one response sets is not sent on the next (another tenant's)."""
+    heads: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                head, _ = await _read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            heads.append(head.lower())
+            body = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                         b"set-cookie: lb=tenant-a; Path=/\r\ntransfer-encoding: chunked\r\n\r\n"
+                         + _chunk(body) + b"0\r\n\r\n")
+            await writer.drain()
+
+    async def main() -> None:
+        server = await _serve(handler)
+        backend = OpenAICompatBackend(_url(server) + "v1", "sk-upstream", max_retries=0,
+                                      dialect="generic")
+        request = BackendRequest(body={"model": "m", "stream": True, "messages": []}, tenant="t")
+        async with server:
+            for _ in range(2):
+                chunks = [chunk async for batch in backend.stream(request) for chunk in batch]
+                assert b'"hi"' in chunks[0]
+            sent = backend._http()
+            assert backend._direct is sent._transport  # the direct path was the one taken
+        await backend.aclose()
+        assert len(heads) == 2
+        for head in heads:
+            assert head.startswith(b"post /v1/chat/completions http/1.1\r\n")
+            for header in (b"authorization: bearer sk-upstream", b"content-type: application/json",
+                           b"accept: application/json", b"user-agent: python-httpx/",
+                           b"content-length: ", b"host: 127.0.0.1:"):
+                assert b"\r\n" + header in head, (header, head)
+        assert b"cookie:" not in heads[1]
+
+    asyncio.run(main())
+
+
 def test_a_proxy_from_the_environment_still_carries_the_upstream_requests(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
