@@ -29,7 +29,7 @@ from responses_gateway import conversations, observability
 from responses_gateway.conversations import MAX_ITEMS_PER_WRITE
 from responses_gateway.errors import GatewayError
 from responses_gateway.services import build_store
-from responses_gateway.store.base import StoredConversation
+from responses_gateway.store.base import StoredConversation, StoredResponse
 from responses_gateway.translate.request_models import parse_create_request
 from tests.helpers.e2e import MODEL, check_response, check_stream, e2e_settings, sdk_events
 from tests.helpers.gateway_server import GatewayServer
@@ -547,6 +547,9 @@ def test_a_client_continuing_as_soon_as_a_background_turn_ends(
     assert texts(items)[0::2] == ["first, in the background", "second, at once"]
 
 
+RECORD = StoredResponse("resp_1", "t", {"status": "completed"}, {})
+
+
 @pytest.mark.parametrize(
     ("method", "args", "kwargs"),
     [
@@ -557,8 +560,8 @@ def test_a_client_continuing_as_soon_as_a_background_turn_ends(
         ("conversation_items", ("conv_1", "t"), {}),
         ("lock_conversation", ("conv_1", "t", "tok"), {"length": 3, "until": 9.0}),
         ("append_conversation_items", ("conv_1", "t", []),
-         {"token": "tok", "length": 3, "param": "input"}),
-        ("release_conversation", ("conv_1", "tok"), {}),
+         {"token": "tok", "length": 3, "param": "input", "record": RECORD}),
+        ("release_conversation", ("conv_1", "tok"), {"record": RECORD}),
         ("renew_conversation_lock", ("conv_1", "tok", 9.0), {}),
         ("list_conversation_items", ("conv_1", "t"),
          {"limit": 5, "order": "asc", "after": "msg_1"}),

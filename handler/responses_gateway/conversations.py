@@ -10,7 +10,10 @@ A turn on a conversation (``Turn``) is read, locked, then settled:
   meanwhile gets OpenAI's 400 ``conversation_locked`` instead of interleaving with this one;
 - ``finish`` when the response ends: a ``completed`` or ``incomplete`` one appends its input
   and output items and releases the lock in one write; a ``failed`` or ``cancelled`` one
-  appends nothing (the client may send the same input again) and only releases it.
+  appends nothing (the client may send the same input again) and only releases it. A
+  foreground response's record goes in that same write, so a turn is one read and two
+  writes; the lock's write cannot go, it is what answers a concurrent create with OpenAI's
+  ``conversation_locked`` at create time.
 
 The lock lapses ``LOCK_SECONDS`` after it was taken or last renewed, so a process that dies
 mid-turn cannot hold a conversation forever; a running turn renews it every
@@ -212,15 +215,28 @@ class Turn:
                 logger.warning("conversation %s: the turn lock was lost", self.conversation_id)
                 return
 
-    async def finish(self, job: Any) -> None:
-        """The response ended: append its items (completed, incomplete) or just let go."""
+    async def finish(self, job: Any, record: StoredResponse | None = None) -> None:
+        """The response ended: append its items (completed, incomplete) or just let go.
+
+        ``record`` (a foreground ``store=true`` response) is stored in the same atomic write:
+        if the append fails, no record says ``completed`` and the response ends failed. The
+        lock is then let go (best effort) so the conversation, unchanged, takes new turns."""
         if self.done:
             return
         self.done = True
         self._stop_keeping()
+        try:
+            await self._settle(job, record)
+        except Exception:
+            await self._let_go()  # a no-op if the write landed after all, or the lock is lost
+            raise
+
+    async def _settle(self, job: Any, record: StoredResponse | None) -> None:
         response = job.translator.response
         if response.get("status") not in APPENDED:
-            await self.store.release_conversation(self.conversation_id, self.token)
+            await self.store.release_conversation(
+                self.conversation_id, self.token, record=record
+            )
             return
         sealed = job.translator.sealed_reasoning
         output = [
@@ -237,20 +253,23 @@ class Turn:
             token=self.token,
             length=self.length,
             param="input",
+            record=record,
         )
 
     async def release(self) -> None:
-        """The turn ends without a response (refused early, stopped): free the conversation.
-
-        Best effort: if the store fails here too, the lock lapses after LOCK_SECONDS."""
+        """The turn ends without a response (refused early, stopped): free the conversation."""
         if not self.done:
             self.done = True
             self._stop_keeping()
-            try:
-                await self.store.release_conversation(self.conversation_id, self.token)
-            except Exception:
-                logger.warning("could not release conversation %s", self.conversation_id,
-                               exc_info=True)
+            await self._let_go()
+
+    async def _let_go(self) -> None:
+        """Best effort: if the store fails here too, the lock lapses after LOCK_SECONDS."""
+        try:
+            await self.store.release_conversation(self.conversation_id, self.token)
+        except Exception:
+            logger.warning("could not release conversation %s", self.conversation_id,
+                           exc_info=True)
 
 
 async def begin(

@@ -488,15 +488,19 @@ class _TracedStore(Store, ConversationStore):
         token: str | None = None,
         length: int | None = None,
         param: str = "items",
+        record: StoredResponse | None = None,
     ) -> StoredConversation | None:
         async with subsegment("store.append_conversation_items"):
             return await self._conversations.append_conversation_items(
-                conversation_id, tenant, items, token=token, length=length, param=param
+                conversation_id, tenant, items, token=token, length=length, param=param,
+                record=record,
             )
 
-    async def release_conversation(self, conversation_id: str, token: str) -> None:
+    async def release_conversation(
+        self, conversation_id: str, token: str, *, record: StoredResponse | None = None
+    ) -> None:
         async with subsegment("store.release_conversation"):
-            await self._conversations.release_conversation(conversation_id, token)
+            await self._conversations.release_conversation(conversation_id, token, record=record)
 
     async def renew_conversation_lock(
         self, conversation_id: str, token: str, until: float

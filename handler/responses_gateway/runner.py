@@ -625,12 +625,13 @@ class Job:
 
     async def persist(self) -> None:
         """Write the record before the terminal event leaves (background jobs replace this)."""
-        if self.conversation is not None:  # the turn's items first: if that fails, nothing is
-            await self.conversation.finish(self)  # stored and the response ends failed
-        if not self.store:
-            return
-        self.record.request["sealed_reasoning"] = self.translator.sealed_reasoning
-        await self.gateway.store.put(self.record)
+        record = self.record if self.store else None
+        if record is not None:
+            record.request["sealed_reasoning"] = self.translator.sealed_reasoning
+        if self.conversation is not None:  # the record lands with the turn's append in one
+            await self.conversation.finish(self, record)  # write: if it fails, neither does
+        elif record is not None:
+            await self.gateway.store.put(record)
 
 
 def _options_of(req: CreateResponseRequest) -> dict[str, bool]:

@@ -194,7 +194,9 @@ class ConversationStore(ABC):
     conditional write, so readers (who stop at ``length``) never see half an append. A turn
     takes the lock (``lock_conversation``) when its request is ready and releases it with its
     append (``append_conversation_items(..., token=)``) or ``release_conversation``; a lock
-    older than ``until`` is free again (a crashed process cannot hold it forever).
+    older than ``until`` is free again (a crashed process cannot hold it forever). Either can
+    carry the turn's response record (``record=``), stored in the same atomic write, so a turn
+    costs one read and two writes (lock, settle) however long the conversation is.
     """
 
     @abstractmethod
@@ -242,6 +244,7 @@ class ConversationStore(ABC):
         token: str | None = None,
         length: int | None = None,
         param: str = "items",
+        record: StoredResponse | None = None,
     ) -> StoredConversation | None:
         """Append ``items`` after the last one, atomically.
 
@@ -249,11 +252,21 @@ class ConversationStore(ABC):
         StoreUnavailable means the lock was lost. Without, the conversation must not be
         locked (ConversationLocked), and an id it already holds raises DuplicateItem naming
         ``param``. None: not found.
+
+        ``record`` (only with ``token``): the turn's response, stored (as ``put`` would) in the
+        same atomic write, so the end of a turn is one write and a failed append stores no
+        record. If the conversation is gone (None) the record is still stored: the response
+        stands without it.
         """
 
     @abstractmethod
-    async def release_conversation(self, conversation_id: str, token: str) -> None:
-        """Drop the lock if ``token`` still holds it (a turn that appends nothing)."""
+    async def release_conversation(
+        self, conversation_id: str, token: str, *, record: StoredResponse | None = None
+    ) -> None:
+        """Drop the lock if ``token`` still holds it (a turn that appends nothing).
+
+        ``record``: the turn's (failed or cancelled) response, stored in the same write
+        whether or not the lock was still held."""
 
     @abstractmethod
     async def renew_conversation_lock(

@@ -14,7 +14,6 @@ StoreUnavailable so the caller can end the response ``failed``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import secrets
@@ -61,6 +60,7 @@ CONVERSATION = "C"  # a conversation's record; its items are C#I#<pos>, id point
 _APPEND_ATTEMPTS = 5
 _CONFLICT_ATTEMPTS = 6
 _TORN_READ_ATTEMPTS = 5
+_HOLD_SECONDS = 300.0  # a lock held while an append's rows are written outside its commit
 
 
 class _ConditionFailed(Exception):
@@ -232,6 +232,28 @@ def _read_blob(
     return orjson.loads(zlib.decompress(b"".join(chunks)))
 
 
+def _size(item: dict[str, Any]) -> int:
+    """About what DynamoDB counts of an item toward a transaction's 4 MB: names and values."""
+    total = 0
+    for name, value in item.items():
+        total += len(name)
+        for kind, data in value.items():
+            total += len(data.encode()) if kind == "S" else len(data) if kind == "B" else 8
+    return total
+
+
+def _unique(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One write per key (a transaction, or a batch, refuses two on one item); the last wins,
+    as it would written one after another (an item id given twice: its pointer names the
+    later one)."""
+    return list({(i["pk"]["S"], i["sk"]["S"]): i for i in items}.values())
+
+
+def _fits(actions: int, size: int) -> bool:
+    """Within one TransactWriteItems (with a margin under the 4 MB)."""
+    return actions <= TXN_MAX_ACTIONS and size < TXN_MAX_BYTES
+
+
 def _names(*names: str) -> tuple[str, dict[str, str]]:
     """A ProjectionExpression with every name escaped (DynamoDB reserves hundreds of words)."""
     return ", ".join(f"#p{i}" for i in range(len(names))), {
@@ -299,6 +321,8 @@ class _Conversations:
     _batch_put: Any
     _partition_keys: Any
     _delete_owned: Any
+    _put: Any
+    _record_writes: Any
 
     def _conv_key(self, conversation_id: str) -> dict[str, Any]:
         return {"pk": _s(conversation_id), "sk": _s(CONVERSATION)}
@@ -457,7 +481,10 @@ class _Conversations:
         token: str | None,
         length: int | None,
         param: str,
+        record: StoredResponse | None = None,
     ) -> StoredConversation | None:
+        if record is not None and token is None:
+            raise ValueError("a record settles with a turn's append only (token=)")
         for _ in range(_APPEND_ATTEMPTS):
             if token is not None and length is not None:
                 conv = None  # under our lock nothing else moves ``n``: no read needed
@@ -489,24 +516,12 @@ class _Conversations:
                 "ExpressionAttributeValues": values,
             }
             try:
-                if len(rows) < TXN_MAX_ACTIONS and size < TXN_MAX_BYTES:
-                    puts = [{"Put": {"TableName": self.table_name, "Item": r}} for r in rows]
-                    self._call("transact_write_items", TransactItems=[{"Update": commit}, *puts])
-                else:  # too big for one transaction: rows first (invisible past n), then n
-                    if token is None:
-                        token = secrets.token_hex(8)
-                        if not self._lock_conversation(
-                            conversation_id, tenant, token, start, time.time() + 300
-                        ):
-                            raise ConversationLocked()
-                        commit["ConditionExpression"] = "tenant = :t AND n = :n AND lk = :k"
-                        values[":k"] = _s(token)
-                        values.pop(":now", None)
-                    self._batch_put(rows)
-                    self._call("update_item", **commit)
+                self._settle(commit, rows, size, record, tenant=tenant, token=token)
             except _ConditionFailed:
                 if token is not None:
                     if self._get_conv(conversation_id, tenant) is None:
+                        if record is not None:  # deleted while the turn ran: it stands alone
+                            self._put(record)
                         return None
                     raise StoreUnavailable(
                         f"The conversation {conversation_id} was taken over while this "
@@ -518,6 +533,67 @@ class _Conversations:
             result.locked = False
             return result
         raise ConversationLocked()
+
+    def _settle(
+        self,
+        commit: dict[str, Any],
+        rows: list[dict[str, Any]],
+        size: int,
+        record: StoredResponse | None,
+        *,
+        tenant: str,
+        token: str | None,
+    ) -> None:
+        """Land ``rows`` (a conversation's new items) and ``record`` (a turn's response) with
+        ``commit``, the conditional Update of the conversation's ``C``, in one transaction.
+
+        Whatever does not fit one TransactWriteItems (100 actions, 4 MB) is written first,
+        where it stays invisible until that transaction lands, so the commit is always
+        atomic: the record's rows (a reader starts at the record), then the item rows (past
+        ``n``; written under a lock checked just before, so no other append can be using
+        those positions). A condition that fails raises _ConditionFailed.
+        """
+        tail: list[dict[str, Any]] = []
+        extra: list[dict[str, Any]] = []
+        if record is not None:
+            extra, item = self._record_writes(record)
+            tail = [item]
+        tail_size = sum(map(_size, tail))
+        early: list[dict[str, Any]] = []
+        puts = _unique([*rows, *extra, *tail])
+        if not _fits(len(puts) + 1, size + sum(map(_size, extra)) + tail_size):
+            early, puts = extra, _unique([*rows, *tail])
+            if not _fits(len(puts) + 1, size + tail_size):
+                self._hold(commit, tenant, token)
+                early, puts = [*extra, *rows], tail
+        if early:
+            self._batch_put(_unique(early))
+        if puts:
+            self._call("transact_write_items", TransactItems=[
+                {"Update": commit},
+                *({"Put": {"TableName": self.table_name, "Item": p}} for p in puts),
+            ])
+        else:
+            self._call("update_item", **commit)
+
+    def _hold(self, commit: dict[str, Any], tenant: str, token: str | None) -> None:
+        """Make sure the conversation stays ours while rows are written outside the commit:
+        renew a turn's lock (``token``), or take one for an item write and make ``commit``
+        conditional on it. Raises _ConditionFailed (a turn's lock lost) or ConversationLocked."""
+        conversation_id = commit["Key"]["pk"]["S"]
+        values = commit["ExpressionAttributeValues"]
+        until = time.time() + _HOLD_SECONDS
+        if token is not None:
+            if not self._renew_lock(conversation_id, token, until):
+                raise _ConditionFailed
+            return
+        token = secrets.token_hex(8)
+        start = int(values[":n"]["N"])
+        if not self._lock_conversation(conversation_id, tenant, token, start, until):
+            raise ConversationLocked()
+        commit["ConditionExpression"] = "tenant = :t AND n = :n AND lk = :k"
+        values[":k"] = _s(token)
+        values.pop(":now", None)
 
     def _check_duplicates(
         self, conversation_id: str, length: int, items: list[dict[str, Any]], param: str
@@ -556,16 +632,21 @@ class _Conversations:
                 raise StoreUnavailable("DynamoDB batch_get_item left keys unprocessed")
         return found
 
-    def _release_conversation(self, conversation_id: str, token: str) -> None:
-        with contextlib.suppress(_ConditionFailed):  # no longer ours (or gone): nothing to do
-            self._call(
-                "update_item",
-                TableName=self.table_name,
-                Key=self._conv_key(conversation_id),
-                UpdateExpression="REMOVE lk, lku",
-                ConditionExpression="lk = :k",
-                ExpressionAttributeValues={":k": _s(token)},
-            )
+    def _release_conversation(
+        self, conversation_id: str, token: str, record: StoredResponse | None = None
+    ) -> None:
+        release = {
+            "TableName": self.table_name,
+            "Key": self._conv_key(conversation_id),
+            "UpdateExpression": "REMOVE lk, lku",
+            "ConditionExpression": "lk = :k",
+            "ExpressionAttributeValues": {":k": _s(token)},
+        }
+        try:
+            self._settle(release, [], 0, record, tenant="", token=token)
+        except _ConditionFailed:  # no longer ours (or gone): nothing to release
+            if record is not None:
+                self._put(record)
 
     def _renew_lock(self, conversation_id: str, token: str, until: float) -> bool:
         try:
@@ -833,6 +914,14 @@ class DynamoDBStore(_Conversations, Store, ConversationStore):
         await asyncio.to_thread(self._put, record)
 
     def _put(self, r: StoredResponse) -> None:
+        rows, item = self._record_writes(r)
+        self._batch_put(rows)
+        # The record goes last: until it exists nothing above is visible.
+        self._call("put_item", TableName=self.table_name, Item=item)
+
+    def _record_writes(self, r: StoredResponse) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """A record's rows (input items, item pointers, parts) and the record item ``R``,
+        which names them: it is written last, alone or in a turn's settle transaction."""
         packed = self._pack_inputs(r.input_items)  # the 400 comes before any write
         expires_at = (
             r.expires_at if r.expires_at is not None else int(time.time()) + self.retention_s
@@ -849,8 +938,6 @@ class DynamoDBStore(_Conversations, Store, ConversationStore):
         writes += self._output_pointers(r.tenant, r.id, r.response, ttl)
         rsp_attrs, rsp_parts = _blob(r.id, "rsp", "RS", r.response, INLINE_RESPONSE_BYTES, ttl)
         req_attrs, req_parts = _blob(r.id, "req", "RQ", r.request, INLINE_REQUEST_BYTES, ttl)
-        self._batch_put(writes + rsp_parts + req_parts)
-        # The record goes last: until it exists nothing above is visible.
         item = {
             **self._record_key(r.id),
             "tenant": _s(r.tenant),
@@ -865,7 +952,7 @@ class DynamoDBStore(_Conversations, Store, ConversationStore):
             item["prev"] = _s(r.previous_response_id)
         if r.lease_until is not None:
             item["lease_until"] = _n(r.lease_until)
-        self._call("put_item", TableName=self.table_name, Item=item)
+        return writes + rsp_parts + req_parts, item
 
     # -- get -------------------------------------------------------------------------------------
 
@@ -1204,13 +1291,16 @@ class DynamoDBStore(_Conversations, Store, ConversationStore):
         token: str | None = None,
         length: int | None = None,
         param: str = "items",
+        record: StoredResponse | None = None,
     ) -> StoredConversation | None:
         return await asyncio.to_thread(
-            self._append_items, conversation_id, tenant, items, token, length, param
+            self._append_items, conversation_id, tenant, items, token, length, param, record
         )
 
-    async def release_conversation(self, conversation_id: str, token: str) -> None:
-        await asyncio.to_thread(self._release_conversation, conversation_id, token)
+    async def release_conversation(
+        self, conversation_id: str, token: str, *, record: StoredResponse | None = None
+    ) -> None:
+        await asyncio.to_thread(self._release_conversation, conversation_id, token, record)
 
     async def renew_conversation_lock(
         self, conversation_id: str, token: str, until: float

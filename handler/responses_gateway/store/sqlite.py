@@ -46,6 +46,8 @@ _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 logger = logging.getLogger("responses_gateway.store")
 
 T = TypeVar("T")
+# A record as rows: its ``responses`` row and its ``items`` rows (see ``_record_rows``).
+_RecordRows = tuple[tuple[Any, ...], list[tuple[Any, ...]]]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -231,6 +233,13 @@ class SQLiteStore(Store, ConversationStore):
         await self._run(self._put, record)
 
     def _put(self, r: StoredResponse) -> None:
+        rows = self._record_rows(r)
+        with self._tx() as c:
+            self._write_record(c, rows)
+
+    def _record_rows(self, r: StoredResponse) -> _RecordRows:
+        """The ``responses`` row and the ``items`` rows of a record, serialized before the
+        transaction (a turn's settle writes them inside its own)."""
         expires_at = r.expires_at
         if expires_at is None and self._retention_s is not None:
             expires_at = int(time.time()) + self._retention_s
@@ -239,23 +248,25 @@ class SQLiteStore(Store, ConversationStore):
             for i, item in enumerate(r.input_items)
         ]
         rows += self._output_rows(r.id, r.tenant, r.response)
-        with self._tx() as c:
-            c.execute(
-                "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    r.id,
-                    r.tenant,
-                    r.status,
-                    _dumps(r.response),
-                    _dumps(r.request),
-                    r.previous_response_id,
-                    int(r.background),
-                    r.lease_until,
-                    expires_at,
-                ),
-            )
-            c.execute("DELETE FROM items WHERE response_id = ?", (r.id,))
-            c.executemany("INSERT INTO items VALUES (?, ?, ?, ?, ?, ?)", rows)
+        row = (
+            r.id,
+            r.tenant,
+            r.status,
+            _dumps(r.response),
+            _dumps(r.request),
+            r.previous_response_id,
+            int(r.background),
+            r.lease_until,
+            expires_at,
+        )
+        return row, rows
+
+    @staticmethod
+    def _write_record(c: sqlite3.Connection, rows: _RecordRows) -> None:
+        row, items = rows
+        c.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+        c.execute("DELETE FROM items WHERE response_id = ?", (row[0],))
+        c.executemany("INSERT INTO items VALUES (?, ?, ?, ?, ?, ?)", items)
 
     @staticmethod
     def _output_rows(
@@ -564,9 +575,13 @@ class SQLiteStore(Store, ConversationStore):
         token: str | None = None,
         length: int | None = None,
         param: str = "items",
+        record: StoredResponse | None = None,
     ) -> StoredConversation | None:
+        if record is not None and token is None:
+            raise ValueError("a record settles with a turn's append only (token=)")
+        stored = None if record is None else self._record_rows(record)
         return await self._run(
-            self._append_items, conversation_id, tenant, items, token, param
+            self._append_items, conversation_id, tenant, items, token, param, stored
         )
 
     def _append_items(
@@ -576,10 +591,15 @@ class SQLiteStore(Store, ConversationStore):
         items: list[dict[str, Any]],
         token: str | None,
         param: str,
+        stored: _RecordRows | None = None,
     ) -> StoredConversation | None:
+        """One transaction: the checks, the rows, ``length`` moved, the lock released and the
+        turn's record (``stored``), so a failure anywhere writes none of them."""
         with self._tx() as c:
             conv = self._conversation(c, conversation_id, tenant)
             if conv is None:
+                if stored is not None:  # deleted while the turn ran: the response stands
+                    self._write_record(c, stored)
                 return None
             (holder,) = c.execute(
                 "SELECT lock_token FROM conversations WHERE id = ?", (conversation_id,)
@@ -614,18 +634,27 @@ class SQLiteStore(Store, ConversationStore):
                 " WHERE id = ?",
                 (conv.length, conversation_id),
             )
+            if stored is not None:
+                self._write_record(c, stored)
             return conv
 
-    async def release_conversation(self, conversation_id: str, token: str) -> None:
-        await self._run(self._release, conversation_id, token)
+    async def release_conversation(
+        self, conversation_id: str, token: str, *, record: StoredResponse | None = None
+    ) -> None:
+        stored = None if record is None else self._record_rows(record)
+        await self._run(self._release, conversation_id, token, stored)
 
-    def _release(self, conversation_id: str, token: str) -> None:
+    def _release(
+        self, conversation_id: str, token: str, stored: _RecordRows | None = None
+    ) -> None:
         with self._tx() as c:
             c.execute(
                 "UPDATE conversations SET lock_token = NULL, lock_until = NULL"
                 " WHERE id = ? AND lock_token = ?",
                 (conversation_id, token),
             )
+            if stored is not None:
+                self._write_record(c, stored)
 
     async def renew_conversation_lock(
         self, conversation_id: str, token: str, until: float
