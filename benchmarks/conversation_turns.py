@@ -12,9 +12,14 @@ Chat Completions upstream (tests/helpers):
   upstream: the baseline.
 
 For each way: the median and p90 time per turn, the added time per turn (gateway minus direct,
-same turn), and the store calls per turn split into reads and writes (counted on the gateway's
-store object). The issue's target (21): one read and one write per turn, whatever the
-conversation's length, so the first and last ten turns are printed apart.
+same turn), and the store calls per turn split into reads and writes, counted twice: on the
+gateway's store object (its methods), and under it, what reaches the database (SQLite
+transactions on the store's connection, or DynamoDB requests, counted by botocore's event
+hook). The issue's target (21): a constant number per turn, whatever the conversation's
+length, so the first and last ten turns are printed apart. The floor is one read and two
+writes: the turn's lock at create time (OpenAI answers a second create on a held
+conversation with 400 ``conversation_locked``) and the settle (the response record, the
+turn's items and the lock's release, one transaction).
 """
 
 from __future__ import annotations
@@ -65,6 +70,44 @@ class CountingStore:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
+
+
+class RoundTrips:
+    """What the store sends its database, by operation: SQLite transactions and bare reads on
+    its connection (a statement trace), or DynamoDB requests (botocore's ``before-call``)."""
+
+    DYNAMODB_READS = ("GetItem", "BatchGetItem", "Query", "Scan", "TransactGetItems")
+
+    def __init__(self, store: Any) -> None:
+        self.calls: Counter[str] = Counter()
+        self._store = getattr(store, "_inner", store)  # under the tracing wrapper, if any
+        self.kind = "DynamoDB requests" if hasattr(self._store, "table_name") else (
+            "SQLite transactions")
+        if self.kind == "DynamoDB requests":
+            self._store.client.meta.events.register("before-call.dynamodb.*", self._request)
+        else:
+            self._conn = self._store._conn
+            self._conn.set_trace_callback(self._statement)
+
+    def _request(self, model: Any, **_: Any) -> None:
+        self.calls[model.name] += 1
+
+    def _statement(self, sql: str) -> None:
+        if sql.startswith("BEGIN"):
+            self.calls[sql] += 1  # BEGIN IMMEDIATE writes, BEGIN DEFERRED reads
+        elif sql.lstrip().startswith("SELECT") and not self._conn.in_transaction:
+            self.calls["SELECT"] += 1  # a read outside a transaction (get_items, read_events)
+
+    def split(self, calls: Counter[str]) -> tuple[int, int]:
+        reads = sum(n for name, n in calls.items()
+                    if name in self.DYNAMODB_READS or name in ("BEGIN DEFERRED", "SELECT"))
+        return reads, sum(calls.values()) - reads
+
+    def close(self) -> None:
+        if self.kind == "DynamoDB requests":
+            self._store.client.meta.events.unregister("before-call.dynamodb.*", self._request)
+        else:
+            self._conn.set_trace_callback(None)
 
 
 def _split(calls: Counter[str]) -> tuple[int, int]:
@@ -145,6 +188,7 @@ def direct_turns(upstream: ScriptedUpstream, bodies: list[dict[str, Any]]) -> li
 
 def measure(way: str, server: GatewayServer, upstream: ScriptedUpstream, turns: int) -> None:
     counting = CountingStore(server.gateway.store)
+    trips = RoundTrips(server.gateway.store)
     server.gateway.store = counting
     conversation = httpx.post(server.base_url + "/conversations", json={}).json()["id"]
     upstream.reset()
@@ -152,17 +196,21 @@ def measure(way: str, server: GatewayServer, upstream: ScriptedUpstream, turns: 
         server.base_url)
     times: list[float] = []
     per_turn: list[tuple[int, int]] = []
+    trips_per_turn: list[tuple[int, int]] = []
     last: Counter[str] = Counter()
+    last_trips: Counter[str] = Counter()
     try:
         for i in range(turns):
-            before = Counter(counting.calls)
+            before, trips_before = Counter(counting.calls), Counter(trips.calls)
             start = time.perf_counter()
             driver.turn(conversation, i)
             times.append(time.perf_counter() - start)
-            last = counting.calls - before
+            last, last_trips = counting.calls - before, trips.calls - trips_before
             per_turn.append(_split(last))
+            trips_per_turn.append(trips.split(last_trips))
     finally:
         driver.close()
+        trips.close()
         server.gateway.store = counting._store
     bodies = [dict(body, stream=False) for body in upstream.requests]
     for body in bodies:
@@ -173,13 +221,19 @@ def measure(way: str, server: GatewayServer, upstream: ScriptedUpstream, turns: 
           f"p90 {sorted(times)[int(len(times) * 0.9)] * 1e3:6.2f} ms  "
           f"direct p50 {statistics.median(direct) * 1e3:6.2f} ms  "
           f"added p50 {statistics.median(added) * 1e3:6.2f} ms")
-    for label, rows in (("first 10", per_turn[:10]), ("last 10", per_turn[-10:])):
-        reads = statistics.mean(r for r, _ in rows)
-        writes = statistics.mean(w for _, w in rows)
+    for label, first, rest in (("first 10", 0, 10), ("last 10", -10, None)):
+        reads, writes = _means(per_turn[first:rest])
+        trip_reads, trip_writes = _means(trips_per_turn[first:rest])
         print(f"{'':13s} store calls per turn, {label} turns: {reads:.1f} reads, "
-              f"{writes:.1f} writes")
-    print(f"{'':13s} the last turn's store calls: {dict(sorted(last.items()))}; "
+              f"{writes:.1f} writes ({trips.kind}: {trip_reads:.1f} reads, "
+              f"{trip_writes:.1f} writes)")
+    print(f"{'':13s} the last turn's store calls: {dict(sorted(last.items()))}")
+    print(f"{'':13s} the last turn's {trips.kind}: {dict(sorted(last_trips.items()))}; "
           f"messages sent upstream: {len(bodies[-1]['messages'])}")
+
+
+def _means(rows: list[tuple[int, int]]) -> tuple[float, float]:
+    return statistics.mean(r for r, _ in rows), statistics.mean(w for _, w in rows)
 
 
 def main(argv: list[str] | None = None) -> int:
