@@ -807,11 +807,59 @@ def test_each_batch_of_events_is_one_body_message() -> None:
 
     response = EventStreamResponse(source(), keepalive_seconds=0)
     asyncio.run(asyncio.wait_for(response({"type": "http"}, receive, send), 10))
-    bodies = [m["body"] for m in sent if m["type"] == "http.response.body"]
-    assert bodies[-1] == b""
-    assert [split_frames(body) for body in bodies[:-1]] == [
+    messages = [m for m in sent if m["type"] == "http.response.body"]
+    # The terminal event's batch also ends the body: no empty message (a socket write) after.
+    assert [m["more_body"] for m in messages] == [True, True, False]
+    assert [split_frames(m["body"]) for m in messages] == [
         ([encode_event(event) for event in batch], b"") for batch in batches
     ]
+
+
+def test_a_source_that_ends_without_a_terminal_event_still_ends_the_body() -> None:
+    closed: list[bool] = []
+    sent: list[dict[str, Any]] = []
+
+    async def source() -> Any:
+        try:
+            yield [{"type": "response.created", "sequence_number": 0}]
+        finally:
+            closed.append(True)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(30)
+        return {"type": "http.disconnect"}
+
+    response = EventStreamResponse(source(), keepalive_seconds=0)
+    asyncio.run(asyncio.wait_for(response({"type": "http"}, receive, send), 10))
+    messages = [m for m in sent if m["type"] == "http.response.body"]
+    assert [(m["body"] == b"", m["more_body"]) for m in messages] == [(False, True), (True, False)]
+    assert closed == [True]
+
+
+def test_the_source_is_closed_after_its_terminal_batch() -> None:
+    """Ending the body at the terminal batch closes the source there; its cleanup runs."""
+    cleanup: list[str] = []
+
+    async def source() -> Any:
+        try:
+            yield [{"type": "response.completed", "sequence_number": 0}]
+            cleanup.append("resumed")  # a source must not need this: closed at the yield
+        finally:
+            cleanup.append("closed")
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(30)
+        return {"type": "http.disconnect"}
+
+    response = EventStreamResponse(source(), keepalive_seconds=0)
+    asyncio.run(asyncio.wait_for(response({"type": "http"}, receive, send), 10))
+    assert cleanup == ["closed"]
 
 
 

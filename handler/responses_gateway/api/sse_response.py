@@ -4,7 +4,8 @@ Unlike a plain streaming response it (1) sends a keep-alive comment after a quie
 (2) notices a client disconnect at once and closes the event source, which closes the upstream
 request, (3) always closes the source, so the stored record ends in a true state, and (4)
 sends each batch of events the source yields as one body message: under load one upstream
-read brings many chunks, and a socket write per event was a third of the gateway's CPU.
+read brings many chunks, and a socket write per event was a third of the gateway's CPU. The
+batch with the terminal event also ends the body (the source is then closed, not drained).
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from starlette.types import Receive, Scope, Send
 
 from responses_gateway.ids import request_id_header
 from responses_gateway.sse import encode_comment, encode_events
+
+# A stream's last event: nothing follows it, so its batch also ends the body.
+TERMINAL_EVENTS = frozenset({"response.completed", "response.failed", "response.incomplete"})
 
 HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -51,10 +55,16 @@ class EventStreamResponse:
                 try:
                     async for batch in self.batches:
                         self._last_write = time.monotonic()
+                        last = batch[-1]["type"] in TERMINAL_EVENTS
                         await send({"type": "http.response.body", "body": encode_events(batch),
-                                    "more_body": True})
-                    self._ended = True
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                                    "more_body": not last})
+                        if last:  # the body's end rides on it: one socket write less
+                            self._ended = True
+                            break
+                    if not self._ended:
+                        self._ended = True
+                        await send({"type": "http.response.body", "body": b"",
+                                    "more_body": False})
                     group.cancel_scope.cancel()
                 finally:
                     with anyio.CancelScope(shield=True):
