@@ -29,12 +29,13 @@ from responses_gateway import conversations, observability
 from responses_gateway.conversations import MAX_ITEMS_PER_WRITE
 from responses_gateway.errors import GatewayError
 from responses_gateway.services import build_store
-from responses_gateway.store.base import StoredConversation, StoredResponse
+from responses_gateway.store.base import StoredConversation, StoredResponse, StoreUnavailable
 from responses_gateway.translate.request_models import parse_create_request
 from tests.helpers.e2e import MODEL, check_response, check_stream, e2e_settings, sdk_events
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.moto_server import aws_env, create_dynamodb_table, moto_server
 from tests.helpers.scripted_upstream import ScriptedUpstream
+from tests.helpers.store_calls import DatabaseCalls, fail_next_settle, is_dynamodb
 
 KEY, OTHER_KEY = "sk-tenant-one", "sk-tenant-two"
 ITEM = TypeAdapter(ConversationItem)
@@ -545,6 +546,112 @@ def test_a_client_continuing_as_soon_as_a_background_turn_ends(
     assert nxt.status == "completed"
     items = client.conversations.items.list(conv.id, order="asc").to_dict()["data"]
     assert texts(items)[0::2] == ["first, in the background", "second, at once"]
+
+
+# -- a turn: one read, two writes (issue 21) ---------------------------------------------------
+
+
+def test_a_turn_is_one_read_and_two_writes(client: openai.OpenAI, gateway: GatewayServer) -> None:
+    """Read the history; lock (OpenAI's ``conversation_locked`` is decided at create time);
+    settle: the record with the append, or with the release for a failed turn. Counted where
+    it reaches the database, the same for every turn however long the conversation grows."""
+    store = gateway.gateway.store
+    expected = (
+        {"Query": 1, "UpdateItem": 1, "TransactWriteItems": 1} if is_dynamodb(store)
+        else {"BEGIN DEFERRED": 1, "BEGIN IMMEDIATE": 2}
+    )
+    conv = client.conversations.create(items=[{"role": "user", "content": "count me"}])
+    ids: list[str] = []
+    for turn in range(4):
+        with DatabaseCalls(store) as db:
+            if turn % 2:
+                events = sdk_events(client.responses.create(
+                    model=MODEL, input=f"turn {turn}", conversation=conv.id, stream=True
+                ))
+                ids.append(events[-1]["response"]["id"])
+            else:
+                ids.append(client.responses.create(
+                    model=MODEL, input=f"turn {turn}", conversation=conv.id
+                ).id)
+        assert db.calls == expected, (turn, db.calls)
+    with DatabaseCalls(store) as db:  # a failed turn appends nothing; its record still lands
+        events = sdk_events(client.responses.create(
+            model=MODEL, input="[[script:error_event after=1]]", conversation=conv.id,
+            stream=True,
+        ))
+    assert events[-1]["type"] == "response.failed"
+    assert db.calls == expected, db.calls
+    failed = client.responses.retrieve(events[-1]["response"]["id"])
+    assert failed.status == "failed" and failed.conversation.id == conv.id
+    for response_id in ids:
+        assert client.responses.retrieve(response_id).status == "completed"
+    items = client.conversations.items.list(conv.id, order="asc").to_dict()["data"]
+    assert len(items) == 9 and texts(items)[0] == "count me"
+    assert texts(items)[1::2] == [f"turn {t}" for t in range(4)]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_turn_whose_settle_fails_stores_nothing_and_frees_the_conversation(
+    client: openai.OpenAI, gateway: GatewayServer, monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
+    """The one write fails (inside the store, after part of it ran): no record, no items, the
+    response ends failed, and the conversation, as it was, takes the next turn at once."""
+    conv = client.conversations.create(items=[{"role": "user", "content": "before"}])
+    fail_next_settle(gateway.gateway.store, monkeypatch)
+    if stream:
+        events = sdk_events(client.responses.create(
+            model=MODEL, input="lost turn", conversation=conv.id, stream=True
+        ))
+        assert events[-1]["type"] == "response.failed"
+        failure = events[-1]["response"]["error"]
+        assert failure["code"] == "server_error" and "store_unavailable" in failure["message"]
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(events[-1]["response"]["id"])
+    else:
+        with pytest.raises(openai.InternalServerError) as exc:
+            client.responses.create(model=MODEL, input="lost turn", conversation=conv.id)
+        assert exc.value.status_code == 503 and error(exc)["code"] == "store_unavailable"
+    assert texts(client.conversations.items.list(conv.id).to_dict()["data"]) == ["before"]
+    nxt = client.responses.create(model=MODEL, input="next turn", conversation=conv.id)
+    assert nxt.status == "completed"
+    items = client.conversations.items.list(conv.id, order="asc").to_dict()["data"]
+    assert texts(items)[:2] == ["before", "next turn"] and len(items) == 3
+    assert client.responses.retrieve(nxt.id).conversation.id == conv.id
+
+
+def test_a_background_turn_whose_append_fails_frees_the_conversation(
+    client: openai.OpenAI, gateway: GatewayServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A background response appends after its terminal write; if that append fails the
+    conversation is let go at once (not held until the lock lapses) and stays as it was."""
+    store = gateway.gateway.store
+    append = store.append_conversation_items
+    failed: list[bool] = []
+
+    async def failing(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("token") and not failed:
+            failed.append(True)
+            raise StoreUnavailable("injected")
+        return await append(*args, **kwargs)
+
+    monkeypatch.setattr(store, "append_conversation_items", failing)
+    conv = client.conversations.create(items=[{"role": "user", "content": "bg"}])
+    job = client.responses.create(
+        model=MODEL, input="lost in the background", conversation=conv.id, background=True
+    )
+    while job.status in ("queued", "in_progress"):
+        time.sleep(0.01)
+        job = client.responses.retrieve(job.id)
+    for _ in range(100):  # the append (and its failure) follows the terminal write
+        if failed and not client.conversations.items.list(conv.id).has_more:
+            break
+        time.sleep(0.05)
+    started = time.monotonic()
+    nxt = client.responses.create(model=MODEL, input="then this", conversation=conv.id)
+    assert nxt.status == "completed" and time.monotonic() - started < 2
+    assert texts(client.conversations.items.list(conv.id, order="asc").to_dict()["data"])[:2] == [
+        "bg", "then this"
+    ]
 
 
 RECORD = StoredResponse("resp_1", "t", {"status": "completed"}, {})

@@ -36,6 +36,7 @@ from responses_gateway.store.dynamodb import (
 from responses_gateway.store.dynamodb_schema import table_definition
 from responses_gateway.store.sqlite import SQLiteStore
 from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
+from tests.helpers.store_calls import fail_next_settle
 
 pytestmark = pytest.mark.anyio
 
@@ -915,3 +916,232 @@ async def test_long_conversation_spans_many_store_items(store: Any) -> None:
     _, items = await store.conversation_items(conv.id, "tenant-a")
     assert len(items) == 12 and items[-1]["content"][0]["text"].startswith("5 ")
     assert sum(len(i["content"][0]["text"]) for i in items) > 1_500_000
+
+
+# -- a turn's settle: the record with the append (or the release), one write -----------------
+
+
+def count_database_writes(store: Any) -> list[str]:
+    """What reaches the database as writes: DynamoDB write requests, SQLite write
+    transactions (``BEGIN IMMEDIATE`` on the store's connection)."""
+    if isinstance(store, DynamoDBStore):
+        return count_writes(store)
+    calls: list[str] = []
+
+    def statement(sql: str) -> None:
+        if sql.startswith("BEGIN IMMEDIATE"):
+            calls.append(sql)
+
+    store._conn.set_trace_callback(statement)
+    return calls
+
+
+def response_rows(store: Any, response_id: str) -> int:
+    """Rows of any kind a response left behind, visible or not."""
+    if isinstance(store, DynamoDBStore):
+        return store.client.query(
+            TableName=store.table_name, KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": response_id}}, Select="COUNT",
+        )["Count"]
+    conn = sqlite3.connect(store.path)
+    try:
+        return sum(
+            conn.execute(f"SELECT COUNT(*) FROM {table} WHERE {column} = ?", (response_id,))
+            .fetchone()[0]
+            for table, column in (("responses", "id"), ("items", "response_id"))
+        )
+    finally:
+        conn.close()
+
+
+async def test_a_turn_settles_with_its_record_in_one_write(store: Any) -> None:
+    conv = conversation()
+    await store.create_conversation(conv, [message("hi")])
+    question, answer = message("q"), output_message("a")
+    r = record(inputs=[question], output=[answer])
+    assert await store.lock_conversation(
+        conv.id, "tenant-a", "t1", length=1, until=time.time() + 60
+    )
+    writes = count_database_writes(store)
+    done = await store.append_conversation_items(
+        conv.id, "tenant-a", [question, answer], token="t1", length=1, record=r
+    )
+    assert len(writes) == 1, writes  # SQLite: one transaction; DynamoDB: one request
+    if isinstance(store, DynamoDBStore):
+        assert writes == ["TransactWriteItems"]
+    assert done is not None and done.length == 3 and not done.locked
+    got = await store.get(r.id, r.tenant)
+    assert got is not None and got.response == r.response and got.input_items == [question]
+    assert await store.get_items([question["id"], answer["id"]], r.tenant) == {
+        question["id"]: question, answer["id"]: answer
+    }
+    _, items = await store.conversation_items(conv.id, "tenant-a")
+    assert [i["content"][0]["text"] for i in items] == ["hi", "q", "a"]
+    # A failed turn appends nothing: its record goes with the lock's release, one write too.
+    assert await store.lock_conversation(
+        conv.id, "tenant-a", "t2", length=3, until=time.time() + 60
+    )
+    failed = record(status="failed", inputs=[message("again")])
+    writes.clear()
+    await store.release_conversation(conv.id, "t2", record=failed)
+    assert len(writes) == 1, writes
+    assert (await store.get(failed.id, failed.tenant)).status == "failed"
+    assert not (await store.get_conversation(conv.id, "tenant-a")).locked
+    # The lock no longer this turn's (released, or taken by another): the record still lands.
+    late = record(status="cancelled")
+    await store.release_conversation(conv.id, "t2", record=late)
+    assert (await store.get(late.id, late.tenant)).status == "cancelled"
+    assert (await store.get_conversation(conv.id, "tenant-a")).length == 3
+
+
+async def test_a_turn_that_lost_its_conversation_settles_no_half(store: Any) -> None:
+    conv = conversation()
+    await store.create_conversation(conv, [])
+    assert await store.lock_conversation(conv.id, "tenant-a", "t1", length=0,
+                                         until=time.time() - 1)  # lapsed at once
+    assert await store.lock_conversation(conv.id, "tenant-a", "t2", length=0,
+                                         until=time.time() + 60)
+    turn = [message("q"), output_message("a")]
+    r = record(inputs=turn[:1], output=turn[1:])
+    with pytest.raises(StoreUnavailable):  # taken over: the response ends failed
+        await store.append_conversation_items(
+            conv.id, "tenant-a", turn, token="t1", length=0, record=r
+        )
+    assert await store.get(r.id, r.tenant) is None  # no record says "completed"
+    held = await store.get_conversation(conv.id, "tenant-a")
+    assert held.length == 0 and held.locked and held.holder == "t2"
+    # The conversation deleted while the turn ran: nothing to append to, the response stands.
+    assert await store.delete_conversation(conv.id, "tenant-a")
+    r2 = record(inputs=turn[:1], output=turn[1:])
+    assert await store.append_conversation_items(
+        conv.id, "tenant-a", turn, token="t2", length=0, record=r2
+    ) is None
+    assert (await store.get(r2.id, r2.tenant)).input_items == turn[:1]
+
+
+async def test_a_failed_settle_writes_nothing(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conv = conversation()
+    await store.create_conversation(conv, [message("hi")])
+    assert await store.lock_conversation(conv.id, "tenant-a", "t1", length=1,
+                                         until=time.time() + 60)
+    turn = [message("q"), output_message("a")]
+    r = record(inputs=turn[:1], output=turn[1:])
+    fail_next_settle(store, monkeypatch)
+    with pytest.raises(StoreUnavailable):
+        await store.append_conversation_items(
+            conv.id, "tenant-a", turn, token="t1", length=1, record=r
+        )
+    assert response_rows(store, r.id) == 0  # not even rows no reader would see
+    assert await store.get_items([turn[0]["id"], turn[1]["id"]], r.tenant) == {}
+    found, items = await store.conversation_items(conv.id, "tenant-a")
+    assert found.length == 1 and ids_of(items) == ids_of(items[:1])
+    assert found.holder == "t1"  # still this turn's: Turn.finish lets it go
+    await store.release_conversation(conv.id, "t1")
+    assert await store.lock_conversation(conv.id, "tenant-a", "t2", length=1,
+                                         until=time.time() + 60)
+    done = await store.append_conversation_items(
+        conv.id, "tenant-a", turn, token="t2", length=1, record=r
+    )
+    assert done is not None and done.length == 3
+    assert (await store.get(r.id, r.tenant)).input_items == turn[:1]
+
+
+def _big_turn(n_inputs: int, text: str) -> tuple[list[dict[str, Any]], StoredResponse]:
+    inputs = [message(f"{i} {text}") for i in range(n_inputs)]
+    answer = output_message(f"answer {text}")
+    return [*inputs, answer], record(inputs=inputs, output=[answer])
+
+
+@pytest.mark.parametrize(
+    ("n_inputs", "size", "held"),
+    [
+        (30, 0, False),  # 125 actions: the record's rows first, then the commit
+        (60, 0, True),  # 122 item rows alone: they go first too, under the renewed lock
+        (9, 300_000, False),  # ~4 MB: the record's rows first
+        (16, 300_000, True),  # the item rows alone over 3.5 MB
+    ],
+)
+async def test_dynamodb_a_settle_beyond_one_transaction(
+    aws: str, n_inputs: int, size: int, held: bool
+) -> None:
+    """Over 100 actions or 4 MB: what can wait is written first, invisible; the commit (the
+    conversation's Update with the record) is still one transaction."""
+    store = DynamoDBStore(create_dynamodb_table())
+    conv = conversation()
+    await store.create_conversation(conv, [])
+    turn, r = _big_turn(n_inputs, incompressible(size) if size else "x")
+    assert await store.lock_conversation(conv.id, "tenant-a", "t1", length=0,
+                                         until=time.time() + 60)
+    writes = count_writes(store)
+    done = await store.append_conversation_items(
+        conv.id, "tenant-a", turn, token="t1", length=0, record=r
+    )
+    assert done is not None and done.length == len(turn) and not done.locked
+    assert writes[-1] == "TransactWriteItems" and writes.count("TransactWriteItems") == 1
+    assert set(writes[:-1]) <= {"UpdateItem", "BatchWriteItem"} and "BatchWriteItem" in writes
+    assert (writes[0] == "UpdateItem") is held  # the lock renewed before the item rows
+    got = await store.get(r.id, r.tenant)
+    assert got is not None and got.input_items == turn[:-1] and got.response == r.response
+    _, items = await store.conversation_items(conv.id, "tenant-a")
+    assert items == turn
+    assert not (await store.get_conversation(conv.id, "tenant-a")).locked
+
+
+async def test_dynamodb_a_settle_beyond_one_transaction_failing_loses_nothing(
+    aws: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit fails after the early rows landed: none of them shows, and the next turn
+    (at the same positions) lands whole over them."""
+    store = DynamoDBStore(create_dynamodb_table())
+    conv = conversation()
+    await store.create_conversation(conv, [message("hi")])
+    turn, r = _big_turn(60, "x")
+    assert await store.lock_conversation(conv.id, "tenant-a", "t1", length=1,
+                                         until=time.time() + 60)
+    fail_next_settle(store, monkeypatch)
+    with pytest.raises(StoreUnavailable):
+        await store.append_conversation_items(
+            conv.id, "tenant-a", turn, token="t1", length=1, record=r
+        )
+    assert await store.get(r.id, r.tenant) is None
+    found, items = await store.conversation_items(conv.id, "tenant-a")
+    assert found.length == 1 and len(items) == 1
+    page, more = await store.list_conversation_items(conv.id, "tenant-a", limit=100,
+                                                     order="asc")
+    assert len(page) == 1 and not more
+    await store.release_conversation(conv.id, "t1")
+    again, r2 = _big_turn(3, "y")
+    assert await store.lock_conversation(conv.id, "tenant-a", "t2", length=1,
+                                         until=time.time() + 60)
+    assert await store.append_conversation_items(
+        conv.id, "tenant-a", again, token="t2", length=1, record=r2
+    )
+    _, items = await store.conversation_items(conv.id, "tenant-a")
+    assert items[1:] == again
+    page, _ = await store.list_conversation_items(conv.id, "tenant-a", limit=100, order="asc")
+    assert page == items
+
+
+async def test_dynamodb_a_settle_whose_lock_was_taken_writes_no_item_row(aws: str) -> None:
+    """Too large for one transaction, the item rows go first: only once the lock is renewed,
+    so a turn that lost its conversation never writes over another turn's positions."""
+    store = DynamoDBStore(create_dynamodb_table())
+    conv = conversation()
+    await store.create_conversation(conv, [])
+    assert await store.lock_conversation(conv.id, "tenant-a", "t1", length=0,
+                                         until=time.time() - 1)
+    assert await store.lock_conversation(conv.id, "tenant-a", "t2", length=0,
+                                         until=time.time() + 60)
+    turn, r = _big_turn(60, "x")
+    with pytest.raises(StoreUnavailable):
+        await store.append_conversation_items(
+            conv.id, "tenant-a", turn, token="t1", length=0, record=r
+        )
+    rows = store.client.query(
+        TableName=store.table_name, KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": conv.id}},
+    )["Items"]
+    assert [row["sk"]["S"] for row in rows] == ["C"]
+    assert await store.get(r.id, r.tenant) is None
