@@ -26,6 +26,7 @@ from responses_gateway.store.base import (
     Store,
     StoredResponse,
     StoreUnavailable,
+    TurnSettle,
 )
 from responses_gateway.store.dynamodb import (
     INPUT_ITEM_LIMIT,
@@ -36,7 +37,7 @@ from responses_gateway.store.dynamodb import (
 from responses_gateway.store.dynamodb_schema import table_definition
 from responses_gateway.store.sqlite import SQLiteStore
 from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
-from tests.helpers.store_calls import fail_next_settle
+from tests.helpers.store_calls import fail_next_append, fail_next_settle
 
 pytestmark = pytest.mark.anyio
 
@@ -1145,3 +1146,129 @@ async def test_dynamodb_a_settle_whose_lock_was_taken_writes_no_item_row(aws: st
     )["Items"]
     assert [row["sk"]["S"] for row in rows] == ["C"]
     assert await store.get(r.id, r.tenant) is None
+
+
+# -- a background turn settles with the worker's terminal write -------------------------------
+
+
+async def _running_turn(store: Any) -> tuple[StoredConversation, StoredResponse, list[Any]]:
+    """A conversation holding "hi", a running background response holding its lock ``t1``,
+    and the turn's items (the response's input, then its output)."""
+    conv = conversation()
+    await store.create_conversation(conv, [message("hi")])
+    turn = [message("q"), output_message("a")]
+    r = record(status="in_progress", inputs=turn[:1], background=True)
+    await store.put(r)
+    assert await store.lock_conversation(conv.id, "tenant-a", "t1", length=1,
+                                         until=time.time() + 60)
+    return conv, r, turn
+
+
+def _terminal(r: StoredResponse, turn: list[Any], status: str = "completed") -> Any:
+    done = dict(r.response, status=status, output=turn[1:])
+    return [{"type": f"response.{status}", "sequence_number": 0, "response": done}], done
+
+
+async def test_a_background_turn_settles_in_the_terminal_write(store: Any) -> None:
+    conv, r, turn = await _running_turn(store)
+    terminal, done = _terminal(r, turn)
+    writes = count_database_writes(store)
+    await store.append_events(r.id, terminal, response=done, lease_until=0.0,
+                              turn=TurnSettle(conv.id, "tenant-a", "t1", 1, turn))
+    if isinstance(store, DynamoDBStore):  # one transaction (the output items' pointers for
+        assert writes == ["TransactWriteItems", "BatchWriteItem"], writes  # item_reference
+    else:  # follow it, as after every terminal update)
+        assert len(writes) == 1, writes
+    assert (await store.get(r.id, r.tenant)).status == "completed"
+    assert await store.read_events(r.id) == terminal
+    found, items = await store.conversation_items(conv.id, "tenant-a")
+    assert items[1:] == turn and found.length == 3 and not found.locked
+    # A failed turn appends nothing: its terminal write releases the lock.
+    r2 = record(status="in_progress", inputs=[message("again")], background=True)
+    await store.put(r2)
+    assert await store.lock_conversation(conv.id, "tenant-a", "t2", length=3,
+                                         until=time.time() + 60)
+    terminal, failed = _terminal(r2, [], "failed")
+    await store.append_events(r2.id, terminal, response=failed, lease_until=0.0,
+                              turn=TurnSettle(conv.id, "tenant-a", "t2", 3))
+    assert (await store.get(r2.id, r2.tenant)).status == "failed"
+    found = await store.get_conversation(conv.id, "tenant-a")
+    assert found.length == 3 and not found.locked
+    # ... and lands whether or not the lock is still its own.
+    r3 = record(status="in_progress", background=True)
+    await store.put(r3)
+    terminal, failed = _terminal(r3, [], "failed")
+    await store.append_events(r3.id, terminal, response=failed, lease_until=0.0,
+                              turn=TurnSettle(conv.id, "tenant-a", "t2", 3))
+    assert (await store.get(r3.id, r3.tenant)).status == "failed"
+
+
+async def test_a_background_terminal_write_whose_append_fails_writes_nothing(
+    store: Any,
+) -> None:
+    """The append fails inside the one write: the record stays running (the worker then ends
+    it failed), no terminal event is logged, the conversation is unchanged and still held."""
+    conv, r, turn = await _running_turn(store)
+    terminal, done = _terminal(r, turn)
+    with fail_next_append(store) as failed, pytest.raises(StoreUnavailable):
+        await store.append_events(r.id, terminal, response=done, lease_until=0.0,
+                                  turn=TurnSettle(conv.id, "tenant-a", "t1", 1, turn))
+    assert failed()
+    assert (await store.get(r.id, r.tenant)).status == "in_progress"
+    assert await store.read_events(r.id) == []
+    found, items = await store.conversation_items(conv.id, "tenant-a")
+    assert found.length == 1 and len(items) == 1 and found.holder == "t1"
+
+
+async def test_a_background_terminal_write_after_a_cancel_or_a_takeover(store: Any) -> None:
+    """A cancel wins: nothing lands, the turn's items included. A lock taken over: nothing
+    lands (the response ends failed). A conversation deleted: the response stands alone."""
+    conv, r, turn = await _running_turn(store)
+    terminal, done = _terminal(r, turn)
+    settle = TurnSettle(conv.id, "tenant-a", "t1", 1, turn)
+    assert await store.update_response(r.id, dict(r.response, status="cancelled"),
+                                       expect_status={"in_progress"})
+    with pytest.raises(CancelledError):
+        await store.append_events(r.id, terminal, response=done, lease_until=0.0, turn=settle)
+    found = await store.get_conversation(conv.id, "tenant-a")
+    assert found.length == 1 and found.holder == "t1"
+    await store.release_conversation(conv.id, "t1")
+    # taken over
+    r2 = record(status="in_progress", inputs=turn[:1], background=True)
+    await store.put(r2)
+    assert await store.lock_conversation(conv.id, "tenant-a", "t2", length=1,
+                                         until=time.time() + 60)
+    with pytest.raises(StoreUnavailable):
+        await store.append_events(r2.id, terminal, response=dict(done, id=r2.id),
+                                  lease_until=0.0, turn=settle)
+    assert (await store.get(r2.id, r2.tenant)).status == "in_progress"
+    assert await store.read_events(r2.id) == []
+    found = await store.get_conversation(conv.id, "tenant-a")
+    assert found.length == 1 and found.holder == "t2"
+    # deleted
+    assert await store.delete_conversation(conv.id, "tenant-a")
+    await store.append_events(r2.id, terminal, response=dict(done, id=r2.id), lease_until=0.0,
+                              turn=TurnSettle(conv.id, "tenant-a", "t2", 1, turn))
+    assert (await store.get(r2.id, r2.tenant)).status == "completed"
+    assert await store.read_events(r2.id) == terminal
+
+
+async def test_dynamodb_a_background_settle_beyond_one_transaction(aws: str) -> None:
+    """122 item rows: they go first (under the renewed lock), the terminal record, events
+    and the conversation's Update still in one transaction."""
+    store = DynamoDBStore(create_dynamodb_table())
+    conv = conversation()
+    await store.create_conversation(conv, [])
+    turn, r = _big_turn(60, "x")
+    r.response["status"], r.background = "in_progress", True
+    await store.put(r)
+    assert await store.lock_conversation(conv.id, "tenant-a", "t1", length=0,
+                                         until=time.time() + 60)
+    terminal, done = _terminal(r, turn)
+    writes = count_writes(store)
+    await store.append_events(r.id, terminal, response=done, lease_until=0.0,
+                              turn=TurnSettle(conv.id, "tenant-a", "t1", 0, turn))
+    assert writes[0] == "UpdateItem" and writes.count("TransactWriteItems") == 1
+    assert (await store.get(r.id, r.tenant)).status == "completed"
+    found, items = await store.conversation_items(conv.id, "tenant-a")
+    assert items == turn and not found.locked

@@ -37,6 +37,7 @@ from responses_gateway.store.base import (
     Store,
     StoredConversation,
     StoredResponse,
+    TurnSettle,
 )
 
 if TYPE_CHECKING:
@@ -415,10 +416,12 @@ class _TracedStore(Store, ConversationStore):
         *,
         response: dict[str, Any] | None = None,
         lease_until: float | None = None,
+        turn: TurnSettle | None = None,
     ) -> None:
+        settles = {} if turn is None else {"turn": turn}
         async with subsegment("store.append_events"):
             await self._inner.append_events(
-                response_id, events, response=response, lease_until=lease_until
+                response_id, events, response=response, lease_until=lease_until, **settles
             )
 
     async def read_events(self, response_id: str, after: int = -1) -> list[dict[str, Any]]:

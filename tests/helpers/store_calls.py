@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -93,3 +95,50 @@ def fail_next_settle(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
             raise sqlite3.OperationalError("disk I/O error (injected)")
 
     monkeypatch.setattr(store, "_write_record", failing)
+
+
+class _FailingAppend(_FailingSettle):
+    """A DynamoDB client whose next TransactWriteItems writing conversation item rows fails."""
+
+    def transact_write_items(self, **kwargs: Any) -> dict[str, Any]:
+        if not self.failed and any(
+            "Put" in action and action["Put"]["Item"]["sk"]["S"].startswith("C#I#")
+            for action in kwargs["TransactItems"]
+        ):
+            self.failed += 1
+            error = {"Error": {"Code": "InternalServerError", "Message": "injected"}}
+            raise ClientError(error, "TransactWriteItems")  # type: ignore[arg-type]
+        return self._client.transact_write_items(**kwargs)
+
+
+@contextmanager
+def fail_next_append(store: Any) -> Iterator[Callable[[], bool]]:
+    """While active, make the next write of a conversation's item rows fail at the database,
+    whichever store call carries it (a separate append, or one folded into another write):
+    SQLite refuses its ``INSERT INTO conversation_items`` (the transaction rolls back),
+    DynamoDB fails the TransactWriteItems holding ``C#I#`` rows. Later writes succeed. Yields
+    a check: has the failure happened yet?"""
+    store = _inner(store)
+    if is_dynamodb(store):
+        real = store.client
+        client = _FailingAppend(real)
+        store._client = client
+        try:
+            yield lambda: bool(client.failed)
+        finally:
+            store._client = real
+        return
+    failed: list[bool] = []
+
+    def authorize(action: int, table: str | None, *_: Any) -> int:
+        if action == sqlite3.SQLITE_INSERT and table == "conversation_items" and not failed:
+            failed.append(True)
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
+
+    conn = store._conn
+    conn.set_authorizer(authorize)
+    try:
+        yield lambda: bool(failed)
+    finally:
+        conn.set_authorizer(None)

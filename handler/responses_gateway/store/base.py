@@ -73,6 +73,22 @@ class StoredResponse:
         return self.response.get("status", "")
 
 
+@dataclass(slots=True)
+class TurnSettle:
+    """A background turn's settle, carried by the worker's terminal write (``append_events``).
+
+    ``items`` (a completed or incomplete turn) are appended at the end and the lock released,
+    conditional on the lock (``token``, taken at ``length``): held by this turn, or free. With
+    ``items=None`` (a failed turn) the lock is only released, if still ``token``'s.
+    """
+
+    conversation_id: str
+    tenant: str
+    token: str
+    length: int
+    items: list[dict[str, Any]] | None = None
+
+
 class Store(ABC):
     """Tenant-scoped storage of responses; another tenant's record is simply not found."""
 
@@ -115,6 +131,7 @@ class Store(ABC):
         *,
         response: dict[str, Any] | None = None,
         lease_until: float | None = None,
+        turn: TurnSettle | None = None,
     ) -> None:
         """Persist a batch of consecutive events (one write for the whole range).
 
@@ -122,6 +139,11 @@ class Store(ABC):
         worker's flush may carry its Response object (and lease) in the same write: then the
         record is replaced too, and only while it is ``in_progress`` (else CancelledError), so a
         terminal Response lands atomically with its terminal events and never after a cancel.
+
+        ``turn`` (with a terminal ``response``): the conversation turn's settle lands in the
+        same atomic write, so a response is never terminal without its items appended. If the
+        lock was taken over, nothing is written (StoreUnavailable); if the conversation is
+        gone, or a release-only lock is no longer the turn's, the rest lands without it.
         """
 
     @abstractmethod

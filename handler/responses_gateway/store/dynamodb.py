@@ -36,6 +36,7 @@ from responses_gateway.store.base import (
     StoredConversation,
     StoredResponse,
     StoreUnavailable,
+    TurnSettle,
 )
 from responses_gateway.store.dynamodb_schema import (
     TTL_ATTRIBUTE,
@@ -64,7 +65,12 @@ _HOLD_SECONDS = 300.0  # a lock held while an append's rows are written outside 
 
 
 class _ConditionFailed(Exception):
-    """A ConditionExpression did not hold."""
+    """A ConditionExpression did not hold; in a transaction, ``failed`` holds the indexes of
+    the actions whose condition failed."""
+
+    def __init__(self, failed: tuple[int, ...] = ()) -> None:
+        super().__init__(failed)
+        self.failed = failed
 
 
 class _TornRead(Exception):
@@ -808,7 +814,9 @@ class DynamoDBStore(_Conversations, Store, ConversationStore):
                 if code == "TransactionCanceledException":
                     reasons = [r.get("Code") for r in e.response.get("CancellationReasons", [])]
                     if "ConditionalCheckFailed" in reasons:
-                        raise _ConditionFailed from None
+                        raise _ConditionFailed(tuple(
+                            i for i, r in enumerate(reasons) if r == "ConditionalCheckFailed"
+                        )) from None
                     conflict = "TransactionConflict" in reasons
                 if not conflict or attempt + 1 == _CONFLICT_ATTEMPTS:
                     message = f"DynamoDB {operation} failed: {code}: {error.get('Message', '')}"
@@ -1343,9 +1351,14 @@ class DynamoDBStore(_Conversations, Store, ConversationStore):
         *,
         response: dict[str, Any] | None = None,
         lease_until: float | None = None,
+        turn: TurnSettle | None = None,
     ) -> None:
+        if turn is not None and response is None:
+            raise ValueError("a turn settles with the terminal Response only (response=)")
         if events or response is not None:
-            await asyncio.to_thread(self._append, response_id, events, response, lease_until)
+            await asyncio.to_thread(
+                self._append, response_id, events, response, lease_until, turn
+            )
 
     def _append(
         self,
@@ -1353,10 +1366,16 @@ class DynamoDBStore(_Conversations, Store, ConversationStore):
         events: list[dict[str, Any]],
         response: dict[str, Any] | None = None,
         lease_until: float | None = None,
+        turn: TurnSettle | None = None,
     ) -> None:
         """One TransactWriteItems: the batch item ``EV#<last seq>`` (plus parts if it is huge,
         the batch item written last) and either a ConditionCheck that the response is not
-        cancelled or, with ``response``, the record's update conditional on ``in_progress``."""
+        cancelled or, with ``response``, the record's update conditional on ``in_progress``.
+
+        With ``turn``, the conditional Update of the conversation's ``C`` and the turn's item
+        rows join that transaction, so the terminal record and the append land together or
+        not at all. Item rows that do not fit go first (invisible past ``n``), under the
+        turn's lock renewed just before, as a foreground settle's do."""
         event_items = self._event_items(response_id, events) if events else []
         check = {
             "ConditionCheck": {
@@ -1367,16 +1386,31 @@ class DynamoDBStore(_Conversations, Store, ConversationStore):
                 "ExpressionAttributeValues": {":c": _s("cancelled")},
             }
         }
-        head: dict[str, Any] = check
+        heads: list[dict[str, Any]] = [check]
         record_parts: list[dict[str, Any]] = []
         if response is not None:
             update, record_parts = self._response_update(
                 response_id, response, ["in_progress"], lease_until
             )
-            head = {"Update": update}
+            heads = [{"Update": update}]
+        rows: list[dict[str, Any]] = []
+        rows_size = 0
+        if turn is not None:
+            commit, rows, rows_size = self._turn_commit(turn)
+            heads.append({"Update": commit})
         try:
             items = record_parts + event_items
-            if not self._fits(items):
+            if rows and not _fits(
+                len(heads) + len(items) + len(rows), self._payload(items) + rows_size
+            ):
+                assert turn is not None
+                if not self._renew_lock(
+                    turn.conversation_id, turn.token, time.time() + _HOLD_SECONDS
+                ):
+                    raise _ConditionFailed((1,))
+                self._batch_put(rows)
+                rows = []
+            if not self._fits(items, len(heads)):
                 # A batch over ~3.5 MB compressed: its parts go first in transactions of their
                 # own (invisible until their batch item exists); the batch item goes last,
                 # with the record's update, so the two still land together or not at all.
@@ -1384,20 +1418,58 @@ class DynamoDBStore(_Conversations, Store, ConversationStore):
                 per_txn = max(1, min(TXN_MAX_ACTIONS - 1, TXN_MAX_BYTES // PART_BYTES))
                 for start in range(0, len(early), per_txn):
                     self._transact(check, early[start : start + per_txn])
-                if not self._fits(items):
+                if not self._fits(items, len(heads)):
                     raise StoreUnavailable(
                         f"Response {response_id} is too large to store even compressed"
                     )
-            self._transact(head, items)
-        except _ConditionFailed:
-            raise CancelledError(response_id) from None
+            self._call("transact_write_items", TransactItems=[
+                *heads, *({"Put": {"TableName": self.table_name, "Item": i}} for i in items + rows)
+            ])
+        except _ConditionFailed as failed:
+            if turn is None or not failed.failed or 0 in failed.failed:
+                raise CancelledError(response_id) from None
+            # The conversation's condition failed. A lost lock stores nothing (the response
+            # ends failed, as a foreground one does); a conversation deleted meanwhile, or a
+            # release whose lock is no longer the turn's, lets the rest land alone.
+            if turn.items is not None and self._get_conv(turn.conversation_id, turn.tenant):
+                raise StoreUnavailable(
+                    f"The conversation {turn.conversation_id} was taken over while this "
+                    "response ran."
+                ) from None
+            self._append(response_id, events, response, lease_until)
+            return
         if response is not None:
             self._after_update(response_id, response)
 
+    def _turn_commit(
+        self, turn: TurnSettle
+    ) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
+        """The Update of the conversation's ``C`` settling ``turn`` (append at ``length`` and
+        release, or release only), conditional on the turn's lock; its item rows and size."""
+        values: dict[str, Any] = {":k": _s(turn.token)}
+        commit: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Key": self._conv_key(turn.conversation_id),
+            "UpdateExpression": "REMOVE lk, lku",
+            "ConditionExpression": "lk = :k",
+            "ExpressionAttributeValues": values,
+        }
+        if turn.items is None:
+            return commit, [], 0
+        rows, size = self._rows(turn.conversation_id, turn.items, turn.length)
+        values.update({":t": _s(turn.tenant), ":n": _n(turn.length),
+                       ":new": _n(turn.length + len(turn.items))})
+        commit["UpdateExpression"] = "SET n = :new REMOVE lk, lku"
+        commit["ConditionExpression"] = "tenant = :t AND n = :n AND lk = :k"
+        return commit, _unique(rows), size
+
     @staticmethod
-    def _fits(items: list[dict[str, Any]]) -> bool:
-        size = sum(len(_raw(item.get("ev") or item["d"])) for item in items)
-        return len(items) < TXN_MAX_ACTIONS and size < TXN_MAX_BYTES
+    def _payload(items: list[dict[str, Any]]) -> int:
+        return sum(len(_raw(item.get("ev") or item["d"])) for item in items)
+
+    @classmethod
+    def _fits(cls, items: list[dict[str, Any]], heads: int = 1) -> bool:
+        return len(items) + heads <= TXN_MAX_ACTIONS and cls._payload(items) < TXN_MAX_BYTES
 
     def _transact(self, head: dict[str, Any], items: list[dict[str, Any]]) -> None:
         puts = [{"Put": {"TableName": self.table_name, "Item": item}} for item in items]

@@ -36,6 +36,7 @@ from responses_gateway.store.base import (
     StoredConversation,
     StoredResponse,
     StoreUnavailable,
+    TurnSettle,
 )
 
 DEFAULT_PATH = "./gateway.db"
@@ -401,9 +402,12 @@ class SQLiteStore(Store, ConversationStore):
         *,
         response: dict[str, Any] | None = None,
         lease_until: float | None = None,
+        turn: TurnSettle | None = None,
     ) -> None:
+        if turn is not None and response is None:
+            raise ValueError("a turn settles with the terminal Response only (response=)")
         if events or response is not None:
-            await self._run(self._append, response_id, events, response, lease_until)
+            await self._run(self._append, response_id, events, response, lease_until, turn)
 
     def _append(
         self,
@@ -411,6 +415,7 @@ class SQLiteStore(Store, ConversationStore):
         events: list[dict[str, Any]],
         response: dict[str, Any] | None,
         lease_until: float | None,
+        turn: TurnSettle | None = None,
     ) -> None:
         rows = [(response_id, int(e["sequence_number"]), _dumps(e)) for e in events]
         with self._tx() as c:
@@ -422,6 +427,13 @@ class SQLiteStore(Store, ConversationStore):
             ):
                 raise CancelledError(response_id)  # ended by someone else: write nothing
             c.executemany("INSERT OR REPLACE INTO events VALUES (?, ?, ?)", rows)
+            if turn is None:
+                return
+            if turn.items is None:  # a failed turn: let go, if the lock is still its own
+                self._unlock(c, turn.conversation_id, turn.token)
+            else:  # the same transaction: a failed append rolls the terminal write back too
+                self._append_rows(c, turn.conversation_id, turn.tenant, turn.items, turn.token,
+                                  "input")
 
     async def read_events(self, response_id: str, after: int = -1) -> list[dict[str, Any]]:
         return await self._run(self._read_events, response_id, after)
@@ -596,47 +608,59 @@ class SQLiteStore(Store, ConversationStore):
         """One transaction: the checks, the rows, ``length`` moved, the lock released and the
         turn's record (``stored``), so a failure anywhere writes none of them."""
         with self._tx() as c:
-            conv = self._conversation(c, conversation_id, tenant)
-            if conv is None:
-                if stored is not None:  # deleted while the turn ran: the response stands
-                    self._write_record(c, stored)
-                return None
-            (holder,) = c.execute(
-                "SELECT lock_token FROM conversations WHERE id = ?", (conversation_id,)
-            ).fetchone()
-            if token is not None and conv.locked and holder != token:
-                raise StoreUnavailable(
-                    f"The conversation {conversation_id} was taken over while this response ran."
-                )
-            if token is None and conv.locked:
-                raise ConversationLocked()
-            ids = [item["id"] for item in items]
-            for start in range(0, len(ids), 500):
-                chunk = ids[start : start + 500]
-                found = c.execute(
-                    "SELECT item_id FROM conversation_items WHERE conversation_id = ?"
-                    f" AND item_id IN ({','.join('?' * len(chunk))})",
-                    (conversation_id, *chunk),
-                ).fetchone()
-                if found is not None:
-                    raise DuplicateItem(found[0], param)
-            c.executemany(
-                "INSERT INTO conversation_items VALUES (?, ?, ?, ?)",
-                [
-                    (conversation_id, conv.length + i, item["id"], _dumps(item))
-                    for i, item in enumerate(items)
-                ],
-            )
-            conv.length += len(items)
-            conv.locked = False
-            c.execute(
-                "UPDATE conversations SET length = ?, lock_token = NULL, lock_until = NULL"
-                " WHERE id = ?",
-                (conv.length, conversation_id),
-            )
-            if stored is not None:
+            conv = self._append_rows(c, conversation_id, tenant, items, token, param)
+            if stored is not None:  # (a conversation deleted while the turn ran: it stands)
                 self._write_record(c, stored)
             return conv
+
+    def _append_rows(
+        self,
+        c: sqlite3.Connection,
+        conversation_id: str,
+        tenant: str,
+        items: list[dict[str, Any]],
+        token: str | None,
+        param: str,
+    ) -> StoredConversation | None:
+        """The append inside the caller's transaction; None (nothing written): no such
+        conversation. Raises (the caller rolls back) on a lost lock or a duplicate id."""
+        conv = self._conversation(c, conversation_id, tenant)
+        if conv is None:
+            return None
+        (holder,) = c.execute(
+            "SELECT lock_token FROM conversations WHERE id = ?", (conversation_id,)
+        ).fetchone()
+        if token is not None and conv.locked and holder != token:
+            raise StoreUnavailable(
+                f"The conversation {conversation_id} was taken over while this response ran."
+            )
+        if token is None and conv.locked:
+            raise ConversationLocked()
+        ids = [item["id"] for item in items]
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            found = c.execute(
+                "SELECT item_id FROM conversation_items WHERE conversation_id = ?"
+                f" AND item_id IN ({','.join('?' * len(chunk))})",
+                (conversation_id, *chunk),
+            ).fetchone()
+            if found is not None:
+                raise DuplicateItem(found[0], param)
+        c.executemany(
+            "INSERT INTO conversation_items VALUES (?, ?, ?, ?)",
+            [
+                (conversation_id, conv.length + i, item["id"], _dumps(item))
+                for i, item in enumerate(items)
+            ],
+        )
+        conv.length += len(items)
+        conv.locked = False
+        c.execute(
+            "UPDATE conversations SET length = ?, lock_token = NULL, lock_until = NULL"
+            " WHERE id = ?",
+            (conv.length, conversation_id),
+        )
+        return conv
 
     async def release_conversation(
         self, conversation_id: str, token: str, *, record: StoredResponse | None = None
@@ -648,13 +672,17 @@ class SQLiteStore(Store, ConversationStore):
         self, conversation_id: str, token: str, stored: _RecordRows | None = None
     ) -> None:
         with self._tx() as c:
-            c.execute(
-                "UPDATE conversations SET lock_token = NULL, lock_until = NULL"
-                " WHERE id = ? AND lock_token = ?",
-                (conversation_id, token),
-            )
+            self._unlock(c, conversation_id, token)
             if stored is not None:
                 self._write_record(c, stored)
+
+    @staticmethod
+    def _unlock(c: sqlite3.Connection, conversation_id: str, token: str) -> None:
+        c.execute(
+            "UPDATE conversations SET lock_token = NULL, lock_until = NULL"
+            " WHERE id = ? AND lock_token = ?",
+            (conversation_id, token),
+        )
 
     async def renew_conversation_lock(
         self, conversation_id: str, token: str, until: float
