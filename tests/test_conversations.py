@@ -29,13 +29,18 @@ from responses_gateway import conversations, observability
 from responses_gateway.conversations import MAX_ITEMS_PER_WRITE
 from responses_gateway.errors import GatewayError
 from responses_gateway.services import build_store
-from responses_gateway.store.base import StoredConversation, StoredResponse, StoreUnavailable
+from responses_gateway.store.base import StoredConversation, StoredResponse
 from responses_gateway.translate.request_models import parse_create_request
 from tests.helpers.e2e import MODEL, check_response, check_stream, e2e_settings, sdk_events
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.moto_server import aws_env, create_dynamodb_table, moto_server
 from tests.helpers.scripted_upstream import ScriptedUpstream
-from tests.helpers.store_calls import DatabaseCalls, fail_next_settle, is_dynamodb
+from tests.helpers.store_calls import (
+    DatabaseCalls,
+    fail_next_append,
+    fail_next_settle,
+    is_dynamodb,
+)
 
 KEY, OTHER_KEY = "sk-tenant-one", "sk-tenant-two"
 ITEM = TypeAdapter(ConversationItem)
@@ -521,19 +526,10 @@ def test_a_background_create_whose_worker_cannot_start_frees_the_conversation(
 
 
 def test_a_client_continuing_as_soon_as_a_background_turn_ends(
-    client: openai.OpenAI, gateway: GatewayServer, monkeypatch: pytest.MonkeyPatch
+    client: openai.OpenAI,
 ) -> None:
-    """The worker appends just after its terminal write (here 0.5 s after); the next turn,
-    sent the moment a poll says ``completed``, waits for that append instead of a 400."""
-    store = gateway.gateway.store
-    append = store.append_conversation_items
-
-    async def slow_append(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("token"):
-            await asyncio.sleep(0.5)
-        return await append(*args, **kwargs)
-
-    monkeypatch.setattr(store, "append_conversation_items", slow_append)
+    """The worker's terminal write carries the turn's append: the moment a poll says
+    ``completed`` the items are there and the conversation is free for the next turn."""
     conv = client.conversations.create()
     job = client.responses.create(
         model=MODEL, input="first, in the background", conversation=conv.id, background=True
@@ -542,6 +538,7 @@ def test_a_client_continuing_as_soon_as_a_background_turn_ends(
         time.sleep(0.01)
         job = client.responses.retrieve(job.id)
     assert job.status == "completed"
+    assert len(client.conversations.items.list(conv.id).to_dict()["data"]) == 2
     nxt = client.responses.create(model=MODEL, input="second, at once", conversation=conv.id)
     assert nxt.status == "completed"
     items = client.conversations.items.list(conv.id, order="asc").to_dict()["data"]
@@ -619,39 +616,46 @@ def test_a_turn_whose_settle_fails_stores_nothing_and_frees_the_conversation(
     assert client.responses.retrieve(nxt.id).conversation.id == conv.id
 
 
-def test_a_background_turn_whose_append_fails_frees_the_conversation(
-    client: openai.OpenAI, gateway: GatewayServer, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_background_turn_whose_append_fails_ends_failed_without_its_items(
+    client: openai.OpenAI, gateway: GatewayServer, stream: bool
 ) -> None:
-    """A background response appends after its terminal write; if that append fails the
-    conversation is let go at once (not held until the lock lapses) and stays as it was."""
-    store = gateway.gateway.store
-    append = store.append_conversation_items
-    failed: list[bool] = []
-
-    async def failing(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("token") and not failed:
-            failed.append(True)
-            raise StoreUnavailable("injected")
-        return await append(*args, **kwargs)
-
-    monkeypatch.setattr(store, "append_conversation_items", failing)
+    """The worker's terminal write carries the turn's append (one atomic write): when the
+    append fails at the database, nothing says ``completed``. The response ends failed
+    (``store_unavailable``), its live stream and a later resume end with ``response.failed``,
+    and the conversation, as it was, takes the next turn at once."""
     conv = client.conversations.create(items=[{"role": "user", "content": "bg"}])
-    job = client.responses.create(
-        model=MODEL, input="lost in the background", conversation=conv.id, background=True
-    )
-    while job.status in ("queued", "in_progress"):
-        time.sleep(0.01)
-        job = client.responses.retrieve(job.id)
-    for _ in range(100):  # the append (and its failure) follows the terminal write
-        if failed and not client.conversations.items.list(conv.id).has_more:
-            break
-        time.sleep(0.05)
+    with fail_next_append(gateway.gateway.store) as failed:
+        if stream:
+            live = sdk_events(client.responses.create(
+                model=MODEL, input="lost in the background", conversation=conv.id,
+                background=True, stream=True,
+            ))
+            assert live[-1]["type"] == "response.failed"
+            assert live[-1]["response"]["status"] == "failed"
+            job = client.responses.retrieve(live[0]["response"]["id"])
+        else:
+            job = client.responses.create(
+                model=MODEL, input="lost in the background", conversation=conv.id,
+                background=True,
+            )
+        deadline = time.monotonic() + 20
+        while job.status in ("queued", "in_progress") and time.monotonic() < deadline:
+            time.sleep(0.02)
+            job = client.responses.retrieve(job.id)
+        assert failed()
+    assert job.status == "failed", job.status
+    assert job.error is not None and "store_unavailable" in job.error.message
+    resumed = sdk_events(client.responses.retrieve(job.id, stream=True))
+    assert resumed[-1]["type"] == "response.failed"
+    assert resumed[-1]["response"]["status"] == "failed"
+    assert [e["type"] for e in resumed].count("response.completed") == 0
+    assert texts(client.conversations.items.list(conv.id).to_dict()["data"]) == ["bg"]
     started = time.monotonic()
     nxt = client.responses.create(model=MODEL, input="then this", conversation=conv.id)
     assert nxt.status == "completed" and time.monotonic() - started < 2
-    assert texts(client.conversations.items.list(conv.id, order="asc").to_dict()["data"])[:2] == [
-        "bg", "then this"
-    ]
+    items = client.conversations.items.list(conv.id, order="asc").to_dict()["data"]
+    assert texts(items)[:2] == ["bg", "then this"] and len(items) == 3
 
 
 RECORD = StoredResponse("resp_1", "t", {"status": "completed"}, {})

@@ -42,6 +42,7 @@ from responses_gateway.store.base import (
     DuplicateItem,
     StoredConversation,
     StoredResponse,
+    TurnSettle,
 )
 from responses_gateway.translate.request_models import (
     ENCRYPTED_REASONING,
@@ -232,12 +233,29 @@ class Turn:
             raise
 
     async def _settle(self, job: Any, record: StoredResponse | None) -> None:
-        response = job.translator.response
-        if response.get("status") not in APPENDED:
+        items = self._items_of(job)
+        if items is None:
             await self.store.release_conversation(
                 self.conversation_id, self.token, record=record
             )
             return
+        await self.store.append_conversation_items(
+            self.conversation_id,
+            self.tenant,
+            items,
+            token=self.token,
+            length=self.length,
+            param="input",
+            record=record,
+        )
+
+    @staticmethod
+    def _items_of(job: Any) -> list[dict[str, Any]] | None:
+        """What the ended response appends (input, then output with its sealed reasoning);
+        None for a failed or cancelled one, which appends nothing."""
+        response = job.translator.response
+        if response.get("status") not in APPENDED:
+            return None
         sealed = job.translator.sealed_reasoning
         output = [
             dict(item, encrypted_content=sealed[item["id"]])
@@ -246,15 +264,21 @@ class Turn:
             else item
             for item in response.get("output") or ()
         ]
-        await self.store.append_conversation_items(
-            self.conversation_id,
-            self.tenant,
-            [*job.record.input_items, *output],
-            token=self.token,
-            length=self.length,
-            param="input",
-            record=record,
+        return [*job.record.input_items, *output]
+
+    def settle_of(self, job: Any) -> TurnSettle:
+        """The settle a background worker's terminal write carries (``append_events(turn=)``):
+        the terminal record and the append land in one write, so a failed append leaves no
+        record ``completed`` and the response ends failed. Call ``settled`` once it landed;
+        if it did not, ``release`` lets the conversation go."""
+        return TurnSettle(
+            self.conversation_id, self.tenant, self.token, self.length, self._items_of(job)
         )
+
+    def settled(self) -> None:
+        """The terminal write carrying ``settle_of`` landed: the turn is over."""
+        self.done = True
+        self._stop_keeping()
 
     async def release(self) -> None:
         """The turn ends without a response (refused early, stopped): free the conversation."""

@@ -9,7 +9,8 @@ The record in the store is the truth every invocation shares (docs/background.md
   write per flush, conditional on the response still running (a failed condition is how the
   worker learns of a cancel), renews the lease and the readable snapshot on the way, and ends
   with the terminal events and the terminal Response in one conditional write, so a cancel
-  always wins and the log never holds a terminal the record contradicts;
+  always wins and the log never holds a terminal the record contradicts (a turn on a
+  conversation appends its items in that same write, so it never ends completed without them);
 - ``follow`` replays stored events after a sequence number and then the live ones;
 - ``load``   turns a record whose lease expired (worker crashed or timed out) into ``failed``.
 """
@@ -203,7 +204,7 @@ async def run(
             await log.run()
         finally:
             if job.conversation is not None:
-                await job.conversation.release()  # nothing appended (failed, stopped): let go
+                await job.conversation.release()  # not settled (write failed, stopped): let go
     except asyncio.CancelledError:
         with anyio.CancelScope(shield=True):
             if response_id in feed.stopping:  # a cancel here: log all, the canceller ends it
@@ -232,7 +233,8 @@ class EventLog:
 
     One write per flush: the events since the last one, plus (every SNAPSHOT_SECONDS) the
     Response as far as it got and a renewed lease. The terminal events and the terminal
-    Response go in one last write conditional on ``in_progress``.
+    Response go in one last write conditional on ``in_progress``, with the conversation
+    turn's settle (append or release) when the response has one.
     """
 
     def __init__(self, gateway: Gateway, job: Job, lease: float) -> None:
@@ -277,9 +279,7 @@ class EventLog:
                 if len(self.pending) >= FLUSH_EVENTS and not self.closing:
                     await self.flush()
         if self.job.response.get("status") in TERMINAL_STATUSES - {"cancelled"}:
-            await self.flush(final=True)
-            if self.job.conversation is not None:  # the terminal write held: append the turn
-                await self.job.conversation.finish(self.job)
+            await self.flush(final=True)  # with the conversation turn's append, if any
             await self._keep_sealed_reasoning()
 
     async def _keep_sealed_reasoning(self) -> None:
@@ -331,10 +331,17 @@ class EventLog:
             if not self.pending and response is None:
                 return
             batch, self.pending = self.pending, []
+            # The terminal write settles the conversation turn too (one atomic write): a
+            # failed append leaves nothing terminal, and ``run`` ends the response failed and
+            # lets the conversation go; a cancel that won writes neither.
+            turn = self.job.conversation if final else None
+            settle = {} if turn is None else {"turn": turn.settle_of(self.job)}
             await self.store.append_events(
-                self.id, batch, response=response, lease_until=lease_until
+                self.id, batch, response=response, lease_until=lease_until, **settle
             )
             if final:
+                if turn is not None:
+                    turn.settled()
                 self._feed.publish(self.id, batch)
 
     async def keep_pending(self) -> None:
