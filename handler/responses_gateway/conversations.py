@@ -18,10 +18,12 @@ A turn on a conversation (``Turn``) is read, locked, then settled:
 The lock lapses ``LOCK_SECONDS`` after it was taken or last renewed, so a process that dies
 mid-turn cannot hold a conversation forever; a running turn renews it every
 ``RENEW_SECONDS`` (``Turn.keep``), however long it runs. A background response settles its
-turn just after its terminal write, so the next turn, finding the conversation still held by a
-response that has ended, waits up to ``SETTLE_SECONDS`` for that append instead of answering
-``conversation_locked`` to a client that polled and continued at once. Conversations, like
-OpenAI's, do not expire.
+turn in its worker's terminal write (``settle_of``: the record, the terminal events and the
+append in one write). A response ended by someone else (cancelled, its worker lost) frees its
+lock just after its record is written, so the next turn, finding the conversation still held
+by a response that has ended, waits up to ``SETTLE_SECONDS`` for the release instead of
+answering ``conversation_locked`` to a client that polled and continued at once.
+Conversations, like OpenAI's, do not expire.
 """
 
 from __future__ import annotations
@@ -321,9 +323,9 @@ async def begin(
 async def _settled(
     store: Any, conversation: StoredConversation, tenant: str
 ) -> tuple[StoredConversation, list[dict[str, Any]]]:
-    """The conversation once the turn holding it has appended, if that turn's response has
-    already ended (a background response appends just after its terminal write); else, or
-    if the append takes longer than SETTLE_SECONDS, OpenAI's ``conversation_locked``."""
+    """The conversation once the turn holding it has let go, if that turn's response has
+    already ended (a cancelled or lost background response frees it just after its record is
+    written); else, or if that takes longer than SETTLE_SECONDS, ``conversation_locked``."""
     holder = conversation.holder or ""
     response_id = holder.partition(".")[0]
     if not response_id.startswith(ids.RESPONSE):
