@@ -155,6 +155,70 @@ def test_sdk_async_client(gateway: GatewayServer) -> None:
         assert client.responses.retrieve(terminal["response"]["id"]).status == "completed"
 
 
+def test_sdk_warm_up_then_chained_turn(gateway: GatewayServer, upstream: Any) -> None:
+    """Codex's prewarm: ``generate=False`` with the turn's tools and input, wait for
+    ``response.completed``, then the real turn chained on it with only the new input."""
+    tools = [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}]
+    before = len(upstream.requests)
+    with client_for(gateway) as client, client.responses.connect() as connection:
+        connection.response.create(model=MODEL, input="The word is quartz.", tools=tools,
+                                   instructions="Be brief.", store=False, generate=False)
+        warm = sdk_turn(connection)
+        assert [e["type"] for e in warm] == [
+            "response.created", "response.in_progress", "response.completed"]
+        assert completed(warm)["output"] == []
+        assert len(upstream.requests) == before  # the model was not called
+        connection.response.create(model=MODEL, input="Which word?", tools=tools,
+                                   instructions="Be brief.", store=False,
+                                   previous_response_id=warm[-1]["response"]["id"])
+        turn = completed(sdk_turn(connection))
+    assert turn["previous_response_id"] == warm[-1]["response"]["id"]
+    assert len(upstream.requests) == before + 1
+    sent = json.dumps(upstream.requests[-1]["messages"])
+    assert "quartz" in sent and "Which word?" in sent
+
+
+def test_warm_up_generates_nothing_and_is_chained(gateway: GatewayServer, upstream: Any) -> None:
+    before = len(upstream.requests)
+    warm, chained, plain = session(gateway, [
+        create([{"type": "message", "role": "user", "content": "Remember: basalt."}],
+               store=False, generate=False, instructions="Answer in one word."),
+        lambda t: create("Which word?", store=False, previous_response_id=final(t[0])["id"]),
+        create("a new chain"),
+    ])
+    response = completed(warm)
+    assert response["status"] == "completed" and response["output"] == []
+    assert response["usage"]["input_tokens"] == response["usage"]["output_tokens"] == 0
+    assert response["instructions"] == "Answer in one word."  # echoed like any response
+    assert "generate" not in response
+    completed(chained)
+    completed(plain)
+    assert len(upstream.requests) == before + 2  # the chained turn and the new chain only
+    chained_messages = json.dumps(upstream.requests[-2]["messages"])
+    assert "basalt" in chained_messages and "Which word?" in chained_messages
+    assert "basalt" not in json.dumps(upstream.requests[-1]["messages"])
+
+
+def test_warm_up_store_true_is_stored_and_chains_over_http(gateway: GatewayServer,
+                                                          upstream: Any) -> None:
+    [warm] = session(gateway, [create("Remember: granite.", generate=False, stream_id="w")])
+    assert all(e["stream_id"] == "w" for e in warm)
+    warm_id = final(warm)["id"]
+    with client_for(gateway) as client:
+        stored = client.responses.retrieve(warm_id)
+        assert stored.status == "completed" and stored.output == []
+        after = client.responses.create(model=MODEL, input="Which?", previous_response_id=warm_id)
+    assert after.status == "completed"
+    assert "granite" in json.dumps(upstream.requests[-1]["messages"])
+
+
+def test_generate_true_generates(gateway: GatewayServer, upstream: Any) -> None:
+    before = len(upstream.requests)
+    [turn] = session(gateway, [create("hi", generate=True)])
+    assert completed(turn)["output"]
+    assert len(upstream.requests) == before + 1
+
+
 def test_steer_is_answered_not_supported(gateway: GatewayServer) -> None:
     with client_for(gateway) as client, client.responses.connect() as connection:
         connection.send({"type": "response.steer", "previous_response_id": "resp_x",
@@ -207,6 +271,7 @@ def test_one_lane_is_fifo(gateway: GatewayServer) -> None:
         ('{"type": "session.update"}', 400, "invalid_value", "type"),
         ('{"model": "m"}', 400, "missing_required_parameter", "type"),
         (json.dumps(create("x", background=True)), 400, "invalid_request_error", "background"),
+        (json.dumps(create("x", generate="no")), 400, "invalid_type", "generate"),
         (json.dumps(create("x" * MAX_MESSAGE)), 413, "request_too_large", None),
         (json.dumps({"type": "response.create", "input": "no model"}), 400, None, "model"),
         ('{"type": "response.create", "model": "m", "input": "deep", "tools": [{"type": '

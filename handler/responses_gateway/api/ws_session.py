@@ -15,6 +15,11 @@ What a connection adds to HTTP:
 - **Lanes.** ``stream_id`` names a lane: lanes run side by side, a lane runs its responses in
   order (FIFO) and every event of a laned response echoes its ``stream_id``. Without
   ``stream_id`` a second ``response.create`` while one runs is an ``error``.
+- **Warm-up** (``generate: false``): the request is validated, translated and its state
+  kept as for any response, but the model is not called: ``response.created``,
+  ``response.in_progress``, ``response.completed`` with no output and zero usage. Its id is a
+  ``previous_response_id`` like any other (OpenAI: "prepares request state ... returns a
+  response ID that you can chain from"), so the next turn sends only what is new.
 - ``response.steer`` is answered ``response.steer.failed`` (``steering_not_supported``): a
   Chat Completions or Bedrock generation cannot take input while it runs.
 
@@ -27,15 +32,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 import orjson
 
 from responses_gateway.api.json_body import fits_depth, too_deep
+from responses_gateway.backends.base import BackendRequest
 from responses_gateway.errors import GatewayError, invalid_request
 from responses_gateway.runner import Gateway, Job
 from responses_gateway.store.base import StoredResponse
+from responses_gateway.translate.upstream_sse import Chunk
 
 logger = logging.getLogger("responses_gateway")
 
@@ -137,6 +144,7 @@ class Session:
                 await self.emit([self._steer_failed(event)])
                 return
             body, lane = self._create_body(event)
+            generate = _generate(body)
         except GatewayError as exc:
             await self.emit([error_event(exc)])
             return
@@ -146,7 +154,7 @@ class Session:
 
         async def run() -> None:
             try:
-                await self._run(body, lane)
+                await self._run(body, lane, generate=generate)
             finally:
                 await self.release(lane)
 
@@ -188,7 +196,7 @@ class Session:
 
     # -- one response --
 
-    async def _run(self, body: dict[str, Any], lane: str | None) -> None:
+    async def _run(self, body: dict[str, Any], lane: str | None, *, generate: bool = True) -> None:
         previous = body.get("previous_response_id")
         previous = previous if isinstance(previous, str) else None
         cached: Mapping[str, StoredResponse] = self.records
@@ -197,6 +205,8 @@ class Session:
         job: Job | None = None
         try:
             job = await self.gateway.prepare(body, self.tenant, cached=cached)
+            if not generate:
+                _warm_up(job)
             await job.prepare()
         except GatewayError as exc:
             if job is not None:
@@ -309,6 +319,47 @@ def _lane_busy(lane: str | None) -> GatewayError:
         type="requests",
         code="too_many_queued_responses",
     )
+
+
+def _generate(body: dict[str, Any]) -> bool:
+    """``generate`` (WebSocket only, default true), taken out of the create body."""
+    generate = body.pop("generate", None)
+    if generate is None:
+        return True
+    if not isinstance(generate, bool):
+        raise invalid_request(
+            "Invalid type for 'generate': expected a boolean.", param="generate",
+            code="invalid_type",
+        )
+    return generate
+
+
+class _NoGeneration:
+    """The backend of a warm-up: the model is never called; one chunk ends the turn.
+
+    The job runs as any other (events, store, in-connection state, conversation), so a
+    warm-up is chained exactly like a generated response: its input items, no output.
+    """
+
+    name = "warm-up"
+
+    async def stream(self, request: BackendRequest) -> AsyncIterator[list[Chunk]]:
+        yield [{
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        }]
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _warm_up(job: Job) -> None:
+    """Make ``job`` a warm-up: no upstream request, and no MCP call a client approved runs
+    (nothing is generated, so nothing is acted on; the listed tools stay in its output)."""
+    job.backend = _NoGeneration()
+    if job.tools is not None:
+        job.tools.approved.clear()
 
 
 def _remembered(job: Job) -> StoredResponse:
