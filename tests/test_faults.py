@@ -784,19 +784,9 @@ def test_no_keepalive_after_the_body_ends() -> None:
     assert ends == [len(sent) - 1], sent
 
 
-def test_each_batch_of_events_is_one_body_message() -> None:
-    batches = [
-        [{"type": "response.created", "sequence_number": 0},
-         {"type": "response.in_progress", "sequence_number": 1}],
-        [{"type": "response.output_text.delta", "delta": str(i), "sequence_number": 2 + i}
-         for i in range(3)],
-        [{"type": "response.completed", "sequence_number": 5}],
-    ]
+def _body_messages(source: Any) -> list[dict[str, Any]]:
+    """The body messages an EventStreamResponse sends for ``source``, the client staying."""
     sent: list[dict[str, Any]] = []
-
-    async def source() -> Any:
-        for batch in batches:
-            yield batch
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
@@ -805,9 +795,25 @@ def test_each_batch_of_events_is_one_body_message() -> None:
         await asyncio.sleep(30)
         return {"type": "http.disconnect"}
 
-    response = EventStreamResponse(source(), keepalive_seconds=0)
+    response = EventStreamResponse(source, keepalive_seconds=0)
     asyncio.run(asyncio.wait_for(response({"type": "http"}, receive, send), 10))
-    messages = [m for m in sent if m["type"] == "http.response.body"]
+    return [m for m in sent if m["type"] == "http.response.body"]
+
+
+def test_each_batch_of_events_is_one_body_message() -> None:
+    batches = [
+        [{"type": "response.created", "sequence_number": 0},
+         {"type": "response.in_progress", "sequence_number": 1}],
+        [{"type": "response.output_text.delta", "delta": str(i), "sequence_number": 2 + i}
+         for i in range(3)],
+        [{"type": "response.completed", "sequence_number": 5}],
+    ]
+
+    async def source() -> Any:
+        for batch in batches:
+            yield batch
+
+    messages = _body_messages(source())
     # The terminal event's batch also ends the body: no empty message (a socket write) after.
     assert [m["more_body"] for m in messages] == [True, True, False]
     assert [split_frames(m["body"]) for m in messages] == [
@@ -817,7 +823,6 @@ def test_each_batch_of_events_is_one_body_message() -> None:
 
 def test_a_source_that_ends_without_a_terminal_event_still_ends_the_body() -> None:
     closed: list[bool] = []
-    sent: list[dict[str, Any]] = []
 
     async def source() -> Any:
         try:
@@ -825,16 +830,7 @@ def test_a_source_that_ends_without_a_terminal_event_still_ends_the_body() -> No
         finally:
             closed.append(True)
 
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    async def receive() -> dict[str, Any]:
-        await asyncio.sleep(30)
-        return {"type": "http.disconnect"}
-
-    response = EventStreamResponse(source(), keepalive_seconds=0)
-    asyncio.run(asyncio.wait_for(response({"type": "http"}, receive, send), 10))
-    messages = [m for m in sent if m["type"] == "http.response.body"]
+    messages = _body_messages(source())
     assert [(m["body"] == b"", m["more_body"]) for m in messages] == [(False, True), (True, False)]
     assert closed == [True]
 
@@ -850,17 +846,8 @@ def test_the_source_is_closed_after_its_terminal_batch() -> None:
         finally:
             cleanup.append("closed")
 
-    async def send(message: dict[str, Any]) -> None:
-        pass
-
-    async def receive() -> dict[str, Any]:
-        await asyncio.sleep(30)
-        return {"type": "http.disconnect"}
-
-    response = EventStreamResponse(source(), keepalive_seconds=0)
-    asyncio.run(asyncio.wait_for(response({"type": "http"}, receive, send), 10))
+    assert [m["more_body"] for m in _body_messages(source())] == [False]
     assert cleanup == ["closed"]
-
 
 
 @pytest.mark.parametrize("keepalive", [0.0, 0.05])
