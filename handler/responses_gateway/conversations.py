@@ -53,6 +53,7 @@ from responses_gateway.translate.request_models import (
     normalize_input,
     parse_create_request,
 )
+from responses_gateway.translate.sealing import with_sealed_reasoning
 
 logger = logging.getLogger("responses_gateway")
 CONVERSATION = "conv_"
@@ -258,14 +259,8 @@ class Turn:
         response = job.translator.response
         if response.get("status") not in APPENDED:
             return None
-        sealed = job.translator.sealed_reasoning
-        output = [
-            dict(item, encrypted_content=sealed[item["id"]])
-            if item.get("type") == "reasoning" and item.get("id") in sealed
-            and "encrypted_content" not in item
-            else item
-            for item in response.get("output") or ()
-        ]
+        output = with_sealed_reasoning(response.get("output") or (),
+                                       job.translator.sealed_reasoning)
         return [*job.record.input_items, *output]
 
     def settle_of(self, job: Any) -> TurnSettle:

@@ -33,7 +33,7 @@ from responses_gateway.translate.request_models import (
     parse_create_request,
 )
 from responses_gateway.translate.response_object import new_response, response_error
-from responses_gateway.translate.sealing import Sealer
+from responses_gateway.translate.sealing import Sealer, with_sealed_reasoning
 from responses_gateway.translate.stream import Event, ResponseTranslator, TranslateOptions
 from responses_gateway.translate.to_chat import client_param, turn_messages
 from responses_gateway.translate.upstream_sse import Chunk
@@ -219,11 +219,8 @@ class Gateway:
         history: list[dict[str, Any]] = []
         for record in reversed(chain):
             history.extend(record.input_items)
-            sealed = record.request.get("sealed_reasoning") or {}
-            for item in record.response.get("output", ()):
-                if item.get("type") == "reasoning" and item["id"] in sealed:
-                    item = dict(item, encrypted_content=sealed[item["id"]])
-                history.append(item)
+            history.extend(with_sealed_reasoning(record.response.get("output", ()),
+                                                 record.request.get("sealed_reasoning") or {}))
         return history
 
 
@@ -482,12 +479,8 @@ class Job:
         and the calls the gateway ran with their results) and goes upstream again."""
         translator = self.translator
         translator.next_turn()
-        sealed = translator.sealed_reasoning
-        items = [
-            dict(item, encrypted_content=sealed[item["id"]])
-            if item.get("type") == "reasoning" and item.get("id") in sealed else item
-            for item in translator.response["output"][since:]
-        ]
+        items = with_sealed_reasoning(translator.response["output"][since:],
+                                      translator.sealed_reasoning)
         reasoning_input = "reasoning_content" if self.record.request["backend"] == "bedrock" else (
             self.gateway.settings.reasoning_input)
         added = turn_messages(

@@ -1112,28 +1112,12 @@ class DynamoDBStore(_Conversations, Store, ConversationStore):
 
     def _get_input_items(self, keys: dict[tuple[str, int], str]) -> dict[str, dict[str, Any]]:
         found: dict[str, dict[str, Any]] = {}
-        key_list = [{"pk": _s(rid), "sk": _s(_in_sk(idx))} for rid, idx in keys]
         now = time.time()
-        for start in range(0, len(key_list), 100):
-            request = {
-                self.table_name: {"Keys": key_list[start : start + 100], "ConsistentRead": True}
-            }
-            for attempt in range(10):
-                result = self._call("batch_get_item", RequestItems=request)
-                for item in result.get("Responses", {}).get(self.table_name, []):
-                    item_id = keys.get((item["pk"]["S"], int(item["sk"]["S"][5:])))
-                    if (
-                        item_id
-                        and item.get("iid", {}).get("S") == item_id
-                        and not _expired(item, now)
-                    ):
-                        found[item_id] = _unpack(item["item"])
-                request = result.get("UnprocessedKeys") or {}
-                if not request:
-                    break
-                time.sleep(random.uniform(0, 0.05 * 2**attempt))
-            else:
-                raise StoreUnavailable("DynamoDB batch_get_item left keys unprocessed")
+        rows = self._batch_get([{"pk": _s(rid), "sk": _s(_in_sk(idx))} for rid, idx in keys])
+        for item in rows:
+            item_id = keys.get((item["pk"]["S"], int(item["sk"]["S"][5:])))
+            if item_id and item.get("iid", {}).get("S") == item_id and not _expired(item, now):
+                found[item_id] = _unpack(item["item"])
         return found
 
     # -- status transitions ----------------------------------------------------------------------

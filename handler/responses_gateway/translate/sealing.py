@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -59,3 +60,18 @@ class Sealer:
 
 def _b64(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def with_sealed_reasoning(
+    items: Iterable[dict[str, Any]], sealed: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """Output items as they go back upstream or into a conversation: a reasoning item gets
+    its sealed blob (``sealed``: item id to blob), which its output copy lacks unless the
+    client asked for ``reasoning.encrypted_content``."""
+    return [
+        dict(item, encrypted_content=sealed[item["id"]])
+        if item.get("type") == "reasoning" and item.get("id") in sealed
+        and "encrypted_content" not in item
+        else item
+        for item in items
+    ]
