@@ -51,6 +51,13 @@ def invalid_request(
     return GatewayError(400, message, param=param, code=code)
 
 
+def missing_parameter(param: str) -> GatewayError:
+    """OpenAI's 400 for a required field left out (``param`` as the client spelled it)."""
+    return invalid_request(
+        f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
+    )
+
+
 def not_found(message: str, param: str | None = None, code: str | None = None) -> GatewayError:
     return GatewayError(404, message, param=param, code=code)
 

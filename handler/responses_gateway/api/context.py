@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from responses_gateway import compaction, context, conversations, tokens
 from responses_gateway.api.routes import JSON, _gateway, _json_body, _tenant
-from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
 from responses_gateway.runner import Gateway
 from responses_gateway.translate.request_models import (
     CreateResponseRequest,
@@ -68,8 +68,7 @@ async def compact_response(request: Request) -> Response:
     gateway = _gateway(request)
     body = _subset(await _json_body(request), COMPACT_FIELDS)
     if body.get("model") is None:
-        raise invalid_request("Missing required parameter: 'model'.", param="model",
-                              code="missing_required_parameter")
+        raise missing_parameter("model")
     req = parse_create_request(body)
     items = await gateway._resolve_references(normalize_input(req), tenant)
     items = await _conversation_items(gateway, req, tenant) + items

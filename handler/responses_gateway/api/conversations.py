@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from responses_gateway import conversations
 from responses_gateway.api.routes import JSON, _gateway, _json_body, _tenant, page_params
-from responses_gateway.errors import invalid_request
+from responses_gateway.errors import invalid_request, missing_parameter
 from responses_gateway.store.base import ConversationStore, StoredConversation
 from responses_gateway.translate.request_models import MAX_ID_LENGTH
 
@@ -89,11 +89,7 @@ async def update_conversation(request: Request) -> Response:
     conversation_id = _conversation_id(request)
     body = _object_body(await _json_body(request))
     if "metadata" not in body:
-        raise invalid_request(
-            "Missing required parameter: 'metadata'.",
-            param="metadata",
-            code="missing_required_parameter",
-        )
+        raise missing_parameter("metadata")
     metadata = conversations.parse_metadata(body["metadata"])
     updated = await _store(request).update_conversation(conversation_id, tenant, metadata)
     return JSON(_found(updated, conversation_id).to_object())
@@ -132,11 +128,7 @@ async def create_items(request: Request) -> Response:
     include = _include(request)
     body = _object_body(await _json_body(request))
     if "items" not in body:
-        raise invalid_request(
-            "Missing required parameter: 'items'.",
-            param="items",
-            code="missing_required_parameter",
-        )
+        raise missing_parameter("items")
     items = await gateway._resolve_references(conversations.parse_items(body["items"]), tenant)
     if await _store(request).append_conversation_items(conversation_id, tenant, items) is None:
         raise conversations.not_found(conversation_id)

@@ -39,7 +39,7 @@ import orjson
 
 from responses_gateway.api.json_body import fits_depth, too_deep
 from responses_gateway.backends.base import BackendRequest
-from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
 from responses_gateway.runner import Gateway, Job
 from responses_gateway.store.base import StoredResponse
 from responses_gateway.translate.upstream_sse import Chunk
@@ -255,11 +255,7 @@ class Session:
         kind = event.get("type")
         if kind not in CLIENT_EVENTS:
             if not isinstance(kind, str):
-                raise invalid_request(
-                    "Missing required parameter: 'type'.",
-                    param="type",
-                    code="missing_required_parameter",
-                )
+                raise missing_parameter("type")
             raise invalid_request(
                 f"Invalid value: '{kind}'. Supported values are: 'response.create' and "
                 "'response.steer'.",

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
 
 #: The sealed payload's key for the summary (a reasoning blob has none: it is refused here).
 SUMMARY_KEY = "compaction"
@@ -67,10 +67,7 @@ def open_item(unseal: Opener, item: dict[str, Any], param: str) -> Opened:
     seal for this tenant (or one that is not a compaction's)."""
     blob = item.get("encrypted_content")
     if not isinstance(blob, str):
-        raise invalid_request(
-            f"Missing required parameter: '{param}.encrypted_content'.",
-            param=f"{param}.encrypted_content", code="missing_required_parameter",
-        )
+        raise missing_parameter(f"{param}.encrypted_content")
     try:
         opened = unseal(blob)
     except GatewayError as exc:

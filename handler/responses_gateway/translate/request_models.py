@@ -24,7 +24,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from responses_gateway import ids
-from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
 from responses_gateway.tools.hosted import HOSTED_TYPES, refused
 
 INCLUDABLE = frozenset(
@@ -949,7 +949,7 @@ def _check_conversation(req: CreateResponseRequest) -> None:
     value = req.conversation
     if isinstance(value, dict):
         if "id" not in value:
-            raise _missing("conversation.id")
+            raise missing_parameter("conversation.id")
         value = value["id"]
         param = "conversation.id"
     else:
@@ -979,11 +979,11 @@ def _check_media(part: BaseModel, param: str) -> None:
         if part.image_url is None:
             if part.file_id is not None:
                 raise _file_id(f"{param}.file_id", "image_url")
-            raise _missing(f"{param}.image_url")
+            raise missing_parameter(f"{param}.image_url")
     elif isinstance(part, InputFile) and part.file_data is None and part.file_url is None:
         if part.file_id is not None:
             raise _file_id(f"{param}.file_id", "file_data")
-        raise _missing(f"{param}.file_data")
+        raise missing_parameter(f"{param}.file_data")
 
 
 def _check_mcp_tools(req: CreateResponseRequest) -> None:
@@ -1001,7 +1001,7 @@ def _check_mcp_tools(req: CreateResponseRequest) -> None:
                     f"tunnels run inside OpenAI); give the MCP server's 'server_url' instead.",
                 )
         if tool.server_url is None:
-            raise _missing(f"tools[{i}].server_url")
+            raise missing_parameter(f"tools[{i}].server_url")
         if tool.server_label in labels:
             raise invalid_request(
                 f"Duplicate MCP server_label '{tool.server_label}': each MCP tool needs its own "
@@ -1058,12 +1058,6 @@ def _unsupported(param: str, message: str) -> GatewayError:
     return invalid_request(message, param=param, code="unsupported_parameter")
 
 
-def _missing(param: str) -> GatewayError:
-    return invalid_request(
-        f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
-    )
-
-
 def _file_id(param: str, instead: str) -> GatewayError:
     return invalid_request(
         f"'file_id' is not supported by this gateway (it refers to OpenAI's file storage); "
@@ -1105,14 +1099,14 @@ def _from_validation(exc: ValidationError) -> GatewayError:
     ctx = error.get("ctx") or {}
     param = _param(loc)
     if kind == "missing":
-        return _missing(param)
+        return missing_parameter(param)
     if kind in _TYPE_NAMES or kind == "invalid_type":
         expected = _TYPE_NAMES.get(kind) or error["msg"]
         return _invalid_type(param, expected, value)
     if kind == "union_tag_not_found":
         if not isinstance(value, dict):
             return _invalid_type(param, "an object", value)
-        return _missing(f"{param}.type")
+        return missing_parameter(f"{param}.type")
     if kind == "union_tag_invalid":
         return _invalid_tag(param, loc, ctx)
     if kind == "literal_error":

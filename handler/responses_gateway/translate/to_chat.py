@@ -37,7 +37,7 @@ import re
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
 from responses_gateway.tools import custom
 from responses_gateway.tools.catalog import ToolCatalog
 from responses_gateway.translate import compacted
@@ -374,11 +374,7 @@ class _Messages:
         call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments")
         for key, value in (("call_id", call_id), ("name", name), ("arguments", arguments)):
             if not isinstance(value, str):
-                raise invalid_request(
-                    f"Missing required parameter: '{self.param(index)}.{key}'.",
-                    param=f"{self.param(index)}.{key}",
-                    code="missing_required_parameter",
-                )
+                raise missing_parameter(f"{self.param(index)}.{key}")
         namespace = item.get("namespace")
         if isinstance(namespace, str) and namespace:
             name = self._catalog.chat_name("function", name, namespace)  # type: ignore[arg-type]
@@ -396,11 +392,7 @@ class _Messages:
         call_id, name, text = item.get("call_id"), item.get("name"), item.get("input")
         for key, value in (("call_id", call_id), ("name", name), ("input", text)):
             if not isinstance(value, str):
-                raise invalid_request(
-                    f"Missing required parameter: '{self.param(index)}.{key}'.",
-                    param=f"{self.param(index)}.{key}",
-                    code="missing_required_parameter",
-                )
+                raise missing_parameter(f"{self.param(index)}.{key}")
         namespace = item.get("namespace") if isinstance(item.get("namespace"), str) else None
         chat_name = self._catalog.chat_name("custom", name, namespace)  # type: ignore[arg-type]
         self._add_call(call_id, chat_name, custom.arguments_for(text))  # type: ignore[arg-type]
@@ -441,11 +433,7 @@ class _Messages:
         call_id, output = item.get("call_id"), item.get("output")
         param = f"{self.param(index)}.output"
         if not isinstance(call_id, str):
-            raise invalid_request(
-                f"Missing required parameter: '{self.param(index)}.call_id'.",
-                param=f"{self.param(index)}.call_id",
-                code="missing_required_parameter",
-            )
+            raise missing_parameter(f"{self.param(index)}.call_id")
         if isinstance(output, str):
             text = output
         else:
@@ -625,11 +613,7 @@ def _no_inline(param: str, field: str, part: dict[str, Any]) -> GatewayError:
             param=f"{param}.file_id",
             code="unsupported_parameter",
         )
-    return invalid_request(
-        f"Missing required parameter: '{param}.{field}'.",
-        param=f"{param}.{field}",
-        code="missing_required_parameter",
-    )
+    return missing_parameter(f"{param}.{field}")
 
 
 def _filename(url: Any) -> str:
