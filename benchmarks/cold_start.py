@@ -14,8 +14,8 @@ Each figure is the median (and min) over ``--runs`` fresh interpreters, all in t
 - ``ready + first create``: the above plus validating one create body, which builds
   the request validators (deferred to the first create: the worker and the routes that do not
   create never pay for them);
-- ``worker handler``: ``import responses_gateway.worker.lambda_handler``;
-- ``buffered handler``: ``import responses_gateway.lambda_buffered`` (Mangum, services built).
+- ``worker handler``: ``import responses_gateway.entry.lambda_worker``;
+- ``buffered handler``: ``import responses_gateway.entry.lambda_buffered`` (Mangum, services built).
 
 The environment is the deployed one (DynamoDB store, worker function set) with dummy values;
 nothing is contacted. ``--importtime`` prints the 15 slowest imports of the streaming entry
@@ -77,8 +77,8 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
         "asyncio.run(ready())\n"
         "parse_create_request({'model': 'm', 'input': 'hi', 'tools': [{'type': 'function', "
         "'name': 'f'}]})", LAMBDA_ENV),
-    "worker handler": ("import responses_gateway.worker.lambda_handler", {}),
-    "buffered handler": ("import responses_gateway.lambda_buffered", {}),
+    "worker handler": ("import responses_gateway.entry.lambda_worker", {}),
+    "buffered handler": ("import responses_gateway.entry.lambda_buffered", {}),
 }
 
 

@@ -26,10 +26,10 @@ import pytest
 from openai import OpenAI
 
 from responses_gateway.config import Settings
+from responses_gateway.responses import background
 from responses_gateway.store.base import CancelledError, Store
 from responses_gateway.store.dynamodb import DynamoDBStore
 from responses_gateway.store.sqlite import SQLiteStore
-from responses_gateway.worker import background
 from tests.helpers.e2e import check_response, check_stream, sdk_events, split_frames
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
@@ -200,7 +200,7 @@ class FakeLambdaClient:
 
 @pytest.fixture
 def lambda_client(monkeypatch: pytest.MonkeyPatch) -> FakeLambdaClient:
-    from responses_gateway.worker import invoke
+    from responses_gateway.responses import dispatch as invoke
 
     fake = FakeLambdaClient()
     monkeypatch.setattr(invoke, "_lambda_client", lambda: fake)
@@ -574,7 +574,7 @@ def test_stopped_worker_ends_failed_at_once(env: Env) -> None:
 
 
 def test_worker_time_limit_ends_failed(env: Env, lambda_client: FakeLambdaClient) -> None:
-    from responses_gateway.services import build_gateway
+    from responses_gateway.responses.services import build_gateway
 
     server = env.server(worker_function="gateway-worker")
     c = client(server)
@@ -717,7 +717,7 @@ class FakeContext:
 @pytest.fixture
 def lambda_env(env: Env, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """The worker Lambda's module, configured from the environment as in AWS."""
-    from responses_gateway.worker import lambda_handler
+    from responses_gateway.entry import lambda_worker as lambda_handler
 
     monkeypatch.setenv("GATEWAY_STORE", env.store_setting)
     monkeypatch.setenv("GATEWAY_UPSTREAM_URL", env.upstream.base_url)
@@ -782,7 +782,7 @@ def test_lambda_worker_time_limit(
 
 
 def test_worker_invoke_failure_is_a_503(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    from responses_gateway.worker import invoke
+    from responses_gateway.responses import dispatch as invoke
 
     monkeypatch.setattr(invoke, "_lambda_client", lambda: FakeLambdaClient(fail=True))
     server = env.server(worker_function="gateway-worker")
@@ -915,7 +915,7 @@ def test_progress_snapshot_follows_the_deltas() -> None:
 def test_store_init_creates_the_table(
     moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from responses_gateway import cli
+    from responses_gateway.entry import cli
     from responses_gateway.store.dynamodb import make_client
     from responses_gateway.store.dynamodb_schema import table_definition, ttl_specification
 

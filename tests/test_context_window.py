@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from openai import BadRequestError, OpenAI
 
-from responses_gateway import tokens
 from responses_gateway.config import Settings
-from responses_gateway.context_windows import from_models, parse_windows
+from responses_gateway.responses.fitting import tokens
+from responses_gateway.responses.fitting.windows import from_models, parse_windows
 from tests.helpers.e2e import check_response, check_stream, client_for, e2e_settings, sdk_events
 from tests.helpers.eventstream_server import FakeBedrock, count_tokens, use_dummy_aws
 from tests.helpers.gateway_server import GatewayServer

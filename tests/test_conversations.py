@@ -25,10 +25,11 @@ from openai.types.conversations import (
 )
 from pydantic import TypeAdapter
 
-from responses_gateway import conversations, observability
-from responses_gateway.conversations import MAX_ITEMS_PER_WRITE
+from responses_gateway import observability
 from responses_gateway.errors import GatewayError
-from responses_gateway.services import build_store
+from responses_gateway.responses import conversations
+from responses_gateway.responses.conversations import MAX_ITEMS_PER_WRITE
+from responses_gateway.responses.services import build_store
 from responses_gateway.store.base import StoredConversation, StoredResponse
 from responses_gateway.translate.request_models import parse_create_request
 from tests.helpers.e2e import MODEL, check_response, check_stream, e2e_settings, sdk_events
@@ -501,7 +502,7 @@ def test_the_lock_is_renewed_while_a_turn_runs(
 def test_a_background_create_whose_worker_cannot_start_frees_the_conversation(
     client: openai.OpenAI, gateway: GatewayServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from responses_gateway.worker import invoke
+    from responses_gateway.responses import dispatch as invoke
 
     async def unreachable(function: str, response_id: str, tenant: str) -> None:
         raise ConnectionError("lambda endpoint unreachable")

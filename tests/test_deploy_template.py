@@ -170,7 +170,7 @@ def test_api_function_runs_under_the_lambda_web_adapter(template: dict[str, Any]
 
 def test_worker_dead_letters_come_back_to_the_worker(template: dict[str, Any]) -> None:
     worker = template["Resources"]["WorkerFunction"]["Properties"]
-    assert worker["Handler"] == "responses_gateway.worker.lambda_handler.handler"
+    assert worker["Handler"] == "responses_gateway.entry.lambda_worker.handler"
     queue = {"Fn::GetAtt": ["WorkerDeadLetterQueue", "Arn"]}
     assert worker["EventInvokeConfig"]["DestinationConfig"]["OnFailure"] == {
         "Type": "SQS", "Destination": queue,
@@ -181,7 +181,7 @@ def test_worker_dead_letters_come_back_to_the_worker(template: dict[str, Any]) -
     visibility = template["Resources"]["WorkerDeadLetterQueue"]["Properties"]["VisibilityTimeout"]
     assert visibility > template["Parameters"]["WorkerTimeout"]["MaxValue"]
     assert "SAFETY_MARGIN_SECONDS" in (
-        ROOT / "handler/responses_gateway/worker/lambda_handler.py").read_text()
+        ROOT / "handler/responses_gateway/entry/lambda_worker.py").read_text()
 
 
 def test_every_setting_is_configured(template: dict[str, Any]) -> None:
@@ -387,8 +387,8 @@ def test_the_buffered_entry_point_is_importable_from_the_built_layout() -> None:
     """handler/ alone (plus site-packages standing in for the layer) imports both handlers."""
     code = (
         "import sys, os; sys.path.insert(0, os.environ['CODE']);"
-        "import responses_gateway.worker.lambda_handler as w;"
-        "import responses_gateway.lambda_buffered as b;"
+        "import responses_gateway.entry.lambda_worker as w;"
+        "import responses_gateway.entry.lambda_buffered as b;"
         "assert callable(w.handler) and callable(b.handler)"
     )
     env = {**aws_env(), "CODE": str(ROOT / "handler"), "GATEWAY_STORE": "sqlite::memory:"}
@@ -408,7 +408,7 @@ def test_websocket_api_routes_to_its_function_with_least_privilege(
               if r["Type"] == "AWS::ApiGatewayV2::Route"}
     assert routes == {"$connect", "$default", "$disconnect"}
     function = resources["WebSocketFunction"]["Properties"]
-    assert function["Handler"] == "responses_gateway.api.websocket_apigw.handler"
+    assert function["Handler"] == "responses_gateway.entry.lambda_websocket.handler"
     assert resources["WebSocketStage"]["Properties"]["StageName"] == "responses"
     [policy] = resources["WebSocketRole"]["Properties"]["Policies"]
     statements = {s["Sid"]: s for s in policy["PolicyDocument"]["Statement"]}

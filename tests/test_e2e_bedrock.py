@@ -25,8 +25,8 @@ from openai import OpenAI
 from responses_gateway.backends.bedrock import BedrockBackend
 from responses_gateway.backends.bedrock.images import MediaFetcher
 from responses_gateway.config import Settings
-from responses_gateway.runner import Gateway
-from responses_gateway.services import build_store
+from responses_gateway.responses.gateway import Gateway
+from responses_gateway.responses.services import build_store
 from responses_gateway.translate.sealing import Sealer
 from tests.helpers.e2e import (
     TIME_TOOL,

@@ -29,7 +29,7 @@ LAZY = (
     "mangum",
     "responses_gateway.backends.bedrock",
     "responses_gateway.api.websocket",
-    "responses_gateway.api.websocket_apigw",
+    "responses_gateway.entry.lambda_websocket",
     "responses_gateway.tools.mcp",
 )
 #: Not imported with the embedded store either (only the DynamoDB store needs them).

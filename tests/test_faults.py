@@ -29,7 +29,7 @@ import pytest
 from responses_gateway.api import app as app_module
 from responses_gateway.api.sse_response import EventStreamResponse
 from responses_gateway.config import Settings
-from responses_gateway.services import build_gateway
+from responses_gateway.responses.services import build_gateway
 from responses_gateway.sse import encode_event
 from responses_gateway.store.dynamodb import DynamoDBStore, make_client
 from tests.helpers.e2e import check_stream, e2e_settings, split_frames

@@ -1,6 +1,6 @@
 """The Lambda entry points driven by the sample events in events/, as Lambda would call them.
 
-The buffered API handler (``responses_gateway.lambda_buffered.handler``, Mangum) gets every
+The buffered API handler (``responses_gateway.entry.lambda_buffered.handler``, Mangum) gets every
 function URL event; the worker handler gets its event and a dead letter. Behind them: a
 scripted Chat Completions upstream and DynamoDB (moto server), both real HTTP on 127.0.0.1.
 """
@@ -106,8 +106,8 @@ def lambda_env(
 def buffered_handler() -> Callable[..., dict[str, Any]]:
     """The module-level ``handler`` of the buffered entry point, imported under the current
     environment (as Lambda imports it when an execution environment starts)."""
-    sys.modules.pop("responses_gateway.lambda_buffered", None)
-    module = importlib.import_module("responses_gateway.lambda_buffered")
+    sys.modules.pop("responses_gateway.entry.lambda_buffered", None)
+    module = importlib.import_module("responses_gateway.entry.lambda_buffered")
 
     def invoke(event: dict[str, Any], context: FakeContext | None = None) -> dict[str, Any]:
         return module.handler(event, context or FakeContext())
@@ -152,7 +152,7 @@ def create_completed(api: Callable[..., dict[str, Any]]) -> dict[str, Any]:
 def queued_background_record(settings: Settings) -> str:
     """A background response stored ``queued``, as the API stores it before invoking the
     worker; returns its id."""
-    from responses_gateway.services import build_gateway
+    from responses_gateway.responses.services import build_gateway
 
     async def make() -> str:
         gateway = build_gateway(settings)
@@ -294,7 +294,7 @@ def test_missing_api_key_is_a_401(api: Callable[..., dict[str, Any]]) -> None:
 
 @pytest.fixture
 def worker(lambda_env: str, monkeypatch: pytest.MonkeyPatch) -> Any:
-    from responses_gateway.worker import lambda_handler
+    from responses_gateway.entry import lambda_worker as lambda_handler
 
     monkeypatch.setattr(lambda_handler, "_gateway", None)  # rebuilt from this test's env
     return lambda_handler

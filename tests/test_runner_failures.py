@@ -16,7 +16,7 @@ import pytest
 from responses_gateway.backends.base import BackendRequest
 from responses_gateway.config import Settings
 from responses_gateway.errors import GatewayError
-from responses_gateway.services import build_gateway
+from responses_gateway.responses.services import build_gateway
 from responses_gateway.translate.response_object import new_response
 from responses_gateway.translate.stream import ResponseTranslator
 from tests.helpers.e2e import split_frames

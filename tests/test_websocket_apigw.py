@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from responses_gateway.api import websocket_apigw
+from responses_gateway.entry import lambda_websocket as websocket_apigw
 from tests.helpers.e2e import MODEL, check_response, check_stream
 from tests.helpers.gateway_server import free_port
 from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto

@@ -1,3 +1,3 @@
-from responses_gateway.cli import main
+from responses_gateway.entry.cli import main
 
 raise SystemExit(main())

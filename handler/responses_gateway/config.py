@@ -153,7 +153,7 @@ def _dialect(name: str) -> str:
 
 
 def _context_windows(text: str) -> dict[str, int]:
-    from responses_gateway.context_windows import parse_windows
+    from responses_gateway.responses.fitting.windows import parse_windows
 
     return parse_windows(text)
 

@@ -14,14 +14,14 @@ from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from responses_gateway.api import context, conversations, routes
+from responses_gateway.api import context_routes, conversation_routes, response_routes
 from responses_gateway.api.auth import Authenticator
 from responses_gateway.config import Settings
 from responses_gateway.errors import GatewayError
 from responses_gateway.ids import request_id
 from responses_gateway.observability import RequestContext, scrub_server_logs
-from responses_gateway.runner import Gateway
-from responses_gateway.services import build_gateway
+from responses_gateway.responses.gateway import Gateway
+from responses_gateway.responses.services import build_gateway
 
 logger = logging.getLogger("responses_gateway")
 # Young collections happen every this many container allocations (CPython's default: 700).
@@ -32,7 +32,7 @@ YOUNG_GENERATION_THRESHOLD = 10_000
 
 async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
-    return routes.error_response(exc)
+    return response_routes.error_response(exc)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -43,14 +43,14 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         message = f"Method {request.method} is not allowed for {request.url.path}."
     else:
         message = str(exc.detail)
-    return routes.error_response(GatewayError(exc.status_code, message))
+    return response_routes.error_response(GatewayError(exc.status_code, message))
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     logger.exception("unhandled error on %s %s", request.method, request.url.path)
     rid = request_id.get()
     quote = f" (Please include the request ID {rid} if you report it.)" if rid else ""
-    return routes.error_response(
+    return response_routes.error_response(
         GatewayError(
             500,
             "The server had an error while processing your request. Sorry about that!" + quote,
@@ -104,23 +104,28 @@ def create_app(settings: Settings | None = None, gateway: Gateway | None = None)
 
     app = Starlette(
         routes=[
-            Route("/v1/responses", routes.create_response, methods=["POST"]),
+            Route("/v1/responses", response_routes.create_response, methods=["POST"]),
             WebSocketRoute("/v1/responses", _responses_socket),
-            # Before {response_id}, every method: "compact" is never taken for an id (context.py).
-            Route("/v1/responses/compact", context.compact_response, methods=context.METHODS),
-            Route("/v1/responses/input_tokens", context.count_input_tokens,
-                  methods=context.METHODS),
-            Route("/v1/responses/{response_id}", routes.retrieve_response, methods=["GET"]),
-            Route("/v1/responses/{response_id}", routes.delete_response, methods=["DELETE"]),
-            Route("/v1/responses/{response_id}/cancel", routes.cancel_response, methods=["POST"]),
+            # Before {response_id}, every method: "compact" is never taken for an id
+            # (api/context_routes.py).
+            Route("/v1/responses/compact", context_routes.compact_response,
+                  methods=context_routes.METHODS),
+            Route("/v1/responses/input_tokens", context_routes.count_input_tokens,
+                  methods=context_routes.METHODS),
+            Route("/v1/responses/{response_id}", response_routes.retrieve_response,
+                  methods=["GET"]),
+            Route("/v1/responses/{response_id}", response_routes.delete_response,
+                  methods=["DELETE"]),
+            Route("/v1/responses/{response_id}/cancel", response_routes.cancel_response,
+                  methods=["POST"]),
             Route(
                 "/v1/responses/{response_id}/input_items",
-                routes.list_input_items,
+                response_routes.list_input_items,
                 methods=["GET"],
             ),
-            *(Route(path, fn, methods=[m]) for path, fn, m in conversations.ROUTES),
-            Route("/v1/models", routes.list_models, methods=["GET"]),
-            Route("/health", routes.health, methods=["GET"]),
+            *(Route(path, fn, methods=[m]) for path, fn, m in conversation_routes.ROUTES),
+            Route("/v1/models", response_routes.list_models, methods=["GET"]),
+            Route("/health", response_routes.health, methods=["GET"]),
         ],
         exception_handlers={
             GatewayError: _gateway_error,

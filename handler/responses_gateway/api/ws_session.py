@@ -40,7 +40,7 @@ import orjson
 from responses_gateway.api.json_body import fits_depth, too_deep
 from responses_gateway.backends.base import BackendRequest
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
-from responses_gateway.runner import Gateway, Job
+from responses_gateway.responses.gateway import Gateway, Job
 from responses_gateway.store.base import StoredResponse
 from responses_gateway.translate.upstream_sse import Chunk
 

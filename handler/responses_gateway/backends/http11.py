@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator
 import httptools
 import httpx
 
-from responses_gateway.backends.network import Connection, connect
+from responses_gateway.backends.sockets import Connection, connect
 
 MAX_HEAD_BYTES = 64 * 1024
 _PORTS = {b"http": 80, b"https": 443}

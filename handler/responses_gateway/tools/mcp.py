@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from responses_gateway import net_policy
 from responses_gateway.errors import GatewayError
+from responses_gateway.net import policy as net_policy
 
 if TYPE_CHECKING:
     from responses_gateway.translate.request_models import McpTool

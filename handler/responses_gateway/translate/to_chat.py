@@ -20,7 +20,7 @@ The body is OpenAI's own form (``max_completion_tokens``, ``content: null`` besi
   tool messages as one ``user`` message, introduced by a line naming the call.
 - The newest ``compaction`` item stands for the items before it (all but ``system`` /
   ``developer`` messages and the user messages it kept) and becomes a user message giving its
-  sealed summary (translate/compacted.py, docs/compaction.md).
+  sealed summary (translate/compaction_items.py, docs/compaction.md).
 - Reasoning items are dropped unless the backend accepts reasoning back: ``reasoning_input``
   names the assistant field that carries it (``"reasoning_content"`` for DeepSeek, vLLM, Z.ai;
   ``"reasoning"`` for OpenRouter). Their text goes onto the next assistant message, and a sealed
@@ -40,7 +40,7 @@ from typing import Any
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
 from responses_gateway.tools import custom
 from responses_gateway.tools.catalog import ToolCatalog
-from responses_gateway.translate import compacted
+from responses_gateway.translate import compaction_items
 from responses_gateway.translate.request_models import (
     CreateResponseRequest,
     CustomTool,
@@ -93,7 +93,7 @@ def to_chat_request(
     join it later, once listed. ``omit``: indexes of ``items`` left out (``truncation``);
     ``output_items``: items this response made before the model runs (a compaction item),
     after the input. The newest compaction item stands for what came before it
-    (translate/compacted.py).
+    (translate/compaction_items.py).
     """
     catalog = catalog if catalog is not None else ToolCatalog()
     chat_tools = _catalog_tools(req, catalog)
@@ -112,7 +112,7 @@ def to_chat_request(
             continue
         if index == summary_at:
             builder.finish()  # closes the open assistant turn: the summary is a user message
-            builder.messages.append(compacted.summary_message(summary))
+            builder.messages.append(compaction_items.summary_message(summary))
         else:
             builder.add(index, item)
         sources.extend([builder.param(index)] * (len(builder.messages) - len(sources)))
@@ -127,13 +127,13 @@ def _compaction_view(
     items: list[dict[str, Any]], unseal: Unseal | None, builder: _Messages
 ) -> tuple[set[int], int, str]:
     """(indexes the newest compaction item supersedes, its index or -1, its summary)."""
-    at = compacted.latest(items)
+    at = compaction_items.latest(items)
     if at < 0:
         return set(), -1, ""
     if unseal is None:
         raise invalid_request("Compaction items cannot be opened here.", param=builder.param(at))
-    opened = compacted.open_item(unseal, items[at], builder.param(at))
-    return compacted.superseded(items, at, opened), at, opened.summary
+    opened = compaction_items.open_item(unseal, items[at], builder.param(at))
+    return compaction_items.superseded(items, at, opened), at, opened.summary
 
 
 def _catalog_tools(req: CreateResponseRequest, catalog: ToolCatalog) -> list[dict[str, Any]]:

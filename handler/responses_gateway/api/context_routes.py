@@ -13,10 +13,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from responses_gateway import compaction, context, conversations, tokens
-from responses_gateway.api.routes import JSON, _gateway, _json_body, _tenant
+from responses_gateway.api.response_routes import JSON, _gateway, _json_body, _tenant
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
-from responses_gateway.runner import Gateway
+from responses_gateway.responses import conversations
+from responses_gateway.responses.fitting import compaction, fit, tokens
+from responses_gateway.responses.gateway import Gateway
 from responses_gateway.translate.request_models import (
     CreateResponseRequest,
     normalize_input,
@@ -77,7 +78,7 @@ async def compact_response(request: Request) -> Response:
             "Nothing to compact: give 'input' or a 'previous_response_id' with items.",
             param="input")
     route = gateway.settings.route(req.model)
-    window = await context.windows_of(gateway).window(req.model, route)
+    window = await fit.windows_of(gateway).window(req.model, route)
     result = await compaction.compact(
         gateway, req, route, items, tenant,
         reasoning_input=_reasoning_input(gateway, route.backend), window=window)
@@ -96,8 +97,8 @@ async def count_input_tokens(request: Request) -> Response:
     route = gateway.settings.route(req.model)
     reasoning_input = _reasoning_input(gateway, route.backend)
     if req.truncation == "auto":  # what the model would read after truncation
-        fitted = await context.fit(gateway, req, route, items, tenant, reasoning_input)
+        fitted = await fit.fit(gateway, req, route, items, tenant, reasoning_input)
     else:
-        fitted = context.render(gateway, req, route, items, tenant, reasoning_input)
+        fitted = fit.render(gateway, req, route, items, tenant, reasoning_input)
     counted = await tokens.count(gateway.backend_for(route.backend), fitted.chat)
     return JSON({"object": "response.input_tokens", "input_tokens": counted.tokens})

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from responses_gateway import compaction, tokens
 from responses_gateway.config import Route
-from responses_gateway.context_windows import ContextWindows
 from responses_gateway.errors import GatewayError, invalid_request
-from responses_gateway.translate import compacted
+from responses_gateway.responses.fitting import compaction, tokens
+from responses_gateway.responses.fitting.windows import ContextWindows
+from responses_gateway.translate import compaction_items
 from responses_gateway.translate.request_models import CreateResponseRequest
 from responses_gateway.translate.to_chat import client_param, to_chat_request
 
@@ -160,7 +160,7 @@ def _reserve(req: CreateResponseRequest, window: int) -> int:
 
 def _compactable(items: list[dict[str, Any]]) -> bool:
     """Anything a summary could replace: items other than user and system messages."""
-    return any(not compacted.is_role(item, "user", "system", "developer") for item in items)
+    return any(not compaction_items.is_role(item, "user", "system", "developer") for item in items)
 
 
 async def _truncate(
@@ -196,20 +196,20 @@ def _candidates(items: list[dict[str, Any]], output_items: list[dict[str, Any]])
     """Indexes truncation may leave out, oldest first: before the latest user message, not
     ``system``/``developer`` messages, not what a compaction item already stands for (the
     model does not see it, so leaving it out saves nothing)."""
-    last_user = max((i for i, item in enumerate(items) if compacted.is_role(item, "user")),
+    last_user = max((i for i, item in enumerate(items) if compaction_items.is_role(item, "user")),
                     default=len(items))
     everything = [*items, *output_items]
-    hidden_before = compacted.latest(everything)
+    hidden_before = compaction_items.latest(everything)
     return [
         i for i in range(min(last_user, len(items)))
-        if not compacted.is_role(items[i], "system", "developer")
+        if not compaction_items.is_role(items[i], "system", "developer")
         and not (i < hidden_before and _superseded(everything, hidden_before, i))
     ]
 
 
 def _superseded(everything: list[dict[str, Any]], at: int, index: int) -> bool:
     """Whether the compaction item at ``at`` hides ``index`` (kept user messages are seen)."""
-    return not compacted.is_role(everything[index], "user")
+    return not compaction_items.is_role(everything[index], "user")
 
 
 def _drop(

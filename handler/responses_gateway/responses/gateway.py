@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from responses_gateway import context, conversations, ids
+from responses_gateway import ids
 from responses_gateway.backends.base import Backend, BackendRequest
 from responses_gateway.config import Settings
 from responses_gateway.errors import GatewayError, invalid_request, not_found
 from responses_gateway.observability import ResponseMetrics
+from responses_gateway.responses import conversations
+from responses_gateway.responses.fitting import fit
 from responses_gateway.store.base import CancelledError as StoreCancelled
 from responses_gateway.store.base import Store, StoredResponse, StoreUnavailable
 from responses_gateway.tools.catalog import ToolCatalog, catalog_of, specs_from_record
@@ -81,7 +83,7 @@ class Gateway:
             self.settings.reasoning_input
         )
         # Rendered, and compacted or truncated to the model's window as asked (context.py).
-        fitted = await context.fit(self, req, route, history + items, tenant, reasoning_input,
+        fitted = await fit.fit(self, req, route, history + items, tenant, reasoning_input,
                                    new_catalog=ToolCatalog)
         chat, message_params, catalog = fitted.chat, fitted.message_params, fitted.catalog
         tools = await self._mcp_tools(req, chat, catalog, history, items, tenant)

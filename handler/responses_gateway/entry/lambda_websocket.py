@@ -13,7 +13,7 @@ the evicted ids; items ``R#<response id>`` the ``store: false`` responses a cont
 name. Lanes do not queue here (each message is its own invocation): a second
 ``response.create`` on a busy lane is an ``error``.
 
-    Handler: responses_gateway.api.websocket_apigw.handler
+    Handler: responses_gateway.entry.lambda_websocket.handler
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from responses_gateway.api.auth import Authenticator
 from responses_gateway.api.ws_session import Event, Session
 from responses_gateway.config import Settings
 from responses_gateway.errors import GatewayError
-from responses_gateway.runner import Gateway
+from responses_gateway.responses.gateway import Gateway
 from responses_gateway.store.base import StoredResponse
 
 logger = logging.getLogger("responses_gateway")
@@ -86,7 +86,7 @@ async def _handle(event: dict[str, Any]) -> dict[str, Any]:
 def _get_gateway() -> Gateway:
     global _gateway
     if _gateway is None:
-        from responses_gateway.services import build_gateway
+        from responses_gateway.responses.services import build_gateway
 
         _gateway = build_gateway(Settings.from_env())
     return _gateway

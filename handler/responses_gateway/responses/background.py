@@ -4,11 +4,11 @@ The record in the store is the truth every invocation shares (docs/background.md
 
 - ``start``  writes the record ``queued`` and hands its id to a worker (an in-process task
   locally, an asynchronous Lambda invoke in AWS);
-- ``run``    claims it (``queued`` -> ``in_progress``, conditional) and runs the ordinary
-  :class:`~responses_gateway.runner.Job`; :class:`EventLog` persists its events in batches, one
-  write per flush, conditional on the response still running (a failed condition is how the
-  worker learns of a cancel), renews the lease and the readable snapshot on the way, and ends
-  with the terminal events and the terminal Response in one conditional write, so a cancel
+- ``run`` claims it (``queued`` -> ``in_progress``, conditional) and runs the ordinary
+  :class:`~responses_gateway.responses.job.Job`; :class:`EventLog` persists its events in
+  batches, one write per flush, conditional on the response still running (a failed condition is
+  how the worker learns of a cancel), renews the lease and the readable snapshot on the way, and
+  ends with the terminal events and the terminal Response in one conditional write, so a cancel
   always wins and the log never holds a terminal the record contradicts (a turn on a
   conversation appends its items in that same write, so it never ends completed without them);
 - ``follow`` replays stored events after a sequence number and then the live ones;
@@ -27,9 +27,9 @@ from typing import Any
 
 import anyio
 
-from responses_gateway import conversations
 from responses_gateway.errors import GatewayError, UpstreamError, invalid_request
-from responses_gateway.runner import Gateway, Job
+from responses_gateway.responses import conversations
+from responses_gateway.responses.gateway import Gateway, Job
 from responses_gateway.store.base import (
     TERMINAL_STATUSES,
     CancelledError,
@@ -142,7 +142,7 @@ async def start(gateway: Gateway, job: Job) -> None:
 async def dispatch(gateway: Gateway, record: StoredResponse) -> None:
     function = gateway.settings.worker_function
     if function:
-        from responses_gateway.worker.invoke import invoke_worker
+        from responses_gateway.responses.dispatch import invoke_worker
 
         try:
             await invoke_worker(function, record.id, record.tenant)

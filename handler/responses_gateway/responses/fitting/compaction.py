@@ -20,11 +20,12 @@ from typing import Any
 
 import orjson
 
-from responses_gateway import ids, tokens
+from responses_gateway import ids
 from responses_gateway.backends.base import BackendRequest
 from responses_gateway.config import Route
 from responses_gateway.errors import UpstreamError
-from responses_gateway.translate import compacted
+from responses_gateway.responses.fitting import tokens
+from responses_gateway.translate import compaction_items
 from responses_gateway.translate.request_models import CreateResponseRequest
 from responses_gateway.translate.response_object import usage_from_chat
 from responses_gateway.translate.to_chat import to_chat_request
@@ -75,8 +76,8 @@ async def compact(
     for part in _parts(visible, window):
         summary = await _summarise_part(backend, render, part, summary, tenant, window, usage)
     kept = _kept_users(visible, window)
-    sealed = gateway.sealer.seal(
-        compacted.payload(summary, [compacted.user_key(item) for item in kept]), tenant)
+    payload = compaction_items.payload(summary, [compaction_items.user_key(i) for i in kept])
+    sealed = gateway.sealer.seal(payload, tenant)
     item = {"id": ids.new_id(ids.COMPACTION), "type": "compaction", "encrypted_content": sealed}
     return Compacted(window=[*kept, item], item=item, usage=_total(usage))
 
@@ -94,11 +95,11 @@ def response_of(result: Compacted) -> dict[str, Any]:
 
 def _visible(items: list[dict[str, Any]], unseal: Any) -> list[dict[str, Any]]:
     """The items the model would see: those an earlier compaction item stands for are out."""
-    at = compacted.latest(items)
+    at = compaction_items.latest(items)
     if at < 0:
         return list(items)
-    opened = compacted.open_item(unseal, items[at], f"input[{at}]")
-    gone = compacted.superseded(items, at, opened)
+    opened = compaction_items.open_item(unseal, items[at], f"input[{at}]")
+    gone = compaction_items.superseded(items, at, opened)
     return [item for index, item in enumerate(items) if index not in gone]
 
 
@@ -177,7 +178,7 @@ def _summary_request(chat: dict[str, Any], earlier: str, window: int | None) -> 
     if earlier:
         lead = next((i for i, m in enumerate(messages) if m.get("role") != "system"),
                     len(messages))
-        messages.insert(lead, compacted.summary_message(earlier))
+        messages.insert(lead, compaction_items.summary_message(earlier))
     messages.append({"role": "user", "content": SUMMARY_PROMPT})
     body = {k: v for k, v in chat.items() if k not in _DROPPED_OPTIONS}
     body.update(messages=messages, stream=False)
@@ -233,7 +234,7 @@ def _text_of(completion: Any) -> str:
 
 def _kept_users(items: list[dict[str, Any]], window: int | None) -> list[dict[str, Any]]:
     """The user messages the window keeps verbatim, oldest first."""
-    users = [item for item in items if compacted.is_role(item, "user")]
+    users = [item for item in items if compaction_items.is_role(item, "user")]
     if window is None or not users:
         return users
     budget = int(window * KEEP_SHARE)

@@ -17,7 +17,7 @@ import orjson
 
 from responses_gateway.api.auth import OPEN_TENANT
 from responses_gateway.config import Settings
-from responses_gateway.runner import Gateway
+from responses_gateway.responses.gateway import Gateway
 
 logger = logging.getLogger("responses_gateway.worker")
 
@@ -31,7 +31,7 @@ _loop = asyncio.new_event_loop()
 def _get_gateway() -> Gateway:
     global _gateway
     if _gateway is None:
-        from responses_gateway.services import build_gateway
+        from responses_gateway.responses.services import build_gateway
 
         _gateway = build_gateway(Settings.from_env())
     return _gateway
@@ -42,7 +42,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 
 async def _handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    from responses_gateway.worker import background
+    from responses_gateway.responses import background
 
     gateway = _get_gateway()
     if "Records" in event:  # dead letters: the invocation itself failed

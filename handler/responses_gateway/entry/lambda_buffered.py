@@ -9,7 +9,7 @@ The services are built once per execution environment, not per invocation (Mangu
 app's lifespan on every call): warm invocations keep their connection pools and clients,
 which stay bound to Mangum's one event loop.
 
-    Handler: responses_gateway.lambda_buffered.handler
+    Handler: responses_gateway.entry.lambda_buffered.handler
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from mangum import Mangum
 
 from responses_gateway.api.app import create_app
 from responses_gateway.config import Settings
-from responses_gateway.services import build_gateway
+from responses_gateway.responses.services import build_gateway
 
 
 def make_handler(settings: Settings | None = None) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from responses_gateway import observability
 from responses_gateway.backends.base import Backend
 from responses_gateway.config import Settings
-from responses_gateway.runner import Gateway
+from responses_gateway.responses.gateway import Gateway
 from responses_gateway.store.base import Store
 from responses_gateway.translate.sealing import Sealer
 

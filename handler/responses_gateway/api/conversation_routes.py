@@ -9,9 +9,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from responses_gateway import conversations
-from responses_gateway.api.routes import JSON, _gateway, _json_body, _tenant, page_params
+from responses_gateway.api.response_routes import JSON, _gateway, _json_body, _tenant, page_params
 from responses_gateway.errors import invalid_request, missing_parameter
+from responses_gateway.responses import conversations
 from responses_gateway.store.base import ConversationStore, StoredConversation
 from responses_gateway.translate.request_models import MAX_ID_LENGTH
 

@@ -15,10 +15,10 @@ from responses_gateway.api.json_body import decode_json
 from responses_gateway.api.sse_response import EventStreamResponse
 from responses_gateway.errors import GatewayError, invalid_request, not_found
 from responses_gateway.ids import request_id_header
-from responses_gateway.runner import Gateway
+from responses_gateway.responses import background
+from responses_gateway.responses.gateway import Gateway
 from responses_gateway.store.base import StoredResponse
 from responses_gateway.translate.request_models import MAX_ID_LENGTH
-from responses_gateway.worker import background
 
 
 class JSON(Response):
