@@ -192,6 +192,23 @@ def test_private_server_url_is_refused(upstream: ScriptedUpstream, mcp_server: M
     assert not [h for h in mcp_server.seen() if "strict" in json.dumps(h)]
 
 
+def test_ipv6_spellings_of_private_addresses_are_refused(
+        upstream: ScriptedUpstream, mcp_server: McpTestServer, tmp_path: Path) -> None:
+    """Issue 27: 6to4, IPv4-compatible/-translated, NAT64 and site-local spellings of
+    loopback or metadata addresses are refused before any connection, not tried."""
+    port = httpx.URL(mcp_server.url).port
+    settings = e2e_settings(upstream, tmp_path / "g.db")  # no GATEWAY_MCP_ALLOW_HOSTS
+    with GatewayServer(settings) as strict:
+        for host in ("2002:7f00:1::", "::7f00:1", "::ffff:0:7f00:1", "64:ff9b:1::7f00:1",
+                     "2002:a9fe:a9fe::", "fec0::1"):
+            body = {"model": "m", "input": "hi",
+                    "tools": [mcp_tool(mcp_server, server_url=f"http://[{host}]:{port}/mcp")]}
+            answer = httpx.post(strict.base_url + "/responses", json=body, timeout=30)
+            assert answer.status_code == 424, (host, answer.text)
+            message = answer.json()["error"]["message"]
+            assert "refused to connect" in message and "non-public" in message, (host, message)
+
+
 def test_an_unreachable_server_is_424(client: OpenAI) -> None:
     with pytest.raises(Exception) as info:
         client.responses.create(model="m", input="hi", tools=[{

@@ -22,7 +22,12 @@ from collections.abc import Awaitable, Callable, Iterable
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# IPv6 forms whose low 32 bits are the whole address: IPv4-compatible (deprecated), IPv4-
+# translated (SIIT), NAT64's well-known prefix. (IPv4-mapped has ``ipv4_mapped``.)
+_IPV4_SPELLINGS = tuple(map(ipaddress.IPv6Network, ("::/96", "::ffff:0:0:0/96", "64:ff9b::/96")))
+_GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")
+# Inside 2000::/3 but not global, and not yet known to every Python's ``is_global``.
+_NOT_GLOBAL_V6 = tuple(map(ipaddress.IPv6Network, ("2001::/23", "2001:db8::/32", "3fff::/20")))
 # A label WHATWG URL parsing (and inet_aton) reads as a number: decimal, octal or hex.
 _NUMERIC_LABEL = re.compile(r"0[xX][0-9a-fA-F]*|[0-9]+")
 _DNS_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")  # 1-63 chars, no dots
@@ -45,13 +50,38 @@ async def system_resolver(host: str, port: int) -> list[str]:
 
 def is_public_address(ip: IPAddress) -> bool:
     """Globally routable unicast only: no private, loopback, link-local (cloud metadata),
-    shared (CGNAT), reserved, multicast or unspecified addresses, also when IPv4-mapped."""
+    shared (CGNAT), reserved, multicast or unspecified addresses, in any spelling.
+
+    An IPv6 address that only spells an IPv4 one (IPv4-mapped, -compatible, -translated, the
+    NAT64 well-known prefix) is judged as that IPv4 address. Any other IPv6 address must lie
+    in global unicast space (2000::/3, so no site-local ``fec0::/10``, local-use NAT64
+    ``64:ff9b:1::/48`` or reserved ``::/8``), be global by IANA's registry, and every IPv4
+    address it tunnels to (6to4, Teredo) must be public too.
+    """
     if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
-        elif ip in _NAT64:
-            ip = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        spelled = ipv4_spelled_by(ip)
+        if spelled is not None:
+            ip = spelled
+        elif ip not in _GLOBAL_UNICAST or any(ip in net for net in _NOT_GLOBAL_V6) \
+                or not all(map(is_public_address, _tunnelled_ipv4(ip))):
+            return False
     return ip.is_global and not ip.is_multicast
+
+
+def ipv4_spelled_by(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address is only another spelling of, if it is one."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if any(ip in net for net in _IPV4_SPELLINGS):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
+def _tunnelled_ipv4(ip: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, ...]:
+    """The IPv4 addresses a 6to4 or Teredo address sends its packets through or to."""
+    if ip.sixtofour is not None:
+        return (ip.sixtofour,)
+    return ip.teredo or ()
 
 
 def literal_address(host: str) -> IPAddress | None:

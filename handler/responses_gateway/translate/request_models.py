@@ -1010,9 +1010,21 @@ def _check_mcp_tools(req: CreateResponseRequest) -> None:
                 code="invalid_value",
             )
         labels.add(tool.server_label)
-        from responses_gateway.tools.mcp import check_url  # loads only for MCP requests
+        _check_server_url(tool.server_url, f"tools[{i}].server_url")
 
-        check_url(tool.server_url, f"tools[{i}].server_url")
+
+def _check_server_url(url: str, param: str) -> None:
+    """A ``server_url`` the gateway can use at all: http(s), a host DNS can carry. Whether
+    it may connect there is decided when it connects (net/policy.py, net/pinned.py)."""
+    from responses_gateway.net import pinned, policy  # loads only for MCP requests
+
+    try:
+        pinned.http_url(url)
+    except pinned.BadUrl as exc:
+        raise invalid_request(
+            f"Invalid 'server_url': {policy.shown_url(url)!r} is not a usable URL ({exc}).",
+            param=param, code="invalid_value",
+        ) from None
 
 
 def _check_tool_choice(req: CreateResponseRequest) -> None:

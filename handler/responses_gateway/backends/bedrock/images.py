@@ -7,8 +7,9 @@ public, and the connection is pinned to the checked address (Host header and TLS
 name) so a second DNS answer cannot swap in a private one. A host that looks like a number but
 is not a canonical IP address (``0177.0.0.1``, ``0x7f.1``, ``2130706433``) is refused, never
 handed to a resolver that would read it as some IPv4 address (those rules live in
-``net_policy.py``, shared with remote MCP servers). Size, time and content type are
-capped per download; a request's downloads run a few at a time and share one byte budget.
+``net/policy.py``, the pinned connection in ``net/pinned.py``, both shared with remote MCP).
+Size, time and content type are capped per download; a request's downloads run a few at a
+time and share one byte budget.
 
 Errors are what OpenAI answers when its own downloader fails: 400, ``invalid_image_url`` (or
 ``invalid_file_url``), ``param`` null, a message that starts "Error while downloading <url>".
@@ -30,15 +31,14 @@ import httpx
 
 from responses_gateway.backends.bedrock.media import DOCUMENT_FORMATS, IMAGE_FORMATS, media_type
 from responses_gateway.errors import GatewayError
+from responses_gateway.net.pinned import BadUrl, http_url, pinned_transport
 from responses_gateway.net.policy import (  # the SSRF rules, shared with tools/mcp.py
     Refused,
     Resolver,
     allow_list,
-    checked_addresses,
     is_public_address,
     literal_address,
     shown_url,
-    system_resolver,
 )
 
 __all__ = ["Fetched", "MediaFetcher", "is_public_address", "literal_address", "shown_url"]
@@ -100,7 +100,7 @@ class MediaFetcher:
         self.concurrency = max(1, concurrency)
         self.timeout = timeout
         self.max_redirects = max_redirects
-        self._resolve = resolver or system_resolver
+        self._resolve = resolver
         self._transport = transport
         self._allow_hosts = allow_list(allow_hosts)
 
@@ -146,17 +146,21 @@ class MediaFetcher:
         except TimeoutError:
             raise GatewayError(400, f"Timeout while downloading {shown_url(url)} (no answer "
                                f"within {self.timeout:g}s).", code=_code(kind)) from None
+        except Refused as exc:  # the pinned transport's check of a host (each redirect too)
+            raise refuse(str(exc)) from None
         except httpx.HTTPError as exc:
             raise refuse(f"download failed ({type(exc).__name__})") from None
 
     async def _fetch(self, url: str, kind: Kind, refuse: Callable[[str], GatewayError],
                      budget: _Budget) -> Fetched:
         limit = self.max_bytes[kind]
-        async with httpx.AsyncClient(transport=self._transport, trust_env=False,
+        transport = pinned_transport(httpx, resolver=self._resolve,
+                                     allow_hosts=self._allow_hosts, inner=self._transport)
+        async with httpx.AsyncClient(transport=transport, trust_env=False,
                                      follow_redirects=False, timeout=self.timeout) as client:
             current = self._parse(url, refuse)
             for _ in range(self.max_redirects + 1):
-                request = await self._pinned_request(client, current, refuse)
+                request = client.build_request("GET", current, headers={"Accept": "*/*"})
                 response = await client.send(request, stream=True)
                 try:
                     if response.status_code in _REDIRECTS:
@@ -192,32 +196,9 @@ class MediaFetcher:
                base: httpx.URL | None = None) -> httpx.URL:
         """A fetchable http(s) URL, or the client's 400: nothing malformed gets further."""
         try:
-            url = base.join(text) if base is not None else httpx.URL(text)
-            host = url.raw_host.decode("ascii").lower()  # IDNA-encoded, IPv6 unbracketed
-            if url.scheme in ("http", "https") and host:
-                literal_address(host)
-                if url.port is None or 0 < url.port < 65536:
-                    return url
-        except (httpx.InvalidURL, ValueError):  # UnicodeError (IDNA) is a ValueError
-            raise refuse("not a valid http(s) URL") from None
-        if url.scheme not in ("http", "https"):
-            raise refuse("only http and https URLs can be fetched")
-        raise refuse("not a valid http(s) URL")
-
-    async def _pinned_request(
-        self, client: httpx.AsyncClient, url: httpx.URL, refuse: Callable[[str], GatewayError]
-    ) -> httpx.Request:
-        host = url.raw_host.decode("ascii").lower()
-        port = url.port or (443 if url.scheme == "https" else 80)
-        try:
-            addresses = await checked_addresses(host, port, resolver=self._resolve,
-                                                allow_hosts=self._allow_hosts)
-        except Refused as exc:
+            return http_url(text, base=base)
+        except BadUrl as exc:
             raise refuse(str(exc)) from None
-        headers = {"Host": url.netloc.decode("ascii"), "Accept": "*/*"}
-        extensions = {"sni_hostname": host} if url.scheme == "https" else {}
-        return client.build_request("GET", url.copy_with(host=str(addresses[0])),
-                                    headers=headers, extensions=extensions)
 
 
 def _code(kind: Kind) -> str:
