@@ -13,11 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionMessageParam
 from openai.types.responses import ResponseItem
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from responses_gateway.errors import GatewayError
 from responses_gateway.translate.request_models import (
     CreateResponseRequest,
+    _from_validation,
     normalize_input,
     parse_create_request,
 )
@@ -247,6 +248,37 @@ def test_metadata_limits() -> None:
     assert "maximum length 512, but got a string with length 513" in err.message
     ok = parse(metadata={f"k{i}": "v" * 512 for i in range(15)} | {"k" * 64: ""})
     assert len(ok.metadata or {}) == 16
+
+
+@pytest.mark.parametrize("body", [
+    {"metadata": {f"k{i}": "v" for i in range(17)}},
+    {"metadata": {"k": "v" * 513}},
+    {"temperature": 3.0}, {"max_output_tokens": 3}, {"top_logprobs": -1},
+    {"truncation": "sometimes"}, {"service_tier": "gold"},
+    {"tool_choice": {"type": "allowed_tools", "tools": []}},
+    {"tools": [{"type": "function", "name": "a b"}]},
+    {"tools": [{"type": "function", "name": "x" * 65}]},
+    {"tools": [{"type": "namespace", "name": "ns", "tools": [{"type": "zz"}]}]},
+    {"input": [{"role": "user", "content": [{"type": "zz"}]}]},
+    {"input": [{"type": "item_reference", "id": "x" * 201}]},
+    {"context_management": [{"type": "nope"}]},
+])
+def test_errors_do_not_depend_on_pydantics_error_context(body: dict[str, Any]) -> None:
+    """pydantic's ``ctx`` changes between versions (2.14 reports a dict's length as None):
+    the OpenAI error is the same without it, from the error's type, loc, input and our own
+    declared limits."""
+    class WithoutContext:
+        def __init__(self, exc: ValidationError) -> None:
+            self._errors = exc.errors(include_url=False)
+
+        def errors(self, **_: Any) -> list[dict[str, Any]]:
+            return [{k: v for k, v in e.items() if k != "ctx"} for e in self._errors]
+
+    with pytest.raises(ValidationError) as info:
+        CreateResponseRequest.model_validate({"model": "m", **body})
+    full, bare = _from_validation(info.value), _from_validation(WithoutContext(info.value))  # type: ignore[arg-type]
+    assert (bare.param, bare.code, bare.message) == (full.param, full.code, full.message)
+    assert "None" not in full.message and "?" not in full.message
 
 
 @pytest.mark.parametrize(

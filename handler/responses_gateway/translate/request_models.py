@@ -10,7 +10,8 @@ that OpenAI words specially (unsupported tools, ``file_id``, roles and content t
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -21,6 +22,7 @@ from pydantic import (
     ValidationError,
     field_validator,
 )
+from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 from responses_gateway import ids
@@ -984,6 +986,18 @@ def _check_media(part: BaseModel, param: str) -> None:
         if part.file_id is not None:
             raise _file_id(f"{param}.file_id", "file_data")
         raise missing_parameter(f"{param}.file_data")
+    elif isinstance(part, InputFile) and part.file_url is not None and not _is_url(part.file_url):
+        raise invalid_request(  # the value is not echoed: it may be megabytes of anything
+            f"Invalid '{param}.file_url': expected a URL (http, https or data).",
+            param=f"{param}.file_url", code="invalid_value")
+
+
+def _is_url(value: str) -> bool:
+    """An absolute URL: a scheme (a letter, then letters, digits, ``+-.``), a colon, more, and
+    no space around it. Which schemes a backend can fetch is the backend's to say."""
+    scheme, sep, rest = value.partition(":")
+    return bool(sep and rest.strip() and scheme[:1].isalpha() and scheme.isascii()
+                and all(c.isalnum() or c in "+-." for c in scheme) and value == value.strip())
 
 
 def _check_mcp_tools(req: CreateResponseRequest) -> None:
@@ -1093,10 +1107,17 @@ _TYPE_NAMES = {
     "list_type": "an array",
 }
 _BOUNDS = {
-    "greater_than_equal": ("below minimum", "below_min", "ge", ">="),
-    "greater_than": ("below minimum", "below_min", "gt", ">"),
-    "less_than_equal": ("above maximum", "above_max", "le", "<="),
-    "less_than": ("above maximum", "above_max", "lt", "<"),
+    "greater_than_equal": ("below minimum", "below_min", ">="),
+    "greater_than": ("below minimum", "below_min", ">"),
+    "less_than_equal": ("above maximum", "above_max", "<="),
+    "less_than": ("above maximum", "above_max", "<"),
+}
+# The declared constraint each error type broke.
+_LIMITS = {
+    "greater_than_equal": "ge", "greater_than": "gt", "less_than_equal": "le", "less_than": "lt",
+    "string_too_long": "max_length", "too_long": "max_length",
+    "string_too_short": "min_length", "too_short": "min_length",
+    "string_pattern_mismatch": "pattern",
 }
 _SUPPORTED_ITEMS = (
     "'message', 'function_call', 'function_call_output', 'custom_tool_call', "
@@ -1106,45 +1127,52 @@ _SUPPORTED_ITEMS = (
 
 
 def _from_validation(exc: ValidationError) -> GatewayError:
+    """Pydantic's first error as OpenAI's 400. Only the error's public ``type``, ``loc`` and
+    ``input`` are read; limits and allowed values come from our own declarations at ``loc``
+    (:func:`_declared`), lengths from the input: pydantic's ``ctx`` differs between versions
+    (2.14 stopped reporting a dict's length: "got None properties")."""
     error = exc.errors(include_url=False)[0]
     kind, loc, value = error["type"], error["loc"], error.get("input")
-    ctx = error.get("ctx") or {}
     param = _param(loc)
     if kind == "missing":
         return missing_parameter(param)
     if kind in _TYPE_NAMES or kind == "invalid_type":
-        expected = _TYPE_NAMES.get(kind) or error["msg"]
+        expected = _TYPE_NAMES.get(kind) or error["msg"]  # the message is ours (Discriminator)
         return _invalid_type(param, expected, value)
     if kind == "union_tag_not_found":
         if not isinstance(value, dict):
             return _invalid_type(param, "an object", value)
         return missing_parameter(f"{param}.type")
-    if kind == "union_tag_invalid":
-        return _invalid_tag(param, loc, ctx)
-    if kind == "literal_error":
-        return invalid_request(
-            f"Invalid value: {_show(value)}. Supported values are: {ctx.get('expected')}.",
-            param=param,
-            code="invalid_value",
-        )
-    if kind in _BOUNDS:
-        words, short, key, op = _BOUNDS[kind]
-        limit = ctx[key]
-        number = "decimal" if isinstance(limit, float) else "integer"
-        code = f"{number}_{short}_value"
-        return invalid_request(
-            f"Invalid '{param}': {number} {words} value. Expected a value {op} "
-            f"{_num(limit)}, but got {_num(value)} instead.",
-            param=param,
-            code=code,
-        )
+    if kind in ("invalid_value", "string_above_max_length"):  # our own PydanticCustomErrors
+        return invalid_request(error["msg"], param=param, code=kind)
     if kind == "finite_number":
         return invalid_request(
             f"Invalid '{param}': expected a finite number.", param=param, code="invalid_value"
         )
+    declared, constraints = _declared(loc)
+    if kind == "union_tag_invalid":
+        return _invalid_tag(param, loc, value, _tags(declared))
+    if kind == "literal_error" and get_origin(declared) is Literal:
+        return invalid_request(
+            f"Invalid value: {_show(value)}. Supported values are: "
+            f"{_one_of(get_args(declared))}.",
+            param=param,
+            code="invalid_value",
+        )
+    limit = _constraint(constraints, _LIMITS.get(kind, ""))
+    if limit is None:
+        return invalid_request(f"Invalid '{param}': {error['msg']}.", param=param)
+    if kind in _BOUNDS:
+        words, short, op = _BOUNDS[kind]
+        number = "decimal" if isinstance(limit, float) else "integer"
+        return invalid_request(
+            f"Invalid '{param}': {number} {words} value. Expected a value {op} "
+            f"{_num(limit)}, but got {_num(value)} instead.",
+            param=param,
+            code=f"{number}_{short}_value",
+        )
     if kind in ("string_too_long", "string_too_short"):
         longer = kind == "string_too_long"
-        limit = ctx["max_length" if longer else "min_length"]
         return invalid_request(
             f"Invalid '{param}': string too {'long' if longer else 'short'}. Expected a string "
             f"with {'maximum' if longer else 'minimum'} length {limit}, but got a string with "
@@ -1154,30 +1182,26 @@ def _from_validation(exc: ValidationError) -> GatewayError:
         )
     if kind in ("too_long", "too_short"):
         longer = kind == "too_long"
-        noun = "object" if ctx.get("field_type") == "Dictionary" else "array"
+        noun = "object" if isinstance(value, dict) else "array"
         unit = " properties" if noun == "object" else ""
-        limit = ctx["max_length" if longer else "min_length"]
+        size = len(value) if isinstance(value, (dict, list)) else "?"
         return invalid_request(
             f"Invalid '{param}': {noun} too {'long' if longer else 'short'}. Expected an {noun} "
             f"with {'maximum' if longer else 'minimum'} length {limit}{unit}, but got "
-            f"{ctx.get('actual_length', '?')}{unit} instead.",
+            f"{size}{unit} instead.",
             param=param,
             code=f"{noun}_{'above_max' if longer else 'below_min'}_length",
         )
-    if kind == "string_pattern_mismatch":
-        return invalid_request(
-            f"Invalid '{param}': string does not match pattern. Expected a string that matches "
-            f"the pattern '{ctx.get('pattern')}'.",
-            param=param,
-            code="invalid_value",
-        )
-    if kind in ("invalid_value", "string_above_max_length"):  # our own PydanticCustomErrors
-        return invalid_request(error["msg"], param=param, code=kind)
-    return invalid_request(f"Invalid '{param}': {error['msg']}.", param=param)
+    return invalid_request(  # string_pattern_mismatch
+        f"Invalid '{param}': string does not match pattern. Expected a string that matches "
+        f"the pattern '{limit}'.",
+        param=param,
+        code="invalid_value",
+    )
 
 
-def _invalid_tag(param: str, loc: tuple[Any, ...], ctx: dict[str, Any]) -> GatewayError:
-    tag = str(ctx.get("tag", "")).removeprefix("~")
+def _invalid_tag(param: str, loc: tuple[Any, ...], value: Any, tags: list[str]) -> GatewayError:
+    tag = value.get("type") if isinstance(value, dict) else value
     type_param = f"{param}.type"
     if loc[0] == "tools" and len(loc) == 2:
         message = (
@@ -1196,9 +1220,64 @@ def _invalid_tag(param: str, loc: tuple[Any, ...], ctx: dict[str, Any]) -> Gatew
             f"values are: {_SUPPORTED_ITEMS}."
         )
     else:
-        expected = str(ctx.get("expected_tags", "")).replace("~", "")
-        message = f"Invalid value: '{tag}'. Supported values are: {expected}."
+        message = f"Invalid value: '{tag}'. Supported values are: {_quoted(tuple(tags))}."
     return invalid_request(message, param=type_param, code="invalid_value")
+
+
+def _declared(loc: tuple[Any, ...]) -> tuple[Any, list[Any]]:
+    """The type :class:`CreateResponseRequest` declares at an error's ``loc``, and the
+    constraints declared on it (``annotated_types`` objects: ``MaxLen``, ``Ge``, ...; a
+    ``pattern``); ``(None, [])`` where the path leaves the declarations."""
+    declared, constraints = _unwrap(CreateResponseRequest, [])
+    for seg in loc:
+        if isinstance(declared, type) and issubclass(declared, BaseModel):
+            field = declared.model_fields.get(seg) or next(
+                (f for f in declared.model_fields.values() if f.alias == seg), None)
+            if field is None:
+                return None, []
+            declared, constraints = _unwrap(field.annotation, list(field.metadata))
+        elif isinstance(seg, str) and seg.startswith("~"):
+            arm = next((a for a in get_args(declared) if seg in _tags_of(a)), None)
+            if arm is None:
+                return None, []
+            declared, constraints = _unwrap(arm, [])
+        elif get_origin(declared) is list and isinstance(seg, int):
+            declared, constraints = _unwrap(get_args(declared)[0], [])
+        elif get_origin(declared) is dict and isinstance(seg, str):
+            declared, constraints = _unwrap(get_args(declared)[1], [])
+        else:
+            return None, []
+    return declared, constraints
+
+
+def _unwrap(declared: Any, constraints: list[Any]) -> tuple[Any, list[Any]]:
+    """``declared`` without ``Annotated`` (its constraints collected) or an ``| None``."""
+    while True:
+        if get_origin(declared) is Annotated:
+            declared, *extras = get_args(declared)
+            for extra in extras:
+                constraints.extend(extra.metadata if isinstance(extra, FieldInfo) else [extra])
+        elif get_origin(declared) in (Union, UnionType) and type(None) in get_args(declared):
+            arms = [arm for arm in get_args(declared) if arm is not type(None)]
+            declared = arms[0] if len(arms) == 1 else Union[tuple(arms)]  # noqa: UP007
+        else:
+            return declared, constraints
+
+
+def _tags_of(arm: Any) -> list[str]:
+    extras = get_args(arm)[1:] if get_origin(arm) is Annotated else ()
+    return [extra.tag for extra in extras if isinstance(extra, Tag)]
+
+
+def _tags(union: Any) -> list[str]:
+    """A tagged union's tags as a client writes them (no ``~``)."""
+    return [tag.removeprefix("~") for arm in get_args(union) for tag in _tags_of(arm)]
+
+
+def _constraint(constraints: list[Any], name: str) -> Any:
+    """The declared value of one constraint (``max_length``, ``ge``, ``pattern``...)."""
+    found = (getattr(c, name, None) for c in constraints)
+    return next((value for value in found if value is not None), None)
 
 
 def _invalid_type(param: str, expected: str, value: Any) -> GatewayError:
@@ -1248,3 +1327,9 @@ def _num(value: Any) -> str:
 
 def _quoted(values: tuple[str, ...]) -> str:
     return ", ".join(f"'{v}'" for v in values)
+
+
+def _one_of(values: tuple[Any, ...]) -> str:
+    """``'a', 'b' or 'c'``: a Literal's values as OpenAI's message lists them."""
+    quoted = [f"'{v}'" for v in values]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
