@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from responses_gateway.tools.catalog import ToolCatalog
-from responses_gateway.tools.mcp import Limits, McpServer, McpTools
+from responses_gateway.tools.mcp import Limits, McpServer
+from responses_gateway.tools.mcp_tool import McpServerTool
 from responses_gateway.translate.request_models import parse_create_request
 from responses_gateway.translate.sealing import Sealer
 from responses_gateway.translate.to_chat import to_chat_request, turn_messages
@@ -77,11 +78,11 @@ def test_the_record_keeps_headers_sealed_and_opens_them_on_connecting() -> None:
     req = parse_create_request({"model": "m", "tools": [{
         "type": "mcp", "server_label": "lab", "server_url": "https://example.com/mcp",
         "headers": {"X-Key": "sekrit"}, "authorization": "tok"}]})
-    tools = McpTools.of(req.tools, Limits())
+    tools = McpServerTool.of(req.tools, Limits())
     sealer = Sealer.from_secret("k")
     record = tools.to_record(lambda data: sealer.seal(data, "tenant"))
     assert "sekrit" not in str(record) and "tok" not in str(record)
-    again = McpTools.from_record(record, Limits(),
+    again = McpServerTool.restore(record, Limits(),
                                  lambda blob: sealer.unseal(blob, "tenant"))
     assert again.headers == {} and again.sealed is not None
     opened = sealer.unseal(record["sealed_headers"], "tenant")

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from responses_gateway.backends.base import BackendRequest
+from responses_gateway.backends.base import BackendRequest, BaseBackend
 from responses_gateway.config import Settings
 from responses_gateway.errors import GatewayError
 from responses_gateway.responses.services import build_gateway
@@ -61,7 +61,7 @@ def test_a_chunk_of_the_wrong_shape_fails_the_response_cleanly(bad: dict[str, An
     assert terminal["response"]["output"][0]["content"][0]["text"] == "partial"
 
 
-class _Backend:
+class _Backend(BaseBackend):
     """Yields one text chunk, waits, then raises what the test asks for."""
 
     name = "fake"
@@ -147,7 +147,7 @@ def test_parts_of_the_wrong_type_fail_the_response_cleanly(delta: dict[str, Any]
 BOOM: dict[str, Any] = {"choices": [{"index": 0, "delta": {"content": "never"}}]}
 
 
-class _Batches:
+class _Batches(BaseBackend):
     """Yields the batches it was given, as if each came in one network read."""
 
     name = "fake"
@@ -170,7 +170,7 @@ async def _run_batches(
     gateway = build_gateway(Settings(store=f"sqlite:{tmp_path / 'g.db'}"))
     gateway.backend_for = lambda kind: _Batches(batches)  # type: ignore[method-assign]
     try:
-        job = await gateway.prepare({"model": "m", "input": "hi", "stream": True}, "default")
+        job = await gateway.new_job({"model": "m", "input": "hi", "stream": True}, "default")
         got: list[list[dict[str, Any]]] = []
         source = job.batches()
         async for batch in source:

@@ -1,17 +1,22 @@
 """One translator across several model turns (issue 22, the turn loop's state machine).
 
 A response whose model calls a tool the gateway runs (an MCP server's) spans turns: the
-translator ends a turn (``end_turn``), the gateway's tool items are opened and closed through
-``mcp_*`` between turns, and the next turn feeds the same translator. Ids, output indexes and
+translator ends a turn (``end_turn``), the server tool opens and closes its items through the
+translator's ItemWriter methods between turns (tools/server.py), and the next turn feeds the
+same translator. Ids, output indexes and
 sequence numbers continue; usage is summed over turns; exactly one terminal event. Every event
 is validated against openai-python's models.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from responses_gateway.tools.catalog import ToolSpec
+from responses_gateway.tools.mcp import Limits, McpServer
+from responses_gateway.tools.mcp_tool import McpServerTool
+from responses_gateway.tools.server import ServerCall
 from responses_gateway.translate.request_models import parse_create_request
 from responses_gateway.translate.response_object import new_response
 from responses_gateway.translate.stream import ResponseTranslator, TranslateOptions
@@ -35,6 +40,33 @@ def usage(prompt: int, completion: int) -> dict[str, Any]:
                                      "total_tokens": prompt + completion}}
 
 
+class FakeServers(McpServerTool):
+    """The MCP tool with its server calls answered from a table (no connection)."""
+
+    answers: dict[str, Any]
+
+    async def call(self, label: str, name: str, arguments: str) -> Any:
+        return self.answers[name]
+
+
+def servers(answers: dict[str, Any], approval: str = "never") -> FakeServers:
+    tool = FakeServers({"docs": McpServer("docs", "https://docs.example/mcp",
+                                          require_approval=approval)}, Limits())
+    tool.answers = answers
+    return tool
+
+
+def run_call(tool: McpServerTool, call: ServerCall,
+             translator: ResponseTranslator) -> list[dict[str, Any]]:
+    async def collect() -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        async for batch in tool.run(call, translator):
+            events += batch
+        return events
+
+    return asyncio.run(collect())
+
+
 def server_call_turn(translator: ResponseTranslator) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     events += translator.feed(chunk({"content": "Let me look."}))
@@ -48,9 +80,10 @@ def server_call_turn(translator: ResponseTranslator) -> list[dict[str, Any]]:
 
 def test_two_turns_continue_ids_indexes_sequence_and_sum_usage() -> None:
     translator = new_translator()
+    tool = servers({"search": ("found 3 pages", None)})
+    tool.listed = [{"server_label": "docs", "tools": [{"name": "search", "input_schema": {}}]}]
     events = translator.start()
-    events += translator.mcp_list_tools_start("docs")
-    events += translator.mcp_list_tools_end([{"name": "search", "input_schema": {}}])
+    events += tool.opening_items(translator)
     turn = server_call_turn(translator)
     # The gateway-run call makes no events while the model writes it.
     assert not [e for e in turn if "mcp" in e["type"] or "function_call" in e["type"]]
@@ -59,8 +92,7 @@ def test_two_turns_continue_ids_indexes_sequence_and_sum_usage() -> None:
     [call] = translator.server_calls
     assert (call.spec, call.arguments) == (SPECS["docs__search"], '{"q": "mcp"}')
     assert translator.client_calls == 0
-    events += translator.mcp_call_start("docs", "search", call.arguments)
-    events += translator.mcp_call_end("found 3 pages", None)
+    events += run_call(tool, call, translator)
     translator.next_turn()
     events += translator.feed(chunk({"content": "Found it."}, "stop"))
     events += translator.feed(usage(30, 4))
@@ -94,10 +126,12 @@ def test_a_failed_call_and_an_approval_request_are_items() -> None:
     events = translator.start()
     events += server_call_turn(translator)
     events += translator.end_turn()
+    [call] = translator.server_calls
     error = {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": "boom"}]}
-    events += translator.mcp_call_start("docs", "search", "{}")
-    events += translator.mcp_call_end(None, error)
-    events += translator.mcp_approval_request("docs", "search", '{"q": "x"}')
+    events += run_call(servers({"search": (None, error)}), call, translator)
+    asked = ServerCall("c2", SPECS["docs__search"], '{"q": "x"}')
+    events += run_call(servers({}, approval="always"), asked, translator)
+    assert asked.pauses  # the response waits for the client's approval
     events += translator.finish()
     for event in events:
         sdk_validate_event(event)
@@ -114,7 +148,15 @@ def test_the_deadline_during_a_tool_call_fails_the_response_with_the_call_kept()
     events = translator.start()
     events += server_call_turn(translator)
     events += translator.end_turn()
-    events += translator.mcp_call_start("docs", "search", "{}")
+    [call] = translator.server_calls
+
+    async def started() -> list[dict[str, Any]]:
+        runner = servers({}).run(call, translator)
+        opened = await anext(runner)  # the item is open: the call is running
+        await runner.aclose()
+        return opened
+
+    events += asyncio.run(started())
     events += translator.fail("response_timeout", "too slow")
     for event in events:
         sdk_validate_event(event)

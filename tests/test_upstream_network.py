@@ -1,4 +1,4 @@
-"""The upstream transport (backends/http11.py over backends/network.py) under httpx.
+"""The upstream transport (backends/http11.py over backends/sockets.py) under httpx.
 
 Raw asyncio servers on 127.0.0.1 play the upstream so each behaviour (framing, pacing, stalls,
 resets, closed idle connections, a slow reader, a slow writer, TLS, the pool's bound) is exact;
@@ -29,7 +29,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from openai import APIStatusError, OpenAI
 
-from responses_gateway.backends import http11, network
+from responses_gateway.backends import http11
+from responses_gateway.backends import sockets as network
 from responses_gateway.backends.base import BackendRequest
 from responses_gateway.backends.http11 import Http11Transport, install
 from responses_gateway.backends.openai_compat import OpenAICompatBackend

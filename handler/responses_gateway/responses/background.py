@@ -18,7 +18,6 @@ The record in the store is the truth every invocation shares (docs/background.md
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import logging
 import time
@@ -29,9 +28,16 @@ import anyio
 
 from responses_gateway.errors import GatewayError, UpstreamError, invalid_request
 from responses_gateway.responses import conversations
-from responses_gateway.responses.gateway import Gateway, Job
-from responses_gateway.store.base import (
+from responses_gateway.responses.gateway import Gateway
+from responses_gateway.responses.job import Job
+from responses_gateway.responses.local_feed import STOP_SECONDS, LocalFeed
+from responses_gateway.status import (
+    RUNNING_STATUSES,
+    TERMINAL_EVENT_OF,
+    TERMINAL_EVENTS,
     TERMINAL_STATUSES,
+)
+from responses_gateway.store.base import (
     CancelledError,
     Store,
     StoredResponse,
@@ -46,79 +52,11 @@ FLUSH_SECONDS = 0.25  # events reach the store (and other invocations) this ofte
 FLUSH_EVENTS = 1000  # ... or as soon as this many are waiting (a very fast stream)
 SNAPSHOT_SECONDS = 1.0  # the readable Response (and the lease) ride along a flush this often
 POLL_SECONDS = 0.2  # a follower without a local feed reads the store this often
-STOP_SECONDS = 5.0  # on shutdown, how long the cancelled workers get to record the failure
-RUNNING = frozenset({"queued", "in_progress"})
 QUEUED_SECONDS_AWS = 360.0
-TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
-
-
-class LocalFeed:
-    """Events of the background responses this process runs, for live followers here.
-
-    Non-terminal events appear as soon as they are produced; terminal ones only once stored.
-    """
-
-    def __init__(self) -> None:
-        self.events: dict[str, list[Event]] = {}
-        self.tasks: dict[str, asyncio.Task[None]] = {}
-        self.stopping: set[str] = set()  # being cancelled here: log what was made, then stop
-        self._changed: dict[str, asyncio.Event] = {}
-
-    def open(self, response_id: str) -> None:
-        self.events.setdefault(response_id, [])
-        self._changed.setdefault(response_id, asyncio.Event())
-
-    def publish(self, response_id: str, events: list[Event]) -> None:
-        """Append events not published yet; the log stays in sequence order, no repeats."""
-        log = self.events.get(response_id)
-        if log is None or not events:
-            return
-        last = log[-1]["sequence_number"] if log else -1
-        if events[0]["sequence_number"] <= last:
-            events = [e for e in events if e["sequence_number"] > last]
-        if events:
-            log.extend(events)
-            self._wake(response_id)
-
-    def close(self, response_id: str) -> None:
-        self.events.pop(response_id, None)
-        changed = self._changed.pop(response_id, None)
-        if changed is not None:
-            changed.set()
-
-    def after(self, response_id: str, seq: int) -> tuple[list[Event], asyncio.Event] | None:
-        """Events after ``seq`` and the signal of the next change; None if not running here."""
-        log = self.events.get(response_id)
-        if log is None:
-            return None
-        start = bisect.bisect_right(log, seq, key=_seq_of)
-        return log[start:], self._changed[response_id]
-
-    def _wake(self, response_id: str) -> None:
-        # A fresh Event per change: every waiter wakes, none can clear another's signal.
-        changed = self._changed.get(response_id)
-        if changed is not None:
-            self._changed[response_id] = asyncio.Event()
-            changed.set()
-
-    async def stop_all(self) -> None:
-        """Process shutdown: stop the responses running here; each ends ``failed``."""
-        tasks = [task for task in self.tasks.values() if not task.done()]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=STOP_SECONDS)
-
-
-def _seq_of(event: Event) -> int:
-    return event["sequence_number"]
 
 
 def feed_of(gateway: Gateway) -> LocalFeed:
-    feed = getattr(gateway, "local_feed", None)
-    if feed is None:
-        feed = gateway.local_feed = LocalFeed()  # type: ignore[attr-defined]
-    return feed
+    return gateway.local_feed
 
 
 # -- start ----------------------------------------------------------------------------------
@@ -190,7 +128,9 @@ async def run(
             response_id, claimed, expect_status={"queued"}, lease_until=time.time() + lease
         ):
             return
-        job = gateway.job_for(record)  # record.response is still queued: response.queued
+        log = EventLog(gateway, response_id, lease)
+        # record.response is still queued: response.queued first
+        job = gateway.job_for(record, persist=log.finish)
         if deadline is not None:
             job.set_deadline(deadline, UpstreamError(
                 504,
@@ -198,10 +138,8 @@ async def run(
                 type="server_error",
                 code="worker_timeout",
             ))
-        log = EventLog(gateway, job, lease)
-        job.persist = log.finish  # type: ignore[method-assign]
         try:
-            await log.run()
+            await log.run(job)
         finally:
             if job.conversation is not None:
                 await job.conversation.release()  # not settled (write failed, stopped): let go
@@ -237,10 +175,10 @@ class EventLog:
     turn's settle (append or release) when the response has one.
     """
 
-    def __init__(self, gateway: Gateway, job: Job, lease: float) -> None:
+    def __init__(self, gateway: Gateway, response_id: str, lease: float) -> None:
         self.store = gateway.store
-        self.job = job
-        self.id = job.record.id
+        self.job: Job | None = None  # the job whose events it logs (run)
+        self.id = response_id
         self.lease = lease
         self.pending: list[Event] = []
         self.progress = Progress()
@@ -257,7 +195,8 @@ class EventLog:
         # upstream thinking) still carries the Response, so a poll sees what came before.
         self._unsnapshotted = False
 
-    async def run(self) -> None:
+    async def run(self, job: Job) -> None:
+        self.job = job
         async with anyio.create_task_group() as group:
             group.start_soon(self._keep_flushing)
             try:
@@ -305,9 +244,9 @@ class EventLog:
                 apply(event)
             self._feed.publish(self.id, batch)
 
-    async def finish(self) -> None:
-        """The job's hook before its terminal events: hold them for the final write."""
-        if self.job.response.get("status") != "cancelled":
+    async def finish(self, job: Job) -> None:
+        """The job's persistence: hold its terminal events for the final write."""
+        if job.response.get("status") != "cancelled":
             self.closing = True
 
     async def flush(self, *, final: bool = False) -> None:
@@ -451,12 +390,12 @@ async def _fail_if_running(
 ) -> StoredResponse | None:
     """End a queued or running response ``failed`` (conditional: a cancel or finish wins)."""
     record = await gateway.store.get(response_id, tenant)
-    if record is None or record.status not in RUNNING:
+    if record is None or record.status not in RUNNING_STATUSES:
         return record
     record.response["status"] = "failed"
     record.response["error"] = response_error(code, message)
     if await gateway.store.update_response(
-        response_id, record.response, expect_status=RUNNING, lease_until=0
+        response_id, record.response, expect_status=RUNNING_STATUSES, lease_until=0
     ):
         await conversations.release_record(gateway.store, record)
         return record
@@ -479,7 +418,7 @@ async def _fail_quietly(
 async def load(gateway: Gateway, response_id: str, tenant: str) -> StoredResponse | None:
     """Get a record; a running one whose worker's lease expired is ended ``failed`` now."""
     record = await gateway.store.get(response_id, tenant)
-    if record is None or not record.background or record.status not in RUNNING:
+    if record is None or not record.background or record.status not in RUNNING_STATUSES:
         return record
     if record.lease_until is not None and 0 < record.lease_until < time.time():
         return await _fail_if_running(
@@ -501,7 +440,7 @@ async def cancel(gateway: Gateway, record: StoredResponse) -> dict[str, Any]:
             "background=true can be cancelled.",
             param="response_id",
         )
-    if record.status not in RUNNING:
+    if record.status not in RUNNING_STATUSES:
         return record.response
     store, feed = gateway.store, feed_of(gateway)
     task = feed.tasks.get(record.id)
@@ -514,7 +453,9 @@ async def cancel(gateway: Gateway, record: StoredResponse) -> dict[str, Any]:
         feed.stopping.discard(record.id)
     events = await store.read_events(record.id, -1)
     response = cancelled_response(record.response, events)
-    if not await store.update_response(record.id, response, expect_status=RUNNING, lease_until=0):
+    if not await store.update_response(
+        record.id, response, expect_status=RUNNING_STATUSES, lease_until=0
+    ):
         current = await store.get(record.id, record.tenant)  # it ended meanwhile
         return current.response if current is not None else record.response
     await conversations.release_record(store, record)
@@ -598,18 +539,8 @@ async def _ending(store: Store, current: StoredResponse, after: int, last: int) 
         end = log[-1]["sequence_number"] if log else -1
     if end + 1 <= after:
         return None
-    return {"type": _TERMINAL_EVENT_OF[current.status], "response": current.response,
+    return {"type": TERMINAL_EVENT_OF[current.status], "response": current.response,
             "sequence_number": end + 1}
-
-
-# There is no ``response.cancelled`` stream event (the SDKs know none): a cancelled response
-# ends its stream as ``response.failed`` carrying status ``cancelled`` and no error.
-_TERMINAL_EVENT_OF = {
-    "completed": "response.completed",
-    "incomplete": "response.incomplete",
-    "failed": "response.failed",
-    "cancelled": "response.failed",
-}
 
 
 def _through_terminal(events: list[Event]) -> tuple[list[Event], bool]:

@@ -28,7 +28,6 @@ from responses_gateway.ids import request_id
 
 logger = logging.getLogger("responses_gateway.store")
 
-TERMINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled"})
 
 
 class CancelledError(Exception):

@@ -26,8 +26,8 @@ from typing import Any
 import orjson
 
 from responses_gateway.errors import GatewayError
+from responses_gateway.status import IN_PROGRESS, QUEUED, TERMINAL_STATUSES
 from responses_gateway.store.base import (
-    TERMINAL_STATUSES,
     CancelledError,
     ConversationLocked,
     ConversationStore,
@@ -55,7 +55,7 @@ INLINE_REQUEST_BYTES = 120_000
 COMPRESS_ABOVE = 1024  # small JSON stays a readable string
 TXN_MAX_ACTIONS = 100
 TXN_MAX_BYTES = 3_500_000  # under the 4 MB transaction limit
-RUNNING_STATUSES = ("queued", "in_progress")
+RUNNING_STATUSES = (QUEUED, IN_PROGRESS)  # :q and :p of the condition
 RECORD = "R"
 CONVERSATION = "C"  # a conversation's record; its items are C#I#<pos>, id pointers C#P#<id>
 _APPEND_ATTEMPTS = 5

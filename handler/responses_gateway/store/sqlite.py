@@ -26,8 +26,8 @@ from typing import Any, TypeVar
 
 import orjson
 
+from responses_gateway.status import IN_PROGRESS, QUEUED, TERMINAL_STATUSES
 from responses_gateway.store.base import (
-    TERMINAL_STATUSES,
     CancelledError,
     ConversationLocked,
     ConversationStore,
@@ -40,7 +40,7 @@ from responses_gateway.store.base import (
 )
 
 DEFAULT_PATH = "./gateway.db"
-RUNNING_STATUSES = ("queued", "in_progress")
+RUNNING_STATUSES = (QUEUED, IN_PROGRESS)  # the order the SQL placeholders take
 CHECKPOINT_EVERY = 500  # calls between WAL checkpoints (SQLite's own would run on the loop)
 _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 

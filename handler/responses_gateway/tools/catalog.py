@@ -10,7 +10,8 @@ Chat Completions has one kind of tool: a function whose name matches ``[a-zA-Z0-
   ``namespace`` as OpenAI reports them;
 - a ``custom`` tool becomes a function of one string (:mod:`.custom`) and comes back as a
   ``custom_tool_call``;
-- an MCP server's tool becomes ``<server_label>__<tool>`` and its calls run in the gateway.
+- a server tool's function (tools/server.py) is flattened the same way, an MCP server's tool
+  as ``<server_label>__<tool>``; its calls run in the gateway.
 
 The mapping is kept in the stored request (``ToolCatalog.to_record``), so whichever process runs
 the response (a background worker) reads calls back the same way.
@@ -34,7 +35,7 @@ SEPARATOR = "__"
 class ToolSpec:
     """What a chat function stands for."""
 
-    kind: str  # "function", "custom" or "mcp"
+    kind: str  # "function", "custom", or a server tool's kind (tools/registry.py: "mcp")
     name: str  # the name the client (or the MCP server) gave it
     namespace: str | None = None  # the namespace, or the MCP server's label
 
@@ -76,9 +77,11 @@ class ToolCatalog:
         self.chat_tools.append({"type": "function", "function": function})
         return chat
 
-    def add_mcp(self, server_label: str, function: dict[str, Any]) -> str:
-        chat = self._flat("mcp", function["name"], server_label)
-        self.specs[chat] = ToolSpec("mcp", function["name"], server_label)
+    def add_server(self, kind: str, function: dict[str, Any], namespace: str | None) -> str:
+        """A server tool's function (tools/server.py): always flattened, never taking a name
+        the client's own tools hold."""
+        chat = self._flat(kind, function["name"], namespace)
+        self.specs[chat] = ToolSpec(kind, function["name"], namespace)
         self.chat_tools.append({"type": "function", "function": {**function, "name": chat}})
         return chat
 
@@ -106,7 +109,7 @@ class ToolCatalog:
         known = self._chat_names.get((kind, name, namespace))
         if known is not None:
             return known
-        if namespace is None and kind != "mcp":
+        if namespace is None and kind in ("function", "custom"):
             return name
         return self._flat(kind, name, namespace)
 
@@ -117,7 +120,7 @@ class ToolCatalog:
 
 def catalog_of(specs: dict[str, ToolSpec]) -> ToolCatalog:
     """A catalog that maps calls back to the chat names ``specs`` gave (a later model turn's
-    history: runner.py), without the chat tools themselves."""
+    history: responses/turns.py), without the chat tools themselves."""
     catalog = ToolCatalog()
     for chat, spec in specs.items():
         catalog._taken.add(chat)

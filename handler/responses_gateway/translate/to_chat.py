@@ -38,8 +38,9 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
-from responses_gateway.tools import custom
+from responses_gateway.tools import custom, registry
 from responses_gateway.tools.catalog import ToolCatalog
+from responses_gateway.tools.server import HistoryReader
 from responses_gateway.translate import compaction_items
 from responses_gateway.translate.request_models import (
     CreateResponseRequest,
@@ -47,12 +48,10 @@ from responses_gateway.translate.request_models import (
     FormatJsonObject,
     FormatJsonSchema,
     FunctionTool,
-    McpTool,
     NamespaceTool,
     ToolChoiceAllowed,
     ToolChoiceCustom,
     ToolChoiceFunction,
-    ToolChoiceMcp,
 )
 
 Unseal = Callable[[str], dict[str, Any]]
@@ -89,8 +88,9 @@ def to_chat_request(
     ``message_params``, when given, is filled with the client-side param of each chat message
     (``instructions``, ``input[3]``, ``previous_response_id``), so an error a backend raises
     about ``messages[k]...`` can name what the client sent. ``catalog``, when given, is filled
-    with the tools as chat functions and the way back (tools/catalog.py); MCP servers' tools
-    join it later, once listed. ``omit``: indexes of ``items`` left out (``truncation``);
+    with the tools as chat functions and the way back (tools/catalog.py); server tools'
+    functions join it later, once built (an MCP server's are listed first). ``omit``:
+    indexes of ``items`` left out (``truncation``);
     ``output_items``: items this response made before the model runs (a compaction item),
     after the input. The newest compaction item stands for what came before it
     (translate/compaction_items.py).
@@ -99,7 +99,7 @@ def to_chat_request(
     chat_tools = _catalog_tools(req, catalog)
     current = 0 if req.input is None else 1 if isinstance(req.input, str) else len(req.input)
     builder = _Messages(reasoning_input, unseal, first_current=len(items) - current,
-                        catalog=catalog, denied=_denied(items))
+                        catalog=catalog, history=items)
     sources = message_params if message_params is not None else []
     if req.instructions:
         builder.messages.append({"role": "system", "content": req.instructions})
@@ -186,12 +186,13 @@ def _add_tools(
     elif isinstance(choice, (ToolChoiceFunction, ToolChoiceCustom)):
         name = catalog.chat_name(choice.type, choice.name)
         choice = {"type": "function", "function": {"name": name}}
-    elif isinstance(choice, ToolChoiceMcp):
-        choice = "required"  # the server's tools are listed later: the runner narrows it
-    mcp = any(isinstance(tool, McpTool) for tool in req.tools or ())
-    if not chat_tools and not mcp:
+    elif getattr(choice, "type", None) in registry.SERVER_TOOL_TYPES:
+        choice = "required"  # a server tool's functions come later: it narrows the choice
+    server = any(getattr(tool, "type", None) in registry.SERVER_TOOL_TYPES
+                 for tool in req.tools or ())
+    if not chat_tools and not server:
         return  # chat rejects tool_choice / parallel_tool_calls without tools
-    body["tools"] = chat_tools  # an MCP server's tools join these once listed (runner)
+    body["tools"] = chat_tools  # server tools' functions join these (responses/gateway.py)
     if choice is not None:
         body["tool_choice"] = choice
     if req.parallel_tool_calls is not None:
@@ -246,10 +247,11 @@ class _Messages:
     __slots__ = (
         "_assistant",
         "_catalog",
-        "_denied",
         "_details",
         "_first_current",
+        "_history",
         "_media",
+        "_readers",
         "_reasoning",
         "_reasoning_field",
         "_tool_results",
@@ -259,12 +261,13 @@ class _Messages:
 
     def __init__(
         self, reasoning_field: str | None, unseal: Unseal | None, first_current: int,
-        catalog: ToolCatalog, denied: dict[str, str] | None = None,
+        catalog: ToolCatalog, history: Sequence[dict[str, Any]] = (),
     ):
         self.messages: list[dict[str, Any]] = []
         self._catalog = catalog
-        self._denied = denied or {}  # approval request id -> what the model is told
-        # Results of the open assistant turn's MCP calls: tool messages follow the turn.
+        self._history = history  # every item rendered: a server tool reads its own among them
+        self._readers: dict[str, HistoryReader] = {}
+        # Results of the open assistant turn's server-tool calls: tool messages follow it.
         self._tool_results: list[dict[str, Any]] = []
         self._reasoning_field = reasoning_field
         self._unseal = unseal
@@ -294,14 +297,8 @@ class _Messages:
             self._custom_tool_call(index, item)
         elif kind in ("function_call_output", "custom_tool_call_output"):
             self._function_call_output(index, item)
-        elif kind == "mcp_call":
-            self._mcp_call(index, item)
-        elif kind == "mcp_approval_request" and item.get("id") in self._denied:
-            self._denied_call(item)
-        elif kind in ("mcp_list_tools", "mcp_approval_request", "mcp_approval_response"):
-            # The gateway's own bookkeeping (tools/mcp.py): an approved request is the
-            # mcp_call that ran it, one still waiting is not a call yet.
-            pass
+        elif kind in registry.SERVER_ITEM_TYPES:
+            self._server_item(index, item, kind)
         elif kind == "reasoning":
             self._reasoning_item(index, item)
         elif kind == "item_reference":
@@ -397,36 +394,21 @@ class _Messages:
         chat_name = self._catalog.chat_name("custom", name, namespace)  # type: ignore[arg-type]
         self._add_call(call_id, chat_name, custom.arguments_for(text))  # type: ignore[arg-type]
 
-    def _mcp_call(self, index: int, item: dict[str, Any]) -> None:
-        """A call the gateway ran on an MCP server: the call, then its output (or error) as
-        the tool's answer. Its item id is the call id (an mcp_call has no call_id). Calls in a
-        row are one assistant turn (parallel calls), their answers follow it in order."""
-        call_id, name = item.get("id"), item.get("name")
-        label, arguments = item.get("server_label"), item.get("arguments")
-        if not all(isinstance(v, str) for v in (call_id, name, label, arguments)):
-            raise invalid_request(
-                "An 'mcp_call' item needs 'id', 'server_label', 'name' and 'arguments'.",
-                param=self.param(index),
-            )
-        output = item.get("output")
-        if not isinstance(output, str):
-            output = _mcp_error_text(item.get("error"))
-        self._mcp_answered(call_id, name, label, arguments, output)  # type: ignore[arg-type]
-
-    def _mcp_answered(
-        self, call_id: str, name: str, label: str, arguments: str, output: str
-    ) -> None:
-        chat_name = self._catalog.chat_name("mcp", name, label)
-        self._add_call(call_id, chat_name, arguments)
-        self._tool_results.append({"role": "tool", "tool_call_id": call_id, "content": output})
-
-    def _denied_call(self, item: dict[str, Any]) -> None:
-        """A call the client did not approve: the model learns it was not run, and why."""
-        name, label, arguments = item.get("name"), item.get("server_label"), item.get("arguments")
-        if not all(isinstance(v, str) for v in (name, label, arguments)):
+    def _server_item(self, index: int, item: dict[str, Any], kind: str) -> None:
+        """An item of a tool the gateway runs, as its tool says the model reads it: a call and
+        its answer (calls in a row are one assistant turn, their answers follow it in order),
+        or nothing (the tool's bookkeeping)."""
+        reader = self._readers.get(kind)
+        if reader is None:
+            reader = self._readers[kind] = registry.history_reader(kind, self._history)
+        call = reader.read(item, self.param(index))
+        if call is None:
             return
-        self._mcp_answered(item["id"], name, label, arguments,  # type: ignore[arg-type]
-                           self._denied[item["id"]])
+        spec = call.spec
+        self._add_call(call.call_id, self._catalog.chat_name(spec.kind, spec.name, spec.namespace),
+                       call.arguments)
+        self._tool_results.append(
+            {"role": "tool", "tool_call_id": call.call_id, "content": call.output})
 
     def _function_call_output(self, index: int, item: dict[str, Any]) -> None:
         self._close_assistant()
@@ -523,37 +505,14 @@ def turn_messages(
     items: Sequence[dict[str, Any]], *, catalog: ToolCatalog, reasoning_input: str | None,
     unseal: Unseal | None,
 ) -> list[dict[str, Any]]:
-    """One model turn's output items (text, reasoning, the mcp_call items the gateway ran) as
-    the chat messages the next turn sends after the ones before (runner.py's turn loop)."""
-    builder = _Messages(reasoning_input, unseal, first_current=0, catalog=catalog)
+    """One model turn's output items (text, reasoning, the items of the server tools the
+    gateway ran) as the chat messages the next turn sends after the ones before (the turn
+    loop: responses/turns.py)."""
+    builder = _Messages(reasoning_input, unseal, first_current=0, catalog=catalog,
+                        history=items)
     for index, item in enumerate(items):
         builder.add(index, item)
     return builder.finish()
-
-
-def _denied(items: Sequence[dict[str, Any]]) -> dict[str, str]:
-    """Approval requests the client refused: what the model reads in the call's place."""
-    denied = {}
-    for item in items:
-        if item.get("type") == "mcp_approval_response" and item.get("approve") is False:
-            reason = item.get("reason")
-            denied[str(item.get("approval_request_id"))] = (
-                "The user did not approve this tool call; it was not run."
-                + (f" Reason: {reason}" if isinstance(reason, str) and reason else "")
-            )
-    return denied
-
-
-def _mcp_error_text(error: Any) -> str:
-    """An mcp_call's error as the model reads it (the three shapes of ``McpToolCallError``)."""
-    if isinstance(error, dict):
-        if isinstance(error.get("message"), str):
-            return f"Error: {error['message']}"
-        content = error.get("content")
-        if isinstance(content, list):
-            texts = [p.get("text") for p in content if isinstance(p, dict)]
-            return "Error: " + "\n".join(t for t in texts if isinstance(t, str))
-    return f"Error: {error}" if error else "(no output)"
 
 
 def _parts(content: Any, param: str) -> list[dict[str, Any]]:

@@ -1,0 +1,312 @@
+"""One response being produced: from ``response.created`` to exactly one terminal event.
+
+The job owns the response's lifecycle: the upstream request of each model turn, the deadline
+(responses/deadline.py), how a failure or a departed consumer ends it, and the write of its
+record before the terminal event leaves (read-your-writes). The order of model turns and tool
+calls is the turn loop's (responses/turns.py). The HTTP surface, the WebSocket session and
+the background worker all run responses through a job, so they cannot disagree; what differs
+between them is given at construction: whether the model is called (``generate``: a WebSocket
+warm-up is not) and where the record goes (``persist``: a background job writes its event log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from responses_gateway.backends.base import BackendRequest, Chunk
+from responses_gateway.errors import GatewayError
+from responses_gateway.observability import ResponseMetrics
+from responses_gateway.responses import conversations
+from responses_gateway.responses.deadline import Deadline
+from responses_gateway.responses.turns import TurnLoop
+from responses_gateway.store.base import CancelledError as StoreCancelled
+from responses_gateway.store.base import StoredResponse, StoreUnavailable
+from responses_gateway.tools.catalog import specs_from_record
+from responses_gateway.tools.registry import ServerTools
+from responses_gateway.tools.server import Rebuild, ServerCall
+from responses_gateway.translate.response_object import response_error
+from responses_gateway.translate.stream import Event, ResponseTranslator, TranslateOptions
+from responses_gateway.translate.to_chat import client_param
+
+if TYPE_CHECKING:
+    from responses_gateway.responses.gateway import Gateway
+
+logger = logging.getLogger("responses_gateway")
+#: Where a job's record goes before its terminal event leaves (default: the store, with the
+#: conversation turn's settle); a background job's event log takes it instead.
+Persist = Callable[["Job"], Awaitable[None]]
+
+
+class Job:
+    """One response being produced. ``batches()`` is the whole lifecycle, terminal included."""
+
+    def __init__(
+        self, gateway: Gateway, record: StoredResponse, *, stream: bool, store: bool,
+        tools: ServerTools | None = None, generate: bool = True, persist: Persist | None = None,
+    ):
+        self.gateway = gateway
+        self.record = record
+        self.store = store
+        self._persist = persist
+        options = record.request["options"]
+        #: the server tools this response runs between model turns (tools/server.py)
+        self.tools = tools if tools is not None else _tools_of(gateway, record)
+        if self.tools is not None and not generate:
+            self.tools.skip_first_calls()  # nothing is generated: nothing approved runs
+        self.first_calls: list[ServerCall] = (
+            self.tools.first_calls() if self.tools is not None else [])
+        self.translator = ResponseTranslator(
+            record.response,
+            TranslateOptions(
+                summary=options["summary"],
+                logprobs=options["logprobs"],
+                encrypted_reasoning=options["encrypted_reasoning"],
+                seal=partial(gateway.sealer.seal, tenant=record.tenant),
+                tools=specs_from_record(record.request.get("tools")),
+            ),
+        )
+        chat = dict(record.request["chat"])
+        if not stream:
+            chat["stream"] = False
+            chat.pop("stream_options", None)
+        elif not chat.get("stream"):  # a background job streams, whatever its client asked
+            chat["stream"] = True
+            chat["stream_options"] = {"include_usage": True}
+        backend = gateway.backend_for(record.request["backend"])
+        self.reasoning_input = backend.reasoning_input(gateway.settings.reasoning_input)
+        self._generate = generate
+        self.backend = backend
+        self.backend_request = BackendRequest(body=chat, tenant=record.tenant, stream=stream)
+        self.metrics = ResponseMetrics(
+            record.id, record.response.get("model") or "", stream=stream, content=chat
+        )
+        self.chunks: AsyncIterator[list[Chunk]] | None = None  # this model turn's upstream
+        self._first: asyncio.Future[list[Chunk]] | None = None
+        self.conversation = conversations.turn_of(gateway.store, record)
+        self.deadline = Deadline()
+        self._turns = TurnLoop(self)
+        limit = gateway.settings.max_response_seconds
+        if limit > 0:
+            self.deadline.set(time.time() + limit, GatewayError(
+                504,
+                f"The response took longer than this gateway allows ({limit:g} s, "
+                "GATEWAY_MAX_RESPONSE_SECONDS); the output so far is kept.",
+                type="server_error", code="response_timeout",
+            ))
+
+    def set_deadline(self, when: float, error: GatewayError) -> None:
+        """End the response ``failed`` with ``error`` at ``when`` (epoch seconds), partial
+        output kept, if it has not ended by then; the earliest deadline set wins."""
+        self.deadline.set(when, error)
+
+    def seconds_left(self) -> float | None:
+        return self.deadline.seconds_left()
+
+    @property
+    def response(self) -> dict[str, Any]:
+        return self.translator.response
+
+    async def ready(self) -> None:
+        """The backend's local work before the upstream call (``Backend.prepare``: Bedrock
+        fetches image URLs): its failures are still HTTP errors naming the client's param."""
+        if not self._generate:
+            return
+        try:
+            await self.backend.prepare(self.backend_request)
+        except GatewayError as exc:
+            raise self._client_param(exc) from None
+
+    def open(self) -> asyncio.Future[list[Chunk]]:
+        """Send the request upstream; the future resolves with the first chunks.
+
+        An UpstreamError from it happened before any output: within a grace period it can
+        still be an HTTP error. Calls the client approved run first, and the model after
+        them: then the future is resolved at once, with nothing.
+        """
+        if self._first is None:
+            if self.conversation is not None:
+                self.conversation.keep()  # the turn's lock outlives any long response
+            if self.first_calls:
+                self._first = asyncio.get_running_loop().create_future()
+                self._first.set_result([])
+            else:
+                self._start_turn()
+        assert self._first is not None
+        return self._first
+
+    async def start_next_turn(self) -> asyncio.Future[list[Chunk]]:
+        """Close this model turn's upstream stream and send the (grown) request again."""
+        chunks, self.chunks = self.chunks, None
+        if chunks is not None:
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+        self._start_turn()
+        assert self._first is not None
+        return self._first
+
+    def _start_turn(self) -> None:
+        self.chunks = (self.backend.stream(self.backend_request) if self._generate
+                       else _no_generation())
+        self._first = asyncio.ensure_future(self._first_chunk())
+
+    async def _first_chunk(self) -> list[Chunk]:
+        assert self.chunks is not None
+        try:
+            return await anext(self.chunks)
+        except GatewayError as exc:
+            raise self._client_param(exc) from None
+
+    def _client_param(self, exc: GatewayError) -> GatewayError:
+        """A backend names chat messages (``messages[2].content[0]``); the client sent input."""
+        return client_param(exc, self.record.request.get("message_params") or ())
+
+    async def batches(self) -> AsyncIterator[list[Event]]:
+        """``response.created`` first, then everything up to exactly one terminal event.
+
+        Events come in batches, never empty: those one upstream read produced leave together
+        (one socket write to a streaming client), which under load is many per read. The
+        stored record is written before the terminal event leaves. If the consumer goes away,
+        the upstream request is closed and the record still ends in a true state
+        (``cancelled``).
+        """
+        translator = self.translator
+        turns = self._turns
+        first = self.open()
+        timer = self.deadline.arm(asyncio.current_task())
+        try:
+            started = translator.start()
+            for item in self.record.request.get("output_items") or ():
+                started += translator.add_finished_item(item)  # made before the model ran
+            if self.tools is not None:
+                started += self.tools.opening_items(translator)
+            yield started
+            async for events in turns.run(first):
+                yield events
+            if not translator.done:
+                yield await self.stored(turns.pending + translator.finish())
+        except (StoreUnavailable, StoreCancelled):
+            raise  # the store's own verdicts: a 503, or a background job that must stop
+        except GatewayError as exc:
+            # An upstream failure, or a backend refusing part of the request (a Bedrock
+            # image it cannot fetch) after the stream had started: the response fails.
+            if translator.done:
+                return
+            if exc.code == "upstream_connection_closed" and translator.finish_reason:
+                ending = translator.finish()  # closed early, but after the model had finished
+            else:
+                ending = translator.fail(exc.code or "upstream_error", exc.message)
+            yield await self.stored(turns.pending + ending)
+        except Exception:
+            logger.exception("response %s failed inside the gateway", self.record.id)
+            if translator.done:
+                return
+            yield await self.stored(turns.pending + translator.fail(
+                "server_error", "The gateway failed while producing this response."
+            ))
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if not translator.done:
+                # The consumer went away (client disconnect, cancellation): stop for real.
+                translator.cancel()
+                await _shielded(self.persist())
+            await _shielded(self.close())
+
+    async def run_to_end(self) -> dict[str, Any]:
+        """Consume every event; the final Response object (non-stream requests)."""
+        async for _ in self.batches():
+            pass
+        return self.response
+
+    async def close(self) -> None:
+        if self.conversation is not None and not self.record.background:
+            await self.conversation.release()  # ended before its terminal write: let go
+        if self.tools is not None:
+            await self.tools.aclose()
+        first, chunks = self._first, self.chunks
+        self.metrics.finish(self.translator.response, first)
+        if first is not None and not first.done():
+            first.cancel()
+            await asyncio.wait({first})  # the backend closes its upstream response on cancel
+        if first is not None and first.done() and not first.cancelled():
+            first.exception()  # retrieved: no "exception was never retrieved" warning
+        if chunks is not None:
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await aclose()  # the stream may already be dead; closing is best effort
+
+    async def stored(self, events: list[Event]) -> list[Event]:
+        """Persist, then let ``events`` (the last one terminal) leave.
+
+        When the store fails for good a stream cannot take back what it sent, so its terminal
+        event becomes ``response.failed`` (nothing was stored: the client must not be told
+        ``completed``); a non-stream request raises, which is a 503.
+        """
+        try:
+            await self.persist()
+        except StoreUnavailable as exc:
+            if not self.backend_request.stream or not events:
+                raise
+            response = self.translator.response
+            response.update(
+                status="failed",
+                completed_at=None,
+                incomplete_details=None,
+                error=response_error(exc.code or "store_unavailable", exc.message),
+            )
+            seq = events[-1]["sequence_number"]
+            events[-1] = {"type": "response.failed", "response": response, "sequence_number": seq}
+        return events
+
+    async def persist(self) -> None:
+        """Write the record before the terminal event leaves (or hand it to ``persist``)."""
+        if self._persist is not None:
+            await self._persist(self)
+            return
+        record = self.record if self.store else None
+        if record is not None:
+            record.request["sealed_reasoning"] = self.translator.sealed_reasoning
+        if self.conversation is not None:  # the record lands with the turn's append in one
+            await self.conversation.finish(self, record)  # write: if it fails, neither does
+        elif record is not None:
+            await self.gateway.store.put(record)
+
+
+async def _no_generation() -> AsyncIterator[list[Chunk]]:
+    """A warm-up's model turn (WebSocket ``generate: false``): the model is never called; one
+    chunk ends the turn, with zero usage. Everything else (events, store, in-connection state,
+    conversation) runs as for any response, so a warm-up chains like a generated one."""
+    yield [{
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    }]
+
+
+def _tools_of(gateway: Gateway, record: StoredResponse) -> ServerTools | None:
+    """The server tools a stored response runs (a background worker's job)."""
+    request = record.request
+    data = request.get("server_tools")
+    if data is None and request.get("mcp"):  # a record written before server tools had a seam
+        data = {"mcp": request["mcp"]}
+    if not data:
+        return None
+    return ServerTools.from_record(
+        data, Rebuild(gateway.settings, partial(gateway.sealer.unseal, tenant=record.tenant)))
+
+
+async def _shielded(awaitable: Awaitable[None]) -> None:
+    """Finish cleanup even when the surrounding task is being cancelled."""
+    with anyio.CancelScope(shield=True):
+        await awaitable

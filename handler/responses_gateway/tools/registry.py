@@ -1,0 +1,146 @@
+"""Which tools the gateway runs itself, and the set of them one response runs.
+
+One :class:`Registration` per server tool: the request ``tools[].type`` values it serves, the
+kind of the chat functions it offers (:class:`~responses_gateway.tools.catalog.ToolSpec`), the
+item types it owns in history, and where its class lives. Classes are imported on first use,
+so a tool's dependencies (the ``mcp`` SDK) load only for requests that use it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from responses_gateway.tools.catalog import ToolCatalog
+from responses_gateway.tools.server import (
+    Event,
+    HistoryReader,
+    ItemWriter,
+    Rebuild,
+    RequestTools,
+    Seal,
+    ServerCall,
+    ServerTool,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    kind: str  # ToolSpec.kind of the functions it offers the model
+    tool_types: tuple[str, ...]  # the request's tools[].type values it serves
+    item_types: tuple[str, ...]  # the output (and input) item types it makes
+    target: str  # "module:Class", a ServerTool subclass
+
+
+REGISTRATIONS: tuple[Registration, ...] = (
+    Registration(
+        "mcp", ("mcp",),
+        ("mcp_list_tools", "mcp_call", "mcp_approval_request", "mcp_approval_response"),
+        "responses_gateway.tools.mcp_tool:McpServerTool",
+    ),
+)
+
+#: ToolSpec kinds whose calls the gateway runs (the translator holds them for the turn loop).
+SERVER_KINDS = frozenset(r.kind for r in REGISTRATIONS)
+#: Request tool types served by a server tool.
+SERVER_TOOL_TYPES = frozenset(t for r in REGISTRATIONS for t in r.tool_types)
+#: Item types that belong to a server tool (how they go back to the model: ``read_history``).
+SERVER_ITEM_TYPES = frozenset(t for r in REGISTRATIONS for t in r.item_types)
+_BY_KIND = {r.kind: r for r in REGISTRATIONS}
+_BY_TOOL_TYPE = {t: r for r in REGISTRATIONS for t in r.tool_types}
+_BY_ITEM_TYPE = {t: r for r in REGISTRATIONS for t in r.item_types}
+
+
+@cache
+def tool_class(kind: str) -> type[ServerTool]:
+    module, _, name = _BY_KIND[kind].target.partition(":")
+    cls: type[ServerTool] = getattr(importlib.import_module(module), name)
+    return cls
+
+
+def history_reader(item_type: str, items: Sequence[Mapping[str, Any]]) -> HistoryReader:
+    """The reader for a server tool's item of ``item_type`` within ``items``."""
+    return tool_class(_BY_ITEM_TYPE[item_type].kind).history_reader(items)
+
+
+def kind_of_item(item_type: str) -> str:
+    return _BY_ITEM_TYPE[item_type].kind
+
+
+class ServerTools:
+    """The server tools one response runs, by kind, in the order the request named them."""
+
+    def __init__(self, tools: dict[str, ServerTool]) -> None:
+        self.by_kind = tools
+
+    @classmethod
+    async def for_request(
+        cls, tools: Sequence[Any] | None, tool_choice: Any, items: list[dict[str, Any]],
+        history: list[dict[str, Any]], settings: Any, tenant: str,
+    ) -> ServerTools | None:
+        """Build each server tool the request names (listing MCP servers, say); a failure
+        closes what was built and raises (a 4xx before the response)."""
+        wanted: dict[str, list[Any]] = {}
+        for tool in tools or ():
+            registration = _BY_TOOL_TYPE.get(getattr(tool, "type", None))  # type: ignore[arg-type]
+            if registration is not None:
+                wanted.setdefault(registration.kind, []).append(tool)
+        if not wanted:
+            return None
+        built: dict[str, ServerTool] = {}
+        try:
+            for kind, params in wanted.items():
+                built[kind] = await tool_class(kind).for_request(RequestTools(
+                    tools=params, tool_choice=tool_choice, items=items, history=history,
+                    settings=settings, tenant=tenant,
+                ))
+        except BaseException:
+            await asyncio.shield(ServerTools(built).aclose())
+            raise
+        return cls(built)
+
+    @classmethod
+    def from_record(cls, data: Mapping[str, Any], rebuild: Rebuild) -> ServerTools | None:
+        tools = {kind: tool_class(kind).from_record(entry, rebuild)
+                 for kind, entry in data.items() if kind in _BY_KIND}
+        return cls(tools) if tools else None
+
+    def to_record(self, seal: Seal) -> dict[str, Any]:
+        return {kind: tool.to_record(seal) for kind, tool in self.by_kind.items()}
+
+    def offer(self, catalog: ToolCatalog) -> None:
+        """Add every server tool's functions to what the model is offered."""
+        for kind, tool in self.by_kind.items():
+            for namespace, function in tool.functions():
+                catalog.add_server(kind, function, namespace)
+
+    def tool_choice(self, choice: Any, catalog: ToolCatalog) -> dict[str, Any] | str | None:
+        for tool in self.by_kind.values():
+            chosen = tool.tool_choice(choice, catalog)
+            if chosen is not None:
+                return chosen
+        return None
+
+    def opening_items(self, items: ItemWriter) -> list[Event]:
+        events: list[Event] = []
+        for tool in self.by_kind.values():
+            events += tool.opening_items(items)
+        return events
+
+    def first_calls(self) -> list[ServerCall]:
+        return [call for tool in self.by_kind.values() for call in tool.first_calls()]
+
+    def skip_first_calls(self) -> None:
+        for tool in self.by_kind.values():
+            tool.skip_first_calls()
+
+    def run(self, call: ServerCall, items: ItemWriter) -> AsyncIterator[list[Event]]:
+        return self.by_kind[call.spec.kind].run(call, items)
+
+    async def aclose(self) -> None:
+        for tool in self.by_kind.values():
+            await tool.aclose()

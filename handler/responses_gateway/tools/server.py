@@ -1,0 +1,167 @@
+"""The seam for tools the gateway runs itself (remote MCP today; search, files, images next).
+
+A chat model only knows functions. A server tool offers the model some (``functions``), and
+when the model calls one, the turn loop (responses/turns.py) hands the call to the tool that
+offered it (``run``) between two model turns, under the response's deadline and cancel. The
+tool writes its output items through an :class:`ItemWriter` (the translator: it owns ids,
+output indexes and sequence numbers for the whole response), and says how its items go back
+to the model in a later turn or request (``read_history``).
+
+The loop knows the order (model turn, the calls, the next turn), ``max_tool_calls`` and the
+deadline; a tool knows its own items, events and failures. Adding a tool is one module with
+a :class:`ServerTool` subclass and one line in tools/registry.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from responses_gateway.tools.catalog import ToolCatalog, ToolSpec
+
+Event = dict[str, Any]
+Seal = Callable[[dict[str, Any]], str]
+Unseal = Callable[[str], dict[str, Any]]
+
+
+class ItemWriter(Protocol):
+    """What a server tool may do to the response being built (the translator does it)."""
+
+    def start_tool_item(self, item: dict[str, Any], progress: str | None) -> list[Event]:
+        """Add ``item`` as the next output item (``response.output_item.added``) and, with
+        ``progress``, that event about it (e.g. ``response.mcp_call.in_progress``)."""
+        ...
+
+    def tool_item_event(self, kind: str, **fields: Any) -> Event:
+        """An event about the open item (``item_id`` and ``output_index`` filled in)."""
+        ...
+
+    def end_tool_item(self, status: str, event: str | None) -> list[Event]:
+        """``event`` about the open item (e.g. ``response.mcp_call.completed``), then
+        ``response.output_item.done`` with its final state."""
+        ...
+
+    @property
+    def tool_item(self) -> dict[str, Any] | None:
+        """The item open now (between start and end): the tool fills it in."""
+        ...
+
+
+class ServerCall:
+    """A call the model made to a server tool's function, or one a tool runs unasked (a
+    call the client approved in its previous request runs before the model)."""
+
+    __slots__ = ("arguments", "call_id", "extra", "pauses", "spec")
+
+    def __init__(
+        self, call_id: str, spec: ToolSpec, arguments: str, extra: dict[str, Any] | None = None
+    ) -> None:
+        self.call_id = call_id
+        self.spec = spec  # kind (the tool's), name, namespace (an MCP server's label)
+        self.arguments = arguments
+        self.extra = extra or {}  # what the tool attached (an approval request's id)
+        #: set by the tool: the response ends after this turn and waits for the client
+        #: (an approval request); the model is not asked again
+        self.pauses = False
+
+
+@dataclass
+class RequestTools:
+    """What building a server tool for one create can see."""
+
+    tools: list[Any]  # the request's tool params this tool serves (pydantic models)
+    tool_choice: Any  # the request's tool_choice (pydantic model or string)
+    items: list[dict[str, Any]]  # this request's input items
+    history: list[dict[str, Any]]  # earlier turns' items (previous_response_id, conversation)
+    settings: Any  # config.Settings
+    tenant: str
+
+
+@dataclass
+class Rebuild:
+    """What rebuilding a server tool from a stored record can see (a background worker)."""
+
+    settings: Any
+    unseal: Unseal
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ServerTool:
+    """One server tool's state for one response: built before ``response.created``, run by
+    the turn loop, kept in the stored request for a background worker.
+
+    Subclasses set ``kind`` (the :class:`ToolSpec` kind of the functions they offer) and
+    implement the methods that raise ``NotImplementedError``; the rest have defaults.
+    """
+
+    kind: ClassVar[str]
+
+    # -- building (before response.created; a client mistake is an HTTP error here) ----------
+
+    @classmethod
+    async def for_request(cls, request: RequestTools) -> ServerTool:
+        raise NotImplementedError
+
+    def functions(self) -> list[tuple[str | None, dict[str, Any]]]:
+        """(namespace, chat function) for each function the model is offered."""
+        raise NotImplementedError
+
+    def tool_choice(self, choice: Any, catalog: ToolCatalog) -> dict[str, Any] | str | None:
+        """The chat ``tool_choice`` for a request's ``tool_choice`` naming this tool (None:
+        the choice is not about this tool); a choice it cannot honour raises a 400."""
+        return None
+
+    def to_record(self, seal: Seal) -> dict[str, Any]:
+        """JSON-safe, secrets sealed with ``seal`` (the tenant-bound sealer)."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_record(cls, data: Mapping[str, Any], rebuild: Rebuild) -> ServerTool:
+        raise NotImplementedError
+
+    # -- running (the turn loop) ---------------------------------------------------------------
+
+    def opening_items(self, items: ItemWriter) -> list[Event]:
+        """Items the response starts with, made while building (an MCP tool listing)."""
+        return []
+
+    def first_calls(self) -> list[ServerCall]:
+        """Calls to run before the first model turn (calls the client approved)."""
+        return []
+
+    def skip_first_calls(self) -> None:
+        """Nothing is generated (a WebSocket warm-up): nothing approved is acted on."""
+
+    def run(self, call: ServerCall, items: ItemWriter) -> AsyncIterator[list[Event]]:
+        """Run one call: yield batches of events (the first opens its item, the last closes
+        it). The loop awaits each batch under the deadline and a cancel. A failure of the
+        tool is the item's failure, never an exception (an exception fails the response)."""
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Release connections; called once the response ends, whatever its end."""
+
+    # -- history (translate/to_chat.py): how this tool's items go back to the model ------------
+
+    @classmethod
+    def history_reader(cls, items: Sequence[Mapping[str, Any]]) -> HistoryReader:
+        """A reader for this tool's items among ``items`` (a whole rendered conversation)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryCall:
+    """One of a tool's items as the model reads it: a call it made, and the answer."""
+
+    call_id: str
+    spec: ToolSpec
+    arguments: str
+    output: str
+
+
+class HistoryReader(Protocol):
+    def read(self, item: Mapping[str, Any], param: str) -> HistoryCall | None:
+        """The call ``item`` stands for, or None for bookkeeping the model never sees;
+        a malformed item raises the 400 naming ``param``."""
+        ...
