@@ -11,10 +11,10 @@ from collections.abc import Iterable, Iterator
 from itertools import islice
 
 from responses_gateway import ids
+from responses_gateway.backends.chunks import ChunkDecoder
 from responses_gateway.sse import encode_event
 from responses_gateway.translate.response_object import new_response
 from responses_gateway.translate.stream import ResponseTranslator, TranslateOptions
-from responses_gateway.translate.upstream_sse import ChunkDecoder
 
 
 def translate_sse(

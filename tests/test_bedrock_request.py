@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import textwrap
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from responses_gateway.backends.bedrock.images import Fetched
 from responses_gateway.backends.bedrock.models import model_info
 from responses_gateway.backends.bedrock.request import build_converse_request, remote_media
 from responses_gateway.errors import GatewayError
-from tests.helpers.eventstream_server import FakeBedrock, use_dummy_aws
+from tests.helpers.eventstream_server import FakeBedrock, count_tokens, use_dummy_aws
 
 CLAUDE = "us.anthropic.claude-sonnet-4-20250514-v1:0"
 NOVA = "us.amazon.nova-micro-v1:0"
@@ -413,12 +414,32 @@ def test_a_file_url_in_file_data_uses_the_downloaded_bytes() -> None:
 @pytest.mark.parametrize("file", [
     {"file_data": "https://docs.example/never-fetched.pdf", "filename": "x.pdf"},
     {"file_url": "ftp://docs.example/x.pdf", "filename": "x.pdf"},
+    # Regression (issue 27.7): a Responses file_url travels in file_data (to_chat.py); one
+    # that Bedrock cannot fetch was base64-decoded into a document of garbage.
+    {"file_data": "ftp://docs.example/x.pdf", "filename": "x.pdf"},
 ])
 def test_file_urls_not_downloaded_are_invalid_file_url(file: dict[str, Any]) -> None:
     with pytest.raises(GatewayError) as info:
         build(messages=[{"role": "user", "content": [{"type": "file", "file": file}]}])
     assert (info.value.status, info.value.code) == (400, "invalid_file_url")
     assert info.value.param == "messages[0].content[0].file"
+
+
+@pytest.mark.parametrize("data", ["not base64 at all!!", " //host/x.pdf", "JVBERi0xLjQ=!"])
+def test_file_data_that_is_not_base64_is_a_400(data: str) -> None:
+    """Regression (issue 27.7): decoding dropped what is not base64 and sent what was left."""
+    with pytest.raises(GatewayError) as info:
+        build(messages=[{"role": "user", "content": [
+            {"type": "file", "file": {"file_data": data, "filename": "report.pdf"}}]}])
+    assert (info.value.status, info.value.code) == (400, "invalid_value")
+    assert info.value.param == "messages[0].content[0].file"
+
+
+def test_base64_file_data_with_line_breaks_keeps_working() -> None:
+    wrapped = "\n".join(textwrap.wrap(base64.b64encode(PDF * 8).decode(), 76))
+    kwargs = build(messages=[{"role": "user", "content": [
+        {"type": "file", "file": {"file_data": wrapped, "filename": "r.pdf"}}]}])
+    assert kwargs["messages"][0]["content"][0]["document"]["source"] == {"bytes": PDF * 8}
 
 
 def test_data_urls_in_file_url_keep_working() -> None:
@@ -514,3 +535,67 @@ def test_thinking_is_left_off_when_the_tool_loop_lost_its_signed_reasoning() -> 
                                          "signature": "s"}]
     kwargs = build(model=CLAUDE, reasoning_effort="high", tools=[WEATHER], messages=messages)
     assert kwargs["additionalModelRequestFields"]["thinking"]["type"] == "enabled"
+
+
+# -- what the backend declares beyond streaming (backends/base.py) -----------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_declared_capabilities_of_bedrock(monkeypatch: pytest.MonkeyPatch,
+                                                anyio_backend: str) -> None:
+    """Windows by model family (profiles resolved), CountTokens on the Converse request,
+    reasoning always back as reasoning_content, and the model list: on-demand text models,
+    then every page of active inference profiles."""
+    use_dummy_aws(monkeypatch)
+    with FakeBedrock() as fake:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK", fake.url)  # the control plane's
+        fake.foundation_models = [
+            {"modelId": NOVA, "providerName": "Amazon", "outputModalities": ["TEXT"],
+             "inferenceTypesSupported": ["ON_DEMAND"]},
+            {"modelId": "anthropic.claude-sonnet-4-20250514-v1:0", "providerName": "Anthropic",
+             "outputModalities": ["TEXT"], "inferenceTypesSupported": ["INFERENCE_PROFILE"]},
+        ]
+        fake.inference_profiles = [
+            {"inferenceProfileId": CLAUDE, "inferenceProfileName": "Claude", "type":
+             "SYSTEM_DEFINED", "status": "ACTIVE", "createdAt": "2025-01-02T03:04:05Z"},
+            {"inferenceProfileId": "us.meta.llama4-v1:0", "inferenceProfileName": "Gone",
+             "type": "SYSTEM_DEFINED", "status": "INACTIVE", "createdAt": 1700000000},
+            {"inferenceProfileId": "eu.amazon.nova-pro-v1:0", "inferenceProfileName": "Nova",
+             "type": "SYSTEM_DEFINED", "status": "ACTIVE", "createdAt": 1700000000},
+        ]
+        backend = BedrockBackend(region="us-east-1", endpoint_url=fake.url, max_attempts=1)
+        chat = {"model": NOVA, "messages": [{"role": "user", "content": "Count these words."}]}
+        try:
+            assert await backend.context_window(CLAUDE) == 200_000
+            assert await backend.context_window("us.amazon.nova-premier-v1:0") == 1_000_000
+            assert await backend.context_window("cohere.command-r-v1:0") is None
+            counted = await backend.count_tokens(chat)
+            listed = await backend.list_models()
+        finally:
+            await backend.aclose()
+    converse = fake.requests_for(NOVA)[-1]
+    assert converse.operation == "count-tokens"
+    assert counted == count_tokens(converse.body)
+    assert backend.reasoning_input(None) == "reasoning_content"
+    assert len([p for p in fake.control_requests if p.startswith("/inference-profiles")]) == 2
+    assert listed == [
+        {"id": NOVA, "object": "model", "created": 0, "owned_by": "amazon"},
+        {"id": CLAUDE, "object": "model", "created": 1735787045, "owned_by": "anthropic"},
+        {"id": "eu.amazon.nova-pro-v1:0", "object": "model", "created": 1700000000,
+         "owned_by": "amazon"},
+    ]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_bedrock_does_not_count_what_it_would_have_to_download(
+        monkeypatch: pytest.MonkeyPatch, anyio_backend: str) -> None:
+    use_dummy_aws(monkeypatch)
+    with FakeBedrock() as fake:
+        backend = BedrockBackend(region="us-east-1", endpoint_url=fake.url, max_attempts=1)
+        chat = {"model": NOVA, "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "https://img.example/cat.png"}}]}]}
+        assert await backend.count_tokens(chat) is None
+        await backend.aclose()
+    assert fake.requests == []

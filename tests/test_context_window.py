@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from openai import BadRequestError, OpenAI
 
-from responses_gateway.config import Settings
-from responses_gateway.responses.fitting import tokens
-from responses_gateway.responses.fitting.windows import from_models, parse_windows
+from responses_gateway import token_estimate
+from responses_gateway.backends.server_info import window_from_models
+from responses_gateway.config import Settings, parse_windows
 from tests.helpers.e2e import check_response, check_stream, client_for, e2e_settings, sdk_events
 from tests.helpers.eventstream_server import FakeBedrock, count_tokens, use_dummy_aws
 from tests.helpers.gateway_server import GatewayServer
@@ -77,7 +77,7 @@ def test_input_tokens_is_vllms_own_count(client: OpenAI, vllm: ScriptedUpstream)
     client.responses.create(**kwargs)
     sent = vllm.requests[-1]
     assert counted.input_tokens == prompt_count(sent)  # what the server itself counts
-    assert counted.input_tokens != tokens.estimate_chat(sent)
+    assert counted.input_tokens != token_estimate.estimate_chat(sent)
 
 
 def test_input_tokens_is_llama_cpps_own_count(tmp_path: Path) -> None:
@@ -97,7 +97,7 @@ def test_input_tokens_estimate_where_the_server_cannot_count(tmp_path: Path) -> 
         body: dict[str, Any] = dict(model="scripted", input=turns(2), tools=[LOOKUP])
         counted = c.responses.input_tokens.count(**body)
         c.responses.create(**body)
-        assert counted.input_tokens == tokens.estimate_chat(up.requests[-1])
+        assert counted.input_tokens == token_estimate.estimate_chat(up.requests[-1])
         assert not up.tokenize_requests
 
 
@@ -201,7 +201,7 @@ def test_configured_window_without_a_counting_server(tmp_path: Path) -> None:
             up, tmp_path / "g.db", context_windows={"small": 300})) as gw, client_for(gw) as c:
         c.responses.create(model="small", input=turns(20), truncation="auto")
         sent = up.requests[-1]
-        assert tokens.estimate_chat(sent) <= 300 - 30
+        assert token_estimate.estimate_chat(sent) <= 300 - 30
         with pytest.raises(BadRequestError):
             c.responses.create(model="small", input=turns(20))
 
@@ -239,7 +239,7 @@ def test_ten_windows_with_truncation(big: tuple[ScriptedUpstream, OpenAI]) -> No
         assert response.status == "completed"
         assert f"FACT:n{i}" in response.output_text  # the latest turn always reaches the model
         history += [item.model_dump(exclude_none=True) for item in response.output]
-        grown = tokens.estimate(history)
+        grown = token_estimate.estimate(history)
     assert grown > 10 * BIG
     assert all(prompt_count(r) <= BIG for r in up.requests)
 
@@ -255,7 +255,7 @@ def test_ten_windows_with_context_management(big: tuple[ScriptedUpstream, OpenAI
         assert response.status == "completed"
         assert f"FACT:n{i}" in response.output_text
         history += [item.model_dump(exclude_none=True) for item in response.output]
-    assert tokens.estimate(history) > 10 * BIG
+    assert token_estimate.estimate(history) > 10 * BIG
     assert sum(item.get("type") == "compaction" for item in history) >= 5
     # No request was ever past the window, summarising ones included.
     assert all(prompt_count(r) + (r.get("max_completion_tokens") or 0) <= BIG
@@ -271,7 +271,7 @@ def test_ten_windows_with_standalone_compaction(big: tuple[ScriptedUpstream, Ope
     total = compactions = 0
     for i in range(TURNS):
         window.append(_say(i))
-        total += tokens.estimate(_say(i))
+        total += token_estimate.estimate(_say(i))
         if client.responses.input_tokens.count(model=FACTS, input=window).input_tokens > (
                 BIG // 2):
             compactions += 1
@@ -280,7 +280,7 @@ def test_ten_windows_with_standalone_compaction(big: tuple[ScriptedUpstream, Ope
         response = client.responses.create(model=FACTS, input=window)
         assert response.status == "completed" and f"FACT:n{i}" in response.output_text
         window += [item.model_dump(exclude_none=True) for item in response.output]
-        total += tokens.estimate(window[-1])
+        total += token_estimate.estimate(window[-1])
     assert total > 10 * BIG and compactions >= 5
     assert all(prompt_count(r) <= BIG for r in up.requests)
     assert all(f"FACT:n{i}" in response.output_text for i in range(TURNS))
@@ -290,11 +290,12 @@ def test_ten_windows_with_standalone_compaction(big: tuple[ScriptedUpstream, Ope
 
 
 def test_windows_from_models_answers() -> None:
-    assert from_models({"data": [{"id": "m", "max_model_len": 8192}]}, "m") == 8192
-    assert from_models({"data": [{"id": "x", "meta": {"n_ctx_train": 4096}}]}, "m") == 4096
-    assert from_models({"data": [{"id": "a", "context_length": 1}, {"id": "b"}]}, "m") is None
-    assert from_models({"data": [{"id": "m", "max_model_len": True}]}, "m") is None
-    assert from_models(None, "m") is None
+    window = window_from_models
+    assert window({"data": [{"id": "m", "max_model_len": 8192}]}, "m") == 8192
+    assert window({"data": [{"id": "x", "meta": {"n_ctx_train": 4096}}]}, "m") == 4096
+    assert window({"data": [{"id": "a", "context_length": 1}, {"id": "b"}]}, "m") is None
+    assert window({"data": [{"id": "m", "max_model_len": True}]}, "m") is None
+    assert window(None, "m") is None
     assert parse_windows("a=10, org/b=c=20") == {"a": 10, "org/b=c": 20}
     with pytest.raises(ValueError):
         parse_windows("a=ten")
@@ -303,4 +304,5 @@ def test_windows_from_models_answers() -> None:
 def test_estimate_counts_media_as_a_fixed_cost() -> None:
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 400_000}}
     chat = {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, image]}]}
-    assert tokens.MEDIA_TOKENS <= tokens.estimate_chat(chat) < tokens.MEDIA_TOKENS + 100
+    media = token_estimate.MEDIA_TOKENS
+    assert media <= token_estimate.estimate_chat(chat) < media + 100

@@ -26,7 +26,7 @@ from responses_gateway.backends.bedrock import BedrockBackend
 from responses_gateway.backends.bedrock.images import MediaFetcher
 from responses_gateway.config import Settings
 from responses_gateway.responses.gateway import Gateway
-from responses_gateway.responses.services import build_store
+from responses_gateway.store.build import build_store
 from responses_gateway.translate.sealing import Sealer
 from tests.helpers.e2e import (
     TIME_TOOL,
@@ -1190,6 +1190,25 @@ def test_input_file_data_url_keeps_working(client: OpenAI, bedrock: FakeBedrock)
         {"type": "input_file", "file_data": data, "filename": "notes.pdf"}]}])
     assert only(bedrock, "converse").body["messages"][0]["content"][1]["document"] == {
         "format": "pdf", "name": "notes", "source": {"bytes": base64.b64encode(PDF).decode()}}
+
+
+@pytest.mark.parametrize("url", [" http://docs.example/report.pdf", "//docs.example/report",
+                                 "not a url at all!!"])
+def test_input_file_url_that_is_not_a_url_is_a_400(
+    client: OpenAI, bedrock: FakeBedrock, url: str
+) -> None:
+    """Regression (issue 27.7): it was base64-decoded and sent to Bedrock as a garbage PDF."""
+    bedrock.json(NOVA, converse_json({"text": "Read."}))
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model=NOVA, input=[{"role": "user", "content": [
+            {"type": "input_text", "text": "Summarise this."},
+            {"type": "input_file", "file_url": url, "filename": "report.pdf"}]}])
+    error = caught.value.body
+    assert isinstance(error, dict)
+    assert error["param"] == "input[0].content[1].file_url"
+    assert error["type"] == "invalid_request_error"
+    assert url not in error["message"]
+    assert bedrock.requests == []
 
 
 @pytest.mark.parametrize("url", [

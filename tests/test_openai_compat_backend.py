@@ -13,15 +13,16 @@ import orjson
 import pytest
 
 from responses_gateway.backends.base import BackendRequest
+from responses_gateway.backends.chunks import parse_chunk
 from responses_gateway.backends.openai_compat import OpenAICompatBackend, parse_retry_after
 from responses_gateway.errors import UpstreamError
-from responses_gateway.translate.upstream_sse import parse_chunk
 from tests.conftest import FIXTURES
 from tests.helpers.scripted_upstream import (
     DEFAULT_REASONING,
     DEFAULT_REFUSAL,
     DEFAULT_TEXT,
     ScriptedUpstream,
+    prompt_count,
     split_text,
 )
 
@@ -831,3 +832,45 @@ def test_parse_retry_after() -> None:
     assert 28 <= (parse_retry_after(httpx.Headers({"retry-after": date})) or 0) <= 31
     past = "Wed, 21 Oct 2015 07:28:00 GMT"
     assert parse_retry_after(httpx.Headers({"retry-after": past})) == 0.0
+
+
+# -- what the backend declares beyond streaming (backends/base.py) -----------------------------
+
+
+def test_declared_capabilities_of_an_openai_compatible_server() -> None:
+    """A vLLM server: its window from GET /models, its exact count from /tokenize, its models
+    listed; reasoning goes back as the operator configured."""
+    with ScriptedUpstream(owned_by="vllm", context_window=8192, tokenizer="vllm") as up:
+        backend = backend_for(up)
+        chat = {"model": "scripted", "messages": [{"role": "user", "content": "count me"}]}
+
+        async def ask() -> tuple[int | None, int | None, list[dict[str, Any]]]:
+            try:
+                return (await backend.context_window("scripted"),
+                        await backend.count_tokens(chat), await backend.list_models())
+            finally:
+                await backend.aclose()
+
+        window, counted, listed = run(ask)
+        assert window == 8192
+        assert counted == prompt_count(chat)
+        assert up.tokenize_requests[-1][1]["messages"] == chat["messages"]
+        assert listed[0] == {"id": "scripted", "object": "model", "created": 0,
+                             "owned_by": "vllm", "max_model_len": 8192}
+        assert backend.reasoning_input("reasoning_content") == "reasoning_content"
+        assert backend.reasoning_input(None) is None
+
+
+def test_a_server_that_cannot_count_or_list() -> None:
+    """A generic server: no count (the caller estimates), no window; a listing that fails is
+    the upstream's error, not an empty list."""
+    with ScriptedUpstream() as up:
+        backend = backend_for(up, dialect="generic")
+        chat = {"model": "scripted", "messages": [{"role": "user", "content": "hi"}]}
+        assert run(lambda: backend.count_tokens(chat)) is None
+        assert run(lambda: backend.context_window("scripted")) is None
+        assert up.tokenize_requests == []
+    down = OpenAICompatBackend("http://127.0.0.1:9/v1", None, max_retries=0)
+    with pytest.raises(UpstreamError) as caught:
+        run(down.list_models)
+    assert caught.value.status == 502

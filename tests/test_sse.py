@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from responses_gateway.backends.chunks import chunks_from_lines, parse_chunk
 from responses_gateway.sse import SSEDecoder, encode_comment, encode_event, iter_sse_lines
-from responses_gateway.translate.upstream_sse import chunks_from_lines, parse_chunk
 
 
 def frames(lines: list[bytes | str]) -> list[tuple[str | None, bytes]]:

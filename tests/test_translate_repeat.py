@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from responses_gateway import ids
+from responses_gateway.backends.chunks import ChunkDecoder, parse_chunk
 from responses_gateway.translate.response_object import new_response
 from responses_gateway.translate.stream import ResponseTranslator, TranslateOptions
-from responses_gateway.translate.upstream_sse import ChunkDecoder, parse_chunk
 from tests.helpers.chat_reference import chat_fixtures, fixture_lines
 from tests.test_translate_properties import render, scenarios
 

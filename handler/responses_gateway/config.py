@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from responses_gateway.backends.registry import KINDS as BACKEND_KINDS
 from responses_gateway.tools.hosted import policy_named
 
 
@@ -19,7 +20,7 @@ from responses_gateway.tools.hosted import policy_named
 class Route:
     """Where one client-visible model goes: which backend, under which backend model name."""
 
-    backend: str  # "openai" or "bedrock"
+    backend: str  # a registered kind (backends/registry.py): "openai", "bedrock"
     model: str
 
 
@@ -30,7 +31,7 @@ class Settings:
     upstream_api_key: str | None = field(default=None, repr=False)  # secrets stay out of logs
     upstream_dialect: str = "auto"  # backends/dialects.py: auto, generic, openai, llama.cpp, …
     model_map: dict[str, str] = field(default_factory=dict)
-    # Context windows by model name (context_windows.py): what truncation fits into.
+    # Context windows by model name (GATEWAY_CONTEXT_WINDOWS): what truncation fits into.
     context_windows: dict[str, int] = field(default_factory=dict)
     connect_timeout: float = 10.0
     read_timeout: float = 300.0
@@ -71,7 +72,7 @@ class Settings:
         """
         target = self.model_map.get(model, model)
         prefix, sep, rest = target.partition(":")
-        if sep and prefix in ("openai", "bedrock") and model in self.model_map:
+        if sep and prefix in BACKEND_KINDS and model in self.model_map:
             return Route(prefix, rest)
         return Route(self.backend, target)
 
@@ -93,8 +94,9 @@ class Settings:
             return value
 
         backend = (get("GATEWAY_BACKEND", "openai") or "openai").lower()
-        if backend not in ("openai", "bedrock"):
-            raise ValueError(f"GATEWAY_BACKEND must be 'openai' or 'bedrock', not {backend!r}")
+        if backend not in BACKEND_KINDS:
+            raise ValueError(f"GATEWAY_BACKEND must be one of {', '.join(map(repr, BACKEND_KINDS))}"
+                             f", not {backend!r}")
         models = tuple(m.strip() for m in (get("GATEWAY_MODELS") or "").split(",") if m.strip())
         return cls(
             backend=backend,
@@ -102,7 +104,7 @@ class Settings:
             upstream_api_key=secret("GATEWAY_UPSTREAM_API_KEY"),
             upstream_dialect=_dialect(get("GATEWAY_UPSTREAM_DIALECT", "auto") or "auto"),
             model_map=parse_model_map(get("GATEWAY_MODEL_MAP") or ""),
-            context_windows=_context_windows(get("GATEWAY_CONTEXT_WINDOWS") or ""),
+            context_windows=parse_windows(get("GATEWAY_CONTEXT_WINDOWS") or ""),
             connect_timeout=float(get("GATEWAY_CONNECT_TIMEOUT", "10") or 10),
             read_timeout=float(get("GATEWAY_READ_TIMEOUT", "300") or 300),
             max_response_seconds=float(
@@ -152,10 +154,20 @@ def _dialect(name: str) -> str:
     return name
 
 
-def _context_windows(text: str) -> dict[str, int]:
-    from responses_gateway.responses.fitting.windows import parse_windows
-
-    return parse_windows(text)
+def parse_windows(text: str) -> dict[str, int]:
+    """``GATEWAY_CONTEXT_WINDOWS``: ``model=tokens,...`` (a model name may hold ``=`` only
+    before the last one)."""
+    windows: dict[str, int] = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        name, sep, value = part.strip().rpartition("=")
+        if not sep or not name.strip() or not value.strip().isdigit() or int(value) < 1:
+            raise ValueError(
+                f"GATEWAY_CONTEXT_WINDOWS: {part.strip()!r} is not model=tokens (a positive "
+                "integer)")
+        windows[name.strip()] = int(value)
+    return windows
 
 
 def parse_model_map(text: str) -> dict[str, str]:

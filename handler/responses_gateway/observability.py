@@ -43,9 +43,8 @@ from responses_gateway.store.base import (
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
-    from responses_gateway.backends.base import Backend, BackendRequest
+    from responses_gateway.backends.base import Backend, BackendRequest, Chunk
     from responses_gateway.config import Settings
-    from responses_gateway.translate.upstream_sse import Chunk
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "responses-gateway"
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ResponsesGateway"
@@ -349,9 +348,12 @@ def trace_store(store: Store) -> Store:
 
 
 class _TracedBackend:
+    """The backend, its ``stream`` in an ``upstream`` subsegment; every other capability the
+    Backend protocol declares passes straight through."""
+
     def __init__(self, inner: Backend) -> None:
         self._inner = inner
-        self.name = getattr(inner, "name", type(inner).__name__)
+        self.name = inner.name
 
     async def stream(self, request: BackendRequest) -> AsyncIterator[list[Chunk]]:
         chunks = self._inner.stream(request)
@@ -367,8 +369,20 @@ class _TracedBackend:
     async def aclose(self) -> None:
         await self._inner.aclose()
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+    async def prepare(self, request: BackendRequest) -> None:
+        await self._inner.prepare(request)
+
+    async def count_tokens(self, body: dict[str, Any]) -> int | None:
+        return await self._inner.count_tokens(body)
+
+    async def context_window(self, model: str) -> int | None:
+        return await self._inner.context_window(model)
+
+    def reasoning_input(self, configured: str | None) -> str | None:
+        return self._inner.reasoning_input(configured)
+
+    async def list_models(self) -> list[dict[str, Any]]:
+        return await self._inner.list_models()
 
 
 class _TracedStore(Store, ConversationStore):

@@ -1,7 +1,7 @@
 """``POST /v1/responses/compact`` and ``POST /v1/responses/input_tokens``.
 
 Both take a subset of the create body and check it exactly as a create does (the same
-parser, so the same 400s); the work is in compaction.py and tokens.py. Their paths come
+parser, so the same 400s); the work is in responses/fitting/ (``gateway.fitting``). Their paths come
 before ``/v1/responses/{response_id}`` in the router and answer every method, so neither
 ``compact`` nor ``input_tokens`` is ever taken for a response id (a GET is a 405).
 """
@@ -15,8 +15,8 @@ from starlette.responses import Response
 
 from responses_gateway.api.response_routes import JSON, _gateway, _json_body, _tenant
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
-from responses_gateway.responses import conversations
-from responses_gateway.responses.fitting import compaction, fit, tokens
+from responses_gateway.responses import conversations, history
+from responses_gateway.responses.fitting import compaction
 from responses_gateway.responses.gateway import Gateway
 from responses_gateway.translate.request_models import (
     CreateResponseRequest,
@@ -56,11 +56,7 @@ async def _conversation_items(
         if found is None:
             raise conversations.not_found(req.conversation)
         return list(found[1])
-    return await gateway._history(req.previous_response_id, tenant)
-
-
-def _reasoning_input(gateway: Gateway, backend: str) -> str | None:
-    return "reasoning_content" if backend == "bedrock" else gateway.settings.reasoning_input
+    return await history.chain(gateway.store, req.previous_response_id, tenant)
 
 
 async def compact_response(request: Request) -> Response:
@@ -71,17 +67,14 @@ async def compact_response(request: Request) -> Response:
     if body.get("model") is None:
         raise missing_parameter("model")
     req = parse_create_request(body)
-    items = await gateway._resolve_references(normalize_input(req), tenant)
+    items = await gateway.resolve_references(normalize_input(req), tenant)
     items = await _conversation_items(gateway, req, tenant) + items
     if not items:
         raise invalid_request(
             "Nothing to compact: give 'input' or a 'previous_response_id' with items.",
             param="input")
     route = gateway.settings.route(req.model)
-    window = await fit.windows_of(gateway).window(req.model, route)
-    result = await compaction.compact(
-        gateway, req, route, items, tenant,
-        reasoning_input=_reasoning_input(gateway, route.backend), window=window)
+    result = await gateway.fitting.compact(req, route, items, tenant)
     return JSON(compaction.response_of(result))
 
 
@@ -92,13 +85,12 @@ async def count_input_tokens(request: Request) -> Response:
     body = _subset(await _json_body(request), COUNT_FIELDS)
     body.setdefault("model", "")  # optional here: then the default backend's estimate
     req = parse_create_request(body)
-    items = await gateway._resolve_references(normalize_input(req), tenant)
+    items = await gateway.resolve_references(normalize_input(req), tenant)
     items = await _conversation_items(gateway, req, tenant) + items
     route = gateway.settings.route(req.model)
-    reasoning_input = _reasoning_input(gateway, route.backend)
     if req.truncation == "auto":  # what the model would read after truncation
-        fitted = await fit.fit(gateway, req, route, items, tenant, reasoning_input)
+        fitted = await gateway.fitting.fit(req, route, items, tenant)
     else:
-        fitted = fit.render(gateway, req, route, items, tenant, reasoning_input)
-    counted = await tokens.count(gateway.backend_for(route.backend), fitted.chat)
+        fitted = gateway.fitting.render(req, route, items, tenant)
+    counted = await gateway.fitting.count(route, fitted.chat)
     return JSON({"object": "response.input_tokens", "input_tokens": counted.tokens})

@@ -42,7 +42,7 @@ from responses_gateway.backends.base import BackendRequest
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
 from responses_gateway.responses.gateway import Gateway, Job
 from responses_gateway.store.base import StoredResponse
-from responses_gateway.translate.upstream_sse import Chunk
+from responses_gateway.backends.chunks import Chunk
 
 logger = logging.getLogger("responses_gateway")
 

@@ -13,18 +13,35 @@ low.
 Failures raise :class:`~responses_gateway.errors.UpstreamError`: once ``response.created``
 has left (at once, unless a stream grace period is set) the response ends ``failed``, except
 that a stream closing early (``upstream_connection_closed``) after a ``finish_reason`` is
-complete all the same. A backend with local work that can fail for the client's reason (Bedrock
-fetching image URLs) does it in an optional ``async prepare(request)``, which runs before
-``response.created``, so its errors are HTTP errors.
+complete all the same.
+
+Beyond streaming, :class:`Backend` declares every capability a backend may offer, and
+:class:`BaseBackend` gives each its "not offered" default, so an implementation overrides only
+what it has and callers never ask which backend they hold:
+
+- ``prepare``: local work that can fail for the client's reason (Bedrock fetching image URLs),
+  run before ``response.created``, so its errors are HTTP errors;
+- ``count_tokens``: the exact input tokens of a chat body, where the upstream counts;
+- ``context_window``: how many tokens a backend model reads;
+- ``reasoning_input``: how reasoning goes back upstream in history (translate/to_chat.py);
+- ``list_models``: the upstream's models, as OpenAI model objects.
+
+A new backend is one module with a class that has ``from_settings``, registered by one line in
+backends/registry.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from responses_gateway.translate.upstream_sse import Chunk
+from responses_gateway.backends.chunks import Chunk
+
+if TYPE_CHECKING:
+    from responses_gateway.config import Settings
+
+__all__ = ["Backend", "BackendRequest", "BaseBackend", "Chunk"]
 
 
 @dataclass(slots=True)
@@ -46,3 +63,58 @@ class Backend(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+    async def prepare(self, request: BackendRequest) -> None:
+        """Local work before the upstream call; a client's mistake raises its 4xx here."""
+        ...
+
+    async def count_tokens(self, body: dict[str, Any]) -> int | None:
+        """The input tokens of a Chat Completions body as the upstream counts them; None:
+        this upstream cannot count (the caller estimates)."""
+        ...
+
+    async def context_window(self, model: str) -> int | None:
+        """The context window of a backend model in tokens; None: unknown."""
+        ...
+
+    def reasoning_input(self, configured: str | None) -> str | None:
+        """The chat field reasoning goes back upstream in (``reasoning_content``), or None to
+        leave it out; ``configured`` is the operator's ``GATEWAY_REASONING_INPUT``."""
+        ...
+
+    async def list_models(self) -> list[dict[str, Any]]:
+        """The upstream's models as OpenAI model objects (``id``, ``object``, ``created``,
+        ``owned_by``); raises UpstreamError when the upstream cannot say."""
+        ...
+
+
+class BaseBackend:
+    """Every optional capability, not offered: inherit it and override what the backend has."""
+
+    name = "backend"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> BaseBackend:
+        """The backend configured by ``settings`` (what backends/registry.py calls)."""
+        raise NotImplementedError(f"{cls.__name__} cannot be built from settings")
+
+    def stream(self, request: BackendRequest) -> AsyncIterator[list[Chunk]]:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        return None
+
+    async def prepare(self, request: BackendRequest) -> None:
+        return None
+
+    async def count_tokens(self, body: dict[str, Any]) -> int | None:
+        return None
+
+    async def context_window(self, model: str) -> int | None:
+        return None
+
+    def reasoning_input(self, configured: str | None) -> str | None:
+        return configured
+
+    async def list_models(self) -> list[dict[str, Any]]:
+        return []

@@ -35,13 +35,14 @@ import re
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
 
-from responses_gateway.backends import dialects
-from responses_gateway.backends.base import BackendRequest
+from responses_gateway.backends import dialects, server_info
+from responses_gateway.backends.base import BackendRequest, BaseBackend
+from responses_gateway.backends.chunks import Chunk, ChunkDecoder, parse_chunk
 from responses_gateway.backends.dialects import Dialect, Learned
 from responses_gateway.backends.http11 import (
     Http11Transport,
@@ -51,7 +52,9 @@ from responses_gateway.backends.http11 import (
 )
 from responses_gateway.errors import UpstreamError
 from responses_gateway.redaction import redact
-from responses_gateway.translate.upstream_sse import Chunk, ChunkDecoder, parse_chunk
+
+if TYPE_CHECKING:
+    from responses_gateway.config import Settings
 
 logger = logging.getLogger("responses_gateway.upstream")
 
@@ -106,11 +109,22 @@ def _read_errors(what: str) -> Iterator[None]:
         ) from exc
 
 
-class OpenAICompatBackend:
+class OpenAICompatBackend(BaseBackend):
     """POSTs to ``{base_url}/chat/completions`` and yields lists of chunks (see
     ``backends.base``)."""
 
     name = "openai"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> OpenAICompatBackend:
+        return cls(
+            settings.upstream_url,
+            settings.upstream_api_key,
+            connect_timeout=settings.connect_timeout,
+            read_timeout=settings.read_timeout,
+            max_retries=settings.max_retries,
+            dialect=settings.upstream_dialect,
+        )
 
     def __init__(
         self,
@@ -137,7 +151,7 @@ class OpenAICompatBackend:
         )
         self._learned: dict[str, Learned] = {}  # per model: what this upstream rejected
         self._detecting: asyncio.Lock | None = None
-        self._models: tuple[Any] | None = None  # GET /models's body, once asked (tokens.py)
+        self._models: tuple[Any] | None = None  # GET /models's body, once asked (windows)
         self._root = _server_root(base_url)
         self.max_retries = max_retries
         self.backoff_base = backoff_base
@@ -341,13 +355,30 @@ class OpenAICompatBackend:
                     found = dialects.dialect_from_models(body, response.headers)
             except (TimeoutError, httpx.HTTPError, orjson.JSONDecodeError):
                 pass
-            self._models = (body,)  # kept: context windows read the same answer (tokens.py)
+            self._models = (body,)  # kept: context windows read the same answer
             self.dialect = found or dialects.GENERIC
             logger.info("upstream dialect", extra={"upstream": self.url,
                                                    "dialect": self.dialect.name})
             return self.dialect
 
-    # -- what else the server says: its models' context windows, token counts (tokens.py) --
+    # -- what else the server says: its models, their windows, token counts (server_info.py)
+
+    async def context_window(self, model: str) -> int | None:
+        return server_info.window_from_models(await self.models_answer(), model)
+
+    async def count_tokens(self, body: dict[str, Any]) -> int | None:
+        dialect = self.dialect or await self._detect(self._http())
+        return await server_info.count_tokens(dialect, body, self.server_json)
+
+    async def list_models(self) -> list[dict[str, Any]]:
+        """``GET /models``'s entries, asked afresh (a listing should not go stale)."""
+        answer = await self._side_request(self._http(), "GET", self._models_url)
+        data = answer.get("data") if isinstance(answer, dict) else None
+        if not isinstance(data, list):
+            raise UpstreamError(
+                502, "Upstream error: the upstream did not list its models (GET /models).",
+                code="upstream_error")
+        return [e for e in data if isinstance(e, dict) and isinstance(e.get("id"), str)]
 
     async def models_answer(self) -> Any:
         """``GET /models``'s body (None if it failed), asked at most once per process: the

@@ -35,7 +35,7 @@ from responses_gateway import ids
 from responses_gateway.tools.catalog import ToolSpec
 from responses_gateway.tools.custom import InputStream, input_of
 from responses_gateway.translate.response_object import response_error, usage_from_chat
-from responses_gateway.translate.upstream_sse import parse_chunk
+from responses_gateway.backends.chunks import parse_chunk
 
 Event = dict[str, Any]
 

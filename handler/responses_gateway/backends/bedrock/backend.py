@@ -20,10 +20,10 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from responses_gateway.backends.base import BackendRequest
-from responses_gateway.backends.bedrock import failures
+from responses_gateway.backends.base import BackendRequest, BaseBackend
+from responses_gateway.backends.bedrock import failures, models
 from responses_gateway.backends.bedrock.images import DEFAULT_TOTAL_BYTES, Fetched, MediaFetcher
 from responses_gateway.backends.bedrock.request import build_converse_request, remote_media
 from responses_gateway.backends.bedrock.response import completion_from_converse
@@ -33,6 +33,9 @@ from responses_gateway.backends.bedrock.stream import (
     StreamTranslator,
 )
 from responses_gateway.errors import UpstreamError
+
+if TYPE_CHECKING:
+    from responses_gateway.config import Settings
 
 _END = object()
 
@@ -114,10 +117,21 @@ class _EventPump:
             raw._connection.sock.shutdown(socket.SHUT_RDWR)
 
 
-class BedrockBackend:
+class BedrockBackend(BaseBackend):
     """Backend over Amazon Bedrock Converse / ConverseStream."""
 
     name = "bedrock"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> BedrockBackend:
+        return cls(
+            region=settings.bedrock_region,
+            endpoint_url=settings.bedrock_endpoint_url,
+            read_timeout=settings.read_timeout,
+            connect_timeout=settings.connect_timeout,
+            max_attempts=settings.max_retries + 1,  # botocore counts the first attempt
+            media_budget_bytes=settings.bedrock_media_budget_bytes,
+        )
 
     def __init__(
         self,
@@ -133,6 +147,7 @@ class BedrockBackend:
     ) -> None:
         self.region = region
         self.endpoint_url = endpoint_url
+        self._control: Any = None  # the control plane's client (model listing)
         self.read_timeout = read_timeout
         self.connect_timeout = connect_timeout
         self.max_attempts = max_attempts
@@ -145,26 +160,94 @@ class BedrockBackend:
         """The boto3 client, created on first use (in a worker thread: creation is slow)."""
         with self._client_lock:
             if self._client is None:
-                import boto3
-                from botocore.config import Config
-
-                config = Config(
-                    read_timeout=self.read_timeout,
-                    connect_timeout=self.connect_timeout,
-                    retries={"mode": "standard", "total_max_attempts": self.max_attempts},
-                    max_pool_connections=64,
-                    user_agent_extra="responses-gateway",
-                )
-                self._client = boto3.session.Session().client(
-                    "bedrock-runtime", region_name=self.region, endpoint_url=self.endpoint_url,
-                    config=config)
+                self._client = self._boto3_client("bedrock-runtime", self.endpoint_url)
             return self._client
+
+    def control_client(self) -> Any:
+        """The ``bedrock`` control-plane client (model listing), created on first use. Its
+        endpoint is the Region's (or ``AWS_ENDPOINT_URL_BEDROCK``), not the runtime's."""
+        with self._client_lock:
+            if self._control is None:
+                self._control = self._boto3_client("bedrock", None)
+            return self._control
+
+    def _boto3_client(self, service: str, endpoint_url: str | None) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        config = Config(
+            read_timeout=self.read_timeout,
+            connect_timeout=self.connect_timeout,
+            retries={"mode": "standard", "total_max_attempts": self.max_attempts},
+            max_pool_connections=64,
+            user_agent_extra="responses-gateway",
+        )
+        return boto3.session.Session().client(
+            service, region_name=self.region, endpoint_url=endpoint_url, config=config)
 
     async def aclose(self) -> None:
         client, self._client = self._client, None
         if client is not None and self._owns_client:
             with contextlib.suppress(Exception):
                 client.close()
+        control, self._control = self._control, None
+        if control is not None:
+            with contextlib.suppress(Exception):
+                control.close()
+
+    # -- what else the backend offers (backends/base.py) ---------------------------------------
+
+    def reasoning_input(self, configured: str | None) -> str | None:
+        """Converse always takes reasoning back (as ``reasoningContent``, from the chat
+        ``reasoning_content`` the translator writes), whatever the setting says."""
+        return "reasoning_content"
+
+    async def context_window(self, model: str) -> int | None:
+        return models.context_window(model)
+
+    async def count_tokens(self, body: dict[str, Any]) -> int | None:
+        """``CountTokens`` on the Converse request :meth:`stream` would send."""
+        if remote_media(body):
+            return None  # images by URL would have to be downloaded just to be counted
+        call = build_converse_request({**body, "stream": False}, media={}, stream=False)
+        kwargs = call.kwargs
+        converse = {k: kwargs[k] for k in ("messages", "system", "toolConfig",
+                                           "additionalModelRequestFields") if kwargs.get(k)}
+        answer = await asyncio.to_thread(lambda: self.client().count_tokens(
+            modelId=kwargs["modelId"], input={"converse": converse}))
+        tokens = answer.get("inputTokens")
+        return tokens if isinstance(tokens, int) else None
+
+    async def list_models(self) -> list[dict[str, Any]]:
+        """Foundation models with text output invoked on demand, then the active inference
+        profiles (ListFoundationModels, ListInferenceProfiles)."""
+        try:
+            return await asyncio.to_thread(self._list_models)
+        except Exception as exc:
+            raise _to_upstream(exc)[0] from exc
+
+    def _list_models(self) -> list[dict[str, Any]]:
+        client = self.control_client()
+        listed: list[dict[str, Any]] = []
+        answer = client.list_foundation_models(byOutputModality="TEXT")
+        for summary in answer.get("modelSummaries") or ():
+            if "ON_DEMAND" in (summary.get("inferenceTypesSupported") or ()):
+                owner = str(summary.get("providerName") or "bedrock").lower()
+                listed.append(_model_object(summary["modelId"], 0, owner))
+        token: str | None = None
+        while True:
+            page = client.list_inference_profiles(**({"nextToken": token} if token else {}))
+            for profile in page.get("inferenceProfileSummaries") or ():
+                if profile.get("status", "ACTIVE") != "ACTIVE":
+                    continue
+                created = profile.get("createdAt")
+                model_id = profile["inferenceProfileId"]
+                owner = models.model_info(model_id).base.partition(".")[0] or "bedrock"
+                listed.append(_model_object(
+                    model_id, int(created.timestamp()) if created else 0, owner))
+            token = page.get("nextToken")
+            if not token:
+                return listed
 
     async def _fetch_media(self, body: Mapping[str, Any]) -> dict[str, Fetched]:
         wanted = remote_media(body)  # refuses too many parts before any download
@@ -249,3 +332,7 @@ class BedrockBackend:
                                     code="server_error")
         finally:
             pump.close()
+
+
+def _model_object(model_id: str, created: int, owned_by: str) -> dict[str, Any]:
+    return {"id": model_id, "object": "model", "created": created, "owned_by": owned_by}

@@ -185,6 +185,9 @@ class TurnBuilder:
                                    code="invalid_file_url")
             declared, data = fetched.content_type, fetched.data
         elif isinstance(file.get("file_data"), str) and file["file_data"]:
+            if media.has_scheme(file["file_data"]):  # a URL, not base64 (to_chat.py)
+                raise GatewayError(400, "File URLs must be http(s) or data URLs.", param=param,
+                                   code="invalid_file_url")
             declared, data = None, media.decode_base64(file["file_data"], param=param)
         elif file.get("file_url"):
             raise GatewayError(400, "File URLs must be http(s) or data URLs.", param=param,

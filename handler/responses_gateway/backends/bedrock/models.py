@@ -76,3 +76,30 @@ def model_info(model: str) -> ModelInfo:
     else:
         family = "other"
     return ModelInfo(model_id=model_id, family=family, base=base)
+
+
+#: Context windows of Bedrock model families, by the start of the base model id (the longest
+#: match wins), from each provider's model card: Bedrock's API does not report them.
+CONTEXT_WINDOWS: dict[str, int] = {
+    "anthropic.claude": 200_000,
+    "amazon.nova-micro": 128_000,
+    "amazon.nova-lite": 300_000,
+    "amazon.nova-pro": 300_000,
+    "amazon.nova-premier": 1_000_000,
+    "meta.llama3-1": 128_000,
+    "meta.llama3-2": 128_000,
+    "meta.llama3-3": 128_000,
+    "meta.llama4": 128_000,
+    "mistral.mistral-large-2407": 128_000,
+    "openai.gpt-oss": 128_000,
+    "deepseek.r1": 128_000,
+    "deepseek.v3": 128_000,
+}
+
+
+def context_window(model: str) -> int | None:
+    """The documented window of ``model``'s family (profiles and ARNs resolved); None if
+    the family is not in :data:`CONTEXT_WINDOWS`."""
+    base = model_info(model).base
+    found = [prefix for prefix in CONTEXT_WINDOWS if base.startswith(prefix)]
+    return CONTEXT_WINDOWS[max(found, key=len)] if found else None

@@ -1,14 +1,16 @@
 """Compaction: a window of items becomes the user messages it kept plus one ``compaction`` item
 whose sealed content is a summary the backend model wrote of it.
 
-Used by ``POST /v1/responses/compact`` (api/context.py) and by ``context_management`` on
-create (context.py). The summary comes from one non-streaming chat call to the request's own
-model through its own backend (``Gateway.backend_for``), the window rendered as for a create
+Used by ``POST /v1/responses/compact`` (api/context_routes.py) and by ``context_management``
+on create (fit.py), both through :class:`~.fit.Fitting`. The summary comes from one
+non-streaming chat call to the request's own model through its own backend, the window rendered
+as for a create
 (to_chat.py, earlier compaction items included) with :data:`SUMMARY_PROMPT` after it. A window
-larger than the model can read is summarised in consecutive parts, each part's summary carried
-into the next. The output follows OpenAI's: "a list of all user messages, followed by a single
-compaction item"; when the context window is known, the user messages kept are the newest that
-fit in a quarter of it (the latest always), the others being in the summary.
+larger than the model can read is summarised in consecutive parts, cut where cuts.py allows,
+each part's summary carried into the next. The output follows OpenAI's: "a list of all user
+messages, followed by a single compaction item"; when the context window is known, the user
+messages kept are the newest that fit in a quarter of it (the latest always), the others being
+in the summary.
 """
 
 from __future__ import annotations
@@ -21,13 +23,16 @@ from typing import Any
 import orjson
 
 from responses_gateway import ids
-from responses_gateway.backends.base import BackendRequest
+from responses_gateway.backends.base import Backend, BackendRequest
 from responses_gateway.config import Route
 from responses_gateway.errors import UpstreamError
 from responses_gateway.responses.fitting import tokens
+from responses_gateway.responses.fitting.cuts import Cuts, cut_points
+from responses_gateway.token_estimate import estimate
 from responses_gateway.translate import compaction_items
 from responses_gateway.translate.request_models import CreateResponseRequest
 from responses_gateway.translate.response_object import usage_from_chat
+from responses_gateway.translate.sealing import Sealer
 from responses_gateway.translate.to_chat import to_chat_request
 
 SUMMARY_PROMPT = (
@@ -56,7 +61,8 @@ class Compacted:
 
 
 async def compact(
-    gateway: Any,
+    backend: Backend,
+    sealer: Sealer,
     req: CreateResponseRequest,
     route: Route,
     items: list[dict[str, Any]],
@@ -66,18 +72,17 @@ async def compact(
     window: int | None,
 ) -> Compacted:
     """Summarise ``items`` (the whole conversation, earlier compaction items included)."""
-    unseal = partial(gateway.sealer.unseal, tenant=tenant)
+    unseal = partial(sealer.unseal, tenant=tenant)
     visible = _visible(items, unseal)
     render = partial(to_chat_request, req, model=route.model, reasoning_input=reasoning_input,
                      unseal=unseal)
-    backend = gateway.backend_for(route.backend)
     summary = ""
     usage: list[dict[str, Any]] = []
     for part in _parts(visible, window):
         summary = await _summarise_part(backend, render, part, summary, tenant, window, usage)
     kept = _kept_users(visible, window)
     payload = compaction_items.payload(summary, [compaction_items.user_key(i) for i in kept])
-    sealed = gateway.sealer.seal(payload, tenant)
+    sealed = sealer.seal(payload, tenant)
     item = {"id": ids.new_id(ids.COMPACTION), "type": "compaction", "encrypted_content": sealed}
     return Compacted(window=[*kept, item], item=item, usage=_total(usage))
 
@@ -111,26 +116,20 @@ def _parts(items: list[dict[str, Any]], window: int | None) -> list[list[dict[st
     budget = max(1, int(window * READ_SHARE))
     parts: list[list[dict[str, Any]]] = [[]]
     size = 0
-    open_calls: set[str] = set()
+    cuts = Cuts()
     for item in items:
-        cost = tokens.estimate(item)
-        can_split = parts[-1] and not open_calls and parts[-1][-1].get("type") != "reasoning"
-        if can_split and size + cost > budget:
+        cost = estimate(item)
+        if parts[-1] and cuts.allowed and size + cost > budget:
             parts.append([])
             size = 0
         parts[-1].append(item)
         size += cost
-        kind = item.get("type")
-        call_id = item.get("call_id")
-        if kind in ("function_call", "custom_tool_call") and isinstance(call_id, str):
-            open_calls.add(call_id)
-        elif kind in ("function_call_output", "custom_tool_call_output"):
-            open_calls.discard(call_id)  # type: ignore[arg-type]
+        cuts.add(item)
     return parts
 
 
 async def _summarise_part(
-    backend: Any,
+    backend: Backend,
     render: Any,
     part: list[dict[str, Any]],
     earlier: str,
@@ -156,19 +155,8 @@ async def _summarise_part(
 
 
 def _safe_cut(part: list[dict[str, Any]]) -> int:
-    """The index nearest the middle where ``part`` splits without parting a call from its
-    output or reasoning from what follows it (0: nowhere)."""
-    cuts: list[int] = []
-    open_calls: set[str] = set()
-    for index, item in enumerate(part):
-        if index and not open_calls and part[index - 1].get("type") != "reasoning":
-            cuts.append(index)
-        kind, call_id = item.get("type"), item.get("call_id")
-        if kind in ("function_call", "custom_tool_call") and isinstance(call_id, str):
-            open_calls.add(call_id)
-        elif kind in ("function_call_output", "custom_tool_call_output"):
-            open_calls.discard(call_id)  # type: ignore[arg-type]
-    return min(cuts, key=lambda c: abs(2 * c - len(part)), default=0)
+    """The index nearest the middle where ``part`` splits by the cut rule (0: nowhere)."""
+    return min(cut_points(part), key=lambda c: abs(2 * c - len(part)), default=0)
 
 
 def _summary_request(chat: dict[str, Any], earlier: str, window: int | None) -> dict[str, Any]:
@@ -190,13 +178,11 @@ def _summary_request(chat: dict[str, Any], earlier: str, window: int | None) -> 
     return body
 
 
-async def _summarise(backend: Any, body: dict[str, Any], tenant: str
+async def _summarise(backend: Backend, body: dict[str, Any], tenant: str
                      ) -> tuple[str, dict[str, Any]]:
     """One summarising call."""
     request = BackendRequest(body=body, tenant=tenant, stream=False)
-    prepare = getattr(backend, "prepare", None)
-    if prepare is not None:
-        await prepare(request)
+    await backend.prepare(request)
     completion: Any = None
     async for batch in backend.stream(request):
         for chunk in batch:
@@ -241,7 +227,7 @@ def _kept_users(items: list[dict[str, Any]], window: int | None) -> list[dict[st
     kept: list[dict[str, Any]] = []
     size = 0
     for item in reversed(users):
-        cost = tokens.estimate(item.get("content"))
+        cost = estimate(item.get("content"))
         if kept and size + cost > budget:
             break
         kept.append(item)

@@ -1,36 +1,40 @@
 """Fitting a create's input to the model: ``context_management`` compaction, ``truncation``.
 
-``Gateway.prepare`` renders the conversation through :func:`fit`, which may first compact it
-(the rendered input passed ``compact_threshold``: the compaction item becomes the response's
-first output item and stands, for the model, for everything before it) and then:
+:class:`Fitting` is the one home of it, owned by the Gateway (``gateway.fitting``): it renders
+the conversation (:meth:`Fitting.fit`), which may first compact it (the rendered input passed
+``compact_threshold``: the compaction item becomes the response's first output item and stands,
+for the model, for everything before it) and then:
 
 - ``truncation: "auto"``: leaves out the oldest items until the input fits the context window
   less room to answer (``max_output_tokens``, else a tenth of the window). Never the
   instructions or ``system``/``developer`` messages, never the latest user message or what
-  follows it, never a call without its output or reasoning without what it preceded. Items
-  are left out of what the model reads, not of what is stored.
+  follows it, never against the cut rule (cuts.py). Items are left out of what the model
+  reads, not of what is stored.
 - ``truncation: "disabled"`` (the default): an input over the window is OpenAI's 400
   ``context_length_exceeded``.
 
-Without a known window (context_windows.py) and without ``context_management`` this costs
-nothing beyond the render. Counts are exact where the backend counts (tokens.py); the
-estimate screens first, so a request far below the window is never counted upstream.
+Without a known window (windows.py) and without ``context_management`` this costs nothing
+beyond the render. Counts are exact where the backend counts (tokens.py); the estimate screens
+first, so a request far below the window is never counted upstream.
 """
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from responses_gateway.backends.base import Backend
 from responses_gateway.config import Route
 from responses_gateway.errors import GatewayError, invalid_request
 from responses_gateway.responses.fitting import compaction, tokens
+from responses_gateway.responses.fitting.cuts import Cuts
 from responses_gateway.responses.fitting.windows import ContextWindows
+from responses_gateway.token_estimate import estimate, estimate_chat
 from responses_gateway.translate import compaction_items
 from responses_gateway.translate.request_models import CreateResponseRequest
+from responses_gateway.translate.sealing import Sealer
 from responses_gateway.translate.to_chat import client_param, to_chat_request
 
 #: Share of the window ``context_management`` compacts past when ``compact_threshold`` is null.
@@ -38,17 +42,6 @@ DEFAULT_THRESHOLD_SHARE = 0.8
 #: An estimate this many times below the budget is trusted without an exact count.
 _SAFE_FACTOR = 1.5
 _MAX_ROUNDS = 16
-
-_windows: weakref.WeakKeyDictionary[Any, ContextWindows] = weakref.WeakKeyDictionary()
-
-
-def windows_of(gateway: Any) -> ContextWindows:
-    """The gateway's context windows (one cache per gateway, made on first use)."""
-    found = _windows.get(gateway)
-    if found is None:
-        found = _windows[gateway] = ContextWindows(gateway.settings.context_windows,
-                                                   gateway.backend_for)
-    return found
 
 
 def context_length_exceeded(tokens_used: int, window: int) -> GatewayError:
@@ -69,62 +62,103 @@ class Fitted:
     catalog: Any = None  # the render's tool catalog, when asked for one (new_catalog)
 
 
-async def fit(
-    gateway: Any,
-    req: CreateResponseRequest,
-    route: Route,
-    items: list[dict[str, Any]],
-    tenant: str,
-    reasoning_input: str | None,
-    *,
-    new_catalog: Callable[[], Any] | None = None,
-) -> Fitted:
-    """The chat body for ``items`` (history and this turn's input), fitted to the model.
-    ``new_catalog`` makes the tool catalog each render fills (to_chat.py)."""
-    render = partial(_render, req, route, items, partial(gateway.sealer.unseal, tenant=tenant),
-                     reasoning_input, new_catalog)
-    fitted = render()
-    entry = next((e for e in req.context_management or () if e.type == "compaction"), None)
-    window = await windows_of(gateway).window(req.model, route)
-    if entry is None and window is None:
-        return fitted
-    backend = gateway.backend_for(route.backend)
-    counted: tokens.Count | None = None
-    threshold = entry.compact_threshold if entry is not None else None
-    if threshold is None and entry is not None and window is not None:
-        threshold = int(window * DEFAULT_THRESHOLD_SHARE)
-    if threshold is not None and tokens.estimate_chat(fitted.chat) * _SAFE_FACTOR > threshold:
-        counted = await _count(backend, fitted)
-        if counted.tokens > threshold and _compactable(items):
-            result = await compaction.compact(gateway, req, route, items, tenant,
-                                              reasoning_input=reasoning_input, window=window)
-            fitted = render(output_items=[result.item])
-            counted = None
-    if window is None:
-        return fitted
-    auto = req.truncation == "auto"
-    budget = window - _reserve(req, window) if auto else window
-    if counted is None and tokens.estimate_chat(fitted.chat) * _SAFE_FACTOR <= budget:
-        return fitted
-    counted = counted or await _count(backend, fitted)
-    if counted.tokens <= budget:
-        return fitted
-    if not auto:
-        raise context_length_exceeded(counted.tokens, window)
-    return await _truncate(render, items, fitted, counted, budget, window, backend)
+class Fitting:
+    """Renders, compacts, truncates and counts a conversation for its route's backend.
 
+    ``windows``: the operator's context windows by model name (``GATEWAY_CONTEXT_WINDOWS``);
+    ``reasoning_input``: the operator's ``GATEWAY_REASONING_INPUT``, which each backend may
+    overrule (``Backend.reasoning_input``).
+    """
 
-def render(
-    gateway: Any,
-    req: CreateResponseRequest,
-    route: Route,
-    items: list[dict[str, Any]],
-    tenant: str,
-    reasoning_input: str | None,
-) -> Fitted:
-    """The chat body for ``items`` as they are, neither compacted nor truncated."""
-    return _render(req, route, items, partial(gateway.sealer.unseal, tenant=tenant),
-                   reasoning_input, None)
+    def __init__(
+        self,
+        backend_for: Callable[[str], Backend],
+        sealer: Sealer,
+        *,
+        windows: Mapping[str, int],
+        reasoning_input: str | None,
+    ) -> None:
+        self._backend_for = backend_for
+        self._sealer = sealer
+        self._reasoning_input = reasoning_input
+        self.windows = ContextWindows(windows, backend_for)
+
+    def reasoning_input(self, backend_kind: str) -> str | None:
+        """How reasoning goes back upstream in history for the backend of that kind."""
+        return self._backend_for(backend_kind).reasoning_input(self._reasoning_input)
+
+    async def fit(
+        self,
+        req: CreateResponseRequest,
+        route: Route,
+        items: list[dict[str, Any]],
+        tenant: str,
+        *,
+        new_catalog: Callable[[], Any] | None = None,
+    ) -> Fitted:
+        """The chat body for ``items`` (history and this turn's input), fitted to the model.
+        ``new_catalog`` makes the tool catalog each render fills (to_chat.py)."""
+        render = self._renderer(req, route, items, tenant, new_catalog)
+        fitted = render()
+        entry = next((e for e in req.context_management or () if e.type == "compaction"), None)
+        window = await self.windows.window(req.model, route)
+        if entry is None and window is None:
+            return fitted
+        backend = self._backend_for(route.backend)
+        counted: tokens.Count | None = None
+        threshold = entry.compact_threshold if entry is not None else None
+        if threshold is None and entry is not None and window is not None:
+            threshold = int(window * DEFAULT_THRESHOLD_SHARE)
+        if threshold is not None and estimate_chat(fitted.chat) * _SAFE_FACTOR > threshold:
+            counted = await _count(backend, fitted)
+            if counted.tokens > threshold and _compactable(items):
+                result = await self._compact(req, route, items, tenant, window)
+                fitted = render(output_items=[result.item])
+                counted = None
+        if window is None:
+            return fitted
+        auto = req.truncation == "auto"
+        budget = window - _reserve(req, window) if auto else window
+        if counted is None and estimate_chat(fitted.chat) * _SAFE_FACTOR <= budget:
+            return fitted
+        counted = counted or await _count(backend, fitted)
+        if counted.tokens <= budget:
+            return fitted
+        if not auto:
+            raise context_length_exceeded(counted.tokens, window)
+        return await _truncate(render, items, fitted, counted, budget, window, backend)
+
+    def render(
+        self, req: CreateResponseRequest, route: Route, items: list[dict[str, Any]], tenant: str
+    ) -> Fitted:
+        """The chat body for ``items`` as they are, neither compacted nor truncated."""
+        return self._renderer(req, route, items, tenant, None)()
+
+    async def compact(
+        self, req: CreateResponseRequest, route: Route, items: list[dict[str, Any]], tenant: str
+    ) -> compaction.Compacted:
+        """``items`` summarised into one compaction item (``POST /v1/responses/compact``)."""
+        return await self._compact(req, route, items, tenant,
+                                   await self.windows.window(req.model, route))
+
+    async def count(self, route: Route, chat: dict[str, Any]) -> tokens.Count:
+        """The input tokens of a rendered chat body for the route's backend."""
+        return await tokens.count(self._backend_for(route.backend), chat)
+
+    async def _compact(
+        self, req: CreateResponseRequest, route: Route, items: list[dict[str, Any]],
+        tenant: str, window: int | None,
+    ) -> compaction.Compacted:
+        return await compaction.compact(
+            self._backend_for(route.backend), self._sealer, req, route, items, tenant,
+            reasoning_input=self.reasoning_input(route.backend), window=window)
+
+    def _renderer(
+        self, req: CreateResponseRequest, route: Route, items: list[dict[str, Any]],
+        tenant: str, new_catalog: Callable[[], Any] | None,
+    ) -> Callable[..., Fitted]:
+        return partial(_render, req, route, items, partial(self._sealer.unseal, tenant=tenant),
+                       self.reasoning_input(route.backend), new_catalog)
 
 
 def _render(
@@ -146,7 +180,7 @@ def _render(
     return Fitted(chat, params, list(output_items), extra.get("catalog"))
 
 
-async def _count(backend: Any, fitted: Fitted) -> tokens.Count:
+async def _count(backend: Backend, fitted: Fitted) -> tokens.Count:
     try:
         return await tokens.count(backend, fitted.chat)
     except GatewayError as exc:  # a backend's 400 about messages[k]: name what was sent
@@ -170,7 +204,7 @@ async def _truncate(
     counted: tokens.Count,
     budget: int,
     window: int,
-    backend: Any,
+    backend: Backend,
 ) -> Fitted:
     """Leave out the oldest items until the count fits ``budget``."""
     output_items = fitted.output_items
@@ -179,7 +213,7 @@ async def _truncate(
     for _ in range(_MAX_ROUNDS):
         # Estimates of the items scaled to the count: the rest of the request (tools,
         # instructions, the template) is not what leaving items out saves.
-        scale = max(1.0, counted.tokens / max(1, tokens.estimate_chat(fitted.chat)))
+        scale = max(1.0, counted.tokens / max(1, estimate_chat(fitted.chat)))
         # A little past the excess: a count per round is a round trip upstream.
         more = _drop(items, candidates, omit, (counted.tokens - budget) / scale * 1.2 + 1)
         if not more:
@@ -216,26 +250,21 @@ def _drop(
     items: list[dict[str, Any]], candidates: list[int], omit: set[int], excess: float
 ) -> set[int]:
     """The next oldest items to leave out, at least ``excess`` estimated tokens, ending where
-    no call is left without its output and no reasoning without what follows it."""
+    the cut rule allows (cuts.py)."""
     chosen: set[int] = set()
     saved = 0
-    open_calls: set[str] = set()
+    cuts = Cuts()
     for index in candidates:
         if index in omit:
             continue
         item = items[index]
         chosen.add(index)
-        saved += tokens.estimate(item)
-        kind = item.get("type")
-        call_id = item.get("call_id")
-        if kind in ("function_call", "custom_tool_call") and isinstance(call_id, str):
-            open_calls.add(call_id)
-        elif kind in ("function_call_output", "custom_tool_call_output"):
-            open_calls.discard(call_id)  # type: ignore[arg-type]
-        if saved >= excess and not open_calls and kind != "reasoning":
+        saved += estimate(item)
+        cuts.add(item)
+        if saved >= excess and cuts.allowed:
             return chosen
-    if open_calls:  # a call whose output is in the latest turn: it must stay, and its own
-        chosen = {i for i in chosen if not _in_calls(items[i], open_calls)}
+    if cuts.open_calls:  # a call whose output is in the latest turn: it must stay, and its own
+        chosen = {i for i in chosen if not _in_calls(items[i], cuts.open_calls)}
     return chosen
 
 

@@ -1,4 +1,6 @@
-"""Upstream chat SSE → chunk dicts: the decoding every SSE backend shares."""
+"""The chat-chunk wire format backends hand over: upstream chat SSE → chunk dicts (or their
+JSON bytes), the decoding every SSE backend shares and the translator reads (translate/stream.py).
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,27 @@
+"""The store ``GATEWAY_STORE`` names: ``sqlite:PATH`` (embedded) or ``dynamodb:TABLE``.
+
+Each is imported only when configured, so boto3 loads only for DynamoDB.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from responses_gateway.config import Settings
+    from responses_gateway.store.base import Store
+
+
+def build_store(settings: Settings) -> Store:
+    kind, _, target = settings.store.partition(":")
+    if kind == "sqlite":
+        from responses_gateway.store.sqlite import SQLiteStore
+
+        return SQLiteStore(target or "gateway.db", retention_days=settings.retention_days)
+    if kind == "dynamodb":
+        from responses_gateway.store.dynamodb import DynamoDBStore
+
+        if not target:
+            raise ValueError("GATEWAY_STORE=dynamodb:TABLE needs a table name")
+        return DynamoDBStore(target, retention_days=settings.retention_days)
+    raise ValueError(f"GATEWAY_STORE must be sqlite:PATH or dynamodb:TABLE, not {settings.store!r}")
