@@ -19,9 +19,9 @@ from starlette.types import Receive, Scope, Send
 
 from responses_gateway.ids import request_id_header
 from responses_gateway.sse import encode_comment, encode_events
+from responses_gateway.status import TERMINAL_EVENTS
 
 # A stream's last event: nothing follows it, so its batch also ends the body.
-TERMINAL_EVENTS = frozenset({"response.completed", "response.failed", "response.incomplete"})
 
 HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),

@@ -37,8 +37,8 @@ from typing import Any, cast
 
 from responses_gateway import ids
 from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.status import FINISHED_STATUSES, TERMINAL_STATUSES
 from responses_gateway.store.base import (
-    TERMINAL_STATUSES,
     ConversationLocked,
     ConversationStore,
     DuplicateItem,
@@ -64,7 +64,7 @@ LOCK_SECONDS = 900.0
 RENEW_SECONDS = 60.0  # a running turn moves the lapse this often
 SETTLE_SECONDS = 3.0  # the next turn's wait for an ended background response's append
 SETTLE_POLL_SECONDS = 0.05
-APPENDED = frozenset({"completed", "incomplete"})
+APPENDED = FINISHED_STATUSES
 
 
 def new_id() -> str:

@@ -13,13 +13,15 @@ Rules kept here, for every provider's quirks:
   part of the message, each tool call a ``function_call`` item, added once its name is known;
 - the terminal event is emitted once, by :meth:`finish` or :meth:`fail`; nothing follows it.
 
-A response may span several model turns (tools the gateway runs, tools/mcp.py): the runner
-ends each turn with :meth:`end_turn` (close what is open, keep the usage, hand over the calls
-the gateway must run), opens and closes the items of those calls through ``mcp_*``, and feeds
-the next turn to this same translator, so ids, output indexes and sequence numbers continue and
-usage is summed over turns. A call's chat function name says what it stands for
-(``TranslateOptions.tools``): a namespace member (``function_call`` with ``namespace``), a
-``custom`` tool (``custom_tool_call``), an MCP server's tool (run by the gateway).
+A response may span several model turns (tools the gateway runs, tools/server.py): the turn
+loop (responses/turns.py) ends each turn with :meth:`end_turn` (close what is open, keep the
+usage, hand over the calls the gateway must run), lets each server tool open and close its
+items through the :class:`~responses_gateway.tools.server.ItemWriter` methods
+(``start_tool_item``, ``tool_item_event``, ``end_tool_item``), and feeds the next turn to this
+same translator, so ids, output indexes and sequence numbers continue and usage is summed over
+turns. A call's chat function name says what it stands for (``TranslateOptions.tools``): a
+namespace member (``function_call`` with ``namespace``), a ``custom`` tool
+(``custom_tool_call``), a server tool's function (run by the gateway).
 """
 
 from __future__ import annotations
@@ -32,17 +34,26 @@ from typing import Any
 import orjson
 
 from responses_gateway import ids
-from responses_gateway.tools.catalog import ToolSpec
-from responses_gateway.tools.custom import InputStream, input_of
-from responses_gateway.translate.response_object import response_error, usage_from_chat
 from responses_gateway.backends.chunks import parse_chunk
+from responses_gateway.tools.catalog import ToolSpec
+from responses_gateway.tools.server import ServerCall
+from responses_gateway.translate.item_kinds import CALL as _CALL
+from responses_gateway.translate.item_kinds import CALL_KINDS as _CALL_KINDS
+from responses_gateway.translate.item_kinds import CUSTOM as _CUSTOM
+from responses_gateway.translate.item_kinds import NONE as _NONE
+from responses_gateway.translate.item_kinds import REASONING as _REASONING
+from responses_gateway.translate.item_kinds import REFUSAL as _REFUSAL
+from responses_gateway.translate.item_kinds import SERVER as _SERVER
+from responses_gateway.translate.item_kinds import TEXT as _TEXT
+from responses_gateway.translate.item_kinds import TOOL_ITEM as _TOOL_ITEM
+from responses_gateway.translate.item_kinds import TranslationError
+from responses_gateway.translate.response_object import response_error, usage_from_chat
+from responses_gateway.translate.stream_calls import CallItems, _Call
+from responses_gateway.translate.stream_reasoning import ReasoningItems
+from responses_gateway.translate.stream_repeat import _Repeat
 
 Event = dict[str, Any]
 
-# _CUSTOM: a custom tool's call; _SERVER: a call the gateway runs (its item comes after the
-# turn); _TOOL_ITEM: an item of a gateway-run tool (mcp_list_tools, mcp_call) being run.
-_NONE, _REASONING, _TEXT, _REFUSAL, _CALL, _CUSTOM, _SERVER, _TOOL_ITEM = range(8)
-_CALL_KINDS = (_CALL, _CUSTOM, _SERVER)
 _NO_LOGPROBS: list[Any] = []  # shared by text deltas without logprobs; never mutated
 
 _INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
@@ -65,39 +76,8 @@ class TranslateOptions:
     tools: dict[str, ToolSpec] | None = None  # chat function name -> what it stands for
 
 
-class _Call:
-    __slots__ = (
-        "args", "call_id", "index", "input", "item", "name", "output_index", "spec", "state"
-    )
 
-    def __init__(self, call_id: str, index: int | None) -> None:
-        self.call_id = call_id
-        self.index = index  # the upstream's tool call index, when it sends one
-        self.name = ""
-        self.args: list[str] = []
-        self.item: dict[str, Any] | None = None
-        self.output_index = -1
-        self.state = 0  # 0 pending (no name yet), 1 open, 2 closed
-        self.spec: ToolSpec | None = None  # what the chat function stands for (None: itself)
-        self.input: InputStream | None = None  # a custom call's input, decoded as it streams
-
-    @property
-    def arguments(self) -> str:
-        return "".join(self.args)
-
-
-class ServerCall:
-    """A call the model made to a tool the gateway runs (an MCP server's tool)."""
-
-    __slots__ = ("arguments", "call_id", "spec")
-
-    def __init__(self, call_id: str, spec: ToolSpec, arguments: str) -> None:
-        self.call_id = call_id
-        self.spec = spec
-        self.arguments = arguments
-
-
-class ResponseTranslator:
+class ResponseTranslator(CallItems, ReasoningItems):
     """Feed chunks, collect events. ``response`` is the live snapshot."""
 
     __slots__ = (
@@ -444,92 +424,37 @@ class ResponseTranslator:
         if usage is not None:
             self.response["usage"] = usage
 
-    # -- items of the tools the gateway runs (see end_turn) ----------------------------------
+    # -- items of the tools the gateway runs (tools/server.py's ItemWriter) -------------------
 
-    def mcp_list_tools_start(self, server_label: str) -> list[Event]:
+    def start_tool_item(self, item: dict[str, Any], progress: str | None) -> list[Event]:
         out: list[Event] = []
-        self._open_tool_item(
-            {"id": ids.new_id(ids.MCP_LIST_TOOLS), "type": "mcp_list_tools",
-             "server_label": server_label, "tools": []},
-            "response.mcp_list_tools.in_progress", out,
-        )
-        return out
-
-    def mcp_list_tools_end(
-        self, tools: list[dict[str, Any]], error: str | None = None
-    ) -> list[Event]:
-        item = self._item
-        assert self._kind == _TOOL_ITEM and item is not None, "no mcp_list_tools item is open"
-        item["tools"] = tools
-        if error is not None:
-            item["error"] = error
-        out = [self._item_event(
-            "response.mcp_list_tools.failed" if error else "response.mcp_list_tools.completed"
-        )]
-        self._close(out, "completed")
-        return out
-
-    def mcp_call_start(
-        self, server_label: str, name: str, arguments: str,
-        approval_request_id: str | None = None,
-    ) -> list[Event]:
-        out: list[Event] = []
-        item: dict[str, Any] = {
-            "id": ids.new_id(ids.MCP_CALL), "type": "mcp_call", "status": "in_progress",
-            "arguments": "", "name": name, "server_label": server_label,
-        }
-        if approval_request_id is not None:
-            item["approval_request_id"] = approval_request_id
-        self._open_tool_item(item, "response.mcp_call.in_progress", out)
-        if arguments:
-            out.append(self._event({
-                "type": "response.mcp_call_arguments.delta", "item_id": self._item_id,
-                "output_index": self._output_index, "delta": arguments,
-            }))
-        item["arguments"] = arguments
-        out.append(self._event({
-            "type": "response.mcp_call_arguments.done", "item_id": self._item_id,
-            "output_index": self._output_index, "arguments": arguments,
-        }))
-        return out
-
-    @property
-    def open_item(self) -> dict[str, Any] | None:
-        """The item open now (the mcp_call being run, between start and end)."""
-        return self._item
-
-    def mcp_call_end(self, output: str | None, error: dict[str, Any] | None) -> list[Event]:
-        item = self._item
-        assert self._kind == _TOOL_ITEM and item is not None, "no mcp_call item is open"
-        if error is None:
-            item["output"] = output
-            item["status"] = "completed"
-        else:
-            item["error"] = error
-            item["status"] = "failed"
-        out = [self._item_event(
-            "response.mcp_call.failed" if error else "response.mcp_call.completed"
-        )]
-        self._close(out, item["status"])
-        return out
-
-    def mcp_approval_request(self, server_label: str, name: str, arguments: str) -> list[Event]:
-        """A call waiting for the client's approval: an item, added and done at once."""
-        out: list[Event] = []
-        self._open_tool_item(
-            {"id": ids.new_id(ids.MCP_APPROVAL_REQUEST), "type": "mcp_approval_request",
-             "arguments": arguments, "name": name, "server_label": server_label},
-            None, out,
-        )
-        self._close(out, "completed")
-        return out
-
-    def _open_tool_item(self, item: dict[str, Any], progress: str | None, out: list[Event]) -> None:
         self._close(out, "completed")
         self._kind = _TOOL_ITEM
         self._add_item(item, out)
         if progress is not None:
             out.append(self._item_event(progress))
+        return out
+
+    def tool_item_event(self, kind: str, **fields: Any) -> Event:
+        assert self._kind == _TOOL_ITEM, f"{kind} with no tool item open"
+        return self._event(
+            {"type": kind, "item_id": self._item_id, "output_index": self._output_index,
+             **fields}
+        )
+
+    def end_tool_item(self, status: str, event: str | None) -> list[Event]:
+        item = self._item
+        assert self._kind == _TOOL_ITEM and item is not None, "no tool item is open"
+        if "status" in item:
+            item["status"] = status
+        out = [] if event is None else [self._item_event(event)]
+        self._close(out, status)
+        return out
+
+    @property
+    def tool_item(self) -> dict[str, Any] | None:
+        """The tool item open now (between ``start_tool_item`` and ``end_tool_item``)."""
+        return self._item if self._kind == _TOOL_ITEM else None
 
     def _item_event(self, kind: str) -> Event:
         return self._event(
@@ -639,103 +564,6 @@ class ResponseTranslator:
             }
         )
 
-    def _reasoning(self, text: str, out: list[Event]) -> None:
-        if text.__class__ is not str:
-            raise TranslationError("reasoning text that is not a string")
-        if self._kind != _REASONING:
-            self._open_reasoning(out)
-        if not self._pieces and self._content_index < 0:
-            self._open_reasoning_part(out)
-        self._fragment(text, out)
-
-    def _reasoning_details(
-        self, details: list[dict[str, Any]], take_text: bool, out: list[Event]
-    ) -> None:
-        """OpenRouter-style ``reasoning_details``: keep signatures and encrypted blobs.
-
-        Their text duplicates ``reasoning``/``reasoning_content`` when those are present, so it
-        is used only when the delta carries no plain reasoning string.
-        """
-        for detail in details:
-            kind = detail.get("type")
-            if kind == "reasoning.text" or kind == "reasoning.summary":
-                text = detail.get("text") or detail.get("summary")
-                if take_text and text:
-                    self._reasoning(text, out)
-                if text and self._kind == _REASONING:
-                    self._detail_text.append(text)
-                signature = detail.get("signature")
-                if signature:
-                    if self._kind != _REASONING:
-                        self._open_reasoning(out)
-                    self._signed_block(signature, _format_of(detail))
-            elif kind == "reasoning.encrypted" and detail.get("data"):
-                if self._kind != _REASONING:
-                    self._open_reasoning(out)
-                self._details.append(
-                    {"type": "reasoning.encrypted", "data": detail["data"], **_format_of(detail)}
-                )
-
-    def _signed_block(self, signature: str, fmt: dict[str, Any]) -> None:
-        """A signature ends one reasoning block; an item may hold several (Claude), and each
-        must go back upstream with exactly its own text. The block's text is what its details
-        carried (a whole ``chat.completion``), else the reasoning streamed since the last one."""
-        self._details.append({
-            "type": "reasoning.text", "signature": signature, **fmt,
-            "text": "".join(self._detail_text), "end": len(self._pieces),
-        })
-        self._detail_text = []
-
-    def _tool_call(self, tool_call: dict[str, Any], out: list[Event]) -> None:
-        index = tool_call.get("index")
-        upstream_id = tool_call.get("id") or ""
-        call: _Call | None = None
-        if index is not None:
-            call = self._calls_by_index.get(index)
-            if call is not None and upstream_id and upstream_id != call.call_id:
-                call = None  # a new call reusing the index (some providers send 0 every time)
-        if call is None and upstream_id:
-            call = self._calls_by_id.get(upstream_id)
-        if call is None and index is None and not upstream_id:
-            call = self._call
-        function = tool_call.get("function") or {}
-        name = function.get("name")
-        arguments = function.get("arguments")
-        if (name and name.__class__ is not str) or (
-            arguments and arguments.__class__ is not str
-        ):
-            raise TranslationError("a tool call whose name or arguments are not strings")
-        if call is None:
-            if not name and not arguments and not upstream_id:
-                return  # an empty trailing fragment for nothing we know
-            call = _Call(upstream_id or ids.new_id(ids.CALL), index)
-            if index is not None:
-                self._calls_by_index[index] = call
-            if upstream_id:
-                self._calls_by_id[upstream_id] = call
-        if call.state == 2:
-            if arguments:
-                raise TranslationError(
-                    f"arguments for tool call {call.call_id!r} arrived after it was closed"
-                )
-            return
-        if name and not call.name:
-            call.name = name
-        if call.state == 0:
-            if arguments:
-                call.args.append(arguments)
-            if call.name:
-                self._open_call(call, out)
-            return
-        if self._call is not call:
-            # Fragments of an open call always belong to the open item; an open call that
-            # is not current cannot exist because opening one closes the other.
-            raise TranslationError(f"tool call {call.call_id!r} is not the open item")
-        if arguments:
-            if self._kind == _CALL:
-                self._fragment(arguments, out)
-            else:
-                self._more_input(call, arguments, out)
 
     # -- opening and closing items -----------------------------------------------------------
 
@@ -769,44 +597,6 @@ class ResponseTranslator:
             )
         )
 
-    def _open_reasoning(self, out: list[Event]) -> None:
-        if self._kind == _REASONING:
-            return
-        self._close(out, "completed")
-        item: dict[str, Any] = {"id": ids.new_id(ids.REASONING), "type": "reasoning", "summary": []}
-        if not self.options.summary:
-            item["content"] = []
-        self._kind = _REASONING
-        self._details = []
-        self._detail_text = []
-        self._add_item(item, out)
-
-    def _open_reasoning_part(self, out: list[Event]) -> None:
-        self._content_index = 0
-        if self.options.summary:
-            out.append(
-                self._event(
-                    {
-                        "type": "response.reasoning_summary_part.added",
-                        "item_id": self._item_id,
-                        "output_index": self._output_index,
-                        "summary_index": 0,
-                        "part": {"type": "summary_text", "text": ""},
-                    }
-                )
-            )
-        else:
-            out.append(
-                self._event(
-                    {
-                        "type": "response.content_part.added",
-                        "item_id": self._item_id,
-                        "output_index": self._output_index,
-                        "content_index": 0,
-                        "part": {"type": "reasoning_text", "text": ""},
-                    }
-                )
-            )
 
     def _open_message_part(self, kind: int, out: list[Event]) -> None:
         if self._kind == _TEXT or self._kind == _REFUSAL:
@@ -848,73 +638,6 @@ class ResponseTranslator:
             )
         )
 
-    def _open_call(self, call: _Call, out: list[Event]) -> None:
-        self._close(out, "completed")
-        spec = self._tools.get(call.name) if self._tools is not None else None
-        call.spec = spec
-        self._call = call
-        self._open_index = call.index
-        call.state = 1
-        if spec is not None and spec.kind == "mcp":
-            self._kind = _SERVER  # no item yet: the gateway runs it once the turn ends
-            return
-        if spec is not None and spec.kind == "custom":
-            item: dict[str, Any] = {
-                "id": ids.new_id(ids.CUSTOM_TOOL_CALL),
-                "type": "custom_tool_call",
-                "call_id": call.call_id,
-                "input": "",
-                "name": spec.name,
-            }
-            if spec.namespace is not None:
-                item["namespace"] = spec.namespace
-            self._kind = _CUSTOM
-            call.input = InputStream()
-            call.item = item
-            self._add_item(item, out)
-            call.output_index = self._output_index
-            pending, call.args = call.args, []
-            for piece in pending:
-                self._more_input(call, piece, out)
-            return
-        item = {
-            "id": ids.new_id(ids.FUNCTION_CALL),
-            "type": "function_call",
-            "status": "in_progress",
-            "arguments": "",
-            "call_id": call.call_id,
-            "name": call.name if spec is None else spec.name,
-        }
-        if spec is not None and spec.namespace is not None:
-            item["namespace"] = spec.namespace
-        self._kind = _CALL
-        call.item = item
-        self._add_item(item, out)
-        call.output_index = self._output_index
-        if call.args:
-            self._seq += 1
-            out.append(
-                {
-                    "type": "response.function_call_arguments.delta",
-                    "item_id": self._item_id,
-                    "output_index": self._output_index,
-                    "delta": "".join(call.args),
-                    "sequence_number": self._seq - 1,
-                }
-            )
-
-    def _more_input(self, call: _Call, arguments: str, out: list[Event]) -> None:
-        """Arguments of a custom call (decoded into input deltas) or of a gateway-run call
-        (kept until the turn ends)."""
-        call.args.append(arguments)
-        if call.input is None:
-            return
-        text = call.input.feed(arguments)
-        if text:
-            out.append(self._event({
-                "type": "response.custom_tool_call_input.delta", "item_id": self._item_id,
-                "output_index": self._output_index, "delta": text,
-            }))
 
     def _close_part(self, out: list[Event]) -> None:
         """Close the open content part of the open message."""
@@ -1001,116 +724,6 @@ class ResponseTranslator:
             )
         )
 
-    def _close_custom(self, item: dict[str, Any], out: list[Event]) -> None:
-        call = self._call
-        assert call is not None and call.input is not None
-        streamed = "".join(call.input.text)
-        text = input_of(call.arguments)
-        if text != streamed and text.startswith(streamed):
-            out.append(self._event({
-                "type": "response.custom_tool_call_input.delta", "item_id": self._item_id,
-                "output_index": self._output_index, "delta": text[len(streamed):],
-            }))
-        item["input"] = text
-        call.state = 2
-        self._call = None
-        out.append(self._event({
-            "type": "response.custom_tool_call_input.done", "item_id": self._item_id,
-            "output_index": self._output_index, "input": text,
-        }))
-
-    def _abandon_call(self) -> None:
-        """The response ends with a call whose arguments never finished: it stays open.
-
-        No ``function_call_arguments.done`` or ``output_item.done``: clients run the calls
-        those announce (the Codex CLI does, and keeps them in its history), and these
-        arguments are cut off. The response's output keeps it, marked ``incomplete``.
-        """
-        call, item = self._call, self._item
-        assert call is not None
-        if item is not None:
-            if self._kind == _CUSTOM:
-                item["input"] = "".join(call.input.text) if call.input is not None else ""
-            else:
-                item["arguments"] = "".join(call.args)
-                item["status"] = "incomplete"
-        call.state = 2
-        self._call = None
-        self._kind = _NONE
-        self._item = None
-        self._pieces = []
-
-    def _close_reasoning(self, item: dict[str, Any], out: list[Event]) -> None:
-        base = {"item_id": self._item_id, "output_index": self._output_index}
-        if self._content_index >= 0:
-            text = "".join(self._pieces)
-            if self.options.summary:
-                part = {"type": "summary_text", "text": text}
-                out.append(
-                    self._event(
-                        {
-                            "type": "response.reasoning_summary_text.done",
-                            **base,
-                            "summary_index": 0,
-                            "text": text,
-                        }
-                    )
-                )
-                out.append(
-                    self._event(
-                        {
-                            "type": "response.reasoning_summary_part.done",
-                            **base,
-                            "summary_index": 0,
-                            "part": part,
-                        }
-                    )
-                )
-                item["summary"].append(part)
-            else:
-                part = {"type": "reasoning_text", "text": text}
-                out.append(
-                    self._event(
-                        {
-                            "type": "response.reasoning_text.done",
-                            **base,
-                            "content_index": 0,
-                            "text": text,
-                        }
-                    )
-                )
-                out.append(
-                    self._event(
-                        {
-                            "type": "response.content_part.done",
-                            **base,
-                            "content_index": 0,
-                            "part": part,
-                        }
-                    )
-                )
-                item["content"].append(part)
-        if self._details and self.options.seal is not None:
-            sealed = self.options.seal(
-                {"reasoning_details": _merge_details(self._details, self._pieces)}
-            )
-            self.sealed_reasoning[item["id"]] = sealed
-            if self.options.encrypted_reasoning:
-                item["encrypted_content"] = sealed
-        self._details = []
-        self._detail_text = []
-
-    def _close_pending_calls(self, out: list[Event]) -> None:
-        """Calls whose name never came cannot be items; their arguments would be lost."""
-        pending = {
-            id(c): c
-            for c in [*self._calls_by_index.values(), *self._calls_by_id.values()]
-            if c.state == 0 and c.args
-        }
-        for call in pending.values():
-            call.name = call.name or "unknown"
-            self._open_call(call, out)
-            self._close(out, "incomplete")
 
     # -- events --------------------------------------------------------------------------------
 
@@ -1138,68 +751,8 @@ class ResponseTranslator:
         return self.fail(str(code), f"Upstream error: {message}")
 
 
-class _Repeat:
-    """The bytes of a fragment-only chunk around its fragment string.
-
-    Learned only once a probe string put in the fragment's place parses to the same chunk
-    with the probe at the fragment's slot: that proves the string sits between tokens at that
-    slot (the probe's opening quote then backslash would break the JSON anywhere else), so any
-    one JSON string in its place is the same chunk with another fragment.
-    """
-
-    __slots__ = ("head", "hits", "minimum", "start", "tail", "tail_bytes")
-
-    def __init__(self, head: bytes, tail: bytes) -> None:
-        self.head = head
-        self.tail_bytes = tail
-        self.start = len(head)
-        self.tail = len(tail)
-        self.minimum = len(head) + len(tail) + 1  # room for at least a two-byte string
-        self.hits = 0
-
-    def matches(self, data: bytes) -> bool:
-        return (
-            len(data) > self.minimum
-            and data.startswith(self.head)
-            and data.endswith(self.tail_bytes)
-        )
-
-    @classmethod
-    def learn(cls, data: bytes, chunk: dict[str, Any], value: str, kind: int) -> _Repeat | None:
-        needle = orjson.dumps(value)  # the upstream may escape otherwise: then no repeat yet
-        at = data.find(needle)
-        if at < 0 or data.find(needle, at + 1) >= 0:
-            return None
-        head, tail = data[:at], data[at + len(needle) :]
-        try:
-            probe = _loads(head + _PROBE + tail)
-        except _JSONDecodeError:
-            return None
-        slot = _fragment_slot(probe, kind)
-        if slot is None or slot[0].get(slot[1]) != _PROBE_TEXT:
-            return None
-        slot[0][slot[1]] = value
-        return cls(head, tail) if probe == chunk else None
 
 
-_PROBE = b'"\\u0000probe"'
-_PROBE_TEXT = "\x00probe"
-
-
-def _fragment_slot(chunk: Any, kind: int) -> tuple[dict[str, Any], str] | None:
-    """Where a fragment-only chunk of ``kind`` holds its fragment."""
-    try:
-        delta = chunk["choices"][0]["delta"]
-        if kind == _CALL:
-            delta = delta["tool_calls"][0]["function"]
-            key = "arguments"
-        elif kind == _TEXT:
-            key = "content"
-        else:
-            key = "reasoning_content" if delta.get("reasoning_content") else "reasoning"
-    except (KeyError, IndexError, TypeError, AttributeError):
-        return None
-    return (delta, key) if delta.__class__ is dict else None
 
 
 def _sum_usage(before: dict[str, Any] | None, usage: dict[str, Any] | None) -> dict[str, Any]:
@@ -1259,36 +812,4 @@ def _fill_bytes(entry: dict[str, Any]) -> None:
         entry["bytes"] = list(token.encode()) if token.__class__ is str else []
 
 
-class TranslationError(Exception):
-    """The upstream broke the chat stream's own rules; the response ends ``failed``."""
 
-
-def _format_of(detail: dict[str, Any]) -> dict[str, Any]:
-    fmt = detail.get("format")
-    return {"format": fmt} if fmt else {}
-
-
-def _merge_details(details: list[dict[str, Any]], pieces: list[str]) -> list[dict[str, Any]]:
-    """Each signed block (text + signature) and encrypted blob, in the order they came.
-
-    A block's text is the text its details carried or, when they carried none (streamed
-    ``reasoning_content``), the pieces between the previous signature and this one; text after
-    the last signature is unsigned and stays out (the upstream would reject it anyway).
-    """
-    merged: list[dict[str, Any]] = []
-    start = 0
-    for detail in details:
-        if detail["type"] != "reasoning.text":
-            merged.append(detail)
-            continue
-        end = detail["end"]
-        entry: dict[str, Any] = {
-            "type": "reasoning.text",
-            "text": detail["text"] or "".join(pieces[start:end]),
-            "signature": detail["signature"],
-        }
-        if detail.get("format"):
-            entry["format"] = detail["format"]
-        merged.append(entry)
-        start = end
-    return merged

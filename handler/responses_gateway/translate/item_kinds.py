@@ -1,0 +1,14 @@
+"""What the one item open in the translator is (translate/stream.py keeps exactly one open),
+and the error an upstream breaking the chat stream's rules raises.
+
+Shared by the state machine's modules; plain ints so the per-chunk checks are cheap.
+"""
+
+# CUSTOM: a custom tool's call; SERVER: a call the gateway runs (its item comes after the
+# turn); TOOL_ITEM: an item of a gateway-run tool (an mcp_call, say) being run.
+NONE, REASONING, TEXT, REFUSAL, CALL, CUSTOM, SERVER, TOOL_ITEM = range(8)
+CALL_KINDS = (CALL, CUSTOM, SERVER)
+
+
+class TranslationError(Exception):
+    """The upstream broke the chat stream's own rules; the response ends ``failed``."""
