@@ -157,7 +157,7 @@ def queued_background_record(settings: Settings) -> str:
     async def make() -> str:
         gateway = build_gateway(settings)
         try:
-            job = await gateway.prepare(
+            job = await gateway.new_job(
                 {"model": "gpt-4o-mini", "input": "Write a haiku.", "background": True}, TENANT
             )
             job.record.lease_until = time.time() + 60
@@ -430,3 +430,99 @@ def test_debug_content_logs_request_and_output(
     assert result["statusCode"] == 200
     text = in_lambda()
     assert "Say hello in five words." in text and DEFAULT_TEXT in text
+
+
+# -- the log line of each response (issue 28) ---------------------------------------------------
+
+LOG_FIELDS = {"id", "model", "backend", "status", "duration_ms", "ttft_ms", "input_tokens",
+              "output_tokens", "upstream_status", "error_type", "error_message", "request_id"}
+
+
+def finished_lines(text: str) -> dict[str, dict[str, Any]]:
+    """The "response finished" lines by response id."""
+    return {line["response"]["id"]: line for line in json_lines(text)
+            if line.get("message") == "response finished"}
+
+
+def test_the_log_line_of_a_completed_and_a_failed_response(
+    in_lambda: Callable[[], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GATEWAY_MAX_RETRIES", "0")
+    api = buffered_handler()
+    first = FakeContext(aws_request_id="11111111-5b7e-4a31-b2a4-9c8e7f6d5e4c")
+    result = api(load_event("create_response_stream.json"), first)
+    completed = sse_events(result["body"])[-1]["response"]
+    event = load_event("create_response_stream.json")
+    body = json.loads(event["body"])
+    body["input"] = "[[script:error status=429 code=rate_limit_exceeded message=slow_down]]"
+    event["body"] = json.dumps(body)
+    second = FakeContext(aws_request_id="22222222-5b7e-4a31-b2a4-9c8e7f6d5e4c")
+    refused = api(event, second)
+    failed = sse_events(refused["body"])[-1]["response"]
+    assert failed["status"] == "failed"
+    lines = finished_lines(in_lambda())
+
+    line = lines[completed["id"]]
+    assert set(line["response"]) == LOG_FIELDS and line["level"] == "INFO"
+    summary = line["response"]
+    assert summary["status"] == "completed" and summary["backend"] == "openai"
+    assert summary["output_tokens"] == completed["usage"]["output_tokens"] > 0
+    assert summary["upstream_status"] is None and summary["error_type"] is None
+    assert line["request_id"] == summary["request_id"] == first.aws_request_id
+    assert result["headers"]["x-request-id"] == first.aws_request_id
+
+    line = lines[failed["id"]]
+    summary = line["response"]
+    assert set(summary) == LOG_FIELDS and line["level"] == "WARNING"
+    assert summary["status"] == "failed" and summary["upstream_status"] == 429
+    assert summary["error_type"] == failed["error"]["code"]
+    assert "slow_down" in summary["error_message"]
+    assert line["request_id"] == summary["request_id"] == second.aws_request_id
+    assert refused["headers"]["x-request-id"] == second.aws_request_id
+
+
+def test_the_log_line_of_a_response_cancelled_while_the_worker_runs_it(
+    in_lambda: Callable[[], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from responses_gateway.entry import lambda_worker
+    from responses_gateway.responses.services import build_gateway
+
+    monkeypatch.setenv("GATEWAY_LEASE_SECONDS", "1.5")  # the worker looks for a cancel often
+    monkeypatch.setattr(lambda_worker, "_gateway", None)
+    api = buffered_handler()
+
+    async def queued() -> str:
+        gateway = build_gateway(Settings.from_env())
+        try:
+            job = await gateway.new_job({"model": "gpt-4o-mini", "background": True,
+                                         "input": "[[script:slow n=60 delay=0.1]]"}, TENANT)
+            job.record.lease_until = time.time() + 60
+            await gateway.store.put(job.record)
+            return job.record.id
+        finally:
+            await gateway.aclose()
+
+    rid = run_async(queued)
+    event = load_event("worker_event.json", rid)
+    event["tenant"] = TENANT
+    ran: dict[str, Any] = {}
+    worker = threading.Thread(target=lambda: ran.update(lambda_worker.handler(
+        event, FakeContext(aws_request_id="33333333-worker", deadline=time.time() + 60))))
+    worker.start()
+    deadline = time.monotonic() + 20
+    while body_of(api(load_event("retrieve_response.json", rid)))["status"] != "in_progress":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.3)  # some output first
+    assert body_of(api(load_event("cancel_response.json", rid)))["status"] == "cancelled"
+    worker.join(timeout=30)
+    assert ran == {"response_id": rid, "status": "cancelled"}
+
+    line = finished_lines(in_lambda())[rid]
+    summary = line["response"]
+    assert set(summary) == LOG_FIELDS and line["level"] == "INFO"
+    assert summary["status"] == "cancelled" and summary["error_type"] is None
+    assert summary["backend"] == "openai" and summary["model"] == "gpt-4o-mini"
+    assert line["response_id"] == rid

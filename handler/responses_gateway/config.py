@@ -7,13 +7,18 @@ Secrets Manager / SSM (``*_SECRET_ARN`` / ``*_PARAMETER``); see :mod:`responses_
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
+from typing import TypeVar
+from urllib.parse import urlsplit
 
 import orjson
 
 from responses_gateway.backends.registry import KINDS as BACKEND_KINDS
 from responses_gateway.tools.hosted import policy_named
+
+T = TypeVar("T", int, float)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,12 +62,18 @@ class Settings:
     lease_seconds: float = 30.0
     queued_seconds: float | None = None  # how long a background response may wait for a worker
     debug_log_content: bool = False
+    log_level: str = "info"  # GATEWAY_LOG_LEVEL, for the gateway's own log lines
     hosted_tools: str = "omit"  # tools/hosted.py: "omit" (leave out for the model) or "reject"
     # Remote MCP servers (tools/mcp.py): hosts allowed although private, each call's time
     # limit (also bounds connecting and listing), the largest tool output kept.
     mcp_allow_hosts: tuple[str, ...] = ()
     mcp_call_timeout: float = 60.0
     mcp_max_output_bytes: int = 1024 * 1024
+    # Work the gateway's own tools may do in one response (responses/turns.py), whatever
+    # max_tool_calls says: calls run, model turns with tool calls, bytes of tool output kept.
+    max_tool_calls: int = 128
+    max_tool_turns: int = 32
+    max_tool_output_bytes: int = 8 * 1024 * 1024
 
     def route(self, model: str) -> Route:
         """The backend and backend model for a client model name.
@@ -98,50 +109,134 @@ class Settings:
             raise ValueError(f"GATEWAY_BACKEND must be one of {', '.join(map(repr, BACKEND_KINDS))}"
                              f", not {backend!r}")
         models = tuple(m.strip() for m in (get("GATEWAY_MODELS") or "").split(",") if m.strip())
+        seconds = partial(_number, get, float, "a number of seconds")
+        count = partial(_number, get, int, "a whole number")
         return cls(
             backend=backend,
-            upstream_url=(get("GATEWAY_UPSTREAM_URL", cls.upstream_url) or "").rstrip("/"),
+            upstream_url=_upstream_url(get("GATEWAY_UPSTREAM_URL") or cls.upstream_url),
             upstream_api_key=secret("GATEWAY_UPSTREAM_API_KEY"),
-            upstream_dialect=_dialect(get("GATEWAY_UPSTREAM_DIALECT", "auto") or "auto"),
-            model_map=parse_model_map(get("GATEWAY_MODEL_MAP") or ""),
-            context_windows=parse_windows(get("GATEWAY_CONTEXT_WINDOWS") or ""),
-            connect_timeout=float(get("GATEWAY_CONNECT_TIMEOUT", "10") or 10),
-            read_timeout=float(get("GATEWAY_READ_TIMEOUT", "300") or 300),
-            max_response_seconds=float(
-                get("GATEWAY_MAX_RESPONSE_SECONDS", str(cls.max_response_seconds)) or 0
-            ),
-            max_retries=int(get("GATEWAY_MAX_RETRIES", "2") or 2),
-            max_body_bytes=int(get("GATEWAY_MAX_BODY_BYTES", str(cls.max_body_bytes)) or 0),
-            store=get("GATEWAY_STORE", cls.store) or cls.store,
+            upstream_dialect=_parsed("GATEWAY_UPSTREAM_DIALECT", _dialect,
+                                     get("GATEWAY_UPSTREAM_DIALECT") or "auto"),
+            model_map=_parsed("GATEWAY_MODEL_MAP", parse_model_map,
+                              get("GATEWAY_MODEL_MAP") or ""),
+            context_windows=_parsed("GATEWAY_CONTEXT_WINDOWS", parse_windows,
+                                    get("GATEWAY_CONTEXT_WINDOWS") or ""),
+            connect_timeout=seconds("GATEWAY_CONNECT_TIMEOUT", cls.connect_timeout),
+            read_timeout=seconds("GATEWAY_READ_TIMEOUT", cls.read_timeout),
+            max_response_seconds=seconds("GATEWAY_MAX_RESPONSE_SECONDS",
+                                         cls.max_response_seconds),
+            max_retries=count("GATEWAY_MAX_RETRIES", cls.max_retries),
+            max_body_bytes=count("GATEWAY_MAX_BODY_BYTES", cls.max_body_bytes),
+            store=_store(get("GATEWAY_STORE") or cls.store),
             api_keys=tuple(
                 k.strip() for k in (secret("GATEWAY_API_KEYS") or "").split(",") if k.strip()
             ),
-            retention_days=int(get("GATEWAY_RETENTION_DAYS", "30") or 30),
+            retention_days=count("GATEWAY_RETENTION_DAYS", cls.retention_days),
             seal_key=secret("GATEWAY_SEAL_KEY"),
-            reasoning_input=get("GATEWAY_REASONING_INPUT"),
-            keepalive_seconds=float(get("GATEWAY_KEEPALIVE_SECONDS", "15") or 15),
-            stream_grace_seconds=float(get("GATEWAY_STREAM_GRACE_SECONDS", "0") or 0),
-            ws_idle_seconds=float(get("GATEWAY_WS_IDLE_SECONDS", "600") or 0),
-            ws_max_connection_seconds=float(get("GATEWAY_WS_MAX_CONNECTION_SECONDS", "3600")
-                                            or 3600),
+            reasoning_input=_choice(get, "GATEWAY_REASONING_INPUT", ("reasoning_content",)),
+            keepalive_seconds=seconds("GATEWAY_KEEPALIVE_SECONDS", cls.keepalive_seconds),
+            stream_grace_seconds=seconds("GATEWAY_STREAM_GRACE_SECONDS",
+                                         cls.stream_grace_seconds),
+            ws_idle_seconds=seconds("GATEWAY_WS_IDLE_SECONDS", cls.ws_idle_seconds),
+            ws_max_connection_seconds=seconds("GATEWAY_WS_MAX_CONNECTION_SECONDS",
+                                              cls.ws_max_connection_seconds),
             models=models,
             bedrock_region=get("GATEWAY_BEDROCK_REGION") or get("AWS_REGION"),
             bedrock_endpoint_url=get("GATEWAY_BEDROCK_ENDPOINT_URL"),
-            bedrock_media_budget_bytes=int(get("GATEWAY_BEDROCK_MEDIA_BUDGET_BYTES")
-                                           or cls.bedrock_media_budget_bytes),
+            bedrock_media_budget_bytes=count("GATEWAY_BEDROCK_MEDIA_BUDGET_BYTES",
+                                             cls.bedrock_media_budget_bytes),
             worker_function=get("GATEWAY_WORKER_FUNCTION"),
-            lease_seconds=float(get("GATEWAY_LEASE_SECONDS", "30") or 30),
-            queued_seconds=float(q) if (q := get("GATEWAY_QUEUED_SECONDS")) else None,
-            debug_log_content=(get("GATEWAY_DEBUG_LOG_CONTENT", "false") or "").lower()
-            in ("1", "true", "yes"),
-            hosted_tools=policy_named(get("GATEWAY_HOSTED_TOOLS", "omit") or "omit"),
+            lease_seconds=seconds("GATEWAY_LEASE_SECONDS", cls.lease_seconds),
+            queued_seconds=seconds("GATEWAY_QUEUED_SECONDS", None),
+            debug_log_content=_switch(get, "GATEWAY_DEBUG_LOG_CONTENT"),
+            log_level=_choice(get, "GATEWAY_LOG_LEVEL", LOG_LEVELS) or cls.log_level,
+            hosted_tools=_parsed("GATEWAY_HOSTED_TOOLS", policy_named,
+                                 get("GATEWAY_HOSTED_TOOLS") or "omit"),
             mcp_allow_hosts=tuple(
                 h.strip() for h in (get("GATEWAY_MCP_ALLOW_HOSTS") or "").split(",") if h.strip()
             ),
-            mcp_call_timeout=float(get("GATEWAY_MCP_CALL_TIMEOUT", "60") or 60),
-            mcp_max_output_bytes=int(get("GATEWAY_MCP_MAX_OUTPUT_BYTES")
-                                     or cls.mcp_max_output_bytes),
+            mcp_call_timeout=seconds("GATEWAY_MCP_CALL_TIMEOUT", cls.mcp_call_timeout),
+            mcp_max_output_bytes=count("GATEWAY_MCP_MAX_OUTPUT_BYTES", cls.mcp_max_output_bytes),
+            max_tool_calls=count("GATEWAY_MAX_TOOL_CALLS", cls.max_tool_calls),
+            max_tool_turns=count("GATEWAY_MAX_TOOL_TURNS", cls.max_tool_turns),
+            max_tool_output_bytes=count("GATEWAY_MAX_TOOL_OUTPUT_BYTES",
+                                        cls.max_tool_output_bytes),
         )
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used. Its message is one line that names the variable and
+    what it accepts: ``responses-gateway serve`` prints it and exits with status 2."""
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+_Get = Callable[[str], "str | None"]
+
+
+def _number(get: _Get, kind: type[T], what: str, name: str, default: T) -> T:
+    """A non-negative number; unset or empty is ``default``."""
+    text = get(name)
+    if text is None:
+        return default
+    try:
+        value = kind(text.strip())
+    except ValueError:
+        value = None
+    if value is None or value < 0 or value != value:  # (NaN)
+        raise SettingsError(f"{name} must be {what} (0 or more), not {text!r}")
+    return value
+
+
+def _switch(get: _Get, name: str) -> bool:
+    text = (get(name) or "false").strip().lower()
+    if text not in _TRUE + _FALSE:
+        raise SettingsError(f"{name} must be true or false, not {get(name)!r}")
+    return text in _TRUE
+
+
+def _choice(get: _Get, name: str, allowed: tuple[str, ...]) -> str | None:
+    """One of ``allowed`` (any case), or None when unset."""
+    text = get(name)
+    if text is None:
+        return None
+    if text.strip().lower() not in allowed:
+        accepts = ", ".join(allowed) if len(allowed) > 1 else f"{allowed[0]} (or unset)"
+        raise SettingsError(f"{name} must be {'one of ' * (len(allowed) > 1)}{accepts}, "
+                            f"not {text!r}")
+    return text.strip().lower()
+
+
+def _parsed(name: str, parse: Callable[[str], T], text: str) -> T:
+    """``parse(text)``, its ValueError made a one-line :class:`SettingsError` naming ``name``."""
+    try:
+        return parse(text)
+    except SettingsError:
+        raise
+    except ValueError as exc:
+        reason = " ".join(str(exc).split())
+        raise SettingsError(reason if reason.startswith(name) else f"{name}: {reason}") from None
+
+
+def _upstream_url(text: str) -> str:
+    """An http(s) URL with a host (a URL without a scheme fails every request later)."""
+    url = text.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        from responses_gateway.net.policy import shown_url
+
+        raise SettingsError(
+            "GATEWAY_UPSTREAM_URL must be an http:// or https:// URL including the path up to "
+            f"/chat/completions (like http://127.0.0.1:11434/v1), not {shown_url(url)!r}")
+    return url
+
+
+def _store(text: str) -> str:
+    kind, _, target = text.strip().partition(":")
+    if kind not in ("sqlite", "dynamodb") or (kind == "dynamodb" and not target):
+        raise SettingsError(
+            f"GATEWAY_STORE must be sqlite:PATH or dynamodb:TABLE, not {text!r}")
+    return text.strip()
 
 
 def _dialect(name: str) -> str:
@@ -175,10 +270,20 @@ def parse_model_map(text: str) -> dict[str, str]:
     text = text.strip()
     if not text:
         return {}
+    accepts = 'a JSON object ({"fast": "llama3.2"}) or name=model,name=model'
     if text.startswith("{"):
-        value = orjson.loads(text)
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"GATEWAY_MODEL_MAP must be {accepts}: invalid JSON ({exc})") from None
         if not isinstance(value, dict):
-            raise ValueError("GATEWAY_MODEL_MAP must be a JSON object")
+            raise ValueError(f"GATEWAY_MODEL_MAP must be {accepts}")
         return {str(k): str(v) for k, v in value.items()}
-    pairs = (part.split("=", 1) for part in text.split(",") if part.strip())
-    return {k.strip(): v.strip() for k, v in pairs}
+    mapped: dict[str, str] = {}
+    for part in filter(str.strip, text.split(",")):
+        name, sep, target = part.partition("=")
+        if not sep or not name.strip() or not target.strip():
+            raise ValueError(f"GATEWAY_MODEL_MAP must be {accepts}; {part.strip()!r} is not "
+                             "name=model")
+        mapped[name.strip()] = target.strip()
+    return mapped

@@ -1,9 +1,11 @@
 """Logs, metrics and traces with Powertools, paid for only where they are read: in Lambda.
 
-- **Logger**: in Lambda the ``responses_gateway`` loggers write Powertools JSON lines with the
-  service name and two correlation ids, ``request_id`` (the Lambda request) and
-  ``response_id``. One summary line per response says how it ended (model, status, timings,
-  tokens), never prompt or output text nor keys, unless ``GATEWAY_DEBUG_LOG_CONTENT`` is set.
+- **Logger**: the ``responses_gateway`` loggers write JSON lines with two correlation ids,
+  ``request_id`` (the Lambda request, else the ``x-request-id`` the client got) and
+  ``response_id``: in Lambda through Powertools (with the service name), elsewhere to stderr,
+  at ``GATEWAY_LOG_LEVEL``. One line per response says how it ended (id, model, backend,
+  status, timings, tokens, the upstream's status and error code, the reason of a failure),
+  never prompt or output text nor keys, unless ``GATEWAY_DEBUG_LOG_CONTENT`` is set.
 - **Metrics**: one EMF record per response (namespace ``ResponsesGateway``):
   ``TimeToFirstToken`` (streaming only), ``Duration``, ``InputTokens``, ``OutputTokens``,
   ``Responses``, for the service and per ``Model``; ``Errors`` per ``ErrorType``. Printed to
@@ -23,6 +25,7 @@ import contextlib
 import logging
 import os
 import re
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
@@ -32,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from responses_gateway.ids import new_request_id, request_id
+from responses_gateway.status import TERMINAL_STATUSES
 from responses_gateway.store.base import (
     ConversationStore,
     Store,
@@ -48,7 +52,6 @@ if TYPE_CHECKING:
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "responses-gateway"
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ResponsesGateway"
-TERMINAL = frozenset({"completed", "incomplete", "failed", "cancelled"})
 
 response_id: ContextVar[str | None] = ContextVar("response_id", default=None)
 logger = logging.getLogger("responses_gateway.observability")
@@ -64,19 +67,63 @@ def _truthy(value: str | None) -> bool:
 
 
 def configure(settings: Settings) -> None:
-    """Once per process (services are built): JSON logs in Lambda, the debug switch."""
+    """When services are built: the debug switch, the level, and where the lines go (once per
+    process: Powertools JSON in Lambda, JSON lines on stderr elsewhere)."""
     _state["debug_content"] = settings.debug_log_content
-    if _state["configured"] or not in_lambda():
+    _state["settings"] = settings
+    level = settings.log_level.upper()
+    if not in_lambda():
+        _local_lines(level)
+        return
+    if _state["configured"]:
         return
     _state["configured"] = True
     from aws_lambda_powertools import Logger
     from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 
-    level = (os.environ.get("GATEWAY_LOG_LEVEL") or "INFO").upper()
     source = Logger(service=SERVICE, level=level)
     source.registered_handler.addFilter(_Correlation())
     logging.getLogger("responses_gateway")  # registered, so its config is copied
     copy_config_to_registered_loggers(source_logger=source, include={"responses_gateway"})
+
+
+def _local_lines(level: str) -> None:
+    """The gateway's own lines as JSON on stderr, at ``level`` (``responses-gateway serve``,
+    the Lambda Web Adapter's uvicorn before Lambda's env is seen, tests). One handler per
+    process; records still propagate, so a root handler (pytest's caplog) sees them too."""
+    root = logging.getLogger("responses_gateway")
+    root.setLevel(level)
+    if not any(isinstance(h, _StderrLines) for h in root.handlers):
+        handler = _StderrLines()
+        handler.addFilter(_Correlation())
+        root.addHandler(handler)
+
+
+# The attributes every LogRecord has: the rest are a line's ``extra`` fields.
+_RECORD_FIELDS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+
+
+class _StderrLines(logging.Handler):
+    """One JSON object per record on the current ``sys.stderr`` (looked up per line, as
+    ``logging.lastResort`` does: a test's captured stream comes and goes)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line: dict[str, Any] = {
+                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+                + f".{int(record.msecs):03d}Z",
+                "level": record.levelname,
+                "logger": record.name,
+                "message": record.getMessage(),
+            }
+            line.update((k, v) for k, v in record.__dict__.items() if k not in _RECORD_FIELDS)
+            if record.exc_info:
+                line["exception"] = logging.Formatter().formatException(record.exc_info)
+            text = scrub(orjson.dumps(line, default=str).decode())
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+        except Exception:
+            self.handleError(record)
 
 
 class _Correlation(logging.Filter):
@@ -100,8 +147,15 @@ _CREDENTIAL_QUERY = re.compile(
 )
 
 
+# The user and password of a URL (``https://user:key@host/v1``).
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s\"']+@")
+
+
 def scrub(text: str) -> str:
-    """``text`` with the values of credential-like query parameters replaced."""
+    """``text`` with the values of credential-like query parameters and the user and password
+    of URLs replaced."""
+    if "@" in text:
+        text = _URL_USERINFO.sub(r"\1***@", text)
     if "=" not in text:
         return text
     return _CREDENTIAL_QUERY.sub(r"\1=[redacted]", text)
@@ -205,22 +259,31 @@ class ResponseMetrics:
         error_type = None
         if status == "failed":
             error_type = (response.get("error") or {}).get("code") or "failed"
-        elif status not in TERMINAL:
+        elif status not in TERMINAL_STATUSES:
             status, error_type = _unstarted(first)
         usage = response.get("usage") or {}
+        upstream_status, reason = _failure(response, first)
+        settings: Settings | None = _state.get("settings")
         summary: dict[str, Any] = {
+            "id": response.get("id") or response_id.get(),
             "model": self.model,
+            "backend": settings.route(self.model).backend if settings is not None else None,
             "status": status,
             "duration_ms": round(duration_ms, 1),
             "ttft_ms": None if self.ttft_ms is None else round(self.ttft_ms, 1),
             "input_tokens": usage.get("input_tokens"),
             "output_tokens": usage.get("output_tokens"),
+            "upstream_status": upstream_status,
             "error_type": error_type,
+            "error_message": reason,
+            "request_id": request_id.get(),
         }
         if self.content is not None:
             summary["request"] = self.content
             summary["output"] = response.get("output")
-        logger.info("response finished", extra={"response": summary})
+        # A failure is logged here, once, with its reason (the backends redact their keys).
+        level = logging.WARNING if status in ("failed", "rejected") else logging.INFO
+        logger.log(level, "response finished", extra={"response": summary})
         if in_lambda() and not _truthy(os.environ.get("POWERTOOLS_METRICS_DISABLED")):
             try:
                 _emit(self.model, self.ttft_ms, duration_ms, usage, error_type)
@@ -237,6 +300,31 @@ def _unstarted(first: Any) -> tuple[str, str | None]:
         if isinstance(exc, GatewayError):
             return "rejected", exc.code or exc.type or "upstream_error"
     return "cancelled", None
+
+
+_HTTP_STATUS = re.compile(r"\(HTTP (\d{3})\)")
+
+
+def _failure(response: dict[str, Any], first: Any) -> tuple[int | None, str | None]:
+    """The upstream's HTTP status and the failure's reason, when the response failed.
+
+    The status is the one the upstream answered when the message quotes it ("Upstream error
+    (HTTP 401): ..."), else the one the gateway mapped it to.
+    """
+    from responses_gateway.errors import UpstreamError
+
+    reason = (response.get("error") or {}).get("message")
+    status = None
+    if first is not None and first.done() and not first.cancelled():
+        exc = first.exception()
+        if isinstance(exc, UpstreamError):
+            quoted = _HTTP_STATUS.search(exc.message)
+            status = int(quoted.group(1)) if quoted else exc.status
+        if exc is not None:
+            reason = reason or str(exc)
+    if reason is not None and status is None and (quoted := _HTTP_STATUS.search(reason)):
+        status = int(quoted.group(1))
+    return status, reason
 
 
 def _emit(

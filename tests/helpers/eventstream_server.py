@@ -104,6 +104,12 @@ class FakeBedrock:
         self.disconnects: list[str] = []
         self.lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
+        # The control plane (``bedrock``, not ``bedrock-runtime``): what ListFoundationModels
+        # and ListInferenceProfiles answer (summaries as AWS sends them), and the paths asked.
+        self.foundation_models: list[dict[str, Any]] = []
+        self.inference_profiles: list[dict[str, Any]] = []
+        self.profiles_page_size = 2
+        self.control_requests: list[str] = []
 
     # -- scripting ---------------------------------------------------------------------
 
@@ -158,6 +164,29 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
         return
+
+    def do_GET(self) -> None:
+        """The control plane's listings: ListFoundationModels (``byOutputModality`` filter)
+        and ListInferenceProfiles (paged by ``nextToken``, ``profiles_page_size`` a page)."""
+        path, _, query = self.path.partition("?")
+        params = dict(part.partition("=")[::2] for part in query.split("&") if part)
+        with self.owner.lock:
+            self.owner.control_requests.append(self.path)
+        if path == "/foundation-models":
+            wanted = params.get("byOutputModality")
+            summaries = [m for m in self.owner.foundation_models
+                         if wanted is None or wanted in m.get("outputModalities", [wanted])]
+            self._send_json(200, {"modelSummaries": summaries})
+        elif path == "/inference-profiles":
+            start = int(params.get("nextToken") or 0)
+            size = self.owner.profiles_page_size
+            page: dict[str, Any] = {
+                "inferenceProfileSummaries": self.owner.inference_profiles[start:start + size]}
+            if start + size < len(self.owner.inference_profiles):
+                page["nextToken"] = str(start + size)
+            self._send_json(200, page)
+        else:
+            self._send_json(404, {"message": f"no route {self.path}"}, "UnknownOperationException")
 
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
@@ -9,12 +10,19 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from responses_gateway.api import context_routes, conversation_routes, response_routes
+from responses_gateway.api import (
+    common,
+    context_routes,
+    conversation_routes,
+    models,
+    response_routes,
+    startup,
+)
 from responses_gateway.api.auth import Authenticator
 from responses_gateway.config import Settings
 from responses_gateway.errors import GatewayError
@@ -32,7 +40,7 @@ YOUNG_GENERATION_THRESHOLD = 10_000
 
 async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
-    return response_routes.error_response(exc)
+    return common.error_response(exc)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -43,14 +51,19 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         message = f"Method {request.method} is not allowed for {request.url.path}."
     else:
         message = str(exc.detail)
-    return response_routes.error_response(GatewayError(exc.status_code, message))
+    return common.error_response(GatewayError(exc.status_code, message))
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    """The client left while sending its body: nothing to answer, nothing went wrong here."""
+    return Response(status_code=499)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     logger.exception("unhandled error on %s %s", request.method, request.url.path)
     rid = request_id.get()
     quote = f" (Please include the request ID {rid} if you report it.)" if rid else ""
-    return response_routes.error_response(
+    return common.error_response(
         GatewayError(
             500,
             "The server had an error while processing your request. Sorry about that!" + quote,
@@ -86,8 +99,15 @@ def _tune_collector() -> None:
     gc.set_threshold(YOUNG_GENERATION_THRESHOLD, middle, old)
 
 
-def create_app(settings: Settings | None = None, gateway: Gateway | None = None) -> Starlette:
-    """The gateway app; services are built at startup from ``settings`` (default: env)."""
+def create_app(
+    settings: Settings | None = None, gateway: Gateway | None = None, *,
+    check_upstream: bool = False,
+) -> Starlette:
+    """The gateway app; services are built at startup from ``settings`` (default: env).
+
+    ``check_upstream`` (``responses-gateway serve``) asks the upstream's ``GET /models`` once
+    after start and logs what looks wrong with ``GATEWAY_UPSTREAM_URL``.
+    """
     settings = settings or Settings.from_env()
 
     @contextlib.asynccontextmanager
@@ -95,10 +115,15 @@ def create_app(settings: Settings | None = None, gateway: Gateway | None = None)
         own = gateway is None
         app.state.gateway = gateway or build_gateway(settings)
         scrub_server_logs()  # after the server configured its loggers
+        startup.log_summary(settings)
         _tune_collector()
+        check = asyncio.ensure_future(startup.check_upstream(settings)) if check_upstream \
+            else None
         try:
             yield
         finally:
+            if check is not None and not check.done():
+                check.cancel()
             if own:
                 await app.state.gateway.aclose()
 
@@ -124,12 +149,13 @@ def create_app(settings: Settings | None = None, gateway: Gateway | None = None)
                 methods=["GET"],
             ),
             *(Route(path, fn, methods=[m]) for path, fn, m in conversation_routes.ROUTES),
-            Route("/v1/models", response_routes.list_models, methods=["GET"]),
+            Route("/v1/models", models.list_models, methods=["GET"]),
             Route("/health", response_routes.health, methods=["GET"]),
         ],
         exception_handlers={
             GatewayError: _gateway_error,
             HTTPException: _http_error,
+            ClientDisconnect: _client_gone,
             Exception: _unexpected,
         },
         lifespan=lifespan,
@@ -137,4 +163,5 @@ def create_app(settings: Settings | None = None, gateway: Gateway | None = None)
     app.add_middleware(RequestContext)  # Lambda request id / trace header for logs, traces
     app.state.auth = Authenticator(settings.api_keys)
     app.state.settings = settings
+    app.state.upstream_models = models.UpstreamModels()  # GET /v1/models's cache
     return app

@@ -51,6 +51,7 @@ from responses_gateway.backends.http11 import (
     install,
 )
 from responses_gateway.errors import UpstreamError
+from responses_gateway.net.policy import shown_url
 from responses_gateway.redaction import redact
 
 if TYPE_CHECKING:
@@ -73,6 +74,9 @@ _INVALID_REQUEST = re.compile(
     r"expected|must (?:be|contain|have)|missing|unknown|unrecognized|bad request",
     re.I,
 )
+# A 404 that names a model is about the client's model name (OpenAI's model_not_found,
+# Ollama's 'model "x" not found', vLLM's 'The model `x` does not exist').
+_ABOUT_A_MODEL = re.compile(r"\bmodel", re.I)
 _OVERLOADED = re.compile(r"overloaded|try again|temporarily unavailable", re.I)
 _DETECT_SECONDS = 5.0  # reading GET /models when the dialect is chosen by asking
 
@@ -277,7 +281,9 @@ class OpenAICompatBackend(BaseBackend):
                     attempt += 1
                     continue
                 raise UpstreamError(
-                    502, f"Upstream error: could not reach the upstream ({type(exc).__name__})",
+                    502, f"Upstream error: could not reach the upstream at "
+                    f"{shown_url(self.url.partition('?')[0])} ({type(exc).__name__}); is it "
+                    "running, and is GATEWAY_UPSTREAM_URL right?",
                     code="upstream_unavailable",
                 ) from exc
             except httpx.HTTPError as exc:
@@ -296,7 +302,7 @@ class OpenAICompatBackend(BaseBackend):
                     code="upstream_error",
                 )
             try:
-                error, detail, message = await _http_error(response, self._secrets)
+                error, detail, message = await _http_error(response, self._secrets, self.url)
             finally:
                 await response.aclose()
             invalid = status in (400, 422) or (status == 500 and _INVALID_REQUEST.search(message))
@@ -461,12 +467,14 @@ async def _drain(body: AsyncIterator[bytes]) -> None:
 
 
 async def _http_error(
-    response: httpx.Response, secrets: tuple[str | None, ...]
+    response: httpx.Response, secrets: tuple[str | None, ...], url: str = ""
 ) -> tuple[UpstreamError, Any, str]:
     """An upstream 4xx/5xx as (the error to raise, the parsed body, its redacted message).
 
-    The status, OpenAI's type and the upstream's code pass on, except that the upstream
-    refusing the gateway's own credentials (401/403) is the gateway's failure: a 502.
+    The status, OpenAI's type and the upstream's code pass on, except the gateway's own
+    failures, which are 502s: the upstream refusing the gateway's credentials (401/403), and
+    a 404 that is not about a model (the chat path does not exist: GATEWAY_UPSTREAM_URL is
+    wrong; a client's SDK must not raise NotFoundError for it).
     """
     status = response.status_code
     try:
@@ -490,6 +498,14 @@ async def _http_error(
             f"Upstream error (HTTP {status}): the upstream rejected the gateway's credentials "
             f"({message})",
             code="upstream_auth_failed",
+        )
+    elif status == 404 and code != "model_not_found" and not _ABOUT_A_MODEL.search(message):
+        error = UpstreamError(
+            502,
+            f"Upstream error (HTTP 404): the upstream has no {shown_url(url.partition('?')[0])} "
+            f"({message}); GATEWAY_UPSTREAM_URL must be the base URL of a Chat Completions API, "
+            "usually ending in /v1",
+            code="upstream_misconfigured",
         )
     else:
         error = UpstreamError(

@@ -1,0 +1,103 @@
+"""What the gateway says when it starts: one summary line of how it is set up, and (under
+``responses-gateway serve``) a check that the upstream URL points at a Chat Completions API.
+
+Both only log: a dead or misnamed upstream must not stop the gateway from starting (the
+upstream may come up later), but the first thing a newcomer reads should name the cause.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from responses_gateway.config import Settings
+from responses_gateway.observability import scrub
+
+logger = logging.getLogger("responses_gateway.startup")
+_CHECK_SECONDS = 5.0
+_said: set[str] = set()  # what was already logged in this process (Mangum restarts per call)
+
+
+def shown_upstream(settings: Settings) -> str:
+    """The upstream URL as logs and error messages show it: no user, password or key."""
+    return _shown(settings.upstream_url)
+
+
+def _shown(url: str) -> str:
+    from responses_gateway.net.policy import shown_url
+
+    return scrub(shown_url(url))
+
+
+def summary(settings: Settings) -> dict[str, Any]:
+    uses_openai = settings.backend == "openai" or any(
+        target.startswith("openai:") for target in settings.model_map.values())
+    return {
+        "backend": settings.backend,
+        "upstream_url": shown_upstream(settings) if uses_openai else None,
+        "upstream_dialect": settings.upstream_dialect if uses_openai else None,
+        "bedrock_region": settings.bedrock_region if settings.backend == "bedrock" else None,
+        "store": settings.store,
+        "auth": "on" if settings.api_keys else "off",
+        "api_keys": len(settings.api_keys),
+        "mapped_models": sorted(settings.model_map),
+        "hosted_tools": settings.hosted_tools,
+        "mcp_allow_hosts": list(settings.mcp_allow_hosts),
+        "background": "worker function" if settings.worker_function else "in process",
+        "log_level": settings.log_level,
+        "debug_log_content": settings.debug_log_content,
+    }
+
+
+def log_summary(settings: Settings) -> None:
+    """The start-up line, once per process."""
+    if "summary" in _said:
+        return
+    _said.add("summary")
+    logger.info("gateway started", extra={"settings": summary(settings)})
+
+
+async def check_upstream(settings: Settings) -> str | None:
+    """Ask the upstream's ``GET /models`` once; log (and return) what is wrong, if anything.
+
+    Catches the usual mistakes: nothing listening, a base URL missing its ``/v1`` (the
+    server then answers 404 for ``/models`` and for ``/chat/completions``), a key refused.
+    """
+    if settings.backend != "openai":
+        return None
+    import httpx
+
+    base = settings.upstream_url
+    shown = shown_upstream(settings)
+    headers = {"authorization": f"Bearer {settings.upstream_api_key}"} \
+        if settings.upstream_api_key else {}
+    problem: str | None = None
+    async with httpx.AsyncClient(timeout=_CHECK_SECONDS, headers=headers) as client:
+        try:
+            status = (await client.get(_join(base, "models"))).status_code
+        except httpx.HTTPError as exc:
+            problem = (f"could not reach the upstream at GATEWAY_UPSTREAM_URL={shown} "
+                       f"({type(exc).__name__}); requests will fail with 502 until it answers")
+        else:
+            if status in (401, 403):
+                problem = (f"the upstream at GATEWAY_UPSTREAM_URL={shown} refused the key "
+                           f"(HTTP {status}): check GATEWAY_UPSTREAM_API_KEY")
+            elif status == 404 and not base.partition("?")[0].endswith("/v1"):
+                with_v1 = _join(base, "v1")
+                try:
+                    found = (await client.get(_join(with_v1, "models"))).status_code == 200
+                except httpx.HTTPError:
+                    found = False
+                if found:
+                    problem = (f"GATEWAY_UPSTREAM_URL={shown} answers GET /models with 404, "
+                               f"but {_shown(with_v1)}/models answers: set "
+                               f"GATEWAY_UPSTREAM_URL={_shown(with_v1)}")
+    if problem is not None:
+        logger.warning("upstream check: %s", problem)
+    return problem
+
+
+def _join(base: str, path: str) -> str:
+    """``{base}/{path}``, keeping a query the base URL carries (Azure's api-version)."""
+    head, sep, query = base.partition("?")
+    return f"{head.rstrip('/')}/{path}{sep}{query}"
