@@ -13,7 +13,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from responses_gateway.api.response_routes import JSON, _gateway, _json_body, _tenant
+from responses_gateway.api.common import JSON, gateway_of, json_body, tenant_of
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
 from responses_gateway.responses import conversations, history
 from responses_gateway.responses.fitting import compaction
@@ -61,9 +61,9 @@ async def _conversation_items(
 
 async def compact_response(request: Request) -> Response:
     _only_post(request)
-    tenant = _tenant(request)
-    gateway = _gateway(request)
-    body = _subset(await _json_body(request), COMPACT_FIELDS)
+    tenant = tenant_of(request)
+    gateway = gateway_of(request)
+    body = _subset(await json_body(request), COMPACT_FIELDS)
     if body.get("model") is None:
         raise missing_parameter("model")
     req = parse_create_request(body)
@@ -80,9 +80,9 @@ async def compact_response(request: Request) -> Response:
 
 async def count_input_tokens(request: Request) -> Response:
     _only_post(request)
-    tenant = _tenant(request)
-    gateway = _gateway(request)
-    body = _subset(await _json_body(request), COUNT_FIELDS)
+    tenant = tenant_of(request)
+    gateway = gateway_of(request)
+    body = _subset(await json_body(request), COUNT_FIELDS)
     body.setdefault("model", "")  # optional here: then the default backend's estimate
     req = parse_create_request(body)
     items = await gateway.resolve_references(normalize_input(req), tenant)

@@ -9,7 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from responses_gateway.api.response_routes import JSON, _gateway, _json_body, _tenant, page_params
+from responses_gateway.api.common import JSON, gateway_of, json_body, page_params, tenant_of
 from responses_gateway.errors import invalid_request, missing_parameter
 from responses_gateway.responses import conversations
 from responses_gateway.store.base import ConversationStore, StoredConversation
@@ -17,7 +17,7 @@ from responses_gateway.translate.request_models import MAX_ID_LENGTH
 
 
 def _store(request: Request) -> ConversationStore:
-    return conversations.store_of(_gateway(request).store)
+    return conversations.store_of(gateway_of(request).store)
 
 
 def _object_body(body: Any) -> dict[str, Any]:
@@ -64,13 +64,13 @@ def _item_list(items: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
 
 
 async def create_conversation(request: Request) -> Response:
-    tenant = _tenant(request)
-    gateway = _gateway(request)
-    body = _object_body(await _json_body(request)) if request.headers.get(
+    tenant = tenant_of(request)
+    gateway = gateway_of(request)
+    body = _object_body(await json_body(request)) if request.headers.get(
         "content-length", "1"
     ) != "0" else {}
     metadata = conversations.parse_metadata(body.get("metadata"))
-    items = await gateway._resolve_references(conversations.parse_items(body.get("items")), tenant)
+    items = await gateway.resolve_references(conversations.parse_items(body.get("items")), tenant)
     conversation = StoredConversation(
         id=conversations.new_id(), tenant=tenant, created_at=int(time.time()), metadata=metadata
     )
@@ -80,14 +80,14 @@ async def create_conversation(request: Request) -> Response:
 
 async def retrieve_conversation(request: Request) -> Response:
     conversation_id = _conversation_id(request)
-    found = await _store(request).get_conversation(conversation_id, _tenant(request))
+    found = await _store(request).get_conversation(conversation_id, tenant_of(request))
     return JSON(_found(found, conversation_id).to_object())
 
 
 async def update_conversation(request: Request) -> Response:
-    tenant = _tenant(request)
+    tenant = tenant_of(request)
     conversation_id = _conversation_id(request)
-    body = _object_body(await _json_body(request))
+    body = _object_body(await json_body(request))
     if "metadata" not in body:
         raise missing_parameter("metadata")
     metadata = conversations.parse_metadata(body["metadata"])
@@ -97,13 +97,13 @@ async def update_conversation(request: Request) -> Response:
 
 async def delete_conversation(request: Request) -> Response:
     conversation_id = _conversation_id(request)
-    if not await _store(request).delete_conversation(conversation_id, _tenant(request)):
+    if not await _store(request).delete_conversation(conversation_id, tenant_of(request)):
         raise conversations.not_found(conversation_id)
     return JSON({"id": conversation_id, "object": "conversation.deleted", "deleted": True})
 
 
 async def list_items(request: Request) -> Response:
-    tenant = _tenant(request)
+    tenant = tenant_of(request)
     conversation_id = _conversation_id(request)
     params = request.query_params
     include = _include(request)
@@ -122,14 +122,14 @@ async def list_items(request: Request) -> Response:
 
 
 async def create_items(request: Request) -> Response:
-    tenant = _tenant(request)
-    gateway = _gateway(request)
+    tenant = tenant_of(request)
+    gateway = gateway_of(request)
     conversation_id = _conversation_id(request)
     include = _include(request)
-    body = _object_body(await _json_body(request))
+    body = _object_body(await json_body(request))
     if "items" not in body:
         raise missing_parameter("items")
-    items = await gateway._resolve_references(conversations.parse_items(body["items"]), tenant)
+    items = await gateway.resolve_references(conversations.parse_items(body["items"]), tenant)
     if await _store(request).append_conversation_items(conversation_id, tenant, items) is None:
         raise conversations.not_found(conversation_id)
     return JSON(_item_list([conversations.for_client(i, include) for i in items], False))
@@ -139,7 +139,8 @@ async def retrieve_item(request: Request) -> Response:
     conversation_id = _conversation_id(request)
     item_id = str(_item_id(request.path_params["item_id"]))
     include = _include(request)
-    found = await _store(request).get_conversation_item(conversation_id, _tenant(request), item_id)
+    found = await _store(request).get_conversation_item(
+        conversation_id, tenant_of(request), item_id)
     if found is None:
         raise conversations.not_found(conversation_id)
     if found[1] is None:
@@ -151,7 +152,7 @@ async def delete_item(request: Request) -> Response:
     conversation_id = _conversation_id(request)
     item_id = str(_item_id(request.path_params["item_id"]))
     found = await _store(request).delete_conversation_item(
-        conversation_id, _tenant(request), item_id
+        conversation_id, tenant_of(request), item_id
     )
     if found is None:
         raise conversations.not_found(conversation_id)

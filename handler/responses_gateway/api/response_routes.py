@@ -3,73 +3,29 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Mapping
-from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from responses_gateway.api.json_body import decode_json
+from responses_gateway.api.common import (
+    JSON,
+    gateway_of,
+    int_param,
+    json_body,
+    page_params,
+    tenant_of,
+)
 from responses_gateway.api.sse_response import EventStreamResponse
 from responses_gateway.errors import GatewayError, invalid_request, not_found
-from responses_gateway.ids import request_id_header
 from responses_gateway.responses import background
-from responses_gateway.responses.gateway import Gateway
 from responses_gateway.store.base import StoredResponse
 from responses_gateway.translate.request_models import MAX_ID_LENGTH
 
 
-class JSON(Response):
-    media_type = "application/json"
-
-    def render(self, content: Any) -> bytes:
-        return orjson.dumps(content)
-
-    def init_headers(self, headers: Mapping[str, str] | None = None) -> None:
-        super().init_headers(headers)
-        self.raw_headers += request_id_header()
-
-
-def error_response(error: GatewayError) -> Response:
-    return JSON(error.body(), status_code=error.status, headers=error.headers or None)
-
-
-def _gateway(request: Request) -> Gateway:
-    return request.app.state.gateway
-
-
-def _tenant(request: Request) -> str:
-    return request.app.state.auth.tenant(request.headers.get("authorization"))
-
-
-async def _json_body(request: Request) -> Any:
-    limit = _gateway(request).settings.max_body_bytes
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and limit and int(declared) > limit:
-        raise _too_large(limit)
-    body = bytearray()
-    async for piece in request.stream():
-        body += piece
-        if limit and len(body) > limit:
-            raise _too_large(limit)
-    return decode_json(body)
-
-
-def _too_large(limit: int) -> GatewayError:
-    return GatewayError(
-        413,
-        f"The request body is larger than this gateway accepts ({limit} bytes; "
-        "GATEWAY_MAX_BODY_BYTES).",
-        code="request_too_large",
-    )
-
-
 async def create_response(request: Request) -> Response:
-    tenant = _tenant(request)
-    gateway = _gateway(request)
-    job = await gateway.prepare(await _json_body(request), tenant)
+    tenant = tenant_of(request)
+    gateway = gateway_of(request)
+    job = await gateway.new_job(await json_body(request), tenant)
     if job.record.background:
         await background.start(gateway, job)
         if not job.backend_request.stream:
@@ -79,7 +35,7 @@ async def create_response(request: Request) -> Response:
             keepalive_seconds=gateway.settings.keepalive_seconds,
         )
     try:
-        await job.prepare()
+        await job.ready()
     except GatewayError:
         await job.close()
         raise
@@ -120,9 +76,9 @@ def _response_not_found(response_id: str) -> GatewayError:
 
 
 async def _record(request: Request) -> StoredResponse:
-    tenant = _tenant(request)
+    tenant = tenant_of(request)
     response_id = _response_id(request)
-    record = await background.load(_gateway(request), response_id, tenant)
+    record = await background.load(gateway_of(request), response_id, tenant)
     if record is None:
         raise _response_not_found(response_id)
     return record
@@ -138,8 +94,8 @@ async def retrieve_response(request: Request) -> Response:
                 "background=true.",
                 param="stream",
             )
-        starting_after = _int_param(params.get("starting_after"), "starting_after", -1)
-        gateway = _gateway(request)
+        starting_after = int_param(params.get("starting_after"), "starting_after", -1)
+        gateway = gateway_of(request)
         return EventStreamResponse(
             background.follow(gateway, record, starting_after),
             keepalive_seconds=gateway.settings.keepalive_seconds,
@@ -148,16 +104,16 @@ async def retrieve_response(request: Request) -> Response:
 
 
 async def delete_response(request: Request) -> Response:
-    tenant = _tenant(request)
+    tenant = tenant_of(request)
     response_id = _response_id(request)
-    if not await _gateway(request).store.delete(response_id, tenant):
+    if not await gateway_of(request).store.delete(response_id, tenant):
         raise _response_not_found(response_id)
     return JSON({"id": response_id, "object": "response", "deleted": True})
 
 
 async def cancel_response(request: Request) -> Response:
     record = await _record(request)
-    return JSON(await background.cancel(_gateway(request), record))
+    return JSON(await background.cancel(gateway_of(request), record))
 
 
 async def list_input_items(request: Request) -> Response:
@@ -186,55 +142,5 @@ async def list_input_items(request: Request) -> Response:
     )
 
 
-async def list_models(request: Request) -> Response:
-    _tenant(request)
-    settings = _gateway(request).settings
-    names = list(dict.fromkeys([*settings.models, *settings.model_map]))
-    created = int(time.time())
-    return JSON(
-        {
-            "object": "list",
-            "data": [
-                {"id": name, "object": "model", "created": created, "owned_by": "responses-gateway"}
-                for name in names
-            ],
-        }
-    )
-
-
 async def health(request: Request) -> Response:
     return JSON({"status": "ok"})
-
-
-def page_params(params: Mapping[str, str]) -> tuple[int, str]:
-    """``limit`` (1-100, default 20) and ``order`` (default ``desc``) of a list route."""
-    limit = _int_param(params.get("limit"), "limit", 20)
-    if not 1 <= limit <= 100:
-        raise invalid_request(
-            f"Invalid 'limit': integer below minimum value or above maximum value. Expected a "
-            f"value between 1 and 100, but got {limit} instead.",
-            param="limit",
-            code="integer_out_of_range",
-        )
-    order = params.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise invalid_request(
-            f"Invalid value: '{order}'. Supported values are: 'asc' and 'desc'.",
-            param="order",
-            code="invalid_value",
-        )
-    return limit, order
-
-
-def _int_param(value: str | None, name: str, default: int) -> int:
-    if value is None or value == "":
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise invalid_request(
-            f"Invalid '{name}': expected an integer, but got {value!r} instead.", param=name
-        ) from None
-    if not -(2**62) < number < 2**62:  # stores index sequence numbers as 64-bit integers
-        raise invalid_request(f"Invalid '{name}': {value} is out of range.", param=name)
-    return number

@@ -4,13 +4,14 @@ A request's ``{"type": "mcp", ...}`` tool names a server; the gateway connects t
 official ``mcp`` SDK (Streamable HTTP, or the older SSE transport for a URL ending in ``/sse``),
 lists its tools before the response starts (a failure is OpenAI's 424), offers them to the
 model as ``<server_label>__<tool>`` functions (tools/catalog.py), and runs the model's calls
-between model turns (runner.py's turn loop; translate/stream.py makes the items).
+between model turns (responses/turns.py; tools/mcp_tool.py makes the items).
 
 What this module keeps safe:
 
-- **Where it connects**: every HTTP request to a server passes ``net_policy`` (strict host,
+- **Where it connects**: every HTTP request to a server passes ``net/policy.py`` (strict host,
   all addresses public unless the host is in ``GATEWAY_MCP_ALLOW_HOSTS``) and is pinned to the
-  checked address, so DNS cannot swap in a private one between check and connect; redirects
+  checked address (``net/pinned.py``, shared with the Bedrock media fetcher), so DNS cannot
+  swap in a private one between check and connect; redirects
   are followed only within the server's origin (the SDK's rule), each hop checked again.
 - **Secrets**: ``headers`` and ``authorization`` live only in the HTTP client of the open
   connection and, for a response run later (background), sealed in the stored request
@@ -32,17 +33,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import orjson
 
-from responses_gateway.errors import GatewayError
+from responses_gateway.net import pinned as net_pinned
 from responses_gateway.net import policy as net_policy
-
-if TYPE_CHECKING:
-    from responses_gateway.translate.request_models import McpTool
 
 logger = logging.getLogger("responses_gateway.mcp")
 
@@ -55,6 +53,18 @@ _WIRE_SLACK = 64 * 1024  # JSON-RPC framing and escapes around a capped output
 
 
 # -- configuration: one `mcp` tool of the request -------------------------------------------
+
+
+class McpTool(Protocol):
+    """A request's ``mcp`` tool as this module reads it (translate/request_models.py's
+    ``McpTool``; tools/ sit below translate/ and do not import it)."""
+
+    server_label: str
+    server_url: str | None
+    allowed_tools: Any
+    require_approval: Any
+    headers: dict[str, str] | None
+    authorization: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,10 +280,9 @@ class Connection:
         assert self._ready is not None and self._stop is not None
         ready = self._ready
         try:
-            host = _host_of(self.server.url)
+            host, port = net_pinned.host_port(net_pinned.http_url(self.server.url))
             await net_policy.checked_addresses(  # a clear refusal before any connection
-                host[0], host[1], resolver=self._limits.resolver,
-                allow_hosts=self._limits.allow_hosts)
+                host, port, resolver=self._limits.resolver, allow_hosts=self._limits.allow_hosts)
             async with contextlib.AsyncExitStack() as stack:
                 self._client = await stack.enter_async_context(self._sdk_client())
                 ready.set_result(None)
@@ -414,75 +423,22 @@ def _http_client(
 
     return httpx2.AsyncClient(
         headers=dict(headers),
-        transport=_pinned_transport(limits, on_too_large),
+        transport=net_pinned.pinned_transport(
+            httpx2, resolver=limits.resolver, allow_hosts=limits.allow_hosts,
+            # one answer per POST; the GET event stream is capped per event by the SDK
+            body_limit=lambda request: limits.wire_bytes if request.method == "POST" else None,
+            too_large=lambda _: _too_large(limits, on_too_large)),
         timeout=httpx2.Timeout(limits.call_timeout, read=max(limits.call_timeout, 300.0)),
         follow_redirects=False,
         trust_env=False,
     )
 
 
-def _pinned_transport(limits: Limits, on_too_large: Callable[[str], None]) -> Any:
-    import httpx2
-
-    class PinnedTransport(httpx2.AsyncBaseTransport):
-        """Each request checked by net_policy and sent to the checked address (Host header
-        and TLS SNI keep the name); an answer's body capped near the output limit."""
-
-        def __init__(self) -> None:
-            self._inner = httpx2.AsyncHTTPTransport(trust_env=False)
-
-        async def handle_async_request(self, request: Any) -> Any:
-            url = request.url
-            if url.scheme not in ("http", "https"):
-                raise net_policy.Refused("only http and https URLs can be used")
-            host = url.raw_host.decode("ascii").lower()
-            port = url.port or (443 if url.scheme == "https" else 80)
-            addresses = await net_policy.checked_addresses(
-                host, port, resolver=limits.resolver, allow_hosts=limits.allow_hosts)
-            request.url = url.copy_with(host=str(addresses[0]))
-            if url.scheme == "https":
-                request.extensions = {**request.extensions, "sni_hostname": host}
-            response = await self._inner.handle_async_request(request)
-            if request.method == "POST":  # one answer; the GET stream is capped per event
-                response.stream = Capped(response.stream, limits.wire_bytes)
-            return response
-
-        async def aclose(self) -> None:
-            await self._inner.aclose()
-
-    class Capped(httpx2.AsyncByteStream):
-        """A response body that stops past ``limit`` bytes."""
-
-        def __init__(self, stream: Any, limit: int) -> None:
-            self._stream, self._limit = stream, limit
-
-        async def __aiter__(self) -> Any:
-            seen = 0
-            async for chunk in self._stream:
-                seen += len(chunk)
-                if seen > self._limit:
-                    message = (
-                        f"The MCP server's answer is larger than this gateway accepts (more "
-                        f"than {limits.max_output_bytes} bytes of output; "
-                        f"GATEWAY_MCP_MAX_OUTPUT_BYTES).")
-                    on_too_large(message)
-                    raise _TooLarge(message)
-                yield chunk
-
-        async def aclose(self) -> None:
-            await self._stream.aclose()
-
-    return PinnedTransport()
-
-
-def _host_of(url: str) -> tuple[str, int]:
-    import httpx2
-
-    parsed = httpx2.URL(url)
-    if parsed.scheme not in ("http", "https"):
-        raise net_policy.Refused("only http and https URLs can be used")
-    return (parsed.raw_host.decode("ascii").lower(),
-            parsed.port or (443 if parsed.scheme == "https" else 80))
+def _too_large(limits: Limits, on_too_large: Callable[[str], None]) -> _TooLarge:
+    message = (f"The MCP server's answer is larger than this gateway accepts (more than "
+               f"{limits.max_output_bytes} bytes of output; GATEWAY_MCP_MAX_OUTPUT_BYTES).")
+    on_too_large(message)
+    return _TooLarge(message)
 
 
 def _path_of(url: str) -> str:
@@ -516,228 +472,3 @@ def _output_text(content: Sequence[dict[str, Any]], structured: Any) -> str:
     if not parts and structured is not None:
         return orjson.dumps(structured).decode()
     return "\n".join(parts)
-
-
-def check_url(url: str, param: str) -> None:
-    """A ``server_url`` the gateway can use at all: http(s), a host DNS can carry."""
-    from responses_gateway.errors import invalid_request
-
-    try:
-        host, _ = _host_of(url)
-        if not host:
-            raise ValueError("no host")
-        net_policy.literal_address(host)
-    except (ValueError, net_policy.Refused, Exception) as exc:  # httpx2.InvalidURL included
-        raise invalid_request(
-            f"Invalid 'server_url': {net_policy.shown_url(url)!r} is not a valid http(s) URL "
-            f"({type(exc).__name__ if not isinstance(exc, ValueError) else exc}).",
-            param=param, code="invalid_value",
-        ) from None
-
-
-# -- the tools of one response ---------------------------------------------------------------
-
-
-@dataclass
-class Approved:
-    """A call the client approved (``mcp_approval_response``): run first in the response."""
-
-    label: str
-    name: str
-    arguments: str
-    approval_request_id: str
-
-
-@dataclass
-class McpTools:
-    """The MCP servers of one response: their tools, open connections, approvals, secrets."""
-
-    servers: dict[str, McpServer]
-    limits: Limits
-    tools: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # label -> allowed
-    listed: list[dict[str, Any]] = field(default_factory=list)  # items made at prepare
-    approved: list[Approved] = field(default_factory=list)
-    headers: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
-    connections: dict[str, Connection] = field(default_factory=dict)
-    calls_run: int = 0
-    #: headers still sealed (a stored response): opened on the first connection, so a key
-    #: that cannot open them fails that call, not the whole response
-    sealed: tuple[str, Callable[[str], dict[str, Any]]] | None = field(default=None, repr=False)
-
-    # -- building (Gateway.prepare) --
-
-    @classmethod
-    def of(cls, tools: Iterable[McpTool], limits: Limits) -> McpTools:
-        servers: dict[str, McpServer] = {}
-        headers: dict[str, dict[str, str]] = {}
-        for tool in tools:
-            server = McpServer.of(tool)
-            servers[server.label] = server
-            headers[server.label] = secrets_of(tool)
-        return cls(servers, limits, headers=headers)
-
-    async def list_all(self, history: Sequence[Mapping[str, Any]]) -> None:
-        """Each server's tools: from an ``mcp_list_tools`` item already in the conversation
-        (OpenAI lists a server once per conversation), else listed now, which makes this
-        response's ``mcp_list_tools`` item. A server that cannot be listed is OpenAI's 424."""
-        cached = {
-            item.get("server_label"): item.get("tools")
-            for item in history
-            if item.get("type") == "mcp_list_tools" and not item.get("error")
-            and isinstance(item.get("tools"), list)
-        }
-
-        async def one(label: str) -> None:
-            server = self.servers[label]
-            if label in cached:
-                self.tools[label] = [t for t in cached[label] if server.allows(t)]
-                return
-            try:
-                connection = await self.connection(label)
-                found = await connection.list_tools()
-            except McpFailure as failure:
-                raise _listing_error(label, failure.error) from None
-            self.tools[label] = [t for t in found if server.allows(t)]
-            self.listed.append({"server_label": label, "tools": self.tools[label]})
-
-        try:
-            await asyncio.gather(*(one(label) for label in self.servers))
-        except BaseException:
-            await self.aclose()
-            raise
-        order = list(self.servers)
-        self.listed.sort(key=lambda entry: order.index(entry["server_label"]))
-
-    def functions(self) -> list[tuple[str, dict[str, Any]]]:
-        """(server label, chat function) for every tool the model is offered."""
-        out = []
-        for label, tools in self.tools.items():
-            for tool in tools:
-                function: dict[str, Any] = {"name": tool["name"],
-                                            "parameters": tool.get("input_schema") or {}}
-                if tool.get("description"):
-                    function["description"] = tool["description"]
-                out.append((label, function))
-        return out
-
-    def find_approval(
-        self, items: Sequence[Mapping[str, Any]], history: Sequence[Mapping[str, Any]]
-    ) -> None:
-        """This turn's approved ``mcp_approval_response`` items: their calls run first."""
-        from responses_gateway.errors import invalid_request
-
-        requests = {item.get("id"): item for item in [*history, *items]
-                    if item.get("type") == "mcp_approval_request"}
-        done = {item.get("approval_request_id") for item in [*history, *items]
-                if item.get("type") == "mcp_call"}
-        for index, item in enumerate(items):
-            if item.get("type") != "mcp_approval_response" or not item.get("approve"):
-                continue
-            request_id = item.get("approval_request_id")
-            request = requests.get(request_id)
-            if request is None:
-                raise invalid_request(
-                    f"No MCP approval request with id '{request_id}' was found in this "
-                    f"conversation.", param=f"input[{index}].approval_request_id",
-                    code="invalid_value")
-            if request_id in done:
-                continue
-            label = str(request.get("server_label"))
-            if label not in self.servers:
-                raise invalid_request(
-                    f"The approved call is to MCP server '{label}', which is not among this "
-                    f"request's tools; send its 'mcp' tool again.", param="tools",
-                    code="invalid_value")
-            self.approved.append(Approved(label, str(request.get("name")),
-                                          str(request.get("arguments") or "{}"), request_id))
-
-    # -- the record (a background worker runs it elsewhere) --
-
-    def to_record(self, seal: Any) -> dict[str, Any]:
-        """JSON-safe, secrets sealed (``seal``: the tenant-bound sealer)."""
-        secrets = {label: h for label, h in self.headers.items() if h}
-        return {
-            "servers": [server.to_record() for server in self.servers.values()],
-            "tools": self.tools,
-            "listed": self.listed,
-            "approved": [vars(a) for a in self.approved],
-            "sealed_headers": seal({"headers": secrets}) if secrets else None,
-        }
-
-    @classmethod
-    def from_record(cls, data: Mapping[str, Any], limits: Limits, unseal: Any) -> McpTools:
-        servers = {s["label"]: McpServer.from_record(s) for s in data.get("servers") or ()}
-        sealed = data.get("sealed_headers")
-        return cls(servers, limits, tools=dict(data.get("tools") or {}),
-                   listed=list(data.get("listed") or ()),
-                   approved=[Approved(**a) for a in data.get("approved") or ()],
-                   sealed=(sealed, unseal) if sealed else None)
-
-    # -- running (the runner's turn loop) --
-
-    def limit_reached(self, max_tool_calls: int | None) -> bool:
-        """``max_tool_calls``: the calls this response may still run are used up."""
-        return max_tool_calls is not None and self.calls_run >= max_tool_calls
-
-    def needs_approval(self, label: str, name: str) -> bool:
-        server = self.servers.get(label)
-        if server is None:
-            return False
-        tool = next((t for t in self.tools.get(label, ()) if t.get("name") == name),
-                    {"name": name})
-        return server.needs_approval(tool)
-
-    async def connection(self, label: str) -> Connection:
-        connection = self.connections.get(label)
-        if connection is None or connection.closed:
-            if self.sealed is not None:
-                blob, unseal = self.sealed
-                try:
-                    self.headers = unseal(blob).get("headers") or {}
-                except GatewayError:
-                    raise McpFailure(protocol_error(
-                        CONNECTION_CLOSED, "The MCP server's headers could not be opened "
-                        "(GATEWAY_SEAL_KEY changed?).")) from None
-                self.sealed = None
-            server = self.servers[label]
-            connection = self.connections[label] = Connection(
-                server, self.headers.get(label, {}), self.limits)
-        await connection.open()
-        return connection
-
-    async def call(
-        self, label: str, name: str, arguments: str
-    ) -> tuple[str | None, dict[str, Any] | None]:
-        """Run one call; a failure of any kind is the returned error."""
-        self.calls_run += 1
-        try:
-            parsed = orjson.loads(arguments or "{}")
-        except orjson.JSONDecodeError:
-            parsed = None
-        if not isinstance(parsed, dict):
-            return None, protocol_error(
-                INVALID_PARAMS, "The tool's arguments are not a JSON object.")
-        try:
-            connection = await self.connection(label)
-        except McpFailure as failure:
-            return None, failure.error
-        return await connection.call(name, parsed)
-
-    async def aclose(self) -> None:
-        connections, self.connections = list(self.connections.values()), {}
-        for connection in connections:
-            await connection.aclose()
-
-
-def _listing_error(label: str, error: Mapping[str, Any]) -> GatewayError:
-    """OpenAI's answer when it cannot list a server's tools: 424, before the response."""
-    code = error.get("code")
-    status = f" Http status code: {code}." if error.get("type") == "http_error" else ""
-    return GatewayError(
-        424,
-        f"Error retrieving tool list from MCP server: '{label}'.{status} "
-        f"{error.get('message') or ''}".rstrip(),
-        type="external_connector_error",
-        param="tools",
-        code="http_error" if error.get("type") == "http_error" else "mcp_protocol_error",
-    )
