@@ -8,6 +8,7 @@ per turn, read until a terminal event or an ``error``, then send the next.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -40,10 +41,15 @@ def ws_url(server: GatewayServer) -> str:
     return server.base_url.replace("http://", "ws://") + "/responses"
 
 
+@functools.cache
+def _server_event() -> pydantic.TypeAdapter[Any]:
+    return pydantic.TypeAdapter(ResponsesServerEvent)
+
+
 def check_ws_event(event: dict[str, Any]) -> None:
     """Every server message is one of the SDK's WebSocket events; an error one also matches
     the Open Responses ``WebSocketErrorEvent`` schema."""
-    pydantic.TypeAdapter(ResponsesServerEvent).validate_python(event)
+    _server_event().validate_python(event)
     if event["type"] == "error":
         errors = [e.message for e in _validator("WebSocketErrorEvent").iter_errors(event)]
         assert not errors, errors
@@ -454,21 +460,74 @@ def test_compliance_websocket_compact_new_chain(gateway: GatewayServer, upstream
     assert "slate" in sent and "were compacted" in sent  # the window and its summary
 
 
-def test_evicted_response_stays_reachable_as_an_ancestor(gateway: GatewayServer) -> None:
-    # 1 <- 2 succeeds; a fork from 1 fails (evicting 1); continuing 2 still sees 1's turn.
+def test_evicted_response_stays_reachable_as_an_ancestor(gateway: GatewayServer,
+                                                         upstream: Any) -> None:
+    # 1 (lane a) <- 2 (lane b) succeeds; a fork from 1 fails (evicting 1); continuing 2 still
+    # sees 1's turn; continuing 1 again is not found.
     turns = session(gateway, [
-        create("one: amber", store=False),
-        lambda t: create("two", store=False, previous_response_id=final(t[0])["id"]),
-        lambda t: create("fork", model="script/error status=400", store=False,
+        create("one: amber", store=False, stream_id="a"),
+        lambda t: create("two", store=False, stream_id="b",
                          previous_response_id=final(t[0])["id"]),
-        lambda t: create("three", store=False, previous_response_id=final(t[1])["id"]),
-        lambda t: create("again", store=False, previous_response_id=final(t[0])["id"]),
+        lambda t: create("fork", model="script/error status=400", store=False, stream_id="c",
+                         previous_response_id=final(t[0])["id"]),
+        lambda t: create("three", store=False, stream_id="b",
+                         previous_response_id=final(t[1])["id"]),
+        lambda t: create("again", store=False, stream_id="a",
+                         previous_response_id=final(t[0])["id"]),
     ])
-    completed(turns[0])
-    completed(turns[1])
+    completed(strip_lane(turns[0]))
+    completed(strip_lane(turns[1]))
     assert final(turns[2])["status"] == "failed"
-    completed(turns[3])
+    completed(strip_lane(turns[3]))
+    assert "amber" in json.dumps(upstream.requests[-1]["messages"])
     assert error_code(turns[4]) == "previous_response_not_found"
+
+
+def test_only_each_lanes_most_recent_store_false_response_is_remembered(
+    gateway: GatewayServer, upstream: Any
+) -> None:
+    """OpenAI keeps the most recent response in the connection-local cache: a store:false
+    chain goes on from its last turn (with all of its history), an older turn is gone; a
+    stored one is found in the store."""
+    turns = session(gateway, [
+        create("one: jade", store=False),
+        lambda t: create("two", store=False, previous_response_id=final(t[0])["id"]),
+        lambda t: create("three", store=False, previous_response_id=final(t[1])["id"]),
+        lambda t: create("fork from one", store=False, previous_response_id=final(t[0])["id"]),
+        create("stored: onyx"),
+        lambda t: create("four", store=False, previous_response_id=final(t[2])["id"]),
+        lambda t: create("from the store", previous_response_id=final(t[4])["id"]),
+    ])
+    for index in (0, 1, 2, 4):
+        completed(turns[index])
+    assert error_code(turns[3]) == "previous_response_not_found"
+    assert error_code(turns[5]) == "previous_response_not_found"  # "stored" was more recent
+    completed(turns[6])
+    assert "onyx" in json.dumps(upstream.requests[-1]["messages"])
+    [again] = session(gateway, [create("x", store=False,
+                                       previous_response_id=final(turns[2])["id"])])
+    assert error_code(again) == "previous_response_not_found"  # a new connection is empty
+
+
+def test_a_long_store_false_chain_keeps_all_of_its_history(gateway: GatewayServer,
+                                                          upstream: Any) -> None:
+    words = ["alpha", "bravo", "charlie", "delta", "echo"]
+    steps: list[Step] = [create(f"remember {words[0]}", store=False)]
+    for index, word in enumerate(words[1:]):
+        steps.append(lambda t, i=index, w=word: create(
+            f"remember {w}", store=False, previous_response_id=final(t[i])["id"]))
+    turns = session(gateway, steps)
+    for turn in turns:
+        completed(turn)
+    sent = json.dumps(upstream.requests[-1]["messages"])
+    assert all(f"remember {word}" in sent for word in words)
+    assert sent.count("remember alpha") == 1  # each turn once, in order
+    assert [sent.index(f"remember {w}") for w in words] == sorted(
+        sent.index(f"remember {w}") for w in words)
+
+
+def strip_lane(turn: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in e.items() if k != "stream_id"} for e in turn]
 
 
 def test_store_true_continuation_survives_eviction(gateway: GatewayServer) -> None:

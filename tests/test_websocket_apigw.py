@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 import uvicorn
 from starlette.applications import Starlette
@@ -20,6 +21,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from responses_gateway.entry import lambda_websocket as websocket_apigw
+from responses_gateway.store.base import StoreUnavailable
+from responses_gateway.store.connections import Connections
 from tests.helpers.e2e import MODEL, check_response, check_stream
 from tests.helpers.gateway_server import free_port
 from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
@@ -108,6 +111,10 @@ def create(input: Any, **fields: Any) -> dict[str, Any]:
     return {"type": "response.create", "model": MODEL, "input": input, **fields}
 
 
+def table(name: str, client: Any = None) -> Connections:
+    return Connections(name, client or boto3.session.Session().client("dynamodb"))
+
+
 def test_connect_checks_the_key(aws: str) -> None:
     event = sample("ws_connect", "c-auth")
     event["headers"]["Authorization"] = "Bearer wrong-key"
@@ -167,7 +174,7 @@ def test_bad_input_and_a_busy_lane_are_error_events(aws: str, management: Manage
     connect(cid)
     message(cid, {"type": "nope"})
     message(cid, create("x", background=True))
-    websocket_apigw.Connections(aws).claim(cid, "-")
+    table(aws).claim(cid, None)
     message(cid, create("while another invocation runs"))
     errors = management.messages.pop(cid)
     for event in errors:
@@ -183,3 +190,66 @@ def test_a_gone_connection_cancels_the_response(aws: str, management: Management
     answer = message(cid, create("[[script:slow delay=0.05 n=20]] nobody listens"))
     assert answer["statusCode"] == 200
     assert cid not in management.messages
+
+
+def test_only_each_lanes_most_recent_response_is_kept_across_invocations(
+    aws: str, management: ManagementApi, upstream: Any
+) -> None:
+    cid = "c-recent"
+    connect(cid)
+    message(cid, create("one: garnet", store=False))
+    one = management.messages.pop(cid)[-1]["response"]["id"]
+    message(cid, create("two", store=False, previous_response_id=one))
+    two = management.messages.pop(cid)[-1]["response"]["id"]
+    message(cid, create("fork", store=False, previous_response_id=one))
+    [error] = management.messages.pop(cid)
+    assert error["error"]["code"] == "previous_response_not_found"
+    message(cid, create("three", store=False, previous_response_id=two))
+    assert management.messages.pop(cid)[-1]["type"] == "response.completed"
+    assert "garnet" in json.dumps(upstream.requests[-1]["messages"])  # two carried one
+    state = table(aws).load(cid)
+    assert state is not None and list(state["remembered"]) == [None]
+
+
+class Unprocessing:
+    """A DynamoDB client whose BatchWriteItem leaves the last request unprocessed in its first
+    ``times`` calls (as DynamoDB does under throttling), then lets every call through."""
+
+    def __init__(self, client: Any, times: int) -> None:
+        self._client = client
+        self.times = times
+        self.batches: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def batch_write_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:
+        [(name, requests)] = RequestItems.items()
+        self.batches.append(len(requests))
+        if self.times <= 0:
+            return self._client.batch_write_item(RequestItems=RequestItems)
+        self.times -= 1
+        if len(requests) > 1:
+            self._client.batch_write_item(RequestItems={name: requests[:-1]})
+        return {"UnprocessedItems": {name: requests[-1:]}}
+
+
+def test_disconnect_deletes_what_dynamodb_left_unprocessed(aws: str,
+                                                           management: ManagementApi) -> None:
+    cid = "c-unprocessed"
+    connect(cid)
+    for lane in ("a", "b", "c"):
+        message(cid, create(f"lane {lane}", store=False, stream_id=lane))
+    client = Unprocessing(boto3.session.Session().client("dynamodb"), times=2)
+    table(aws, client).close(cid)
+    assert client.batches == [4, 1, 1]  # resubmitted until nothing was left
+    items = client.query(TableName=aws, KeyConditionExpression="pk = :pk",
+                         ExpressionAttributeValues={":pk": {"S": f"WS#{cid}"}})["Items"]
+    assert items == []
+
+    connect(cid)
+    message(cid, create("again", store=False, stream_id="a"))
+    stubborn = Unprocessing(boto3.session.Session().client("dynamodb"), times=100)
+    with pytest.raises(StoreUnavailable):  # bounded: it gives up, loudly
+        table(aws, stubborn).close(cid)
+    assert len(stubborn.batches) == 10

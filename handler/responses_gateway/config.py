@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from responses_gateway.backends.registry import KINDS as BACKEND_KINDS
+from responses_gateway.backends.kinds import KINDS as BACKEND_KINDS
 from responses_gateway.tools.hosted import policy_named
 
 T = TypeVar("T", int, float)
@@ -54,6 +54,11 @@ class Settings:
     stream_grace_seconds: float = 0.0
     ws_idle_seconds: float = 600.0  # a WebSocket with nothing running closes after this
     ws_max_connection_seconds: float = 3600.0  # a WebSocket's age limit (OpenAI's 60 minutes)
+    # What one WebSocket may hold (api/ws_session.py): responses running or queued (OpenAI: 16),
+    # named streams (OpenAI: 32), bytes of remembered responses (each stream's most recent).
+    ws_max_active_responses: int = 16
+    ws_max_streams: int = 32
+    ws_max_remembered_bytes: int = 64 * 1024 * 1024
     models: tuple[str, ...] = ()
     bedrock_region: str | None = None
     bedrock_endpoint_url: str | None = None
@@ -140,6 +145,11 @@ class Settings:
             ws_idle_seconds=seconds("GATEWAY_WS_IDLE_SECONDS", cls.ws_idle_seconds),
             ws_max_connection_seconds=seconds("GATEWAY_WS_MAX_CONNECTION_SECONDS",
                                               cls.ws_max_connection_seconds),
+            ws_max_active_responses=count("GATEWAY_WS_MAX_ACTIVE_RESPONSES",
+                                          cls.ws_max_active_responses),
+            ws_max_streams=count("GATEWAY_WS_MAX_STREAMS", cls.ws_max_streams),
+            ws_max_remembered_bytes=count("GATEWAY_WS_MAX_REMEMBERED_BYTES",
+                                          cls.ws_max_remembered_bytes),
             models=models,
             bedrock_region=get("GATEWAY_BEDROCK_REGION") or get("AWS_REGION"),
             bedrock_endpoint_url=get("GATEWAY_BEDROCK_ENDPOINT_URL"),

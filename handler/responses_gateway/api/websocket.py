@@ -11,15 +11,25 @@ and after the connection's age limit (``GATEWAY_WS_MAX_CONNECTION_SECONDS``, ann
 that goes away cancels its running responses; each is stored ``cancelled`` if it was to be
 stored. Messages above ``GATEWAY_MAX_BODY_BYTES`` get an ``error`` event; uvicorn's own frame
 limit (``--ws-max-size``, which the CLI sets just above it) closes with ``1009`` beyond that.
+
+Nothing a client does is logged as a server error: a refused handshake (uvicorn's
+websockets-sansio protocol logs "ASGI callable returned without completing handshake" after
+every denial response it sent itself; :class:`_QuietDenials` drops that line for the
+connections this route refused) and a client gone while events are sent (its responses end
+``cancelled``, as when the receive loop sees it leave).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import logging
 import time
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import orjson
 from starlette.responses import Response
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -28,6 +38,23 @@ from responses_gateway.api.ws_session import Event, Session, error_event
 from responses_gateway.errors import GatewayError
 
 _dumps = orjson.dumps
+_UNFINISHED_HANDSHAKE = "ASGI callable returned without completing handshake."
+#: set in the task of a connection this route refused with an HTTP response
+_denied: contextvars.ContextVar[bool] = contextvars.ContextVar("ws_denied", default=False)
+
+
+class _QuietDenials(logging.Filter):
+    """Drops uvicorn's "returned without completing handshake" for a denied connection: the
+    denial (``websocket.http.response``, allowed by the ASGI spec) was sent, but uvicorn's
+    websockets-sansio protocol only counts a handshake done once the connection is lost.
+    uvicorn logs it in the connection's task, right after this route returns, so the
+    connection's context says whether this route refused it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_denied.get() and record.getMessage() == _UNFINISHED_HANDSHAKE)
+
+
+logging.getLogger("uvicorn.error").addFilter(_QuietDenials())
 
 
 def connection_limit_reached(seconds: float) -> GatewayError:
@@ -51,46 +78,54 @@ async def responses_socket(websocket: WebSocket) -> None:
         return
     await websocket.accept()
     send_lock = asyncio.Lock()
-
-    async def emit(events: list[Event]) -> None:
-        # One text message per event (clients parse one event per message); one writer at a
-        # time, so two lanes never interleave inside a batch's order.
-        async with send_lock:
-            for event in events:
-                await websocket.send({"type": "websocket.send", "text": _dumps(event).decode()})
-
     deadline = time.monotonic() + settings.ws_max_connection_seconds
     idle = settings.ws_idle_seconds
-    try:
-        async with anyio.create_task_group() as group:
-            session = Session(gateway, tenant, emit, spawn=group.start_soon)
-            while True:
-                wait = deadline - time.monotonic()
-                if idle > 0:
-                    wait = min(wait, idle)
-                message: dict[str, Any] | None = None
-                with anyio.move_on_after(max(wait, 0)):
-                    message = await websocket.receive()
-                if message is None:  # quiet for a while, or the connection is old
-                    if time.monotonic() >= deadline:
-                        await _wait_idle(session)
-                        await emit([error_event(connection_limit_reached(
-                            settings.ws_max_connection_seconds))])
-                        break
-                    if session.busy:
-                        continue
+    gone = False
+    async with anyio.create_task_group() as group:
+
+        async def emit(events: list[Event]) -> None:
+            # One text message per event (clients parse one event per message); one writer at
+            # a time, so two lanes never interleave inside a batch's order.
+            nonlocal gone
+            async with send_lock:
+                try:
+                    for event in events:
+                        await websocket.send({"type": "websocket.send",
+                                              "text": _dumps(event).decode()})
+                except WebSocketDisconnect:  # the client left while we wrote
+                    gone = True
+                    group.cancel_scope.cancel()  # its responses end ``cancelled``
+                    await anyio.lowlevel.checkpoint()  # this one too, from here
+                    raise
+
+        session = Session(gateway, tenant, emit, spawn=group.start_soon)
+        while True:
+            wait = deadline - time.monotonic()
+            if idle > 0:
+                wait = min(wait, idle)
+            message: dict[str, Any] | None = None
+            with anyio.move_on_after(max(wait, 0)):
+                message = await websocket.receive()
+            if message is None:  # quiet for a while, or the connection is old
+                if time.monotonic() >= deadline:
+                    await _wait_idle(session)
+                    await emit([error_event(connection_limit_reached(
+                        settings.ws_max_connection_seconds))])
                     break
-                if message["type"] == "websocket.disconnect":
-                    group.cancel_scope.cancel()  # running responses end ``cancelled``
-                    return
-                data = message.get("text")
-                if data is None:
-                    data = message.get("bytes") or b""
-                await session.receive(data)
-            group.cancel_scope.cancel()
-        await websocket.close(1000)
-    except WebSocketDisconnect:
-        return
+                if session.busy:
+                    continue
+                break
+            if message["type"] == "websocket.disconnect":
+                gone = True
+                break
+            data = message.get("text")
+            if data is None:
+                data = message.get("bytes") or b""
+            await session.receive(data)
+        group.cancel_scope.cancel()  # running responses end ``cancelled``
+    if not gone:
+        with contextlib.suppress(WebSocketDisconnect):
+            await websocket.close(1000)
 
 
 async def _wait_idle(session: Session) -> None:
@@ -106,5 +141,6 @@ async def _deny(websocket: WebSocket, exc: GatewayError) -> None:
         await websocket.send_denial_response(
             Response(body, status_code=exc.status, media_type="application/json")
         )
+        _denied.set(True)
         return
     await websocket.close(1008, exc.message[:120])

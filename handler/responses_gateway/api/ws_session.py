@@ -7,14 +7,22 @@ every error about one message; only the transport closes it.
 
 What a connection adds to HTTP:
 
-- **In-connection state.** Every response that ends ``completed`` or ``incomplete`` on the
-  connection is remembered, so a continuation (``previous_response_id``) finds it without the
-  store, even with ``store: false``. A continuation that fails evicts the response it named:
-  a later continuation from it gets ``previous_response_not_found`` unless the store has it
-  (OpenAI: "failed continuation evicts cache"). Ancestors stay reachable for other chains.
+- **In-connection state** (``api/ws_remembered.py``). Each lane's most recent response that
+  ended ``completed`` or ``incomplete`` is remembered, so a continuation
+  (``previous_response_id``) from it finds it without the store, even with ``store: false``;
+  an older ``store: false`` response is not found (OpenAI keeps the most recent response in a
+  connection-local cache). A continuation that fails forgets the response it named: a later
+  continuation from it gets ``previous_response_not_found`` unless the store has it (OpenAI:
+  "failed continuation evicts cache"). What grew from it keeps its history.
 - **Lanes.** ``stream_id`` names a lane: lanes run side by side, a lane runs its responses in
   order (FIFO) and every event of a laned response echoes its ``stream_id``. Without
-  ``stream_id`` a second ``response.create`` while one runs is an ``error``.
+  ``stream_id`` a second ``response.create`` while one runs is an ``error``. The receive loop
+  never waits for a lane: a create is queued or refused at once, so a steer or another lane's
+  create is answered while a lane streams.
+- **Bounds** (settings): responses running or queued on the connection
+  (``GATEWAY_WS_MAX_ACTIVE_RESPONSES``, OpenAI's 16), named streams
+  (``GATEWAY_WS_MAX_STREAMS``, OpenAI's 32), bytes remembered
+  (``GATEWAY_WS_MAX_REMEMBERED_BYTES``). A create past the first two is an ``error``.
 - **Warm-up** (``generate: false``): the request is validated, translated and its state
   kept as for any response, but the model is not called: ``response.created``,
   ``response.in_progress``, ``response.completed`` with no output and zero usage. Its id is a
@@ -23,26 +31,29 @@ What a connection adds to HTTP:
 - ``response.steer`` is answered ``response.steer.failed`` (``steering_not_supported``): a
   Chat Completions or Bedrock generation cannot take input while it runs.
 
-The transport (``api/websocket.py`` under uvicorn, ``api/websocket_apigw.py`` on API Gateway)
-hands each message to :meth:`Session.receive` and sends what ``emit`` is given.
+The transport (``api/websocket.py`` under uvicorn, ``entry/lambda_websocket.py`` on API
+Gateway) hands each message to :meth:`Session.receive` and sends what ``emit`` is given.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
 
 from responses_gateway.api.json_body import fits_depth, too_deep
-from responses_gateway.backends.base import BackendRequest
+from responses_gateway.api.ws_remembered import Lane, Remembered, flattened
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
-from responses_gateway.responses.gateway import Gateway, Job
+from responses_gateway.responses.gateway import Gateway
+from responses_gateway.responses.job import Job
+from responses_gateway.status import FINISHED_STATUSES
 from responses_gateway.store.base import StoredResponse
-from responses_gateway.backends.chunks import Chunk
 
 logger = logging.getLogger("responses_gateway")
 
@@ -50,9 +61,6 @@ Event = dict[str, Any]
 Emit = Callable[[list[Event]], Awaitable[None]]
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], None]
 CLIENT_EVENTS = ("response.create", "response.steer")
-#: responses that may wait in one lane behind the running one
-MAX_QUEUED_PER_LANE = 16
-_REMEMBERED = ("completed", "incomplete")
 
 
 def error_event(exc: GatewayError, stream_id: str | None = None) -> Event:
@@ -84,32 +92,19 @@ def too_large(limit: int) -> GatewayError:
     )
 
 
-class _Hiding(Mapping[str, StoredResponse]):
-    """The remembered responses but one: an evicted id, still reachable as an ancestor."""
+@dataclass(slots=True)
+class Create:
+    """One admitted ``response.create``: its body (``type``, ``stream_id`` taken out)."""
 
-    def __init__(self, records: Mapping[str, StoredResponse], hidden: str) -> None:
-        self._records = records
-        self._hidden = hidden
-        self._first = True
-
-    def __getitem__(self, key: str) -> StoredResponse:
-        if self._first and key == self._hidden:  # the first lookup is the id the client named
-            self._first = False
-            raise KeyError(key)
-        self._first = False
-        return self._records[key]
-
-    def __iter__(self) -> Any:
-        return iter(self._records)
-
-    def __len__(self) -> int:
-        return len(self._records)
+    body: dict[str, Any]
+    lane: Lane
+    generate: bool
 
 
 class Session:
     """One connection: its tenant, remembered responses and lanes.
 
-    ``spawn`` starts a response beside the receive loop (uvicorn); without it ``receive``
+    ``spawn`` starts a lane's worker beside the receive loop (uvicorn); without it ``receive``
     runs the response to its end before returning (one Lambda invocation per message).
     """
 
@@ -120,94 +115,114 @@ class Session:
         emit: Emit,
         *,
         spawn: Spawn | None = None,
-        records: dict[str, StoredResponse] | None = None,
-        evicted: set[str] | None = None,
+        remembered: Remembered | None = None,
     ) -> None:
+        settings = gateway.settings
         self.gateway = gateway
         self.tenant = tenant
         self.emit = emit
         self.spawn = spawn
-        self.records: dict[str, StoredResponse] = records if records is not None else {}
-        self.evicted: set[str] = evicted if evicted is not None else set()
-        self._lanes: dict[str | None, asyncio.Lock] = {}
-        self._queued: dict[str | None, int] = {}
+        self.max_active = settings.ws_max_active_responses
+        self.max_streams = settings.ws_max_streams
+        self.remembered = remembered if remembered is not None else Remembered(
+            settings.ws_max_remembered_bytes)
+        #: lanes with work: the running response first, then the queued ones (FIFO)
+        self._lanes: dict[Lane, deque[Create]] = {}
 
     @property
     def busy(self) -> bool:
-        return any(lock.locked() for lock in self._lanes.values())
+        return bool(self._lanes)
+
+    @property
+    def active(self) -> int:
+        """Responses running or queued on this connection."""
+        return sum(len(queue) for queue in self._lanes.values())
 
     async def receive(self, message: str | bytes) -> None:
-        """Handle one client message; every mistake in it becomes an ``error`` event."""
+        """Handle one client message; every mistake in it becomes an ``error`` event.
+
+        Never waits for a running response: a create is queued behind its lane or refused.
+        """
         try:
             event = self._parse(message)
             if event["type"] == "response.steer":
                 await self.emit([self._steer_failed(event)])
                 return
             body, lane = self._create_body(event)
-            generate = _generate(body)
+            create = Create(body, lane, _generate(body))
         except GatewayError as exc:
             await self.emit([error_event(exc)])
             return
-        if not await self.acquire(lane):
-            await self.emit([error_event(_lane_busy(lane), lane)])
+        refusal = await self.admit(lane)
+        if refusal is not None:
+            await self.emit([error_event(refusal, lane)])
             return
-
-        async def run() -> None:
+        if self.spawn is None:
             try:
-                await self._run(body, lane, generate=generate)
+                await self._run(create)
             finally:
                 await self.release(lane)
+            return
+        queue = self._lanes.get(lane)
+        if queue is not None:
+            queue.append(create)
+            return
+        self._lanes[lane] = deque([create])
+        self.spawn(partial(self._drain, lane))
 
-        if self.spawn is None:
-            await run()
-        else:
-            self.spawn(run)
+    async def _drain(self, lane: Lane) -> None:
+        """Run ``lane``'s responses one after another until its queue is empty."""
+        queue = self._lanes[lane]
+        try:
+            while queue:
+                await self._run(queue[0])
+                queue.popleft()
+        finally:
+            del self._lanes[lane]
 
-    # -- lanes: overridable where the connection's state lives elsewhere (API Gateway) --
+    # -- admission: overridable where the connection's state lives elsewhere (API Gateway) --
 
-    async def acquire(self, lane: str | None) -> bool:
-        """Claim ``lane`` for one response; False when it cannot take another now."""
-        lock = self._lanes.setdefault(lane, asyncio.Lock())
-        if lock.locked():
-            queued = self._queued.get(lane, 0)
-            if lane is None or queued >= MAX_QUEUED_PER_LANE:
-                return False
-            self._queued[lane] = queued + 1
-            try:
-                await lock.acquire()  # asyncio.Lock wakes waiters in order: FIFO
-            finally:
-                self._queued[lane] -= 1
-            return True
-        await lock.acquire()
-        return True
+    async def admit(self, lane: Lane) -> GatewayError | None:
+        """Why this connection cannot take one more response in ``lane`` now, or None."""
+        if lane is None and lane in self._lanes:
+            return response_in_progress()
+        if self.max_active and self.active >= self.max_active:
+            return too_many_active(self.max_active)
+        return self._stream_refusal(lane, self._lanes)
 
-    async def release(self, lane: str | None) -> None:
-        self._lanes[lane].release()
+    def _stream_refusal(self, lane: Lane, working: Any) -> GatewayError | None:
+        """A new named stream past ``max_streams`` (those working or remembered count)."""
+        if lane is None or not self.max_streams or lane in working:
+            return None
+        streams = {name for name in (*working, *self.remembered.lanes()) if name is not None}
+        if lane in streams or len(streams) < self.max_streams:
+            return None
+        return too_many_streams(self.max_streams)
 
-    async def remember(self, record: StoredResponse) -> None:
-        """A response ended well on this connection: continuations find it here."""
-        self.records[record.id] = record
-        self.evicted.discard(record.id)
+    async def release(self, lane: Lane) -> None:
+        """A response admitted without ``spawn`` ended."""
+
+    async def remember(self, lane: Lane, record: StoredResponse) -> None:
+        """A response ended well in ``lane``: it is the lane's most recent."""
+        self.remembered.put(lane, record)
 
     async def evict(self, response_id: str) -> None:
-        """A continuation from ``response_id`` failed: the connection no longer continues from
-        it, though the responses after it still reach it as their ancestor."""
-        self.evicted.add(response_id)
+        """A continuation from ``response_id`` failed: the connection no longer continues
+        from it (what grew from it keeps its history)."""
+        self.remembered.forget(response_id)
 
     # -- one response --
 
-    async def _run(self, body: dict[str, Any], lane: str | None, *, generate: bool = True) -> None:
+    async def _run(self, create: Create) -> None:
+        body, lane = create.body, create.lane
         previous = body.get("previous_response_id")
         previous = previous if isinstance(previous, str) else None
-        cached: Mapping[str, StoredResponse] = self.records
-        if previous is not None and previous in self.evicted:
-            cached = _Hiding(self.records, previous)
+        base = self.remembered.get(previous) if previous is not None else None
         job: Job | None = None
         try:
-            job = await self.gateway.prepare(body, self.tenant, cached=cached)
-            if not generate:
-                _warm_up(job)
-            await job.prepare()
+            job = await self.gateway.new_job(body, self.tenant, cached=self.remembered,
+                                             generate=create.generate)
+            await job.ready()
         except GatewayError as exc:
             if job is not None:
                 await job.close()
@@ -227,8 +242,8 @@ class Session:
                 await self.evict(previous)
             await self.emit([error_event(exc, lane)])
             return
-        if job.response.get("status") in _REMEMBERED:
-            await self.remember(_remembered(job))
+        if job.response.get("status") in FINISHED_STATUSES:
+            await self.remember(lane, flattened(_remembered(job), base))
         elif previous is not None:
             await self.evict(previous)
 
@@ -264,7 +279,7 @@ class Session:
             )
         return event
 
-    def _create_body(self, event: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    def _create_body(self, event: dict[str, Any]) -> tuple[dict[str, Any], Lane]:
         body = dict(event)
         del body["type"]
         lane = body.pop("stream_id", None)
@@ -293,6 +308,7 @@ class Session:
             "sequence_number": 0,
             "steer": steer,
             "error": {
+                "type": "invalid_request_error",
                 "code": "steering_not_supported",
                 "message": "Steering is not supported by this gateway's models: send the "
                 "input in a new 'response.create' with 'previous_response_id'.",
@@ -300,20 +316,33 @@ class Session:
         }
 
 
-def _lane_busy(lane: str | None) -> GatewayError:
-    if lane is None:
-        return GatewayError(
-            409,
-            "A response is already in progress on this connection. Wait for its terminal "
-            "event, or give each concurrent response its own 'stream_id'.",
-            code="response_in_progress",
-        )
+def response_in_progress() -> GatewayError:
+    return GatewayError(
+        409,
+        "A response is already in progress on this connection. Wait for its terminal "
+        "event, or give each concurrent response its own 'stream_id'.",
+        code="response_in_progress",
+    )
+
+
+def too_many_active(limit: int) -> GatewayError:
     return GatewayError(
         429,
-        f"Too many responses are queued on stream '{lane}' (at most "
-        f"{MAX_QUEUED_PER_LANE}).",
+        f"Too many responses are running or queued on this connection (at most {limit}; "
+        "GATEWAY_WS_MAX_ACTIVE_RESPONSES). Wait for a terminal event before sending another "
+        "'response.create'.",
         type="requests",
         code="too_many_queued_responses",
+    )
+
+
+def too_many_streams(limit: int) -> GatewayError:
+    return GatewayError(
+        400,
+        f"Too many streams on this connection (at most {limit} 'stream_id' values; "
+        "GATEWAY_WS_MAX_STREAMS). Reuse a stream, or open a new connection.",
+        param="stream_id",
+        code="too_many_streams",
     )
 
 
@@ -328,34 +357,6 @@ def _generate(body: dict[str, Any]) -> bool:
             code="invalid_type",
         )
     return generate
-
-
-class _NoGeneration:
-    """The backend of a warm-up: the model is never called; one chunk ends the turn.
-
-    The job runs as any other (events, store, in-connection state, conversation), so a
-    warm-up is chained exactly like a generated response: its input items, no output.
-    """
-
-    name = "warm-up"
-
-    async def stream(self, request: BackendRequest) -> AsyncIterator[list[Chunk]]:
-        yield [{
-            "object": "chat.completion.chunk",
-            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-        }]
-
-    async def aclose(self) -> None:
-        return None
-
-
-def _warm_up(job: Job) -> None:
-    """Make ``job`` a warm-up: no upstream request, and no MCP call a client approved runs
-    (nothing is generated, so nothing is acted on; the listed tools stay in its output)."""
-    job.backend = _NoGeneration()
-    if job.tools is not None:
-        job.tools.approved.clear()
 
 
 def _remembered(job: Job) -> StoredResponse:

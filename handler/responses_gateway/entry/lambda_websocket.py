@@ -7,11 +7,10 @@ as under uvicorn runs it to its end) and ``$disconnect``. Events go back through
 management API (``PostToConnection``), one message per event, in order, from one thread that
 posts while the response is still being produced.
 
-The connection's state lives in the gateway's DynamoDB table, partition ``WS#<connection id>``
-(TTL two hours, API Gateway's own limit): item ``C`` holds the tenant, the lanes running and
-the evicted ids; items ``R#<response id>`` the ``store: false`` responses a continuation may
-name. Lanes do not queue here (each message is its own invocation): a second
-``response.create`` on a busy lane is an ``error``.
+The connection's state lives in the gateway's DynamoDB table (``store/connections.py``):
+the tenant, the lanes running, each lane's most recent ``store: false`` response. Lanes do
+not queue here (each message is its own invocation): a second ``response.create`` on a busy
+lane is an ``error``.
 
     Handler: responses_gateway.entry.lambda_websocket.handler
 """
@@ -24,23 +23,20 @@ import logging
 import os
 import queue
 import threading
-import time
-import zlib
 from typing import Any
 
 import orjson
 
 from responses_gateway.api.auth import Authenticator
-from responses_gateway.api.ws_session import Event, Session
+from responses_gateway.api.ws_remembered import Remembered
+from responses_gateway.api.ws_session import Event, Session, response_in_progress
 from responses_gateway.config import Settings
 from responses_gateway.errors import GatewayError
 from responses_gateway.responses.gateway import Gateway
 from responses_gateway.store.base import StoredResponse
+from responses_gateway.store.connections import Connections
 
 logger = logging.getLogger("responses_gateway")
-CONNECTION_TTL_SECONDS = 2 * 3600  # API Gateway closes a WebSocket after two hours
-LANE_LEASE_SECONDS = 900  # a lane claimed by an invocation that died frees itself after this
-DEFAULT_LANE = "-"
 _loop = asyncio.new_event_loop()
 _gateway: Gateway | None = None
 _clients: dict[str, Any] = {}
@@ -54,7 +50,8 @@ async def _handle(event: dict[str, Any]) -> dict[str, Any]:
     ctx = event["requestContext"]
     route, connection_id = ctx["routeKey"], ctx["connectionId"]
     gateway = _get_gateway()
-    table = Connections(_table_name(gateway.settings))
+    table = Connections(_table_name(gateway.settings),
+                        _client("dynamodb", os.environ.get("AWS_ENDPOINT_URL_DYNAMODB")))
     if route == "$connect":
         headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
         try:
@@ -165,138 +162,48 @@ class Poster:
                 self.gone = True
 
 
-class Connections:
-    """A connection's state in the gateway's table (partition ``WS#<connection id>``)."""
-
-    def __init__(self, table: str) -> None:
-        self.table = table
-        self.db = _client("dynamodb", os.environ.get("AWS_ENDPOINT_URL_DYNAMODB"))
-
-    @staticmethod
-    def key(connection_id: str, sort: str) -> dict[str, Any]:
-        return {"pk": {"S": f"WS#{connection_id}"}, "sk": {"S": sort}}
-
-    def open(self, connection_id: str, tenant: str) -> None:
-        self.db.put_item(TableName=self.table, Item={
-            **self.key(connection_id, "C"),
-            "tenant": {"S": tenant},
-            "lanes": {"M": {}},
-            "expires_at": {"N": str(int(time.time()) + CONNECTION_TTL_SECONDS)},
-        })
-
-    def load(self, connection_id: str) -> dict[str, Any] | None:
-        items = []
-        pages = self.db.get_paginator("query").paginate(
-            TableName=self.table, KeyConditionExpression="pk = :pk",
-            ExpressionAttributeValues={":pk": {"S": f"WS#{connection_id}"}},
-            ConsistentRead=True,
-        )
-        for page in pages:
-            items.extend(page["Items"])
-        head = next((i for i in items if i["sk"]["S"] == "C"), None)
-        if head is None:
-            return None
-        records = {}
-        for item in items:
-            if item["sk"]["S"].startswith("R#"):
-                record = StoredResponse(**orjson.loads(zlib.decompress(item["record"]["B"])))
-                records[record.id] = record
-        return {
-            "connection_id": connection_id,
-            "tenant": head["tenant"]["S"],
-            "evicted": set(head.get("evicted", {}).get("SS", ())),
-            "records": records,
-        }
-
-    def claim(self, connection_id: str, lane: str) -> bool:
-        """Run one response in ``lane``, unless one runs there (one whose invocation died
-        frees the lane when its lease ends)."""
-        now = int(time.time())
-        try:
-            self.db.update_item(
-                TableName=self.table, Key=self.key(connection_id, "C"),
-                UpdateExpression="SET lanes.#lane = :until",
-                ConditionExpression="attribute_exists(pk) AND (attribute_not_exists(lanes.#lane)"
-                                    " OR lanes.#lane < :now)",
-                ExpressionAttributeNames={"#lane": lane},
-                ExpressionAttributeValues={":until": {"N": str(now + LANE_LEASE_SECONDS)},
-                                           ":now": {"N": str(now)}},
-            )
-        except self.db.exceptions.ConditionalCheckFailedException:
-            return False
-        return True
-
-    def free(self, connection_id: str, lane: str) -> None:
-        self.db.update_item(
-            TableName=self.table, Key=self.key(connection_id, "C"),
-            UpdateExpression="REMOVE lanes.#lane", ExpressionAttributeNames={"#lane": lane},
-        )
-
-    def remember(self, connection_id: str, record: StoredResponse, evicted: set[str]) -> None:
-        data = zlib.compress(orjson.dumps({
-            "id": record.id, "tenant": record.tenant, "response": record.response,
-            "request": record.request, "input_items": record.input_items,
-            "previous_response_id": record.previous_response_id,
-        }))
-        expires = {"N": str(int(time.time()) + CONNECTION_TTL_SECONDS)}
-        self.db.put_item(TableName=self.table, Item={
-            **self.key(connection_id, f"R#{record.id}"), "record": {"B": data},
-            "expires_at": expires,
-        })
-        self._set_evicted(connection_id, evicted)
-
-    def _set_evicted(self, connection_id: str, evicted: set[str]) -> None:
-        if evicted:
-            update, values = "SET evicted = :e", {":e": {"SS": sorted(evicted)}}
-            self.db.update_item(TableName=self.table, Key=self.key(connection_id, "C"),
-                                UpdateExpression=update, ExpressionAttributeValues=values)
-        else:
-            self.db.update_item(TableName=self.table, Key=self.key(connection_id, "C"),
-                                UpdateExpression="REMOVE evicted")
-
-    def evict(self, connection_id: str, evicted: set[str]) -> None:
-        self._set_evicted(connection_id, evicted)
-
-    def close(self, connection_id: str) -> None:
-        keys = []
-        pages = self.db.get_paginator("query").paginate(
-            TableName=self.table, KeyConditionExpression="pk = :pk",
-            ExpressionAttributeValues={":pk": {"S": f"WS#{connection_id}"}},
-            ProjectionExpression="pk, sk",
-        )
-        for page in pages:
-            keys.extend(page["Items"])
-        for start in range(0, len(keys), 25):
-            self.db.batch_write_item(RequestItems={self.table: [
-                {"DeleteRequest": {"Key": key}} for key in keys[start:start + 25]
-            ]})
-
-
 class ApiGatewaySession(Session):
-    """A Session whose lanes and remembered responses live in the table, not in memory."""
+    """A Session whose lanes and remembered responses live in the table, not in memory.
+
+    Each message is its own invocation, so lanes do not queue: a lane running elsewhere
+    refuses the create.
+    """
 
     def __init__(self, gateway: Gateway, state: dict[str, Any], table: Connections,
                  emit: Any) -> None:
-        super().__init__(gateway, state["tenant"], emit, records=state["records"],
-                         evicted=state["evicted"])
+        remembered = Remembered(gateway.settings.ws_max_remembered_bytes, state["remembered"])
+        super().__init__(gateway, state["tenant"], emit, remembered=remembered)
         self.connection_id = state["connection_id"]
         self.table = table
 
-    async def acquire(self, lane: str | None) -> bool:
-        return await asyncio.to_thread(self.table.claim, self.connection_id,
-                                       lane or DEFAULT_LANE)
+    async def admit(self, lane: str | None) -> GatewayError | None:
+        refusal = self._stream_refusal(lane, ())
+        if refusal is not None:
+            return refusal
+        if await asyncio.to_thread(self.table.claim, self.connection_id, lane):
+            return None
+        if lane is None:
+            return response_in_progress()
+        return GatewayError(
+            429,
+            f"A response is already running on stream '{lane}', and responses do not queue "
+            "on this connection (API Gateway): wait for its terminal event.",
+            type="requests",
+            code="too_many_queued_responses",
+        )
 
     async def release(self, lane: str | None) -> None:
-        await asyncio.to_thread(self.table.free, self.connection_id, lane or DEFAULT_LANE)
+        await asyncio.to_thread(self.table.free, self.connection_id, lane)
 
-    async def remember(self, record: StoredResponse) -> None:
-        await super().remember(record)
-        if record.response.get("store") is False:  # a stored one is in the store already
-            await asyncio.to_thread(self.table.remember, self.connection_id, record,
-                                    set(self.evicted))
-        elif record.id in self.evicted:
-            await asyncio.to_thread(self.table.evict, self.connection_id, set(self.evicted))
+    async def remember(self, lane: str | None, record: StoredResponse) -> None:
+        for forgotten in self.remembered.put(lane, record):
+            if forgotten != lane:
+                await asyncio.to_thread(self.table.forget, self.connection_id, forgotten)
+        if record.response.get("store") is False and lane in self.remembered.lanes():
+            await asyncio.to_thread(self.table.remember, self.connection_id, lane, record)
+        else:  # the store has it (or it is too large): continuations find it there, or not
+            await asyncio.to_thread(self.table.forget, self.connection_id, lane)
 
     async def evict(self, response_id: str) -> None:
-        await super().evict(response_id)
-        await asyncio.to_thread(self.table.evict, self.connection_id, set(self.evicted))
+        for lane in self.remembered.forget(response_id):
+            await asyncio.to_thread(self.table.forget, self.connection_id, lane)
