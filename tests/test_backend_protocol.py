@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from responses_gateway import observability
 from responses_gateway.backends import registry
+from responses_gateway.backends import traced as traced_module
 from responses_gateway.backends.base import Backend, BackendRequest, BaseBackend, Chunk
 from responses_gateway.config import Settings
 
@@ -79,7 +79,7 @@ def test_base_backend_offers_nothing_by_default() -> None:
 
 def test_the_tracing_wrapper_passes_every_capability_through() -> None:
     inner = _Offers()
-    traced: Any = observability._TracedBackend(inner)
+    traced: Any = traced_module._TracedBackend(inner)
     request = BackendRequest(body={"model": "m"})
 
     async def ask() -> tuple[Any, ...]:

@@ -47,7 +47,6 @@ from responses_gateway.store.base import (
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
-    from responses_gateway.backends.base import Backend, BackendRequest, Chunk
     from responses_gateway.config import Settings
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "responses-gateway"
@@ -425,52 +424,9 @@ def _end(sub: Any) -> None:
         logger.debug("could not close subsegment", exc_info=True)
 
 
-def trace_backend(backend: Backend) -> Backend:
-    """The backend, its ``stream`` a subsegment when tracing (else the backend itself)."""
-    return _TracedBackend(backend) if tracing_enabled() else backend
-
-
 def trace_store(store: Store) -> Store:
     """The store, every call a subsegment when tracing (else the store itself)."""
     return _TracedStore(store) if tracing_enabled() else store
-
-
-class _TracedBackend:
-    """The backend, its ``stream`` in an ``upstream`` subsegment; every other capability the
-    Backend protocol declares passes straight through."""
-
-    def __init__(self, inner: Backend) -> None:
-        self._inner = inner
-        self.name = inner.name
-
-    async def stream(self, request: BackendRequest) -> AsyncIterator[list[Chunk]]:
-        chunks = self._inner.stream(request)
-        async with subsegment("upstream", backend=self.name):
-            try:
-                async for chunk in chunks:
-                    yield chunk
-            finally:
-                aclose = getattr(chunks, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def prepare(self, request: BackendRequest) -> None:
-        await self._inner.prepare(request)
-
-    async def count_tokens(self, body: dict[str, Any]) -> int | None:
-        return await self._inner.count_tokens(body)
-
-    async def context_window(self, model: str) -> int | None:
-        return await self._inner.context_window(model)
-
-    def reasoning_input(self, configured: str | None) -> str | None:
-        return self._inner.reasoning_input(configured)
-
-    async def list_models(self) -> list[dict[str, Any]]:
-        return await self._inner.list_models()
 
 
 class _TracedStore(Store, ConversationStore):

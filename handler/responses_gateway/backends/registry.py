@@ -1,8 +1,8 @@
 """Backends by kind, the names ``GATEWAY_BACKEND`` and model-map prefixes (``bedrock:…``) use.
 
-One line per backend: its kind and the class that builds it (``from_settings``), imported on
-first use, so boto3 loads only when a request goes to Bedrock. Adding a backend is one module
-and one line here; config.py checks kinds against this table.
+Each backend's class (one line per backend in backends/kinds.py) is imported on first use, so
+boto3 loads only when a request goes to Bedrock. Adding a backend is one module and one line
+in kinds.py; config.py checks kinds against that table.
 """
 
 from __future__ import annotations
@@ -10,16 +10,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from responses_gateway.backends.kinds import KINDS, REGISTERED
+
+__all__ = ["KINDS", "Backends", "make"]
+
 if TYPE_CHECKING:
     from responses_gateway.backends.base import Backend
     from responses_gateway.config import Settings
 
-#: kind -> "module:Class" of a :class:`~responses_gateway.backends.base.BaseBackend`.
-REGISTERED: dict[str, str] = {
-    "openai": "responses_gateway.backends.openai_compat:OpenAICompatBackend",
-    "bedrock": "responses_gateway.backends.bedrock:BedrockBackend",
-}
-KINDS: tuple[str, ...] = tuple(REGISTERED)
 
 
 def make(kind: str, settings: Settings) -> Backend:
@@ -39,9 +37,9 @@ class Backends:
     def __call__(self, kind: str) -> Backend:
         backend = self._made.get(kind)
         if backend is None:
-            from responses_gateway import observability
+            from responses_gateway.backends.traced import trace_backend
 
-            backend = self._made[kind] = observability.trace_backend(make(kind, self._settings))
+            backend = self._made[kind] = trace_backend(make(kind, self._settings))
         return backend
 
     async def aclose(self) -> None:

@@ -17,27 +17,26 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 
-from responses_gateway.backends.base import BackendRequest, Chunk
+from responses_gateway.backends.base import Backend, BackendRequest, Chunk
+from responses_gateway.config import Settings
 from responses_gateway.errors import GatewayError
 from responses_gateway.observability import ResponseMetrics
 from responses_gateway.responses import conversations
 from responses_gateway.responses.deadline import Deadline
 from responses_gateway.responses.turns import TurnLoop
 from responses_gateway.store.base import CancelledError as StoreCancelled
-from responses_gateway.store.base import StoredResponse, StoreUnavailable
+from responses_gateway.store.base import Store, StoredResponse, StoreUnavailable
 from responses_gateway.tools.catalog import specs_from_record
 from responses_gateway.tools.registry import ServerTools
 from responses_gateway.tools.server import Rebuild, ServerCall
 from responses_gateway.translate.response_object import response_error
+from responses_gateway.translate.sealing import Sealer
 from responses_gateway.translate.stream import Event, ResponseTranslator, TranslateOptions
 from responses_gateway.translate.to_chat import client_param
-
-if TYPE_CHECKING:
-    from responses_gateway.responses.gateway import Gateway
 
 logger = logging.getLogger("responses_gateway")
 #: Where a job's record goes before its terminal event leaves (default: the store, with the
@@ -45,11 +44,21 @@ logger = logging.getLogger("responses_gateway")
 Persist = Callable[["Job"], Awaitable[None]]
 
 
+class Services(Protocol):
+    """What a job uses of the process-wide services (responses/gateway.py's Gateway)."""
+
+    settings: Settings
+    store: Store
+    sealer: Sealer
+
+    def backend_for(self, kind: str) -> Backend: ...
+
+
 class Job:
     """One response being produced. ``batches()`` is the whole lifecycle, terminal included."""
 
     def __init__(
-        self, gateway: Gateway, record: StoredResponse, *, stream: bool, store: bool,
+        self, gateway: Services, record: StoredResponse, *, stream: bool, store: bool,
         tools: ServerTools | None = None, generate: bool = True, persist: Persist | None = None,
     ):
         self.gateway = gateway
@@ -294,7 +303,7 @@ async def _no_generation() -> AsyncIterator[list[Chunk]]:
     }]
 
 
-def _tools_of(gateway: Gateway, record: StoredResponse) -> ServerTools | None:
+def _tools_of(gateway: Services, record: StoredResponse) -> ServerTools | None:
     """The server tools a stored response runs (a background worker's job)."""
     request = record.request
     data = request.get("server_tools")

@@ -1,13 +1,21 @@
 """The turn loop: a model turn, then the calls the gateway runs, then the next model turn.
 
-It owns the order and the bounds across turns (``max_tool_calls``, ``MAX_TOOL_TURNS``); the
-job owns the upstream request, the deadline and persistence (responses/job.py); each server
-tool owns its items and events (tools/server.py). One translator serves every turn, so ids,
-output indexes and sequence numbers continue and usage is summed.
+It owns the order and the bounds across turns; the job owns the upstream request, the
+deadline and persistence (responses/job.py); each server tool owns its items and events
+(tools/server.py). One translator serves every turn, so ids, output indexes and sequence
+numbers continue and usage is summed.
 
 ``pending`` holds events produced and not yet handed on: a failure mid-batch keeps them (the
 job sends them before its failure). Batches are handed on whenever the loop is about to wait,
 so a client sees a tool's item open while the tool runs.
+
+Bounds, whatever the client asked (a model may call tools forever, and each turn re-sends a
+history its tools' outputs keep growing): ``max_tool_calls`` or ``GATEWAY_MAX_TOOL_CALLS``
+calls run, whichever is lower; ``GATEWAY_MAX_TOOL_OUTPUT_BYTES`` of tool items kept (the last
+call may pass it by one call's own bound); ``GATEWAY_MAX_TOOL_TURNS`` model turns with tool
+calls. Past the first two the model is no longer offered the gateway's tools and answers with
+what it has, as OpenAI does past ``max_tool_calls``; past the third the response ends with what
+the last turn produced.
 """
 
 from __future__ import annotations
@@ -16,32 +24,62 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from responses_gateway.backends.base import Chunk
+import orjson
+
+from responses_gateway.backends.base import BackendRequest, Chunk
+from responses_gateway.observability import ResponseMetrics
+from responses_gateway.responses.deadline import Deadline
 from responses_gateway.tools.catalog import catalog_of
-from responses_gateway.tools.registry import SERVER_KINDS
+from responses_gateway.tools.registry import SERVER_KINDS, ServerTools
 from responses_gateway.tools.server import ServerCall
 from responses_gateway.translate.sealing import with_sealed_reasoning
-from responses_gateway.translate.stream import Event
+from responses_gateway.translate.stream import Event, ResponseTranslator
 from responses_gateway.translate.to_chat import turn_messages
 
-if TYPE_CHECKING:
-    from responses_gateway.responses.job import Job
 
-#: Model turns with tool calls the gateway runs in one response, at most (a model that never
-#: stops calling tools ends there, with what it produced; max_tool_calls bounds it sooner).
-MAX_TOOL_TURNS = 64
+class TurnHost(Protocol):
+    """What the loop uses of the job that runs it (responses/job.py)."""
+
+    gateway: Any  # settings (the bounds) and the sealer (reasoning sent back)
+    record: Any
+    translator: ResponseTranslator
+    tools: ServerTools | None
+    first_calls: list[ServerCall]
+    metrics: ResponseMetrics
+    deadline: Deadline
+    chunks: AsyncIterator[list[Chunk]] | None
+    backend_request: BackendRequest
+    reasoning_input: str | None
+
+    @property
+    def response(self) -> dict[str, Any]: ...
+
+    async def stored(self, events: list[Event]) -> list[Event]: ...
+
+    async def start_next_turn(self) -> asyncio.Future[list[Chunk]]: ...
 
 
 class TurnLoop:
-    __slots__ = ("calls_run", "job", "pending", "turn_start")
+    __slots__ = ("call_limit", "calls_run", "job", "output_bytes", "pending", "turn_start")
 
-    def __init__(self, job: Job) -> None:
+    def __init__(self, job: TurnHost) -> None:
         self.job = job
         self.pending: list[Event] = []
-        self.calls_run = 0  # calls the gateway ran, for max_tool_calls
+        self.calls_run = 0  # calls the gateway ran
+        self.output_bytes = 0  # JSON bytes of the items those calls made
         self.turn_start = 0  # output index where the current model turn's items begin
+        settings = job.gateway.settings
+        asked = job.response.get("max_tool_calls")
+        self.call_limit = (settings.max_tool_calls if asked is None
+                           else min(asked, settings.max_tool_calls))
+
+    @property
+    def exhausted(self) -> bool:
+        """No more calls may run: the model is no longer offered the gateway's tools."""
+        return (self.calls_run >= self.call_limit
+                or self.output_bytes >= self.job.gateway.settings.max_tool_output_bytes)
 
     async def run(self, first: asyncio.Future[list[Chunk]]) -> AsyncIterator[list[Event]]:
         """Every batch up to the end of the last model turn (a terminal event only when an
@@ -77,7 +115,7 @@ class TurnLoop:
                 events, self.pending = self.pending, []
                 yield events
             turns += 1
-            if stop or not ran or turns >= MAX_TOOL_TURNS:
+            if stop or not ran or turns >= job.gateway.settings.max_tool_turns:
                 return  # (a model that calls past max_tool_calls is not asked again)
             first = await self._next_turn()
 
@@ -129,15 +167,16 @@ class TurnLoop:
     async def _run_calls(
         self, calls: list[ServerCall], *, limited: bool
     ) -> AsyncIterator[list[Event]]:
-        """Each call by the tool that offered it; past ``max_tool_calls`` none runs."""
+        """Each call by the tool that offered it; past the bounds none runs."""
         job = self.job
         tools = job.tools
         assert tools is not None
-        limit = job.response.get("max_tool_calls")
+        output = job.translator.response["output"]
         for call in calls:
-            if limited and limit is not None and self.calls_run >= limit:
-                continue  # max_tool_calls: no more calls (and the tools are no longer offered)
+            if limited and self.exhausted:
+                continue  # no more calls (and the tools are no longer offered)
             call.extra["ran"] = True
+            made = len(output)
             runner = tools.run(call, job.translator)
             try:
                 while True:
@@ -152,6 +191,7 @@ class TurnLoop:
                     await runner.aclose()
             if not call.pauses:
                 self.calls_run += 1
+            self.output_bytes += sum(len(orjson.dumps(item)) for item in output[made:])
 
     async def _next_turn(self) -> asyncio.Future[list[Chunk]]:
         """The next model turn: the chat request gets this turn's output (its text, reasoning
@@ -181,8 +221,7 @@ class TurnLoop:
             # A forced choice ("required", one tool) is for the first model turn: forced
             # again, the model could never answer after the tools it called have run.
             body["tool_choice"] = "auto"
-        limit = job.response.get("max_tool_calls")
-        if limit is not None and self.calls_run >= limit:
+        if self.exhausted:
             _drop_server_functions(body, translator.options.tools or {})
         return await job.start_next_turn()
 
