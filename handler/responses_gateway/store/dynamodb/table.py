@@ -1,0 +1,196 @@
+"""The DynamoDB client and the table's plumbing every part of the store shares: one call with
+its retries and error mapping, paged queries, batch reads and writes that resubmit what DynamoDB
+left unprocessed, and ``create_table`` (``responses-gateway store init``)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from responses_gateway.store.base import StoreUnavailable
+from responses_gateway.store.dynamodb.codec import (
+    _CONFLICT_ATTEMPTS,
+    CONVERSATION,
+    RECORD,
+    _ConditionFailed,
+    _n,
+    _s,
+)
+from responses_gateway.store.dynamodb_schema import table_definition, ttl_specification
+
+
+def make_client(max_attempts: int = 5) -> Any:
+    """A DynamoDB client with standard retries.
+
+    botocore reads ``AWS_ENDPOINT_URL_DYNAMODB`` (or ``AWS_ENDPOINT_URL``) itself, so local
+    DynamoDB and moto need no extra code here.
+    """
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        retries={"mode": "standard", "max_attempts": max_attempts},
+        connect_timeout=5,
+        read_timeout=15,
+        max_pool_connections=32,
+    )
+    # A session of its own: creating clients from the default session is not thread-safe.
+    return boto3.session.Session().client("dynamodb", config=config)
+
+
+def create_table(table_name: str, client: Any = None) -> bool:
+    """Create the table (same definition as template.yaml) and enable TTL; True if created."""
+    from botocore.exceptions import ClientError
+
+    client = client or make_client()
+    created = True
+    try:
+        client.create_table(**table_definition(table_name))
+    except client.exceptions.ResourceInUseException:
+        created = False
+    client.get_waiter("table_exists").wait(
+        TableName=table_name, WaiterConfig={"Delay": 1, "MaxAttempts": 120}
+    )
+    try:
+        client.update_time_to_live(
+            TableName=table_name, TimeToLiveSpecification=ttl_specification()
+        )
+    except ClientError as e:
+        if "already enabled" not in str(e):
+            raise
+    return created
+
+
+
+class _Table:
+    """The table and its client: the calls every part of the store is built on."""
+
+    def __init__(
+        self,
+        table_name: str,
+        *,
+        retention_days: int = 30,
+        client: Any = None,
+        max_attempts: int = 5,
+    ) -> None:
+        self.table_name = table_name
+        self.retention_s = retention_days * 86400
+        self._client = client
+        self._max_attempts = max_attempts
+        self._client_lock = threading.Lock()
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            with self._client_lock:
+                if self._client is None:
+                    self._client = make_client(self._max_attempts)
+        return self._client
+
+    def _record_key(self, response_id: str) -> dict[str, Any]:
+        return {"pk": _s(response_id), "sk": _s(RECORD)}
+
+    def _ttl(self) -> dict[str, Any]:
+        return _n(int(time.time()) + self.retention_s)
+
+    def _conv_key(self, conversation_id: str) -> dict[str, Any]:
+        return {"pk": _s(conversation_id), "sk": _s(CONVERSATION)}
+
+    def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
+        """One API call: condition failures become _ConditionFailed, transaction conflicts are
+        retried here (botocore does not), anything else left after botocore's retries becomes
+        StoreUnavailable."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        for attempt in range(_CONFLICT_ATTEMPTS):
+            try:
+                return getattr(self.client, operation)(**kwargs)
+            except ClientError as e:
+                error = e.response.get("Error", {})
+                code = error.get("Code", "")
+                if code == "ConditionalCheckFailedException":
+                    raise _ConditionFailed from None
+                conflict = code == "TransactionConflictException"
+                if code == "TransactionCanceledException":
+                    reasons = [r.get("Code") for r in e.response.get("CancellationReasons", [])]
+                    if "ConditionalCheckFailed" in reasons:
+                        raise _ConditionFailed(tuple(
+                            i for i, r in enumerate(reasons) if r == "ConditionalCheckFailed"
+                        )) from None
+                    conflict = "TransactionConflict" in reasons
+                if not conflict or attempt + 1 == _CONFLICT_ATTEMPTS:
+                    message = f"DynamoDB {operation} failed: {code}: {error.get('Message', '')}"
+                    raise StoreUnavailable(message) from e
+            except BotoCoreError as e:
+                raise StoreUnavailable(f"DynamoDB {operation} failed: {e}") from e
+            time.sleep(random.uniform(0, 0.05 * 2**attempt))
+        raise AssertionError("unreachable")
+
+    def _query(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        """All items of a strongly consistent Query, page after page."""
+        kwargs = {"TableName": self.table_name, "ConsistentRead": True, **kwargs}
+        while True:
+            page = self._call("query", **kwargs)
+            yield from page.get("Items", [])
+            if "LastEvaluatedKey" not in page:
+                return
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def _delete_owned(self, key: dict[str, Any], tenant: str) -> bool:
+        """Delete the record at ``key`` if ``tenant`` owns it; False if not (or not there)."""
+        try:
+            self._call(
+                "delete_item",
+                TableName=self.table_name,
+                Key=key,
+                ConditionExpression="tenant = :t",
+                ExpressionAttributeValues={":t": _s(tenant)},
+            )
+        except _ConditionFailed:
+            return False
+        return True
+
+    def _partition_keys(self, pk: str) -> list[dict[str, Any]]:
+        """The keys of every item in partition ``pk`` (a record and what hangs off it)."""
+        return [
+            {"pk": item["pk"], "sk": item["sk"]}
+            for item in self._query(
+                KeyConditionExpression="pk = :pk",
+                ExpressionAttributeValues={":pk": _s(pk)},
+                ProjectionExpression="pk, sk",
+            )
+        ]
+
+    def _batch_write(self, requests: list[dict[str, Any]]) -> None:
+        """BatchWriteItem in groups of 25, resubmitting what DynamoDB left unprocessed."""
+        for start in range(0, len(requests), 25):
+            pending = {self.table_name: requests[start : start + 25]}
+            for attempt in range(10):
+                result = self._call("batch_write_item", RequestItems=pending)
+                pending = result.get("UnprocessedItems") or {}
+                if not pending:
+                    break
+                time.sleep(random.uniform(0, 0.05 * 2**attempt))
+            else:
+                raise StoreUnavailable("DynamoDB batch_write_item left items unprocessed")
+
+    def _batch_put(self, items: list[dict[str, Any]]) -> None:
+        self._batch_write([{"PutRequest": {"Item": item}} for item in items])
+
+    def _batch_get(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        for start in range(0, len(keys), 100):
+            request = {self.table_name: {"Keys": keys[start : start + 100], "ConsistentRead": True}}
+            for attempt in range(10):
+                result = self._call("batch_get_item", RequestItems=request)
+                found += result.get("Responses", {}).get(self.table_name, [])
+                request = result.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+                time.sleep(random.uniform(0, 0.05 * 2**attempt))
+            else:
+                raise StoreUnavailable("DynamoDB batch_get_item left keys unprocessed")
+        return found
