@@ -1160,9 +1160,21 @@ def test_function_call_output_content_arrays() -> None:
         }
     )
     assert tail["messages"][-1]["role"] == "user"
-    assert chat({"input": [{"type": "function_call_output", "call_id": "c", "output": []}]})[
+    call = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}
+    assert chat({"input": [call, {"type": "function_call_output", "call_id": "c", "output": []}]})[
         "messages"
-    ] == [{"role": "tool", "tool_call_id": "c", "content": ""}]
+    ][-1] == {"role": "tool", "tool_call_id": "c", "content": ""}
+
+
+@pytest.mark.parametrize(("kind", "what"), [("function_call_output", "function call"),
+                                            ("custom_tool_call_output", "custom tool call")])
+def test_an_output_answering_no_call_is_openais_400(kind: str, what: str) -> None:
+    """OpenAI: 400 "No tool call found for function call output with call_id X.", param input
+    (issue 27, defect 9: it was accepted and the turn completed)."""
+    with pytest.raises(GatewayError) as caught:
+        chat({"input": [user("q"), {"type": kind, "call_id": "call_nope", "output": "x"}]})
+    assert caught.value.status == 400 and caught.value.param == "input"
+    assert caught.value.message == f"No tool call found for {what} output with call_id call_nope."
 
 
 REASONING_CONVERSATION: list[dict[str, Any]] = [
@@ -1604,7 +1616,7 @@ function_tool = st.fixed_dictionaries(
 @st.composite
 def valid_bodies(draw: st.DrawFn) -> dict[str, Any]:
     body: dict[str, Any] = {"model": draw(names)}
-    body["input"] = draw(st.one_of(texts, st.lists(input_item, max_size=8)))
+    body["input"] = _answered(draw(st.one_of(texts, st.lists(input_item, max_size=8))))
     tools = draw(st.lists(function_tool, max_size=3, unique_by=lambda t: t["name"]))
     if tools or draw(st.booleans()):
         body["tools"] = tools
@@ -1705,6 +1717,23 @@ PROPERTY = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+def _answered(items: Any) -> Any:
+    """A valid input answers only calls it holds: each output without its call gets one."""
+    if isinstance(items, str):
+        return items
+    out: list[Any] = []
+    called = set()
+    for item in items:
+        if item.get("type") == "function_call":
+            called.add(item["call_id"])
+        elif item.get("type") == "function_call_output" and item["call_id"] not in called:
+            called.add(item["call_id"])
+            out.append({"type": "function_call", "call_id": item["call_id"], "name": "f",
+                        "arguments": "{}"})
+        out.append(item)
+    return out
+
+
 REASONING_INPUT = st.sampled_from([None, "reasoning_content", "reasoning"])
 
 

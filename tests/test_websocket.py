@@ -416,22 +416,21 @@ def test_compliance_websocket_previous_response_not_found(gateway: GatewayServer
 
 
 def test_compliance_websocket_failed_continuation_evicts_cache(gateway: GatewayServer) -> None:
-    # The failing turn sends a tool output no call asked for. The gateway passes it on and the
-    # upstream refuses it, as OpenAI's Chat Completions does; the scripted upstream is told to
-    # (model directive), since it accepts anything.
-    refusing = ('script/error status=400 message="messages with role \'tool\' must be a '
-                'response to a preceeding message with \'tool_calls\'."')
+    # The suite's own turns: the failing one sends a tool output no call asked for, which
+    # OpenAI refuses with a 400 (issue 27, defect 9); its previous response is then evicted.
     first, failed, retry = session(gateway, [
         create("Remember the code word: ember. Reply with OK.", store=False),
         lambda turns: create(
             [{"type": "function_call_output", "call_id": "call_openresponses_missing",
               "output": "No matching tool call exists in the previous response."}],
-            model=refusing, store=False, previous_response_id=final(turns[0])["id"]),
+            store=False, previous_response_id=final(turns[0])["id"]),
         lambda turns: create("Try to continue after the failed turn. Reply with exactly: stale",
                              store=False, previous_response_id=final(turns[0])["id"]),
     ])
     completed(first)
-    assert failed[-1]["type"] == "error" or final(failed)["status"] == "failed"
+    assert failed[-1]["type"] == "error" and failed[-1]["status"] == 400
+    assert failed[-1]["error"]["message"] == (
+        "No tool call found for function call output with call_id call_openresponses_missing.")
     assert error_code(retry) == "previous_response_not_found"
 
 

@@ -2,6 +2,10 @@
 
 Secrets (upstream key, gateway API keys) may be given directly or, in AWS, by reference to
 Secrets Manager / SSM (``*_SECRET_ARN`` / ``*_PARAMETER``); see :mod:`responses_gateway.secrets`.
+
+The one import here that runs up the layering is ``backends/kinds.py``: a table of backend
+kinds with no imports of its own, read so that a mistyped ``GATEWAY_BACKEND`` or model-map
+prefix fails at start; the backends themselves load only when a request needs one.
 """
 
 from __future__ import annotations
@@ -79,6 +83,15 @@ class Settings:
     max_tool_calls: int = 128
     max_tool_turns: int = 32
     max_tool_output_bytes: int = 8 * 1024 * 1024
+    # What the store holds (store/base.py StoreLimits): items and JSON bytes per conversation
+    # (every turn reads all of one), the input or Response object of one stored response.
+    max_conversation_items: int = 10_000
+    max_conversation_bytes: int = 64 * 1024 * 1024
+    max_stored_response_bytes: int = 32 * 1024 * 1024
+    # What one compaction may cost (responses/fitting/limits.py; 0: no limit): summarising
+    # calls upstream, bytes of the items it reads.
+    max_compaction_calls: int = 16
+    max_compaction_input_bytes: int = 20 * 1024 * 1024
 
     def route(self, model: str) -> Route:
         """The backend and backend model for a client model name.
@@ -171,6 +184,15 @@ class Settings:
             max_tool_turns=count("GATEWAY_MAX_TOOL_TURNS", cls.max_tool_turns),
             max_tool_output_bytes=count("GATEWAY_MAX_TOOL_OUTPUT_BYTES",
                                         cls.max_tool_output_bytes),
+            max_conversation_items=count("GATEWAY_MAX_CONVERSATION_ITEMS",
+                                         cls.max_conversation_items),
+            max_conversation_bytes=count("GATEWAY_MAX_CONVERSATION_BYTES",
+                                         cls.max_conversation_bytes),
+            max_stored_response_bytes=count("GATEWAY_MAX_STORED_RESPONSE_BYTES",
+                                            cls.max_stored_response_bytes),
+            max_compaction_calls=count("GATEWAY_MAX_COMPACTION_CALLS", cls.max_compaction_calls),
+            max_compaction_input_bytes=count("GATEWAY_MAX_COMPACTION_INPUT_BYTES",
+                                             cls.max_compaction_input_bytes),
         )
 
 

@@ -99,7 +99,7 @@ def to_chat_request(
     chat_tools = _catalog_tools(req, catalog)
     current = 0 if req.input is None else 1 if isinstance(req.input, str) else len(req.input)
     builder = _Messages(reasoning_input, unseal, first_current=len(items) - current,
-                        catalog=catalog, history=items)
+                        catalog=catalog, history=items, known_calls=_call_ids(items))
     sources = message_params if message_params is not None else []
     if req.instructions:
         builder.messages.append({"role": "system", "content": req.instructions})
@@ -250,6 +250,7 @@ class _Messages:
         "_details",
         "_first_current",
         "_history",
+        "_known_calls",
         "_media",
         "_readers",
         "_reasoning",
@@ -262,10 +263,12 @@ class _Messages:
     def __init__(
         self, reasoning_field: str | None, unseal: Unseal | None, first_current: int,
         catalog: ToolCatalog, history: Sequence[dict[str, Any]] = (),
+        known_calls: Collection[str] | None = None,
     ):
         self.messages: list[dict[str, Any]] = []
         self._catalog = catalog
         self._history = history  # every item rendered: a server tool reads its own among them
+        self._known_calls = known_calls  # call ids an output may answer (None: not checked)
         self._readers: dict[str, HistoryReader] = {}
         # Results of the open assistant turn's server-tool calls: tool messages follow it.
         self._tool_results: list[dict[str, Any]] = []
@@ -301,6 +304,8 @@ class _Messages:
             self._server_item(index, item, kind)
         elif kind == "reasoning":
             self._reasoning_item(index, item)
+        elif kind == "compaction_trigger":
+            pass  # asked for the compaction before the model runs (compaction_items.py)
         elif kind == "item_reference":
             raise invalid_request(
                 f"Item reference '{item.get('id')}' cannot be resolved: no stored item has "
@@ -416,6 +421,12 @@ class _Messages:
         param = f"{self.param(index)}.output"
         if not isinstance(call_id, str):
             raise missing_parameter(f"{self.param(index)}.call_id")
+        if self._known_calls is not None and call_id not in self._known_calls:
+            # OpenAI's words, and its param: the output answers nothing the model was asked.
+            what = "custom tool call" if item.get("type") == "custom_tool_call_output" else (
+                "function call")
+            raise invalid_request(
+                f"No tool call found for {what} output with call_id {call_id}.", param="input")
         if isinstance(output, str):
             text = output
         else:
@@ -513,6 +524,16 @@ def turn_messages(
     for index, item in enumerate(items):
         builder.add(index, item)
     return builder.finish()
+
+
+_CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
+
+
+def _call_ids(items: Sequence[dict[str, Any]]) -> set[str]:
+    """The call ids of the client's calls among ``items`` (a whole conversation)."""
+    return {item["call_id"] for item in items
+            if isinstance(item, dict) and item.get("type") in _CALL_TYPES
+            and isinstance(item.get("call_id"), str)}
 
 
 def _parts(content: Any, param: str) -> list[dict[str, Any]]:
