@@ -23,7 +23,9 @@ append in one write). A response ended by someone else (cancelled, its worker lo
 lock just after its record is written, so the next turn, finding the conversation still held
 by a response that has ended, waits up to ``SETTLE_SECONDS`` for the release instead of
 answering ``conversation_locked`` to a client that polled and continued at once.
-Conversations, like OpenAI's, do not expire.
+Conversations, like OpenAI's, do not expire, but they are bounded (``StoreLimits``:
+GATEWAY_MAX_CONVERSATION_ITEMS, GATEWAY_MAX_CONVERSATION_BYTES), since every turn reads all of
+one: an item write that would pass a bound is refused, and so is a turn whose input would.
 """
 
 from __future__ import annotations
@@ -310,6 +312,10 @@ async def begin(
     for item in items:
         if item.get("id") in held:
             raise DuplicateItem(item["id"], "input")
+    # The bounds, before any work: this turn's input must fit beside what the conversation
+    # holds. Its output is admitted whole when it ends (a completed answer is never dropped),
+    # so a conversation passes its bound by at most one response, then takes no more turns.
+    store_of(store).limits.check_room(conversation, items, "input")
     return Turn(
         store_of(store), conversation_id, tenant, conversation.length, history=history
     )

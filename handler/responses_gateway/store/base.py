@@ -23,11 +23,13 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from responses_gateway.errors import GatewayError
 from responses_gateway.ids import request_id
 
 logger = logging.getLogger("responses_gateway.store")
-
+MIB = 1024 * 1024
 
 
 class CancelledError(Exception):
@@ -53,6 +55,100 @@ class StoreUnavailable(GatewayError):
         )
         self.detail = detail
         logger.error("response store unavailable (request %s): %s", rid, detail)
+
+
+class ResponseTooLarge(StoreUnavailable):
+    """A Response object over GATEWAY_MAX_STORED_RESPONSE_BYTES. Nothing is written; the
+    response ends failed as after any store failure (a stream cannot take back what it sent),
+    but the client is told which bound it hit."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        GatewayError.__init__(
+            self,
+            400,
+            f"This response is too large to store: {size} bytes, more than the {limit} bytes "
+            "one stored response may hold (GATEWAY_MAX_STORED_RESPONSE_BYTES). Ask for less "
+            "output (max_output_tokens, max_tool_calls), or set store to false.",
+            code="response_too_large",
+        )
+        self.detail = self.message
+
+
+# -- bounds ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoreLimits:
+    """What one conversation and one stored response may hold (0: no bound).
+
+    A turn on a conversation reads all of it, so its size is what every turn costs in memory
+    and upstream tokens; these keep that bounded. Enforced before anything is written."""
+
+    conversation_items: int = 10_000  # GATEWAY_MAX_CONVERSATION_ITEMS
+    conversation_bytes: int = 64 * MIB  # GATEWAY_MAX_CONVERSATION_BYTES (items' JSON)
+    response_bytes: int = 32 * MIB  # GATEWAY_MAX_STORED_RESPONSE_BYTES (input; Response)
+
+    def check_input(self, items: list[dict[str, Any]]) -> None:
+        """A create's input items, together, within what one stored response may hold."""
+        total = sum(map(item_bytes, items))
+        if self.response_bytes and total > self.response_bytes:
+            raise GatewayError(
+                400,
+                f"The input is too large to store: {total} bytes, more than the "
+                f"{self.response_bytes} bytes one stored response may hold "
+                "(GATEWAY_MAX_STORED_RESPONSE_BYTES). Send less input, or set store to false.",
+                param="input",
+                code="input_too_large",
+            )
+
+    def check_response(self, size: int) -> None:
+        """A Response object's JSON (``size`` bytes) within the bound, before it is written."""
+        if self.response_bytes and size > self.response_bytes:
+            raise ResponseTooLarge(size, self.response_bytes)
+
+    def check_room(
+        self, conversation: StoredConversation, items: list[dict[str, Any]], param: str,
+        size: int | None = None,
+    ) -> int:
+        """Raise ConversationFull unless ``items`` fit beside what ``conversation`` holds;
+        their size in bytes (``size`` when the caller has counted it already)."""
+        size = sum(map(item_bytes, items)) if size is None else size
+        if self.conversation_items and (
+            conversation.item_count + len(items) > self.conversation_items
+        ):
+            raise ConversationFull(
+                f"holds {conversation.item_count} items; {len(items)} more would exceed its "
+                f"limit of {self.conversation_items} items (GATEWAY_MAX_CONVERSATION_ITEMS)",
+                param,
+            )
+        if self.conversation_bytes and (
+            conversation.byte_count + size > self.conversation_bytes
+        ):
+            raise ConversationFull(
+                f"holds {conversation.byte_count} bytes of items; {size} more would exceed "
+                f"its limit of {self.conversation_bytes} bytes "
+                "(GATEWAY_MAX_CONVERSATION_BYTES)",
+                param,
+            )
+        return size
+
+
+DEFAULT_LIMITS = StoreLimits()
+
+
+def item_bytes(item: dict[str, Any]) -> int:
+    """What an item counts toward a bound: its JSON, as the API returns it."""
+    return len(orjson.dumps(item))
+
+
+class _Bounded:
+    """A store's bounds (``limits``): what the implementation was built with (``_limits``),
+    else the defaults. Read through ``_limits`` so a wrapper that forwards unknown attributes
+    (observability's tracing store) reports the bounds of the store it wraps."""
+
+    @property
+    def limits(self) -> StoreLimits:
+        return getattr(self, "_limits", None) or DEFAULT_LIMITS
 
 
 @dataclass(slots=True)
@@ -88,7 +184,7 @@ class TurnSettle:
     items: list[dict[str, Any]] | None = None
 
 
-class Store(ABC):
+class Store(_Bounded, ABC):
     """Tenant-scoped storage of responses; another tenant's record is simply not found."""
 
     @abstractmethod
@@ -153,10 +249,12 @@ class Store(ABC):
     async def renew_lease(self, response_id: str, lease_until: float) -> bool:
         """Extend a running worker's lease; False if the response is no longer running."""
 
-    def check_input_items(self, items: list[dict[str, Any]]) -> None:  # noqa: B027 - optional hook
-        """Raise GatewayError 400 if an input item can never be stored; call before any work."""
+    def check_input_items(self, items: list[dict[str, Any]]) -> None:
+        """Raise GatewayError 400 if the input can never be stored (over the bound of one
+        stored response; a store may refuse single items too); call before any work."""
+        self.limits.check_input(items)
 
-    async def aclose(self) -> None:  # noqa: B027 - optional hook
+    async def aclose(self) -> None:
         """Release connections; most stores need nothing."""
 
 
@@ -188,6 +286,19 @@ class DuplicateItem(GatewayError):
         )
 
 
+class ConversationFull(GatewayError):
+    """The conversation is at its bound (StoreLimits): nothing was written. Delete items or
+    start a new conversation."""
+
+    def __init__(self, detail: str, param: str) -> None:
+        super().__init__(
+            400,
+            f"This conversation {detail}. Delete items from it, or start a new conversation.",
+            param=param,
+            code="conversation_too_large",
+        )
+
+
 @dataclass(slots=True)
 class StoredConversation:
     id: str
@@ -197,6 +308,8 @@ class StoredConversation:
     length: int = 0  # positions committed so far (deleted items leave holes; never reused)
     locked: bool = False  # a turn holds the lock right now
     holder: str | None = None  # while locked: the holding turn's token ("<response id>.<hex>")
+    item_count: int = 0  # items held (what GATEWAY_MAX_CONVERSATION_ITEMS bounds)
+    byte_count: int = 0  # their JSON bytes (GATEWAY_MAX_CONVERSATION_BYTES), kept with appends
 
     def to_object(self) -> dict[str, Any]:
         """The ``conversation`` object the API returns."""
@@ -208,7 +321,7 @@ class StoredConversation:
         }
 
 
-class ConversationStore(ABC):
+class ConversationStore(_Bounded, ABC):
     """Tenant-scoped conversations; another tenant's conversation is not found (None).
 
     Items are appended at positions ``length, length+1, ...`` and ``length`` moves in the same

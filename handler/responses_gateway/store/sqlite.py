@@ -35,6 +35,7 @@ from responses_gateway.store.base import (
     Store,
     StoredConversation,
     StoredResponse,
+    StoreLimits,
     StoreUnavailable,
     TurnSettle,
 )
@@ -89,7 +90,9 @@ CREATE TABLE IF NOT EXISTS conversations (
     metadata TEXT NOT NULL,
     length INTEGER NOT NULL,
     lock_token TEXT,
-    lock_until REAL
+    lock_until REAL,
+    item_count INTEGER NOT NULL DEFAULT 0,
+    byte_count INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS conversation_items (
     conversation_id TEXT NOT NULL,
@@ -107,6 +110,19 @@ def _dumps(obj: Any) -> str:
     return orjson.dumps(obj).decode()
 
 
+# A file written before conversations counted their items and bytes: add the columns, count.
+_COUNT_COLUMNS = (
+    "ALTER TABLE conversations ADD COLUMN item_count INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE conversations ADD COLUMN byte_count INTEGER NOT NULL DEFAULT 0",
+    "UPDATE conversations SET"
+    " item_count = (SELECT count(*) FROM conversation_items i"
+    "  WHERE i.conversation_id = conversations.id AND i.pos < conversations.length),"
+    " byte_count = (SELECT coalesce(sum(length(CAST(i.item AS BLOB))), 0)"
+    "  FROM conversation_items i"
+    "  WHERE i.conversation_id = conversations.id AND i.pos < conversations.length)",
+)
+
+
 def _alive(expires_at: int | None, now: float) -> bool:
     return expires_at is None or expires_at > now
 
@@ -120,8 +136,10 @@ class SQLiteStore(Store, ConversationStore):
         *,
         retention_days: int | None = None,
         busy_timeout_ms: int = 10_000,
+        limits: StoreLimits | None = None,
     ) -> None:
         self.path = path
+        self._limits = limits
         self._retention_s = None if retention_days is None else retention_days * 86400
         self._busy_timeout_ms = busy_timeout_ms
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
@@ -145,6 +163,10 @@ class SQLiteStore(Store, ConversationStore):
         with self._tx() as c:
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
+                    c.execute(statement)
+            columns = {row[1] for row in c.execute("PRAGMA table_info(conversations)")}
+            if "item_count" not in columns:
+                for statement in _COUNT_COLUMNS:
                     c.execute(statement)
             self._purge_expired(c)
         conn.execute("PRAGMA busy_timeout = 0")  # from now on a busy file means "use the thread"
@@ -249,11 +271,12 @@ class SQLiteStore(Store, ConversationStore):
             for i, item in enumerate(r.input_items)
         ]
         rows += self._output_rows(r.id, r.tenant, r.response)
+        response = self._response_json(r.response)
         row = (
             r.id,
             r.tenant,
             r.status,
-            _dumps(r.response),
+            response,
             _dumps(r.request),
             r.previous_response_id,
             int(r.background),
@@ -261,6 +284,13 @@ class SQLiteStore(Store, ConversationStore):
             expires_at,
         )
         return row, rows
+
+    def _response_json(self, response: dict[str, Any]) -> str:
+        """The Response as stored, within GATEWAY_MAX_STORED_RESPONSE_BYTES (else nothing is
+        written: ResponseTooLarge)."""
+        data = orjson.dumps(response)
+        self.limits.check_response(len(data))
+        return data.decode()
 
     @staticmethod
     def _write_record(c: sqlite3.Connection, rows: _RecordRows) -> None:
@@ -378,7 +408,7 @@ class SQLiteStore(Store, ConversationStore):
             "UPDATE responses SET response = ?, status = ?, lease_until = COALESCE(?, lease_until)"
             " WHERE id = ?"
         )
-        params: list[Any] = [_dumps(response), status, lease_until, response_id]
+        params: list[Any] = [self._response_json(response), status, lease_until, response_id]
         if expected is not None:
             sql += f" AND status IN ({','.join('?' * len(expected))})"
             params += expected
@@ -465,8 +495,8 @@ class SQLiteStore(Store, ConversationStore):
         StoredConversation | None
     ):
         row = c.execute(
-            "SELECT tenant, created_at, metadata, length, lock_until, lock_token"
-            " FROM conversations WHERE id = ?",
+            "SELECT tenant, created_at, metadata, length, lock_until, lock_token, item_count,"
+            " byte_count FROM conversations WHERE id = ?",
             (conversation_id,),
         ).fetchone()
         if row is None or row[0] != tenant:
@@ -480,6 +510,8 @@ class SQLiteStore(Store, ConversationStore):
             length=row[3],
             locked=locked,
             holder=row[5] if locked else None,
+            item_count=row[6],
+            byte_count=row[7],
         )
 
     async def create_conversation(
@@ -488,16 +520,21 @@ class SQLiteStore(Store, ConversationStore):
         await self._run(self._create_conversation, conversation, items)
 
     def _create_conversation(self, conv: StoredConversation, items: list[dict[str, Any]]) -> None:
+        data = [orjson.dumps(item) for item in items]
+        size = self.limits.check_room(conv, items, "items", sum(map(len, data)))
         with self._tx() as c:
             c.execute(
-                "INSERT INTO conversations VALUES (?, ?, ?, ?, ?, NULL, NULL)",
-                (conv.id, conv.tenant, conv.created_at, _dumps(conv.metadata), len(items)),
+                "INSERT INTO conversations VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, ?)",
+                (conv.id, conv.tenant, conv.created_at, _dumps(conv.metadata), len(items),
+                 len(items), size),
             )
             c.executemany(
                 "INSERT INTO conversation_items VALUES (?, ?, ?, ?)",
-                [(conv.id, i, item["id"], _dumps(item)) for i, item in enumerate(items)],
+                [(conv.id, i, item["id"], d.decode()) for i, (item, d) in enumerate(zip(
+                    items, data, strict=True))],
             )
-        conv.length = len(items)
+        conv.length = conv.item_count = len(items)
+        conv.byte_count = size
 
     async def get_conversation(
         self, conversation_id: str, tenant: str
@@ -636,6 +673,10 @@ class SQLiteStore(Store, ConversationStore):
             )
         if token is None and conv.locked:
             raise ConversationLocked()
+        data = [orjson.dumps(item) for item in items]
+        size = sum(map(len, data))
+        if token is None:  # an item write; a turn's append was admitted when it began
+            self.limits.check_room(conv, items, param, size)
         ids = [item["id"] for item in items]
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
@@ -649,16 +690,18 @@ class SQLiteStore(Store, ConversationStore):
         c.executemany(
             "INSERT INTO conversation_items VALUES (?, ?, ?, ?)",
             [
-                (conversation_id, conv.length + i, item["id"], _dumps(item))
-                for i, item in enumerate(items)
+                (conversation_id, conv.length + i, item["id"], d.decode())
+                for i, (item, d) in enumerate(zip(items, data, strict=True))
             ],
         )
         conv.length += len(items)
+        conv.item_count += len(items)
+        conv.byte_count += size
         conv.locked = False
         c.execute(
-            "UPDATE conversations SET length = ?, lock_token = NULL, lock_until = NULL"
-            " WHERE id = ?",
-            (conv.length, conversation_id),
+            "UPDATE conversations SET length = ?, item_count = ?, byte_count = ?,"
+            " lock_token = NULL, lock_until = NULL WHERE id = ?",
+            (conv.length, conv.item_count, conv.byte_count, conversation_id),
         )
         return conv
 
@@ -768,12 +811,21 @@ class SQLiteStore(Store, ConversationStore):
             conv = self._conversation(c, conversation_id, tenant)
             if conv is None:
                 return None
-            deleted = c.execute(
-                "DELETE FROM conversation_items WHERE conversation_id = ? AND item_id = ?"
-                " AND pos < ?",
-                (conversation_id, item_id, conv.length),
-            ).rowcount
-        return conv, deleted > 0
+            where = "conversation_id = ? AND item_id = ? AND pos < ?"
+            key = (conversation_id, item_id, conv.length)
+            row = c.execute(
+                f"SELECT length(CAST(item AS BLOB)) FROM conversation_items WHERE {where}", key
+            ).fetchone()
+            if row is None:
+                return conv, False
+            c.execute(f"DELETE FROM conversation_items WHERE {where}", key)
+            conv.item_count -= 1
+            conv.byte_count -= row[0]
+            c.execute(
+                "UPDATE conversations SET item_count = ?, byte_count = ? WHERE id = ?",
+                (conv.item_count, conv.byte_count, conversation_id),
+            )
+        return conv, True
 
     async def aclose(self) -> None:
         if self._conn is not None:

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from responses_gateway.status import IN_PROGRESS, QUEUED
+from responses_gateway.store.base import StoreLimits
 from responses_gateway.store.dynamodb_schema import TTL_ATTRIBUTE
 
 MAX_ITEM_BYTES = 400_000  # DynamoDB: 400 KB per item, names included (moto: 405,000)
@@ -57,11 +58,17 @@ def _n(value: float) -> dict[str, Any]:
 
 def _pack(obj: Any) -> tuple[dict[str, Any], int]:
     """JSON as a string attribute when small, zlib-compressed binary otherwise; and its size."""
+    attr, size, _ = _pack_sized(obj)
+    return attr, size
+
+
+def _pack_sized(obj: Any) -> tuple[dict[str, Any], int, int]:
+    """``_pack``, and the JSON's own size (what the store's bounds count)."""
     data = orjson.dumps(obj)
     if len(data) <= COMPRESS_ABOVE:
-        return {"S": data.decode()}, len(data)
+        return {"S": data.decode()}, len(data), len(data)
     packed = zlib.compress(data, 6)
-    return {"B": packed}, len(packed)
+    return {"B": packed}, len(packed), len(data)
 
 
 def _unpack(value: dict[str, Any]) -> Any:
@@ -107,19 +114,22 @@ def _conv_part_sk(pos: int, k: int) -> str:
 
 def _conv_item_rows(
     conversation_id: str, pos: int, item: dict[str, Any]
-) -> tuple[list[dict[str, Any]], int]:
-    """The row ``C#I#<pos>`` holding ``item`` (and its parts), and their payload size.
+) -> tuple[list[dict[str, Any]], int, int]:
+    """The row ``C#I#<pos>`` holding ``item`` (and its parts), their payload size, and the
+    item's JSON size, which the row keeps (``sz``) so a delete can give it back to the
+    conversation's count.
 
     An item whose JSON compresses to more than one DynamoDB item can hold keeps its first
     350 KB in the row and the rest in part rows that repeat a version token the row names,
     as a response's large record does (``_blob``): a long output item is never refused."""
-    attr, size = _pack(item)
+    attr, size, raw = _pack_sized(item)
     row: dict[str, Any] = {
         "pk": _s(conversation_id), "sk": _s(_conv_item_sk(pos)), "iid": _s(item["id"]),
+        "sz": _n(raw),
     }
     if size <= INPUT_ITEM_LIMIT:
         row["item"] = attr
-        return [row], size
+        return [row], size, raw
     chunks = _split(_raw(attr))
     version = secrets.token_hex(6)
     row.update({"d": {"B": chunks[0]}, "np": _n(len(chunks)), "v": _s(version)})
@@ -128,7 +138,7 @@ def _conv_item_rows(
          "v": _s(version)}
         for k, chunk in enumerate(chunks[1:], start=1)
     ]
-    return [*parts, row], size  # the row last: a batch writes it after its parts
+    return [*parts, row], size, raw  # the row last: a batch writes it after its parts
 
 
 def _conv_part_keys(row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -166,14 +176,18 @@ def _expired(item: dict[str, Any], now: float) -> bool:
 
 
 def _blob(
-    response_id: str, name: str, prefix: str, obj: Any, inline_limit: int, ttl: dict[str, Any]
+    response_id: str, name: str, prefix: str, obj: Any, inline_limit: int, ttl: dict[str, Any],
+    limits: StoreLimits | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Record attributes for ``obj`` and, if it does not fit inline, its part items.
 
     Parts have fixed keys and carry a version token that the record names, so a reader that
     meets parts from another write (Query is read-committed, not a snapshot) reads again.
+    ``limits``: ``obj`` is a Response, checked against the bound of one stored response.
     """
-    attr, size = _pack(obj)
+    attr, size, raw = _pack_sized(obj)
+    if limits is not None:
+        limits.check_response(raw)
     if size <= inline_limit:
         return {name: attr}, []
     version = secrets.token_hex(6)

@@ -45,6 +45,8 @@ class _Conversations(_Responses):
             length=int(item["n"]["N"]),
             locked=locked,
             holder=item["lk"]["S"] if locked and "lk" in item else None,
+            item_count=int(item["ni"]["N"]) if "ni" in item else 0,
+            byte_count=int(item["nb"]["N"]) if "nb" in item else 0,
         )
 
     def _get_conv(
@@ -62,25 +64,27 @@ class _Conversations(_Responses):
 
     def _rows(
         self, conversation_id: str, items: list[dict[str, Any]], start: int
-    ) -> tuple[list[dict[str, Any]], int]:
-        """Item rows (with their parts) and pointer rows for ``items`` at ``start``…, and
-        their packed size."""
+    ) -> tuple[list[dict[str, Any]], int, int]:
+        """Item rows (with their parts) and pointer rows for ``items`` at ``start``…, their
+        packed size, and the items' JSON size (what the conversation's bound counts)."""
         rows: list[dict[str, Any]] = []
-        size = 0
+        size = raw = 0
         for offset, item in enumerate(items):
             pos = start + offset
-            item_rows, packed = _conv_item_rows(conversation_id, pos, item)
+            item_rows, packed, item_raw = _conv_item_rows(conversation_id, pos, item)
             size += packed + 200 * len(item_rows)
+            raw += item_raw
             rows += item_rows
             rows.append({
                 "pk": _s(conversation_id), "sk": _s(_conv_pointer_sk(item["id"])), "pos": _n(pos)
             })
-        return rows, size
+        return rows, size, raw
 
     def _create_conversation(
         self, conv: StoredConversation, items: list[dict[str, Any]]
     ) -> None:
-        rows, _ = self._rows(conv.id, items, 0)
+        rows, _, raw = self._rows(conv.id, items, 0)
+        self.limits.check_room(conv, items, "items", raw)
         self._batch_put(rows)  # invisible until the record exists
         self._call(
             "put_item",
@@ -91,10 +95,13 @@ class _Conversations(_Responses):
                 "created": _n(conv.created_at),
                 "meta": _s(orjson.dumps(conv.metadata).decode()),
                 "n": _n(len(items)),
+                "ni": _n(len(items)),
+                "nb": _n(raw),
             },
             ConditionExpression="attribute_not_exists(pk)",
         )
-        conv.length = len(items)
+        conv.length = conv.item_count = len(items)
+        conv.byte_count = raw
 
     def _update_conversation(
         self, conversation_id: str, tenant: str, metadata: dict[str, str]
@@ -241,14 +248,32 @@ class _Conversations(_Responses):
         row = None if pos is None else self._row(conversation_id, pos, item_id)
         if pos is None or row is None:
             return conv, False
-        self._batch_write([
-            {"DeleteRequest": {"Key": key}}
-            for key in [
-                {"pk": _s(conversation_id), "sk": _s(_conv_item_sk(pos))},
-                {"pk": _s(conversation_id), "sk": _s(_conv_pointer_sk(item_id))},
-                *_conv_part_keys(row),
-            ]
-        ])
+        row_key = {"pk": _s(conversation_id), "sk": _s(_conv_item_sk(pos))}
+        pointer_key = {"pk": _s(conversation_id), "sk": _s(_conv_pointer_sk(item_id))}
+        if "sz" not in row:  # stored before conversations counted their items: not counted
+            keys = [row_key, pointer_key, *_conv_part_keys(row)]
+            self._batch_write([{"DeleteRequest": {"Key": key}} for key in keys])
+            return conv, True
+        # The row and its share of the counts go together: a second delete of the same item
+        # finds no row and gives nothing back twice.
+        size = int(row["sz"]["N"])
+        try:
+            self._call("transact_write_items", TransactItems=[
+                {"Delete": {"TableName": self.table_name, "Key": row_key,
+                            "ConditionExpression": "iid = :i",
+                            "ExpressionAttributeValues": {":i": _s(item_id)}}},
+                {"Delete": {"TableName": self.table_name, "Key": pointer_key}},
+                {"Update": {"TableName": self.table_name, "Key": self._conv_key(conversation_id),
+                            "UpdateExpression": "SET ni = ni - :one, nb = nb - :sz",
+                            "ConditionExpression": "attribute_exists(ni)",
+                            "ExpressionAttributeValues": {":one": _n(1), ":sz": _n(size)}}},
+            ])
+        except _ConditionFailed:  # deleted meanwhile (the item, or the conversation)
+            return conv, False
+        if "np" in row:
+            self._batch_write([{"DeleteRequest": {"Key": k}} for k in _conv_part_keys(row)])
+        conv.item_count -= 1
+        conv.byte_count -= size
         return conv, True
 
     # -- the ConversationStore calls ----------------------------------------------------------

@@ -66,7 +66,8 @@ class _Events(_Turns):
         With ``turn``, the conditional Update of the conversation's ``C`` and the turn's item
         rows join that transaction, so the terminal record and the append land together or
         not at all. Item rows that do not fit go first (invisible past ``n``), under the
-        turn's lock renewed just before, as a foreground settle's do."""
+        turn's lock renewed just before, as a foreground settle's do. A terminal Response's
+        output-item pointers join it too, or go just before it when they do not fit."""
         event_items = self._event_items(response_id, events) if events else []
         check = {
             "ConditionCheck": {
@@ -86,6 +87,9 @@ class _Events(_Turns):
             heads = [{"Update": update}]
         rows: list[dict[str, Any]] = []
         rows_size = 0
+        # A terminal Response's output-item pointers land with it (or just before it, where
+        # no reader sees them until it does): whoever sees it ended can resolve its outputs.
+        pointers = [] if response is None else self._terminal_pointers(response_id, response)
         if turn is not None:
             commit, rows, rows_size = self._turn_commit(turn)
             heads.append({"Update": commit})
@@ -113,8 +117,12 @@ class _Events(_Turns):
                     raise StoreUnavailable(
                         f"Response {response_id} is too large to store even compressed"
                     )
+            puts = items + rows + self._early_pointers(
+                pointers, len(heads) + len(items) + len(rows),
+                self._payload(items) + (rows_size if rows else 0),
+            )
             self._call("transact_write_items", TransactItems=[
-                *heads, *({"Put": {"TableName": self.table_name, "Item": i}} for i in items + rows)
+                *heads, *({"Put": {"TableName": self.table_name, "Item": i}} for i in puts)
             ])
         except _ConditionFailed as failed:
             if turn is None or not failed.failed or 0 in failed.failed:
@@ -128,9 +136,6 @@ class _Events(_Turns):
                     "response ran."
                 ) from None
             self._append(response_id, events, response, lease_until)
-            return
-        if response is not None:
-            self._after_update(response_id, response)
 
     @staticmethod
     def _payload(items: list[dict[str, Any]]) -> int:

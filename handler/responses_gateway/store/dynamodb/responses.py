@@ -20,11 +20,10 @@ from responses_gateway.store.dynamodb.codec import (
     PART_BYTES,
     RECORD,
     RUNNING_STATUSES,
-    TXN_MAX_ACTIONS,
-    TXN_MAX_BYTES,
     _blob,
     _ConditionFailed,
     _expired,
+    _fits,
     _in_sk,
     _n,
     _names,
@@ -32,6 +31,7 @@ from responses_gateway.store.dynamodb.codec import (
     _pointer_pk,
     _read_blob,
     _s,
+    _size,
     _TornRead,
     _unpack,
 )
@@ -45,7 +45,8 @@ class _Responses(_Table):
     """The Store half: put, get, delete, item lookup, status transitions, leases."""
 
     def check_input_items(self, items: list[dict[str, Any]]) -> None:
-        self._pack_inputs(items)
+        super().check_input_items(items)  # the bound of one stored response
+        self._pack_inputs(items)  # and what one item can hold
 
     @staticmethod
     def _pack_inputs(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -109,7 +110,8 @@ class _Responses(_Table):
                 writes.append(self._pointer(r.tenant, item_id, r.id, "in", index, ttl))
             writes.append(entry)
         writes += self._output_pointers(r.tenant, r.id, r.response, ttl)
-        rsp_attrs, rsp_parts = _blob(r.id, "rsp", "RS", r.response, INLINE_RESPONSE_BYTES, ttl)
+        rsp_attrs, rsp_parts = _blob(r.id, "rsp", "RS", r.response, INLINE_RESPONSE_BYTES, ttl,
+                                     self.limits)
         req_attrs, req_parts = _blob(r.id, "req", "RQ", r.request, INLINE_REQUEST_BYTES, ttl)
         item = {
             **self._record_key(r.id),
@@ -183,9 +185,12 @@ class _Responses(_Table):
     def _load_response(self, response_id: str) -> dict[str, Any] | None:
         """Only the Response object (no input items), for output item lookups."""
         for _ in range(_TORN_READ_ATTEMPTS):
-            record = self._get_record(response_id, "rsp", "rsp_n", "rsp_v", TTL_ATTRIBUTE)
-            if record is None or _expired(record, time.time()):
-                return None
+            record = self._get_record(
+                response_id, "rsp", "rsp_n", "rsp_v", TTL_ATTRIBUTE, "status"
+            )
+            if (record is None or _expired(record, time.time())
+                    or record["status"]["S"] not in TERMINAL_STATUSES):
+                return None  # an output item is found once its response has ended
             parts: dict[str, dict[str, Any]] = {}
             if "rsp" not in record:
                 parts = {
@@ -308,11 +313,16 @@ class _Responses(_Table):
         if expected is not None and not expected:
             return False
         update, parts = self._response_update(response_id, response, expected, lease_until)
+        pointers = self._early_pointers(
+            self._terminal_pointers(response_id, response), 1 + len(parts),
+            len(parts) * PART_BYTES,
+        )
         try:
-            if not parts:
+            if not parts and not pointers:
                 self._call("update_item", **update)
-            elif len(parts) < TXN_MAX_ACTIONS and len(parts) * PART_BYTES < TXN_MAX_BYTES:
-                puts = [{"Put": {"TableName": self.table_name, "Item": p}} for p in parts]
+            elif _fits(len(parts) + len(pointers) + 1, len(parts) * PART_BYTES):
+                puts = [{"Put": {"TableName": self.table_name, "Item": p}}
+                        for p in parts + pointers]
                 self._call("transact_write_items", TransactItems=[{"Update": update}, *puts])
             else:
                 raise StoreUnavailable(
@@ -320,7 +330,6 @@ class _Responses(_Table):
                 )
         except _ConditionFailed:
             return False
-        self._after_update(response_id, response)
         return True
 
     def _response_update(
@@ -333,7 +342,7 @@ class _Responses(_Table):
         """The UpdateItem of the record (conditional on ``expected``) and its part items."""
         status = response.get("status", "")
         rsp_attrs, parts = _blob(
-            response_id, "rsp", "RS", response, INLINE_RESPONSE_BYTES, self._ttl()
+            response_id, "rsp", "RS", response, INLINE_RESPONSE_BYTES, self._ttl(), self.limits
         )
         values: dict[str, Any] = {":s": _s(status)}
         sets = ["#s = :s"]
@@ -358,9 +367,30 @@ class _Responses(_Table):
         }
         return update, parts
 
-    def _after_update(self, response_id: str, response: dict[str, Any]) -> None:
-        if response.get("status") in TERMINAL_STATUSES and response.get("output"):
-            self._index_outputs(response_id, response)
+    def _terminal_pointers(
+        self, response_id: str, response: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """The output-item pointers (``item_reference``) a write making ``response`` terminal
+        carries, so a reader who sees it terminal can resolve its output items."""
+        if response.get("status") not in TERMINAL_STATUSES or not response.get("output"):
+            return []
+        record = self._get_record(response_id, "tenant", TTL_ATTRIBUTE)
+        if record is None:
+            return []
+        return self._output_pointers(
+            record["tenant"]["S"], response_id, response, record[TTL_ATTRIBUTE]
+        )
+
+    def _early_pointers(
+        self, pointers: list[dict[str, Any]], actions: int, size: int
+    ) -> list[dict[str, Any]]:
+        """The pointers that join a transaction of ``actions`` actions and ``size`` bytes;
+        when they do not fit they are written now, before it: invisible until the record it
+        makes terminal lands (``_load_response`` resolves only a terminal response's)."""
+        if pointers and not _fits(actions + len(pointers), size + sum(map(_size, pointers))):
+            self._batch_put(pointers)
+            return []
+        return pointers
 
     def _get_record(self, response_id: str, *attributes: str) -> dict[str, Any] | None:
         """Some attributes of the response's record item (strongly consistent)."""
@@ -373,14 +403,6 @@ class _Responses(_Table):
             ProjectionExpression=projection,
             ExpressionAttributeNames=names,
         ).get("Item")
-
-    def _index_outputs(self, response_id: str, response: dict[str, Any]) -> None:
-        record = self._get_record(response_id, "tenant", TTL_ATTRIBUTE)
-        if record is not None:
-            tenant = record["tenant"]["S"]
-            self._batch_put(
-                self._output_pointers(tenant, response_id, response, record[TTL_ATTRIBUTE])
-            )
 
     async def renew_lease(self, response_id: str, lease_until: float) -> bool:
         return await asyncio.to_thread(self._renew, response_id, lease_until)

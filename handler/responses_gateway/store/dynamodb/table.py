@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from responses_gateway.store.base import StoreUnavailable
+from responses_gateway.store.base import StoreLimits, StoreUnavailable
 from responses_gateway.store.dynamodb.codec import (
     _CONFLICT_ATTEMPTS,
     CONVERSATION,
@@ -75,8 +75,10 @@ class _Table:
         retention_days: int = 30,
         client: Any = None,
         max_attempts: int = 5,
+        limits: StoreLimits | None = None,
     ) -> None:
         self.table_name = table_name
+        self._limits = limits
         self.retention_s = retention_days * 86400
         self._client = client
         self._max_attempts = max_attempts

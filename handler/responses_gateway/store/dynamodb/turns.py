@@ -32,6 +32,14 @@ from responses_gateway.store.dynamodb.codec import (
 )
 from responses_gateway.store.dynamodb.conversations import _Conversations
 
+# An append adds its items and bytes to the conversation's counts (``ni``, ``nb``) in the same
+# Update that moves ``n``; a record written before the counts existed starts them at zero.
+COUNTED = "ni = if_not_exists(ni, :z) + :ni, nb = if_not_exists(nb, :z) + :nb"
+
+
+def _counted(items: list[dict[str, Any]], raw: int) -> dict[str, Any]:
+    return {":z": _n(0), ":ni": _n(len(items)), ":nb": _n(raw)}
+
 
 class _Turns(_Conversations):
     """Lock, append (a turn's settle or an item write), release, renew."""
@@ -83,9 +91,11 @@ class _Turns(_Conversations):
                         raise ConversationLocked()
                     self._check_duplicates(conversation_id, conv.length, items, param)
                 start = conv.length
-            rows, size = self._rows(conversation_id, items, start)
+            rows, size, raw = self._rows(conversation_id, items, start)
+            if conv is not None and token is None:  # an item write: within the bounds
+                self.limits.check_room(conv, items, param, raw)  # (a turn's: when it began)
             values: dict[str, Any] = {":t": _s(tenant), ":n": _n(start),
-                                      ":new": _n(start + len(items))}
+                                      ":new": _n(start + len(items)), **_counted(items, raw)}
             if token is not None:
                 held = "lk = :k"
                 values[":k"] = _s(token)
@@ -95,7 +105,7 @@ class _Turns(_Conversations):
             commit = {
                 "TableName": self.table_name,
                 "Key": self._conv_key(conversation_id),
-                "UpdateExpression": "SET n = :new REMOVE lk, lku",
+                "UpdateExpression": f"SET n = :new, {COUNTED} REMOVE lk, lku",
                 "ConditionExpression": f"tenant = :t AND n = :n AND {held}",
                 "ExpressionAttributeValues": values,
             }
@@ -112,10 +122,13 @@ class _Turns(_Conversations):
                         "response ran."
                     ) from None
                 continue  # another writer moved n (or locked it): read again
-            result = conv or StoredConversation(conversation_id, tenant, 0)
-            result.length = start + len(items)
-            result.locked = False
-            return result
+            if conv is None:  # a turn's append read nothing: its counts are unknown here
+                return StoredConversation(conversation_id, tenant, 0, length=start + len(items))
+            conv.length = start + len(items)
+            conv.item_count += len(items)
+            conv.byte_count += raw
+            conv.locked = False
+            return conv
         raise ConversationLocked()
 
     def _settle(
@@ -246,10 +259,10 @@ class _Turns(_Conversations):
         }
         if turn.items is None:
             return commit, [], 0
-        rows, size = self._rows(turn.conversation_id, turn.items, turn.length)
+        rows, size, raw = self._rows(turn.conversation_id, turn.items, turn.length)
         values.update({":t": _s(turn.tenant), ":n": _n(turn.length),
-                       ":new": _n(turn.length + len(turn.items))})
-        commit["UpdateExpression"] = "SET n = :new REMOVE lk, lku"
+                       ":new": _n(turn.length + len(turn.items)), **_counted(turn.items, raw)})
+        commit["UpdateExpression"] = f"SET n = :new, {COUNTED} REMOVE lk, lku"
         commit["ConditionExpression"] = "tenant = :t AND n = :n AND lk = :k"
         return commit, _unique(rows), size
 
