@@ -77,9 +77,12 @@ def test_list_call_and_answer(client: OpenAI, upstream: ScriptedUpstream,
         assert kinds[2:6] == ["response.output_item.added", "response.mcp_list_tools.in_progress",
                               "response.mcp_list_tools.completed", "response.output_item.done"]
         call_events = [k for k in kinds if "mcp_call" in k]
+        # The arguments as the model streamed them (three fragments), one delta each.
         assert call_events == ["response.mcp_call.in_progress",
-                               "response.mcp_call_arguments.delta",
+                               *["response.mcp_call_arguments.delta"] * 3,
                                "response.mcp_call_arguments.done", "response.mcp_call.completed"]
+        deltas = [e["delta"] for e in events if e["type"] == "response.mcp_call_arguments.delta"]
+        assert "".join(deltas) == '{"query": "mcp"}'
     else:
         response = check_response(client.responses.create(model="m", input=call_search(marker),
                                                           tools=tools))

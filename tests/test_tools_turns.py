@@ -117,8 +117,11 @@ def test_two_turns_continue_ids_indexes_sequence_and_sum_usage() -> None:
     kinds = [e["type"] for e in events if e.get("item_id") == mcp_call["id"]
              or e.get("item", {}).get("id") == mcp_call["id"]]
     assert kinds == ["response.output_item.added", "response.mcp_call.in_progress",
-                     "response.mcp_call_arguments.delta", "response.mcp_call_arguments.done",
+                     "response.mcp_call_arguments.delta", "response.mcp_call_arguments.delta",
+                     "response.mcp_call_arguments.done",
                      "response.mcp_call.completed", "response.output_item.done"]
+    deltas = [e["delta"] for e in events if e["type"] == "response.mcp_call_arguments.delta"]
+    assert deltas == ['{"q": ', '"mcp"}']  # as the model streamed them
 
 
 def test_a_failed_call_and_an_approval_request_are_items() -> None:

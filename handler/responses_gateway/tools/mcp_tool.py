@@ -246,7 +246,7 @@ class McpServerTool(ServerTool):
                  "arguments": arguments, "name": name, "server_label": label}, None)
             yield events + items.end_tool_item("completed", None)
             return
-        yield _call_started(items, label, name, arguments, approval_id)
+        yield _call_started(items, label, name, call.fragments, approval_id)
         output, error = await self.call(label, name, arguments)
         yield _call_ended(items, output, error)
 
@@ -298,8 +298,13 @@ class McpServerTool(ServerTool):
 
 
 def _call_started(
-    items: ItemWriter, label: str, name: str, arguments: str, approval_request_id: str | None
+    items: ItemWriter, label: str, name: str, fragments: list[str],
+    approval_request_id: str | None,
 ) -> list[Event]:
+    """The call's item, and its arguments as the model wrote them: one delta per fragment the
+    model streamed. The call runs between model turns (the model's turn may hold more items
+    after it), so the deltas leave when it starts, not as the model writes them."""
+    arguments = "".join(fragments)
     item: dict[str, Any] = {
         "id": ids.new_id(ids.MCP_CALL), "type": "mcp_call", "status": "in_progress",
         "arguments": "", "name": name, "server_label": label,
@@ -307,8 +312,10 @@ def _call_started(
     if approval_request_id is not None:
         item["approval_request_id"] = approval_request_id
     events = items.start_tool_item(item, "response.mcp_call.in_progress")
-    if arguments:
-        events.append(items.tool_item_event("response.mcp_call_arguments.delta", delta=arguments))
+    for fragment in fragments:
+        if fragment:
+            events.append(
+                items.tool_item_event("response.mcp_call_arguments.delta", delta=fragment))
     item["arguments"] = arguments
     events.append(items.tool_item_event("response.mcp_call_arguments.done", arguments=arguments))
     return events

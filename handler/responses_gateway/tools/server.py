@@ -52,14 +52,17 @@ class ServerCall:
     """A call the model made to a server tool's function, or one a tool runs unasked (a
     call the client approved in its previous request runs before the model)."""
 
-    __slots__ = ("arguments", "call_id", "extra", "pauses", "spec")
+    __slots__ = ("arguments", "call_id", "extra", "fragments", "pauses", "spec")
 
     def __init__(
-        self, call_id: str, spec: ToolSpec, arguments: str, extra: dict[str, Any] | None = None
+        self, call_id: str, spec: ToolSpec, arguments: str, extra: dict[str, Any] | None = None,
+        fragments: list[str] | None = None,
     ) -> None:
         self.call_id = call_id
         self.spec = spec  # kind (the tool's), name, namespace (an MCP server's label)
         self.arguments = arguments
+        #: the arguments as the model streamed them (a tool may replay them as deltas)
+        self.fragments = fragments if fragments is not None else [arguments]
         self.extra = extra or {}  # what the tool attached (an approval request's id)
         #: set by the tool: the response ends after this turn and waits for the client
         #: (an approval request); the model is not asked again

@@ -579,6 +579,12 @@ class ResponseTranslator(CallItems, ReasoningItems):
             out.append(self._event({"type": kind, "output_index": index, "item": dict(item)}))
         return out
 
+    def add_usage(self, usage: dict[str, Any] | None) -> None:
+        """Responses usage of work done for this response beside its model turns (a
+        compaction's summarising calls): counted in the response's ``usage``."""
+        if usage:
+            self._usage_before = _sum_usage(self._usage_before, usage)
+
     def _add_item(self, item: dict[str, Any], out: list[Event]) -> None:
         output = self.response["output"]
         self._output_index = len(output)
@@ -677,7 +683,8 @@ class ResponseTranslator(CallItems, ReasoningItems):
             call.state = 2
             self._call = None
             self._kind = _NONE
-            self.server_calls.append(ServerCall(call.call_id, call.spec, call.arguments))
+            self.server_calls.append(
+                ServerCall(call.call_id, call.spec, call.arguments, fragments=call.args))
             return
         if kind in (_CALL, _CUSTOM):
             self.client_calls += 1
