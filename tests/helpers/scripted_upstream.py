@@ -727,6 +727,7 @@ class ScriptedUpstream:
         self._headers: list[dict[str, str]] = []
         self._clients: list[tuple[str, int] | None] = []
         self._streams: list[StreamRecord] = []
+        self._completions: list[StreamRecord] = []  # stream=false answers, likewise
         self._counters: dict[str, int] = {}
         self._active = 0
         self._idle = threading.Condition(self._lock)
@@ -771,6 +772,13 @@ class ScriptedUpstream:
             return list(self._streams)
 
     @property
+    def completions(self) -> list[StreamRecord]:
+        """Each ``stream=false`` answer's connection, as the server saw it (whether the client
+        went away while the answer was delayed)."""
+        with self._lock:
+            return list(self._completions)
+
+    @property
     def active_streams(self) -> int:
         with self._lock:
             return self._active
@@ -791,6 +799,7 @@ class ScriptedUpstream:
             self._headers.clear()
             self._clients.clear()
             self._streams.clear()
+            self._completions.clear()
             self._counters.clear()
             self.stream_closed.clear()
 
@@ -932,7 +941,10 @@ class ScriptedUpstream:
                 self._streams.append(record)
                 self._active += 1
             return _SSEResponse(self, plan, record)  # type: ignore[return-value]
-        return _CompletionResponse(plan)  # type: ignore[return-value]
+        record = StreamRecord(script=directive, opened_at=time.monotonic())
+        with self._lock:
+            self._completions.append(record)
+        return _CompletionResponse(plan, record)  # type: ignore[return-value]
 
     def _plan(self, body: dict[str, Any], index: int, directive: str) -> Plan:
         model = body.get("model") if isinstance(body.get("model"), str) else "scripted"
@@ -1072,15 +1084,21 @@ def _frame_chunks(frame: bytes) -> list[dict[str, Any]]:
 class _CompletionResponse:
     """A stream=false answer: the plan's chunks aggregated into one chat.completion."""
 
-    def __init__(self, plan: Plan) -> None:
-        self.plan = plan
+    def __init__(self, plan: Plan, record: StreamRecord) -> None:
+        self.plan, self.record = plan, record
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        plan = self.plan
+        plan, record = self.plan, self.record
         pause = plan.first_delay + sum(i.seconds for i in plan.items if isinstance(i, Sleep))
         pause += plan.delay * len(plan.items)
-        if pause:
-            await asyncio.sleep(pause)
+        if pause:  # a client that leaves meanwhile is seen (and recorded) at once
+            watcher = asyncio.ensure_future(_SSEResponse._watch(receive))
+            await asyncio.wait({watcher}, timeout=pause)
+            if watcher.done():
+                record.closed_at, record.client_disconnected = time.monotonic(), True
+                return
+            watcher.cancel()
+        record.closed_at, record.completed = time.monotonic(), True
         chunks: list[dict[str, Any]] = []
         for item in plan.items:
             if isinstance(item, dict):

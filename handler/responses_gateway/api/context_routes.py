@@ -1,7 +1,8 @@
 """``POST /v1/responses/compact`` and ``POST /v1/responses/input_tokens``.
 
 Both take a subset of the create body and check it exactly as a create does (the same
-parser, so the same 400s); the work is in responses/fitting/ (``gateway.fitting``). Their paths come
+parser, so the same 400s); the work is in responses/fitting/ (``gateway.fitting``), a compaction
+bounded there and stopped when its client leaves (api/client_watch.py). Their paths come
 before ``/v1/responses/{response_id}`` in the router and answer every method, so neither
 ``compact`` nor ``input_tokens`` is ever taken for a response id (a GET is a 405).
 """
@@ -13,6 +14,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from responses_gateway.api.client_watch import ClientWatch
 from responses_gateway.api.common import JSON, gateway_of, json_body, tenant_of
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
 from responses_gateway.responses import conversations, history
@@ -74,7 +76,8 @@ async def compact_response(request: Request) -> Response:
             "Nothing to compact: give 'input' or a 'previous_response_id' with items.",
             param="input")
     route = gateway.settings.route(req.model)
-    result = await gateway.fitting.compact(req, route, items, tenant)
+    async with ClientWatch(request) as left:  # a client that leaves stops the summarising
+        result = await gateway.fitting.compact(req, route, items, tenant, left=left)
     return JSON(compaction.response_of(result))
 
 

@@ -7,6 +7,7 @@ import asyncio
 from starlette.requests import Request
 from starlette.responses import Response
 
+from responses_gateway.api.client_watch import ClientWatch
 from responses_gateway.api.common import (
     JSON,
     gateway_of,
@@ -25,7 +26,9 @@ from responses_gateway.translate.request_models import MAX_ID_LENGTH
 async def create_response(request: Request) -> Response:
     tenant = tenant_of(request)
     gateway = gateway_of(request)
-    job = await gateway.new_job(await json_body(request), tenant)
+    body = await json_body(request)
+    async with ClientWatch(request) as left:  # a client that leaves stops a compaction
+        job = await gateway.new_job(body, tenant, client_left=left)
     if job.record.background:
         await background.start(gateway, job)
         if not job.backend_request.stream:

@@ -22,6 +22,7 @@ from responses_gateway.backends.base import Backend
 from responses_gateway.config import Settings
 from responses_gateway.responses import conversations, history
 from responses_gateway.responses.fitting import fit
+from responses_gateway.responses.fitting.limits import CompactionLimits, Departure
 from responses_gateway.responses.job import Job, Persist
 from responses_gateway.responses.local_feed import LocalFeed
 from responses_gateway.store.base import Store, StoredResponse
@@ -51,16 +52,21 @@ class Gateway:
         self.sealer = sealer
         self.local_feed = LocalFeed()
         self.fitting = fit.Fitting(backend_for, sealer, windows=settings.context_windows,
-                                   reasoning_input=settings.reasoning_input)
+                                   reasoning_input=settings.reasoning_input,
+                                   limits=CompactionLimits(
+                                       calls=settings.max_compaction_calls,
+                                       input_bytes=settings.max_compaction_input_bytes,
+                                       seconds=settings.max_response_seconds))
 
     async def new_job(
         self, body: Any, tenant: str, *, cached: Mapping[str, StoredResponse] | None = None,
-        generate: bool = True,
+        generate: bool = True, client_left: Departure | None = None,
     ) -> Job:
         """Validate and translate a create body; every client mistake raises a 4xx here.
 
         ``cached``: responses a WebSocket connection holds, found before the store (they may
         be ``store: false``). ``generate=False``: a warm-up, the model is not called.
+        ``client_left``: resolves when the HTTP client leaves (stops a compaction, fitting/).
         """
         req = parse_create_request(body, hosted_tools=self.settings.hosted_tools)
         items = await history.resolve_references(self.store, normalize_input(req), tenant)
@@ -73,7 +79,7 @@ class Gateway:
         route = self.settings.route(req.model)
         # Rendered, and compacted or truncated to the model's window as asked (fitting/).
         fitted = await self.fitting.fit(req, route, earlier + items, tenant,
-                                        new_catalog=ToolCatalog)
+                                        new_catalog=ToolCatalog, left=client_left)
         chat, catalog = fitted.chat, fitted.catalog
         tools = await self._server_tools(req, chat, catalog, earlier, items, tenant)
         try:
@@ -117,6 +123,8 @@ class Gateway:
                 "sealed_reasoning": {},
                 "message_params": fitted.message_params,
                 "output_items": fitted.output_items,  # made before the model runs (compaction)
+                "output_usage": fitted.usage,  # what making them cost (summarising calls)
+                "model_runs": fitted.model_runs,  # False: a compaction_trigger's response
                 "tools": catalog.to_record(),  # chat function name -> what it stands for
                 # server tools (tools/registry.py): their state, secrets sealed
                 "server_tools": tools.to_record(seal) if tools else None,

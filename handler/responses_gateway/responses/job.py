@@ -65,6 +65,7 @@ class Job:
         self.record = record
         self.store = store
         self._persist = persist
+        generate = generate and record.request.get("model_runs", True)  # compaction_trigger
         options = record.request["options"]
         #: the server tools this response runs between model turns (tools/server.py)
         self.tools = tools if tools is not None else _tools_of(gateway, record)
@@ -196,6 +197,7 @@ class Job:
             started = translator.start()
             for item in self.record.request.get("output_items") or ():
                 started += translator.add_finished_item(item)  # made before the model ran
+            translator.add_usage(self.record.request.get("output_usage"))  # what that cost
             if self.tools is not None:
                 started += self.tools.opening_items(translator)
             yield started

@@ -9,6 +9,11 @@ user messages it kept; the item itself becomes a user message giving the summary
 that appends output to input forever, or chains with ``previous_response_id``, sends the model
 a window that stays small, as OpenAI's guide promises ("drop items that came before the most
 recent compaction item": they are dropped here anyway).
+
+A ``compaction_trigger`` item (OpenAI: "Compacts the current context. Must be the final input
+item.") asks a create to compact everything before it now: the response's one output item is
+the compaction item, the model does not answer (fit.py). Later, as history, it is before its
+compaction item, so the model never reads it.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from responses_gateway.errors import GatewayError, invalid_request, missing_para
 #: The sealed payload's key for the summary (a reasoning blob has none: it is refused here).
 SUMMARY_KEY = "compaction"
 KEEP_KEY = "keep"
+TRIGGER = "compaction_trigger"
 #: How the model is told what the message is (Codex words its own compaction handoff alike).
 SUMMARY_INTRO = (
     "Earlier turns of this conversation were compacted. This is a summary of them, written "
@@ -85,6 +91,24 @@ def open_item(unseal: Opener, item: dict[str, Any], param: str) -> Opened:
             param=f"{param}.encrypted_content", code="invalid_encrypted_content",
         )
     return Opened(summary, tuple(k for k in keep if isinstance(k, str)))
+
+
+def is_trigger(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("type") == TRIGGER
+
+
+def trigger_requested(turn_input: Any) -> bool:
+    """Whether this turn's input (a create's parsed ``input``) ends with a
+    ``compaction_trigger``; OpenAI's 400 for one that is not the final input item."""
+    if not isinstance(turn_input, list):
+        return False
+    kinds = [getattr(item, "type", None) for item in turn_input]
+    for index, kind in enumerate(kinds[:-1]):
+        if kind == TRIGGER:
+            raise invalid_request(
+                "The 'compaction_trigger' item must be the final input item.",
+                param=f"input[{index}]")
+    return bool(kinds) and kinds[-1] == TRIGGER
 
 
 def latest(items: list[dict[str, Any]]) -> int:

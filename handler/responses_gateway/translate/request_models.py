@@ -273,6 +273,15 @@ class CompactionItem(BaseModel):
     encrypted_content: str = Field(max_length=10_485_760)
 
 
+class CompactionTrigger(BaseModel):
+    """OpenAI's "Compacts the current context. Must be the final input item."
+    (translate/compaction_items.py, responses/fitting/fit.py)."""
+
+    model_config = _ITEMS
+    type: Literal["compaction_trigger"]
+    id: ItemId | None = None
+
+
 def _item_tag(value: Any) -> str | None:
     """Easy messages (``{"role", "content"}``) and bare ``{"id"}`` references have no type."""
     if isinstance(value, dict) and value.get("type") is None:
@@ -296,6 +305,7 @@ InputItem = Annotated[
         Annotated[McpApprovalResponseItem, Tag("~mcp_approval_response")],
         Annotated[ItemReference, Tag("~item_reference")],
         Annotated[CompactionItem, Tag("~compaction")],
+        Annotated[CompactionTrigger, Tag("~compaction_trigger")],
     ],
     Discriminator(_item_tag),
 ]
@@ -845,10 +855,11 @@ _ID_PREFIX = {
     "mcp_approval_request": ids.MCP_APPROVAL_REQUEST,
     "mcp_approval_response": ids.MCP_APPROVAL_RESPONSE,
     "compaction": ids.COMPACTION,
+    "compaction_trigger": ids.COMPACTION,
 }
 _NO_STATUS = frozenset(
     {"reasoning", "mcp_list_tools", "mcp_approval_request", "mcp_approval_response",
-     "compaction"}
+     "compaction", "compaction_trigger"}
 )
 
 
@@ -1122,7 +1133,8 @@ _LIMITS = {
 _SUPPORTED_ITEMS = (
     "'message', 'function_call', 'function_call_output', 'custom_tool_call', "
     "'custom_tool_call_output', 'reasoning', 'mcp_list_tools', 'mcp_call', "
-    "'mcp_approval_request', 'mcp_approval_response', 'item_reference', 'compaction'"
+    "'mcp_approval_request', 'mcp_approval_response', 'item_reference', 'compaction', "
+    "'compaction_trigger'"
 )
 
 

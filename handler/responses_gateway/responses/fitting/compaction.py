@@ -1,16 +1,16 @@
 """Compaction: a window of items becomes the user messages it kept plus one ``compaction`` item
 whose sealed content is a summary the backend model wrote of it.
 
-Used by ``POST /v1/responses/compact`` (api/context_routes.py) and by ``context_management``
-on create (fit.py), both through :class:`~.fit.Fitting`. The summary comes from one
-non-streaming chat call to the request's own model through its own backend, the window rendered
-as for a create
-(to_chat.py, earlier compaction items included) with :data:`SUMMARY_PROMPT` after it. A window
-larger than the model can read is summarised in consecutive parts, cut where cuts.py allows,
-each part's summary carried into the next. The output follows OpenAI's: "a list of all user
-messages, followed by a single compaction item"; when the context window is known, the user
-messages kept are the newest that fit in a quarter of it (the latest always), the others being
-in the summary.
+Used by ``POST /v1/responses/compact`` (api/context_routes.py), by ``context_management`` on
+create and by a ``compaction_trigger`` input item (fit.py), all through :class:`~.fit.Fitting`.
+The summary comes from one non-streaming chat call to the request's own model through its own
+backend, the window rendered as for a create (to_chat.py, earlier compaction items included)
+with :data:`SUMMARY_PROMPT` after it. A window larger than the model can read is summarised in
+consecutive parts, cut where cuts.py allows, each part's summary carried into the next, within
+the bounds of limits.py (input size, summarising calls, time; it stops when its client leaves).
+The output follows OpenAI's: "a list of all user messages, followed by a single compaction
+item"; when the context window is known, the user messages kept are the newest that fit in a
+quarter of it (the latest always), the others being in the summary.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from responses_gateway.config import Route
 from responses_gateway.errors import UpstreamError
 from responses_gateway.responses.fitting import tokens
 from responses_gateway.responses.fitting.cuts import Cuts, cut_points
+from responses_gateway.responses.fitting.limits import CompactionLimits, Departure, bounded
 from responses_gateway.token_estimate import estimate
 from responses_gateway.translate import compaction_items
 from responses_gateway.translate.request_models import CreateResponseRequest
@@ -70,21 +71,30 @@ async def compact(
     *,
     reasoning_input: str | None,
     window: int | None,
+    limits: CompactionLimits | None = None,
+    left: Departure | None = None,
 ) -> Compacted:
-    """Summarise ``items`` (the whole conversation, earlier compaction items included)."""
+    """Summarise ``items`` (the whole conversation, earlier compaction items included).
+
+    Within ``limits`` (limits.py): the input's size and the summarising calls its parts need
+    are checked before the first call; the time it takes and its client leaving (``left``)
+    cancel the call under way.
+    """
+    limits = limits or CompactionLimits()
     unseal = partial(sealer.unseal, tenant=tenant)
     visible = _visible(items, unseal)
+    limits.check_input(sum(len(orjson.dumps(item)) for item in visible))
+    parts = _parts(visible, window)
+    limits.check_calls(len(parts), window)
     render = partial(to_chat_request, req, model=route.model, reasoning_input=reasoning_input,
                      unseal=unseal)
-    summary = ""
-    usage: list[dict[str, Any]] = []
-    for part in _parts(visible, window):
-        summary = await _summarise_part(backend, render, part, summary, tenant, window, usage)
+    summariser = _Summariser(backend, render, tenant, window, limits)
+    summary = await bounded(summariser.run(parts), limits, left)
     kept = _kept_users(visible, window)
     payload = compaction_items.payload(summary, [compaction_items.user_key(i) for i in kept])
     sealed = sealer.seal(payload, tenant)
     item = {"id": ids.new_id(ids.COMPACTION), "type": "compaction", "encrypted_content": sealed}
-    return Compacted(window=[*kept, item], item=item, usage=_total(usage))
+    return Compacted(window=[*kept, item], item=item, usage=_total(summariser.usage))
 
 
 def response_of(result: Compacted) -> dict[str, Any]:
@@ -99,10 +109,12 @@ def response_of(result: Compacted) -> dict[str, Any]:
 
 
 def _visible(items: list[dict[str, Any]], unseal: Any) -> list[dict[str, Any]]:
-    """The items the model would see: those an earlier compaction item stands for are out."""
+    """The items the model would see: those an earlier compaction item stands for are out
+    (and ``compaction_trigger`` items, which ask for this compaction)."""
+    items = [item for item in items if not compaction_items.is_trigger(item)]
     at = compaction_items.latest(items)
     if at < 0:
-        return list(items)
+        return items
     opened = compaction_items.open_item(unseal, items[at], f"input[{at}]")
     gone = compaction_items.superseded(items, at, opened)
     return [item for index, item in enumerate(items) if index not in gone]
@@ -128,30 +140,41 @@ def _parts(items: list[dict[str, Any]], window: int | None) -> list[list[dict[st
     return parts
 
 
-async def _summarise_part(
-    backend: Backend,
-    render: Any,
-    part: list[dict[str, Any]],
-    earlier: str,
-    tenant: str,
-    window: int | None,
-    usage: list[dict[str, Any]],
-) -> str:
-    """The summary of ``part`` after ``earlier``; a part the model cannot read whole (its
-    exact count, where the backend counts, says so) is summarised in two halves."""
-    body = _summary_request(render(part), earlier, window)
-    if window is not None and len(part) > 1:
-        counted = await tokens.count(backend, body)
-        if counted.tokens + body["max_completion_tokens"] > window:
-            cut = _safe_cut(part)
-            if 0 < cut < len(part):
-                earlier = await _summarise_part(backend, render, part[:cut], earlier, tenant,
-                                                window, usage)
-                return await _summarise_part(backend, render, part[cut:], earlier, tenant,
-                                             window, usage)
-    text, used = await _summarise(backend, body, tenant)
-    usage.append(used)
-    return text
+class _Summariser:
+    """Summarises consecutive parts, each part's summary leading the next; counts its calls
+    against ``limits.calls`` before each one."""
+
+    def __init__(self, backend: Backend, render: Any, tenant: str, window: int | None,
+                 limits: CompactionLimits) -> None:
+        self.backend, self.render, self.tenant = backend, render, tenant
+        self.window, self.limits = window, limits
+        self.usage: list[dict[str, Any]] = []  # each summarising call's chat usage
+        self._planned = 0  # calls made and still to make
+
+    async def run(self, parts: list[list[dict[str, Any]]]) -> str:
+        self._planned = len(parts)
+        summary = ""
+        for part in parts:
+            summary = await self._part(part, summary)
+        return summary
+
+    async def _part(self, part: list[dict[str, Any]], earlier: str) -> str:
+        """The summary of ``part`` after ``earlier``; a part the model cannot read whole (its
+        exact count, where the backend counts, says so) is summarised in two halves."""
+        window = self.window
+        body = _summary_request(self.render(part), earlier, window)
+        if window is not None and len(part) > 1:
+            counted = await tokens.count(self.backend, body)
+            if counted.tokens + body["max_completion_tokens"] > window:
+                cut = _safe_cut(part)
+                if 0 < cut < len(part):
+                    self._planned += 1
+                    self.limits.check_calls(self._planned, window)
+                    earlier = await self._part(part[:cut], earlier)
+                    return await self._part(part[cut:], earlier)
+        text, used = await _summarise(self.backend, body, self.tenant)
+        self.usage.append(used)
+        return text
 
 
 def _safe_cut(part: list[dict[str, Any]]) -> int:

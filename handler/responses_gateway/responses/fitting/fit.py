@@ -13,6 +13,10 @@ for the model, for everything before it) and then:
 - ``truncation: "disabled"`` (the default): an input over the window is OpenAI's 400
   ``context_length_exceeded``.
 
+A ``compaction_trigger`` as the final input item compacts everything before it whatever the
+threshold, and the compaction item is then the response's only output (``model_runs``).
+Compaction is bounded (limits.py); its summarising calls' usage goes into the response's.
+
 Without a known window (windows.py) and without ``context_management`` this costs nothing
 beyond the render. Counts are exact where the backend counts (tokens.py); the estimate screens
 first, so a request far below the window is never counted upstream.
@@ -30,6 +34,7 @@ from responses_gateway.config import Route
 from responses_gateway.errors import GatewayError, invalid_request
 from responses_gateway.responses.fitting import compaction, tokens
 from responses_gateway.responses.fitting.cuts import Cuts
+from responses_gateway.responses.fitting.limits import CompactionLimits, Departure
 from responses_gateway.responses.fitting.windows import ContextWindows
 from responses_gateway.token_estimate import estimate, estimate_chat
 from responses_gateway.translate import compaction_items
@@ -60,6 +65,8 @@ class Fitted:
     message_params: list[str]
     output_items: list[dict[str, Any]] = field(default_factory=list)
     catalog: Any = None  # the render's tool catalog, when asked for one (new_catalog)
+    usage: dict[str, Any] | None = None  # Responses usage of the compaction's summarising calls
+    model_runs: bool = True  # False: a compaction_trigger asked for the compaction only
 
 
 class Fitting:
@@ -67,7 +74,8 @@ class Fitting:
 
     ``windows``: the operator's context windows by model name (``GATEWAY_CONTEXT_WINDOWS``);
     ``reasoning_input``: the operator's ``GATEWAY_REASONING_INPUT``, which each backend may
-    overrule (``Backend.reasoning_input``).
+    overrule (``Backend.reasoning_input``); ``limits``: what one compaction may cost
+    (limits.py).
     """
 
     def __init__(
@@ -77,10 +85,12 @@ class Fitting:
         *,
         windows: Mapping[str, int],
         reasoning_input: str | None,
+        limits: CompactionLimits | None = None,
     ) -> None:
         self._backend_for = backend_for
         self._sealer = sealer
         self._reasoning_input = reasoning_input
+        self.limits = limits or CompactionLimits()
         self.windows = ContextWindows(windows, backend_for)
 
     def reasoning_input(self, backend_kind: str) -> str | None:
@@ -95,13 +105,18 @@ class Fitting:
         tenant: str,
         *,
         new_catalog: Callable[[], Any] | None = None,
+        left: Departure | None = None,
     ) -> Fitted:
         """The chat body for ``items`` (history and this turn's input), fitted to the model.
-        ``new_catalog`` makes the tool catalog each render fills (to_chat.py)."""
+        ``new_catalog`` makes the tool catalog each render fills (to_chat.py); ``left``: the
+        client's departure, which stops a foreground create's compaction (limits.py)."""
         render = self._renderer(req, route, items, tenant, new_catalog)
         fitted = render()
-        entry = next((e for e in req.context_management or () if e.type == "compaction"), None)
+        left = None if req.background else left  # a background response's compaction runs on
         window = await self.windows.window(req.model, route)
+        if compaction_items.trigger_requested(req.input):
+            return await self._triggered(req, route, items, tenant, window, left, render)
+        entry = next((e for e in req.context_management or () if e.type == "compaction"), None)
         if entry is None and window is None:
             return fitted
         backend = self._backend_for(route.backend)
@@ -112,8 +127,9 @@ class Fitting:
         if threshold is not None and estimate_chat(fitted.chat) * _SAFE_FACTOR > threshold:
             counted = await _count(backend, fitted)
             if counted.tokens > threshold and _compactable(items):
-                result = await self._compact(req, route, items, tenant, window)
+                result = await self._compact(req, route, items, tenant, window, left)
                 fitted = render(output_items=[result.item])
+                fitted.usage = result.usage
                 counted = None
         if window is None:
             return fitted
@@ -135,23 +151,42 @@ class Fitting:
         return self._renderer(req, route, items, tenant, None)()
 
     async def compact(
-        self, req: CreateResponseRequest, route: Route, items: list[dict[str, Any]], tenant: str
+        self, req: CreateResponseRequest, route: Route, items: list[dict[str, Any]],
+        tenant: str, *, left: Departure | None = None,
     ) -> compaction.Compacted:
-        """``items`` summarised into one compaction item (``POST /v1/responses/compact``)."""
+        """``items`` summarised into one compaction item (``POST /v1/responses/compact``);
+        ``left``: the client's departure, which stops it."""
         return await self._compact(req, route, items, tenant,
-                                   await self.windows.window(req.model, route))
+                                   await self.windows.window(req.model, route), left)
 
     async def count(self, route: Route, chat: dict[str, Any]) -> tokens.Count:
         """The input tokens of a rendered chat body for the route's backend."""
         return await tokens.count(self._backend_for(route.backend), chat)
 
+    async def _triggered(
+        self, req: CreateResponseRequest, route: Route, items: list[dict[str, Any]],
+        tenant: str, window: int | None, left: Departure | None, render: Callable[..., Fitted],
+    ) -> Fitted:
+        """A create whose input ends with a ``compaction_trigger``: everything before it
+        compacted now; the compaction item is the response's output, the model does not run."""
+        if not any(not compaction_items.is_trigger(item) for item in items):
+            raise invalid_request(
+                "Nothing to compact: the 'compaction_trigger' item needs earlier input or a "
+                "'previous_response_id' or 'conversation' with items.", param="input")
+        result = await self._compact(req, route, items, tenant, window, left)
+        fitted = render(output_items=[result.item])
+        fitted.usage = result.usage
+        fitted.model_runs = False
+        return fitted
+
     async def _compact(
         self, req: CreateResponseRequest, route: Route, items: list[dict[str, Any]],
-        tenant: str, window: int | None,
+        tenant: str, window: int | None, left: Departure | None,
     ) -> compaction.Compacted:
         return await compaction.compact(
             self._backend_for(route.backend), self._sealer, req, route, items, tenant,
-            reasoning_input=self.reasoning_input(route.backend), window=window)
+            reasoning_input=self.reasoning_input(route.backend), window=window,
+            limits=self.limits, left=left)
 
     def _renderer(
         self, req: CreateResponseRequest, route: Route, items: list[dict[str, Any]],
