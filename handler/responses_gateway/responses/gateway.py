@@ -68,6 +68,7 @@ class Gateway:
         be ``store: false``). ``generate=False``: a warm-up, the model is not called.
         ``client_left``: resolves when the HTTP client leaves (stops a compaction, fitting/).
         """
+        started = time.time()  # the response's deadline counts from here (compaction too)
         req = parse_create_request(body, hosted_tools=self.settings.hosted_tools)
         items = await history.resolve_references(self.store, normalize_input(req), tenant)
         if req.store:
@@ -94,7 +95,7 @@ class Gateway:
             await tools.aclose()  # the worker builds them again (it may run in another process)
             tools = None
         return Job(self, record, stream=req.streaming, store=req.store, tools=tools,
-                   generate=generate)
+                   generate=generate, started_at=started)
 
     def _record(
         self, req: CreateResponseRequest, tenant: str, items: list[dict[str, Any]],

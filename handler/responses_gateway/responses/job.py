@@ -60,6 +60,7 @@ class Job:
     def __init__(
         self, gateway: Services, record: StoredResponse, *, stream: bool, store: bool,
         tools: ServerTools | None = None, generate: bool = True, persist: Persist | None = None,
+        started_at: float | None = None,
     ):
         self.gateway = gateway
         self.record = record
@@ -105,7 +106,9 @@ class Job:
         self._turns = TurnLoop(self)
         limit = gateway.settings.max_response_seconds
         if limit > 0:
-            self.deadline.set(time.time() + limit, GatewayError(
+            # One clock for the whole response: a compaction before it was built counts.
+            start = started_at if started_at is not None else time.time()
+            self.deadline.set(start + limit, GatewayError(
                 504,
                 f"The response took longer than this gateway allows ({limit:g} s, "
                 "GATEWAY_MAX_RESPONSE_SECONDS); the output so far is kept.",
