@@ -337,7 +337,8 @@ class ConversationStore(_Bounded, ABC):
     async def create_conversation(
         self, conversation: StoredConversation, items: list[dict[str, Any]]
     ) -> None:
-        """Write a new conversation with its first items (ids unique, already checked)."""
+        """Write a new conversation with its first items (ids unique, already checked);
+        ConversationFull, writing nothing, if they pass the bounds (``limits``)."""
 
     @abstractmethod
     async def get_conversation(
@@ -384,8 +385,9 @@ class ConversationStore(_Bounded, ABC):
 
         With ``token`` (a turn's lock, taken at ``length``) the append also releases it and
         StoreUnavailable means the lock was lost. Without, the conversation must not be
-        locked (ConversationLocked), and an id it already holds raises DuplicateItem naming
-        ``param``. None: not found.
+        locked (ConversationLocked), an id it already holds raises DuplicateItem naming
+        ``param``, and items that would pass the bounds raise ConversationFull (a turn's were
+        checked when it began: its append is admitted whole). None: not found.
 
         ``record`` (only with ``token``): the turn's response, stored (as ``put`` would) in the
         same atomic write, so the end of a turn is one write and a failed append stores no
