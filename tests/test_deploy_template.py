@@ -43,6 +43,8 @@ NOT_PARAMETERS = {
     "GATEWAY_MCP_ALLOW_HOSTS": "private MCP servers only; empty (none) is the safe default",
     "GATEWAY_MCP_CALL_TIMEOUT": "an internal limit under the response's own deadline",
     "GATEWAY_MCP_MAX_OUTPUT_BYTES": "an internal limit; its default fits Lambda memory",
+    "GATEWAY_EMBEDDING_API_KEY": "a secret: set GATEWAY_EMBEDDING_API_KEY_SECRET_ARN by hand "
+    "when the embedding endpoint needs a key other than the upstream's",
 }
 
 

@@ -14,13 +14,18 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlsplit
 
 import orjson
 
 from responses_gateway.backends.kinds import KINDS as BACKEND_KINDS
+from responses_gateway.backends.kinds import ROUTE_PREFIX
 from responses_gateway.tools.hosted import policy_named
+from responses_gateway.tools.web_search.providers import provider_named, provider_url
+
+if TYPE_CHECKING:
+    from responses_gateway.backends.route_config import Routes
 
 T = TypeVar("T", int, float)
 
@@ -29,7 +34,7 @@ T = TypeVar("T", int, float)
 class Route:
     """Where one client-visible model goes: which backend, under which backend model name."""
 
-    backend: str  # a registered kind (backends/registry.py): "openai", "bedrock"
+    backend: str  # a registered kind (backends/kinds.py): "openai", "bedrock"; or "route:NAME"
     model: str
 
 
@@ -40,6 +45,9 @@ class Settings:
     upstream_api_key: str | None = field(default=None, repr=False)  # secrets stay out of logs
     upstream_dialect: str = "auto"  # backends/dialects.py: auto, generic, openai, llama.cpp, …
     model_map: dict[str, str] = field(default_factory=dict)
+    # Client models served by ordered deployments with fallback (GATEWAY_ROUTES; backends/
+    # route_config.py parses, backends/router.py runs them). None: no routes.
+    routes: Routes | None = None
     # Context windows by model name (GATEWAY_CONTEXT_WINDOWS): what truncation fits into.
     context_windows: dict[str, int] = field(default_factory=dict)
     connect_timeout: float = 10.0
@@ -78,6 +86,27 @@ class Settings:
     mcp_allow_hosts: tuple[str, ...] = ()
     mcp_call_timeout: float = 60.0
     mcp_max_output_bytes: int = 1024 * 1024
+    # image_generation run by the gateway (tools/image_generation/): the image backend (unset:
+    # image_generation stays a hosted tool), its model, an OpenAI-compatible server's base URL
+    # and key, each image's time limit, a fixed seed (Bedrock); the S3 bucket of stored images
+    # (GATEWAY_STORE=dynamodb; locally they sit beside the SQLite file: store/blobs.py).
+    image_backend: str | None = None
+    image_model: str | None = None
+    image_url: str | None = None
+    image_api_key: str | None = field(default=None, repr=False)
+    image_timeout: float = 120.0
+    image_seed: int | None = None
+    image_bucket: str | None = None
+    # web_search run by the gateway (tools/web_search/): the search provider (unset: web_search
+    # stays a hosted tool, GATEWAY_HOSTED_TOOLS), its base URL and key, each search's time
+    # limit; a live page's byte and time limits, hosts allowed although private.
+    web_search_provider: str | None = None
+    web_search_url: str | None = None
+    web_search_api_key: str | None = field(default=None, repr=False)
+    web_search_timeout: float = 15.0
+    web_page_max_bytes: int = 2 * 1024 * 1024
+    web_page_timeout: float = 15.0
+    web_allow_hosts: tuple[str, ...] = ()
     # Work the gateway's own tools may do in one response (responses/turns.py), whatever
     # max_tool_calls says: calls run, model turns with tool calls, bytes of tool output kept.
     max_tool_calls: int = 128
@@ -92,13 +121,28 @@ class Settings:
     # calls upstream, bytes of the items it reads.
     max_compaction_calls: int = 16
     max_compaction_input_bytes: int = 20 * 1024 * 1024
+    # Files and vector stores (files/, vectors/): the bucket of file bytes in AWS, the largest
+    # file and a tenant's total, files per vector store, the embedding model and its endpoint.
+    files_bucket: str | None = None
+    max_file_bytes: int = 512 * 1024 * 1024
+    max_tenant_file_bytes: int = 10 * 1024 * 1024 * 1024
+    max_vector_store_files: int = 10_000
+    embedding_url: str | None = None  # OpenAI-compatible /v1 base; unset: GATEWAY_UPSTREAM_URL
+    embedding_api_key: str | None = field(default=None, repr=False)
+    embedding_model: str = "text-embedding-3-small"
+    embedding_batch: int = 64
 
     def route(self, model: str) -> Route:
         """The backend and backend model for a client model name.
 
         A model map value may name a backend, ``bedrock:anthropic.claude-...`` or
-        ``openai:gpt-4o``; without a prefix it uses ``GATEWAY_BACKEND``.
+        ``openai:gpt-4o``; without a prefix it uses ``GATEWAY_BACKEND``. A routed model
+        (``GATEWAY_ROUTES``, which wins over the map) goes to its router, ``route:NAME``,
+        under its first deployment's model (the router sends each deployment its own).
         """
+        routes = self.routes
+        if routes is not None and model in routes.routes:
+            return Route(ROUTE_PREFIX + model, routes.routes[model][0].model)
         target = self.model_map.get(model, model)
         prefix, sep, rest = target.partition(":")
         if sep and prefix in BACKEND_KINDS and model in self.model_map:
@@ -137,6 +181,8 @@ class Settings:
                                      get("GATEWAY_UPSTREAM_DIALECT") or "auto"),
             model_map=_parsed("GATEWAY_MODEL_MAP", parse_model_map,
                               get("GATEWAY_MODEL_MAP") or ""),
+            routes=_parsed("GATEWAY_ROUTES", partial(_routes, backend, secret),
+                           get("GATEWAY_ROUTES") or ""),
             context_windows=_parsed("GATEWAY_CONTEXT_WINDOWS", parse_windows,
                                     get("GATEWAY_CONTEXT_WINDOWS") or ""),
             connect_timeout=seconds("GATEWAY_CONNECT_TIMEOUT", cls.connect_timeout),
@@ -180,6 +226,27 @@ class Settings:
             ),
             mcp_call_timeout=seconds("GATEWAY_MCP_CALL_TIMEOUT", cls.mcp_call_timeout),
             mcp_max_output_bytes=count("GATEWAY_MCP_MAX_OUTPUT_BYTES", cls.mcp_max_output_bytes),
+            image_backend=_image_backend(get("GATEWAY_IMAGE_BACKEND"), get("GATEWAY_STORE"),
+                                         get("GATEWAY_IMAGE_BUCKET")),
+            image_model=get("GATEWAY_IMAGE_MODEL"),
+            image_url=_parsed("GATEWAY_IMAGE_URL", _http_url, get("GATEWAY_IMAGE_URL") or "")
+            or None,
+            image_api_key=secret("GATEWAY_IMAGE_API_KEY"),
+            image_timeout=seconds("GATEWAY_IMAGE_TIMEOUT", cls.image_timeout),
+            image_seed=count("GATEWAY_IMAGE_SEED", None),
+            image_bucket=get("GATEWAY_IMAGE_BUCKET"),
+            web_search_provider=_parsed("GATEWAY_WEB_SEARCH_PROVIDER", provider_named,
+                                        get("GATEWAY_WEB_SEARCH_PROVIDER"))
+            if get("GATEWAY_WEB_SEARCH_PROVIDER") else None,
+            web_search_url=_parsed("GATEWAY_WEB_SEARCH_URL", provider_url,
+                                   get("GATEWAY_WEB_SEARCH_URL") or "") or None,
+            web_search_api_key=secret("GATEWAY_WEB_SEARCH_API_KEY"),
+            web_search_timeout=seconds("GATEWAY_WEB_SEARCH_TIMEOUT", cls.web_search_timeout),
+            web_page_max_bytes=count("GATEWAY_WEB_PAGE_MAX_BYTES", cls.web_page_max_bytes),
+            web_page_timeout=seconds("GATEWAY_WEB_PAGE_TIMEOUT", cls.web_page_timeout),
+            web_allow_hosts=tuple(
+                h.strip() for h in (get("GATEWAY_WEB_ALLOW_HOSTS") or "").split(",") if h.strip()
+            ),
             max_tool_calls=count("GATEWAY_MAX_TOOL_CALLS", cls.max_tool_calls),
             max_tool_turns=count("GATEWAY_MAX_TOOL_TURNS", cls.max_tool_turns),
             max_tool_output_bytes=count("GATEWAY_MAX_TOOL_OUTPUT_BYTES",
@@ -193,6 +260,17 @@ class Settings:
             max_compaction_calls=count("GATEWAY_MAX_COMPACTION_CALLS", cls.max_compaction_calls),
             max_compaction_input_bytes=count("GATEWAY_MAX_COMPACTION_INPUT_BYTES",
                                              cls.max_compaction_input_bytes),
+            files_bucket=get("GATEWAY_FILES_BUCKET"),
+            max_file_bytes=count("GATEWAY_MAX_FILE_BYTES", cls.max_file_bytes),
+            max_tenant_file_bytes=count("GATEWAY_MAX_TENANT_FILE_BYTES",
+                                        cls.max_tenant_file_bytes),
+            max_vector_store_files=count("GATEWAY_MAX_VECTOR_STORE_FILES",
+                                         cls.max_vector_store_files),
+            embedding_url=_upstream_url(get("GATEWAY_EMBEDDING_URL"))
+            if get("GATEWAY_EMBEDDING_URL") else None,
+            embedding_api_key=secret("GATEWAY_EMBEDDING_API_KEY"),
+            embedding_model=get("GATEWAY_EMBEDDING_MODEL") or cls.embedding_model,
+            embedding_batch=max(1, count("GATEWAY_EMBEDDING_BATCH", cls.embedding_batch)),
         )
 
 
@@ -263,6 +341,33 @@ def _upstream_url(text: str) -> str:
     return url
 
 
+def _image_backend(name: str | None, store: str | None, bucket: str | None) -> str | None:
+    """``bedrock`` or ``openai`` (tools/image_generation/backends/), or None: unset. With
+    DynamoDB the images need an S3 bucket (a DynamoDB item holds 400 KB)."""
+    if name is None:
+        return None
+    from responses_gateway.tools.image_generation.backends import KINDS as IMAGE_KINDS
+
+    name = name.strip().lower()
+    if name not in IMAGE_KINDS:
+        raise SettingsError(f"GATEWAY_IMAGE_BACKEND must be one of {', '.join(IMAGE_KINDS)} "
+                            f"(or unset), not {name!r}")
+    if (store or "").startswith("dynamodb:") and not bucket:
+        raise SettingsError("GATEWAY_IMAGE_BUCKET must name an S3 bucket for generated images "
+                            "when GATEWAY_IMAGE_BACKEND is set and GATEWAY_STORE is dynamodb")
+    return name
+
+
+def _http_url(text: str) -> str:
+    """An http(s) URL with a host, or empty."""
+    url = text.strip().rstrip("/")
+    parts = urlsplit(url)
+    if url and (parts.scheme not in ("http", "https") or not parts.hostname):
+        raise ValueError(f"must be an http:// or https:// URL (like http://127.0.0.1:8000/v1), "
+                         f"not {url!r}")
+    return url
+
+
 def _store(text: str) -> str:
     kind, _, target = text.strip().partition(":")
     if kind not in ("sqlite", "dynamodb") or (kind == "dynamodb" and not target):
@@ -279,6 +384,15 @@ def _dialect(name: str) -> str:
 
         dialect_named(name)
     return name
+
+
+def _routes(default_kind: str, secret: Callable[[str], str | None], text: str) -> Routes | None:
+    """``GATEWAY_ROUTES`` parsed (backends/route_config.py), or None when unset."""
+    if not text.strip():
+        return None
+    from responses_gateway.backends.route_config import parse_routes
+
+    return parse_routes(text, default_kind=default_kind, secret=secret) or None
 
 
 def parse_windows(text: str) -> dict[str, int]:

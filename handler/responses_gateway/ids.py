@@ -21,7 +21,12 @@ MCP_LIST_TOOLS = "mcpl_"
 MCP_CALL = "mcp_"
 MCP_APPROVAL_REQUEST = "mcpr_"
 MCP_APPROVAL_RESPONSE = "mcpa_"
+WEB_SEARCH_CALL = "ws_"
 COMPACTION = "cmp_"
+IMAGE_GENERATION_CALL = "ig_"
+FILE = "file-"
+VECTOR_STORE = "vs_"
+VECTOR_STORE_FILE_BATCH = "vsfb_"
 
 
 def new_id(prefix: str) -> str:

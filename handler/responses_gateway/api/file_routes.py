@@ -1,0 +1,136 @@
+"""The Files API (``/v1/files…``): multipart upload within ``GATEWAY_MAX_FILE_BYTES`` (counted
+as the body streams in), list with ``purpose`` / ``order`` / ``after`` / ``limit``, retrieve,
+content, delete. Every call is scoped to the caller's tenant; another tenant's id is a 404."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from starlette.datastructures import FormData, UploadFile
+from starlette.requests import Request
+from starlette.responses import Response
+
+from responses_gateway.api.common import JSON, int_param, tenant_of
+from responses_gateway.errors import invalid_request, missing_parameter
+
+if TYPE_CHECKING:
+    from responses_gateway.files.service import Files
+
+MAX_LIST_LIMIT = 10_000  # OpenAI: 1 to 10,000, default 10,000
+MULTIPART_OVERHEAD = 64 * 1024  # boundaries and the small fields beside the file
+_build_lock = threading.Lock()
+
+
+def files_of(request: Request) -> Files:
+    """The app's file storage, built from its settings on first use (a deployment that never
+    serves files never imports the engines)."""
+    state = request.app.state
+    files = getattr(state, "files", None)
+    if files is None:
+        with _build_lock:
+            files = getattr(state, "files", None)
+            if files is None:
+                from responses_gateway.files.build import build_files
+
+                files = state.files = build_files(state.settings)
+    return files
+
+
+async def create_file(request: Request) -> Response:
+    tenant = tenant_of(request)
+    files = files_of(request)
+    form = await _form(request, files)
+    upload = form.get("file")
+    if not isinstance(upload, UploadFile):
+        raise missing_parameter("file")
+    purpose = form.get("purpose")
+    if not isinstance(purpose, str) or not purpose:
+        raise missing_parameter("purpose")
+    from responses_gateway.files.models import UPLOAD_PURPOSES
+    from responses_gateway.files.service import parse_expiry
+
+    if purpose not in UPLOAD_PURPOSES:
+        raise invalid_request(
+            f"'{purpose}' is not one of {list(UPLOAD_PURPOSES)!r} - 'purpose'",
+            param="purpose", code="invalid_value")
+    anchor, seconds = form.get("expires_after[anchor]"), form.get("expires_after[seconds]")
+    expires = parse_expiry(anchor if isinstance(anchor, str) else None,
+                           seconds if isinstance(seconds, str) else None)
+    data = await upload.read()
+    record = await files.create(tenant, upload.filename or "upload", data, purpose, expires)
+    return JSON(record.to_object())
+
+
+async def _form(request: Request, files: Files) -> FormData:
+    from starlette.formparsers import MultiPartException, MultiPartParser
+
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise invalid_request(
+            "Invalid Content-Type header (expected multipart/form-data).", code="invalid_type")
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit():
+        files.check_size(max(0, int(declared) - MULTIPART_OVERHEAD))
+
+    async def bounded() -> AsyncIterator[bytes]:
+        received = 0
+        async for piece in request.stream():
+            received += len(piece)
+            files.check_size(max(0, received - MULTIPART_OVERHEAD))
+            yield piece
+
+    try:
+        return await MultiPartParser(request.headers, bounded(), max_files=1,
+                                     max_fields=16).parse()
+    except MultiPartException as exc:
+        raise invalid_request(f"Invalid multipart body: {exc.message}") from None
+
+
+async def list_files(request: Request) -> Response:
+    tenant = tenant_of(request)
+    params = request.query_params
+    limit = int_param(params.get("limit"), "limit", MAX_LIST_LIMIT)
+    if not 1 <= limit <= MAX_LIST_LIMIT:
+        raise invalid_request(
+            "Invalid 'limit': integer below minimum value or above maximum value. Expected a "
+            f"value between 1 and {MAX_LIST_LIMIT}, but got {limit} instead.",
+            param="limit", code="integer_out_of_range")
+    order = params.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise invalid_request(f"Invalid value: '{order}'. Supported values are: 'asc' and "
+                              "'desc'.", param="order", code="invalid_value")
+    records, more = await files_of(request).page(
+        tenant, purpose=params.get("purpose") or None, order=order,
+        after=params.get("after") or None, limit=limit)
+    data = [r.to_object() for r in records]
+    return JSON({"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+                 "last_id": data[-1]["id"] if data else None, "has_more": more})
+
+
+async def retrieve_file(request: Request) -> Response:
+    tenant = tenant_of(request)
+    record = await files_of(request).get(request.path_params["file_id"], tenant)
+    return JSON(record.to_object())
+
+
+async def file_content(request: Request) -> Response:
+    tenant = tenant_of(request)
+    _, data = await files_of(request).content(request.path_params["file_id"], tenant)
+    return Response(data, media_type="application/octet-stream")
+
+
+async def delete_file(request: Request) -> Response:
+    tenant = tenant_of(request)
+    file_id = request.path_params["file_id"]
+    await files_of(request).delete(file_id, tenant)
+    return JSON({"id": file_id, "object": "file", "deleted": True})
+
+
+ROUTES: list[tuple[str, Any, str]] = [
+    ("/v1/files", create_file, "POST"),
+    ("/v1/files", list_files, "GET"),
+    ("/v1/files/{file_id}", retrieve_file, "GET"),
+    ("/v1/files/{file_id}", delete_file, "DELETE"),
+    ("/v1/files/{file_id}/content", file_content, "GET"),
+]

@@ -1,0 +1,169 @@
+"""Files in AWS: bytes in S3 (``GATEWAY_FILES_BUCKET``, key ``<tenant>/<file id>``), records in
+the gateway's DynamoDB table, one partition per tenant: ``pk = files#<tenant>`` holds a row
+``F#<file id>`` per file and the row ``U`` with the tenant's byte total (moved in the same
+transaction as a file's row, under a condition that keeps it within the bound)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from typing import Any
+
+from responses_gateway.files.models import FileRecord
+from responses_gateway.files.store import Blobs, FileRecords, TenantFull
+
+USAGE = "U"
+
+
+def _pk(tenant: str) -> dict[str, str]:
+    return {"S": "files#" + tenant}
+
+
+def _sk(file_id: str) -> dict[str, str]:
+    return {"S": "F#" + file_id}
+
+
+def _item(record: FileRecord) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "pk": _pk(record.tenant), "sk": _sk(record.id), "id": {"S": record.id},
+        "tenant": {"S": record.tenant}, "filename": {"S": record.filename},
+        "bytes": {"N": str(record.bytes)}, "purpose": {"S": record.purpose},
+        "created_at": {"N": str(record.created_at)},
+    }
+    if record.expires_at is not None:
+        item["expires_at"] = {"N": str(record.expires_at)}  # the table's TTL removes the row
+    return item
+
+
+def _record(item: dict[str, Any]) -> FileRecord:
+    return FileRecord.from_row({
+        key: (value.get("S") if "S" in value else int(value["N"]))
+        for key, value in item.items() if key in ("id", "tenant", "filename", "bytes",
+                                                  "purpose", "created_at", "expires_at")
+    })
+
+
+class DynamoDBFileRecords(FileRecords):
+    def __init__(self, table: str, client: Any = None) -> None:
+        from responses_gateway.store.dynamodb.table import make_client
+
+        self.table = table
+        self.client = client or make_client()
+
+    async def add(self, record: FileRecord, tenant_limit: int) -> None:
+        update: dict[str, Any] = {
+            "TableName": self.table,
+            "Key": {"pk": _pk(record.tenant), "sk": {"S": USAGE}},
+            "UpdateExpression": "ADD b :n",
+            "ExpressionAttributeValues": {":n": {"N": str(record.bytes)}},
+        }
+        if tenant_limit:
+            update["ConditionExpression"] = "attribute_not_exists(b) OR b <= :room"
+            update["ExpressionAttributeValues"][":room"] = {
+                "N": str(tenant_limit - record.bytes)}
+        if tenant_limit and record.bytes > tenant_limit:
+            raise TenantFull(await self.used_bytes(record.tenant))
+        put = {"TableName": self.table, "Item": _item(record),
+               "ConditionExpression": "attribute_not_exists(pk)"}
+        try:
+            await asyncio.to_thread(self.client.transact_write_items,
+                                    TransactItems=[{"Update": update}, {"Put": put}])
+        except self.client.exceptions.TransactionCanceledException as exc:
+            reasons = exc.response.get("CancellationReasons") or []
+            if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
+                raise TenantFull(await self.used_bytes(record.tenant)) from None
+            raise
+
+    async def get(self, file_id: str, tenant: str) -> FileRecord | None:
+        result = await asyncio.to_thread(
+            self.client.get_item, TableName=self.table,
+            Key={"pk": _pk(tenant), "sk": _sk(file_id)}, ConsistentRead=True)
+        item = result.get("Item")
+        return _record(item) if item else None
+
+    async def page(
+        self, tenant: str, *, purpose: str | None, order: str, after: str | None, limit: int,
+    ) -> tuple[list[FileRecord], bool]:
+        records = await asyncio.to_thread(self._all, tenant)
+        records.sort(key=lambda r: (r.created_at, r.id), reverse=order == "desc")
+        if purpose:
+            records = [r for r in records if r.purpose == purpose]
+        if after:
+            ids = [r.id for r in records]
+            if after in ids:
+                records = records[ids.index(after) + 1:]
+        return records[:limit], len(records) > limit
+
+    def _all(self, tenant: str) -> list[FileRecord]:
+        records: list[FileRecord] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self.table, "ConsistentRead": True,
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :f)",
+            "ExpressionAttributeValues": {":pk": _pk(tenant), ":f": {"S": "F#"}},
+        }
+        while True:
+            result = self.client.query(**kwargs)
+            records += [_record(item) for item in result.get("Items", [])]
+            if "LastEvaluatedKey" not in result:
+                return records
+            kwargs["ExclusiveStartKey"] = result["LastEvaluatedKey"]
+
+    async def remove(self, file_id: str, tenant: str) -> FileRecord | None:
+        record = await self.get(file_id, tenant)
+        if record is None:
+            return None
+        try:
+            await asyncio.to_thread(self.client.transact_write_items, TransactItems=[
+                {"Delete": {"TableName": self.table, "Key": {"pk": _pk(tenant), "sk": _sk(file_id)},
+                            "ConditionExpression": "attribute_exists(pk)"}},
+                {"Update": {"TableName": self.table, "Key": {"pk": _pk(tenant), "sk": {"S": USAGE}},
+                            "UpdateExpression": "ADD b :n",
+                            "ExpressionAttributeValues": {":n": {"N": str(-record.bytes)}}}},
+            ])
+        except self.client.exceptions.TransactionCanceledException:
+            return None  # deleted by someone else meanwhile
+        return record
+
+    async def used_bytes(self, tenant: str) -> int:
+        result = await asyncio.to_thread(
+            self.client.get_item, TableName=self.table,
+            Key={"pk": _pk(tenant), "sk": {"S": USAGE}}, ConsistentRead=True)
+        return max(0, int(result.get("Item", {}).get("b", {}).get("N", "0")))
+
+
+class S3Blobs(Blobs):
+    def __init__(self, bucket: str, client: Any = None) -> None:
+        self.bucket = bucket
+        self._client = client
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                import boto3
+                from botocore.config import Config
+
+                # A configured endpoint (local S3, tests) is addressed by path; AWS by host.
+                style = "path" if (os.environ.get("AWS_ENDPOINT_URL_S3")
+                                   or os.environ.get("AWS_ENDPOINT_URL")) else "auto"
+                self._client = boto3.session.Session().client("s3", config=Config(
+                    retries={"mode": "standard", "max_attempts": 5},
+                    s3={"addressing_style": style}, max_pool_connections=32))
+            return self._client
+
+    async def put(self, key: str, data: bytes) -> None:
+        await asyncio.to_thread(self.client.put_object, Bucket=self.bucket, Key=key, Body=data)
+
+    async def get(self, key: str) -> bytes | None:
+        def read() -> bytes | None:
+            try:
+                return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+            except self.client.exceptions.NoSuchKey:
+                return None
+
+        return await asyncio.to_thread(read)
+
+    async def delete(self, key: str) -> None:
+        await asyncio.to_thread(self.client.delete_object, Bucket=self.bucket, Key=key)

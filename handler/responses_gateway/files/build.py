@@ -1,0 +1,33 @@
+"""The file storage ``GATEWAY_STORE`` implies: ``sqlite:PATH`` keeps bytes in ``PATH.files/``
+and records in PATH; ``dynamodb:TABLE`` keeps records in TABLE and bytes in
+``GATEWAY_FILES_BUCKET``. Each engine is imported only when configured."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from responses_gateway.errors import GatewayError
+
+if TYPE_CHECKING:
+    from responses_gateway.config import Settings
+    from responses_gateway.files.service import Files
+
+
+def build_files(settings: Settings) -> Files:
+    from responses_gateway.files.service import FileLimits, Files
+
+    limits = FileLimits(file_bytes=settings.max_file_bytes,
+                        tenant_bytes=settings.max_tenant_file_bytes)
+    kind, _, target = settings.store.partition(":")
+    if kind == "sqlite":
+        from responses_gateway.files.local import DiskBlobs, SQLiteFileRecords
+
+        path = target or "gateway.db"
+        return Files(SQLiteFileRecords(path), DiskBlobs(path + ".files"), limits)
+    if not settings.files_bucket:
+        raise GatewayError(
+            501, "File storage is not configured on this gateway (GATEWAY_FILES_BUCKET).",
+            type="server_error", code="files_not_configured")
+    from responses_gateway.files.aws import DynamoDBFileRecords, S3Blobs
+
+    return Files(DynamoDBFileRecords(target), S3Blobs(settings.files_bucket), limits)

@@ -1,0 +1,181 @@
+"""Files on this machine: bytes in a folder beside the SQLite store (``gateway.db.files/``),
+records in that SQLite database (table ``files``, and ``file_usage`` per tenant)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sqlite3
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from responses_gateway.files.models import FileRecord
+from responses_gateway.files.store import Blobs, FileRecords, TenantFull
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS files (
+    tenant TEXT NOT NULL, id TEXT NOT NULL, filename TEXT NOT NULL, bytes INTEGER NOT NULL,
+    purpose TEXT NOT NULL, created_at INTEGER NOT NULL, expires_at INTEGER,
+    PRIMARY KEY (tenant, id));
+CREATE INDEX IF NOT EXISTS files_by_time ON files (tenant, created_at, id);
+CREATE TABLE IF NOT EXISTS file_usage (tenant TEXT PRIMARY KEY, bytes INTEGER NOT NULL);
+"""
+_COLUMNS = "id, tenant, filename, bytes, purpose, created_at, expires_at"
+
+
+class SQLiteDatabase:
+    """One connection used by one thread at a time, calls run off the event loop."""
+
+    def __init__(self, path: str, schema: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                                    timeout=30)
+        self.conn.row_factory = sqlite3.Row
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.executescript(schema)
+
+    def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            return fn(self.conn)
+
+    def tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn`` in one write transaction (BEGIN IMMEDIATE: writers queue, readers go on)."""
+        with self._lock:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(self.conn)
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+            return result
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T], *, write: bool = False) -> T:
+        return await asyncio.to_thread(self.tx if write else self.call, fn)
+
+    def close(self) -> None:
+        with self._lock:
+            self.conn.close()
+
+
+class SQLiteFileRecords(FileRecords):
+    def __init__(self, path: str) -> None:
+        self.db = SQLiteDatabase(path, _SCHEMA)
+
+    async def add(self, record: FileRecord, tenant_limit: int) -> None:
+        def write(c: sqlite3.Connection) -> None:
+            used = _used(c, record.tenant)
+            if tenant_limit and used + record.bytes > tenant_limit:
+                raise TenantFull(used)
+            row = record.to_row()
+            c.execute(f"INSERT INTO files ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                      [row[k] for k in _COLUMNS.split(", ")])
+            c.execute("INSERT INTO file_usage (tenant, bytes) VALUES (?, ?) ON CONFLICT(tenant) "
+                      "DO UPDATE SET bytes = bytes + excluded.bytes", (record.tenant, record.bytes))
+
+        await self.db.run(write, write=True)
+
+    async def get(self, file_id: str, tenant: str) -> FileRecord | None:
+        def read(c: sqlite3.Connection) -> FileRecord | None:
+            row = c.execute(f"SELECT {_COLUMNS} FROM files WHERE tenant = ? AND id = ?",
+                            (tenant, file_id)).fetchone()
+            return FileRecord.from_row(dict(row)) if row else None
+
+        return await self.db.run(read)
+
+    async def page(
+        self, tenant: str, *, purpose: str | None, order: str, after: str | None, limit: int,
+    ) -> tuple[list[FileRecord], bool]:
+        def read(c: sqlite3.Connection) -> tuple[list[FileRecord], bool]:
+            where, args = ["tenant = ?"], [tenant]
+            if purpose:
+                where.append("purpose = ?")
+                args.append(purpose)
+            if after:
+                cursor = c.execute("SELECT created_at, id FROM files WHERE tenant = ? AND id = ?",
+                                   (tenant, after)).fetchone()
+                if cursor is not None:
+                    where.append(f"(created_at, id) {'<' if order == 'desc' else '>'} (?, ?)")
+                    args += [cursor["created_at"], cursor["id"]]
+            direction = "DESC" if order == "desc" else "ASC"
+            rows = c.execute(
+                f"SELECT {_COLUMNS} FROM files WHERE {' AND '.join(where)} "
+                f"ORDER BY created_at {direction}, id {direction} LIMIT ?", [*args, limit + 1]
+            ).fetchall()
+            return [FileRecord.from_row(dict(r)) for r in rows[:limit]], len(rows) > limit
+
+        return await self.db.run(read)
+
+    async def remove(self, file_id: str, tenant: str) -> FileRecord | None:
+        def write(c: sqlite3.Connection) -> FileRecord | None:
+            row = c.execute(f"SELECT {_COLUMNS} FROM files WHERE tenant = ? AND id = ?",
+                            (tenant, file_id)).fetchone()
+            if row is None:
+                return None
+            c.execute("DELETE FROM files WHERE tenant = ? AND id = ?", (tenant, file_id))
+            c.execute("UPDATE file_usage SET bytes = MAX(0, bytes - ?) WHERE tenant = ?",
+                      (row["bytes"], tenant))
+            return FileRecord.from_row(dict(row))
+
+        return await self.db.run(write, write=True)
+
+    async def used_bytes(self, tenant: str) -> int:
+        return await self.db.run(lambda c: _used(c, tenant))
+
+    async def aclose(self) -> None:
+        self.db.close()
+
+
+def _used(c: sqlite3.Connection, tenant: str) -> int:
+    row = c.execute("SELECT bytes FROM file_usage WHERE tenant = ?", (tenant,)).fetchone()
+    return int(row["bytes"]) if row else 0
+
+
+class DiskBlobs(Blobs):
+    """Bytes in files under ``root``; written to a temporary file and renamed into place, so
+    a reader never sees half a file."""
+
+    def __init__(self, root: str) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: str) -> Path:
+        parts = key.split("/")
+        if any(p in ("", ".", "..") for p in parts):
+            raise ValueError(f"not a blob key: {key!r}")
+        return self.root.joinpath(*parts)
+
+    async def put(self, key: str, data: bytes) -> None:
+        await asyncio.to_thread(self._put, self._path(key), data)
+
+    @staticmethod
+    def _put(path: Path, data: bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".upload-")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+    async def get(self, key: str) -> bytes | None:
+        path = self._path(key)
+        try:
+            return await asyncio.to_thread(path.read_bytes)
+        except FileNotFoundError:
+            return None
+
+    async def delete(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            await asyncio.to_thread(self._path(key).unlink)

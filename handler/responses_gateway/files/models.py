@@ -1,0 +1,59 @@
+"""The File object as OpenAI returns it, and the purposes a client may upload for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: What ``POST /v1/files`` accepts as ``purpose`` (OpenAI's list, in its order).
+UPLOAD_PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
+
+
+@dataclass(frozen=True, slots=True)
+class FileRecord:
+    """One uploaded file's record; its bytes live in the blob store under ``blob_key``."""
+
+    id: str
+    tenant: str
+    filename: str
+    bytes: int
+    purpose: str
+    created_at: int
+    expires_at: int | None = None
+
+    @property
+    def blob_key(self) -> str:
+        return blob_key(self.tenant, self.id)
+
+    def to_object(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "file",
+            "bytes": self.bytes,
+            "created_at": self.created_at,
+            "expires_at": self.expires_at,
+            "filename": self.filename,
+            "purpose": self.purpose,
+            "status": "processed",
+            "status_details": None,
+        }
+
+    def to_row(self) -> dict[str, Any]:
+        return {"id": self.id, "tenant": self.tenant, "filename": self.filename,
+                "bytes": self.bytes, "purpose": self.purpose, "created_at": self.created_at,
+                "expires_at": self.expires_at}
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> FileRecord:
+        return cls(id=row["id"], tenant=row["tenant"], filename=row["filename"],
+                   bytes=int(row["bytes"]), purpose=row["purpose"],
+                   created_at=int(row["created_at"]),
+                   expires_at=None if row.get("expires_at") is None else int(row["expires_at"]))
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
+
+
+def blob_key(tenant: str, file_id: str) -> str:
+    """Where a file's bytes live: under its tenant, so one tenant's prefix holds only its own."""
+    return f"{tenant}/{file_id}"

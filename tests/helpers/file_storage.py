@@ -1,0 +1,45 @@
+"""Gateways on each file-storage engine for the Files and vector store suites: ``local``
+(SQLite + a folder beside it) and ``aws`` (DynamoDB + S3, on a moto server over HTTP)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from responses_gateway.config import Settings
+from tests.helpers.gateway_server import GatewayServer
+from tests.helpers.moto_server import aws_env, create_dynamodb_table, moto_server
+
+ENGINES = ("local", "aws")
+
+
+@contextmanager
+def storage_settings(engine: str, tmp: Path) -> Iterator[dict[str, Any]]:
+    """The settings (``store``, ``files_bucket``) of one engine, its services running."""
+    if engine == "local":
+        yield {"store": f"sqlite:{tmp / 'gateway.db'}"}
+        return
+    with moto_server() as endpoint, pytest.MonkeyPatch.context() as patch:
+        for key, value in aws_env(endpoint).items():
+            patch.setenv(key, value)
+        patch.delenv("AWS_PROFILE", raising=False)
+        import boto3
+
+        bucket = f"files-{uuid.uuid4().hex[:12]}"
+        boto3.session.Session().client("s3").create_bucket(Bucket=bucket)
+        yield {"store": f"dynamodb:{create_dynamodb_table()}", "files_bucket": bucket}
+
+
+@contextmanager
+def gateway_on(engine: str, tmp: Path, **overrides: Any) -> Iterator[GatewayServer]:
+    with storage_settings(engine, tmp) as storage:
+        values: dict[str, Any] = {"upstream_url": "http://127.0.0.1:9/v1", "max_retries": 0}
+        values.update(storage)
+        values.update(overrides)
+        with GatewayServer(Settings(**values)) as server:
+            yield server

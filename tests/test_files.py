@@ -1,0 +1,161 @@
+"""The Files API through openai-python, unmodified, on both storage engines (one suite):
+objects validated against the SDK's FileObject, paging, content, deletes, expiry, the bounds,
+and tenant isolation on every route."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from openai import OpenAI
+from openai.types import FileDeleted, FileObject
+
+from tests.helpers.file_storage import ENGINES, gateway_on
+from tests.helpers.gateway_server import GatewayServer
+
+KEY_A, KEY_B = "key-tenant-a", "key-tenant-b"
+MAX_FILE = 4096
+MAX_TENANT = 3 * MAX_FILE
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def gateway(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[GatewayServer]:
+    with gateway_on(request.param, tmp_path_factory.mktemp(request.param),
+                    api_keys=(KEY_A, KEY_B), max_file_bytes=MAX_FILE,
+                    max_tenant_file_bytes=MAX_TENANT) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def alice(gateway: GatewayServer) -> Iterator[OpenAI]:
+    with OpenAI(base_url=gateway.base_url, api_key=KEY_A, max_retries=0) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def bob(gateway: GatewayServer) -> Iterator[OpenAI]:
+    with OpenAI(base_url=gateway.base_url, api_key=KEY_B, max_retries=0) as client:
+        yield client
+
+
+def _clear(client: OpenAI) -> None:
+    for f in client.files.list():
+        client.files.delete(f.id)
+
+
+def test_upload_retrieve_content_delete(alice: OpenAI) -> None:
+    created = alice.files.create(file=("notes.md", b"# Notes\nhello"), purpose="assistants")
+    raw = created.model_dump()
+    assert FileObject.model_validate(raw) == created
+    assert set(raw) == set(FileObject.model_fields)
+    assert created.id.startswith("file-") and len(created.id) > 40
+    assert (created.bytes, created.filename, created.purpose) == (13, "notes.md", "assistants")
+    assert created.expires_at is None and abs(created.created_at - time.time()) < 60
+    assert alice.files.retrieve(created.id) == created
+    assert alice.files.content(created.id).read() == b"# Notes\nhello"
+    deleted = alice.files.delete(created.id)
+    assert deleted == FileDeleted(id=created.id, object="file", deleted=True)
+    with pytest.raises(openai.NotFoundError) as caught:
+        alice.files.retrieve(created.id)
+    assert caught.value.body == {"message": f"No such File object: {created.id}",
+                                 "type": "invalid_request_error", "param": "id", "code": None}
+    with pytest.raises(openai.NotFoundError):
+        alice.files.delete(created.id)
+
+
+def test_list_paging_order_and_purpose(alice: OpenAI) -> None:
+    _clear(alice)
+    made = []
+    for i in range(5):
+        made.append(alice.files.create(file=(f"f{i}.txt", b"x" * (i + 1)),
+                                       purpose="user_data" if i % 2 else "assistants"))
+        time.sleep(0.01)
+    newest_first = [f.id for f in alice.files.list()]
+    assert set(newest_first) == {f.id for f in made}
+    by_time = sorted(made, key=lambda f: (f.created_at, f.id))
+    assert [f.id for f in alice.files.list(order="asc")] == [f.id for f in by_time]
+    first = alice.files.list(limit=2, order="asc")
+    assert [f.id for f in first.data] == [f.id for f in by_time[:2]] and first.has_more
+    # auto-paging follows ``after`` through every page
+    assert [f.id for f in alice.files.list(limit=2, order="asc")] == [f.id for f in by_time]
+    assert {f.id for f in alice.files.list(purpose="user_data")} == {made[1].id, made[3].id}
+    with pytest.raises(openai.BadRequestError):
+        alice.files.list(limit=0)
+    _clear(alice)
+
+
+def test_expires_after(alice: OpenAI) -> None:
+    created = alice.files.create(file=("e.txt", b"e"), purpose="batch",
+                                 expires_after={"anchor": "created_at", "seconds": 3600})
+    assert created.expires_at == created.created_at + 3600
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.files.create(file=("e.txt", b"e"), purpose="batch",
+                           expires_after={"anchor": "created_at", "seconds": 10})
+    assert caught.value.body["param"] == "expires_after.seconds"
+    alice.files.delete(created.id)
+
+
+def test_bad_uploads_are_openai_errors(alice: OpenAI, gateway: GatewayServer) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.files.create(file=("a.txt", b"a"), purpose="nonsense")  # type: ignore[arg-type]
+    assert caught.value.body["param"] == "purpose"
+    headers = {"authorization": f"Bearer {KEY_A}"}
+    answer = httpx.post(gateway.base_url + "/files", headers=headers,
+                        files={"purpose": (None, "assistants")})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["message"] == "Missing required parameter: 'file'."
+    answer = httpx.post(gateway.base_url + "/files", headers=headers, json={"purpose": "x"})
+    assert answer.status_code == 400 and answer.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_file_size_and_tenant_bounds(alice: OpenAI, bob: OpenAI) -> None:
+    _clear(alice)
+    with pytest.raises(openai.APIStatusError) as caught:
+        alice.files.create(file=("big.bin", b"b" * (MAX_FILE + 1)), purpose="assistants")
+    assert caught.value.status_code == 413
+    assert caught.value.body["code"] == "file_too_large"
+    kept = [alice.files.create(file=(f"{i}.bin", b"b" * MAX_FILE), purpose="assistants")
+            for i in range(3)]
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.files.create(file=("one-more.bin", b"b"), purpose="assistants")
+    assert caught.value.body["code"] == "storage_limit_exceeded"
+    assert "GATEWAY_MAX_TENANT_FILE_BYTES" in caught.value.body["message"]
+    # another tenant has its own total; a delete gives bytes back
+    bob_file = bob.files.create(file=("b.bin", b"b"), purpose="assistants")
+    alice.files.delete(kept[0].id)
+    alice.files.create(file=("fits.bin", b"b" * MAX_FILE), purpose="assistants")
+    bob.files.delete(bob_file.id)
+    _clear(alice)
+
+
+def test_tenants_are_isolated_on_every_route(alice: OpenAI, bob: OpenAI) -> None:
+    secret = alice.files.create(file=("secret.txt", b"alice only"), purpose="assistants")
+    for call in (lambda: bob.files.retrieve(secret.id),
+                 lambda: bob.files.content(secret.id),
+                 lambda: bob.files.delete(secret.id)):
+        with pytest.raises(openai.NotFoundError) as caught:
+            call()
+        assert caught.value.body["message"] == f"No such File object: {secret.id}"
+    assert secret.id not in {f.id for f in bob.files.list()}
+    assert alice.files.content(secret.id).read() == b"alice only"
+    alice.files.delete(secret.id)
+
+
+def test_unauthenticated_is_401(gateway: GatewayServer) -> None:
+    assert httpx.get(gateway.base_url + "/files").status_code == 401
+
+
+def test_local_bytes_live_beside_the_database(gateway: GatewayServer, alice: OpenAI) -> None:
+    if not gateway.settings.store.startswith("sqlite:"):
+        pytest.skip("the local layout")
+    db = Path(gateway.settings.store.removeprefix("sqlite:"))
+    created = alice.files.create(file=("d.txt", b"on disk"), purpose="assistants")
+    stored = list(Path(str(db) + ".files").rglob(created.id))
+    assert len(stored) == 1 and stored[0].read_bytes() == b"on disk"
+    alice.files.delete(created.id)
+    assert not list(Path(str(db) + ".files").rglob(created.id))
