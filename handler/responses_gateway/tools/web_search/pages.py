@@ -1,0 +1,155 @@
+"""Opening a live page for the model: the SSRF rules, a size and a time limit, readable text.
+
+The model names the URL, so it is a client's URL: every hop (redirects are followed by hand,
+at most five) is parsed strictly and connected through net/pinned.py, which refuses a host
+with any non-public address unless ``GATEWAY_WEB_ALLOW_HOSTS`` lists it, and pins the
+connection to the address it checked. The body is read up to ``max_bytes`` and the whole
+fetch bounded by ``timeout``. HTML becomes Markdown-like text by ``html2text`` (loaded on
+first use; scripts, styles and images dropped, links kept so the model can follow them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from responses_gateway.net.pinned import BadUrl, http_url, pinned_transport
+from responses_gateway.net.policy import Refused, Resolver, allow_list, shown_url
+
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
+_TEXT_TYPES = ("text/plain", "text/markdown", "application/json", "text/csv")
+_HTML_TYPES = ("text/html", "application/xhtml+xml")
+
+
+class PageError(Exception):
+    """A page that could not be opened; the message is safe to show."""
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    url: str  # where the content came from (after redirects)
+    title: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class PageLimits:
+    max_bytes: int = 2 * 1024 * 1024
+    timeout: float = 15.0
+    max_redirects: int = 5
+    allow_hosts: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, settings: Any) -> PageLimits:
+        return cls(max_bytes=settings.web_page_max_bytes, timeout=settings.web_page_timeout,
+                   allow_hosts=allow_list(settings.web_allow_hosts))
+
+
+async def open_page(url: str, limits: PageLimits, *, resolver: Resolver | None = None,
+                    transport: Any = None) -> Page:
+    """The page at ``url`` as readable text, or :class:`PageError` saying why not."""
+    try:
+        async with asyncio.timeout(limits.timeout):
+            return await _fetch(url, limits, resolver, transport)
+    except TimeoutError:
+        raise PageError(f"{shown_url(url)} did not answer within {limits.timeout:g}s.") from None
+    except BadUrl as exc:
+        raise PageError(f"{shown_url(url)} cannot be opened: {exc}.") from None
+    except Refused as exc:
+        raise PageError(f"{shown_url(url)} cannot be opened: {exc}.") from None
+
+
+async def _fetch(url: str, limits: PageLimits, resolver: Resolver | None,
+                 inner: Any) -> Page:
+    import httpx
+
+    transport = pinned_transport(httpx, resolver=resolver, allow_hosts=limits.allow_hosts,
+                                 inner=inner)
+    async with httpx.AsyncClient(transport=transport, trust_env=False, follow_redirects=False,
+                                 timeout=limits.timeout) as client:
+        current = http_url(url)
+        for _ in range(limits.max_redirects + 1):
+            request = client.build_request("GET", current, headers={
+                "Accept": "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.5",
+                "User-Agent": "responses-gateway web_search"})
+            try:
+                response = await client.send(request, stream=True)
+            except httpx.HTTPError as exc:
+                raise PageError(f"{shown_url(str(current))} could not be fetched "
+                                f"({type(exc).__name__}).") from None
+            try:
+                if response.status_code in _REDIRECTS:
+                    location = response.headers.get("location")
+                    if not location:
+                        raise PageError("A redirect without a Location header.")
+                    current = http_url(location, base=current)
+                    continue
+                if response.status_code != 200:
+                    raise PageError(f"{shown_url(str(current))} answered HTTP "
+                                    f"{response.status_code}.")
+                ctype = (response.headers.get("content-type") or "").split(";")[0].strip().lower()
+                if ctype not in _HTML_TYPES and ctype not in _TEXT_TYPES:
+                    raise PageError(f"{shown_url(str(current))} is {ctype or 'untyped'}, "
+                                    f"not a text page.")
+                data = bytearray()
+                async for chunk in response.aiter_bytes():
+                    data += chunk
+                    if len(data) > limits.max_bytes:
+                        raise PageError(f"{shown_url(str(current))} is larger than "
+                                        f"{limits.max_bytes} bytes.")
+                encoding = response.charset_encoding or "utf-8"
+            finally:
+                await response.aclose()
+            try:
+                text = bytes(data).decode(encoding, errors="replace")
+            except LookupError:
+                text = bytes(data).decode("utf-8", errors="replace")
+            if ctype in _HTML_TYPES:
+                return Page(str(current), title_of(text) or str(current), readable(text))
+            return Page(str(current), str(current), text)
+        raise PageError(f"More than {limits.max_redirects} redirects from {shown_url(url)}.")
+
+
+def title_of(page: str) -> str:
+    found = _TITLE.search(page)
+    return " ".join(html.unescape(found.group(1)).split()) if found else ""
+
+
+def readable(page: str) -> str:
+    """HTML as the text a reader sees (Markdown-like: headings, lists, links)."""
+    import html2text
+
+    converter = html2text.HTML2Text()
+    converter.body_width = 0  # no hard wrapping: it breaks find_in_page
+    converter.ignore_images = True
+    converter.ignore_emphasis = True
+    converter.unicode_snob = True
+    text = converter.handle(page)
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+def find(text: str, pattern: str, *, context: int = 300, most: int = 8) -> list[str]:
+    """Each place ``pattern`` occurs in ``text`` (any case), with ``context`` characters
+    around it, at most ``most``; overlapping places are one."""
+    if not pattern:
+        return []
+    lowered, needle = text.lower(), pattern.lower()
+    found: list[str] = []
+    start, last_end = 0, -1
+    while len(found) < most:
+        at = lowered.find(needle, start)
+        if at < 0:
+            break
+        begin, end = max(0, at - context), min(len(text), at + len(needle) + context)
+        if begin <= last_end and found:
+            begin = last_end
+            found[-1] += text[begin:end]
+        else:
+            found.append(text[begin:end])
+        last_end = end
+        start = at + len(needle)
+    return found

@@ -1,0 +1,167 @@
+"""Each search provider's adapter against a local server speaking that provider's HTTP API
+(tests/helpers/search_providers.py), and opening pages under the SSRF rules."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from responses_gateway.tools.web_search import pages
+from responses_gateway.tools.web_search.providers import PROVIDERS, provider_class
+from responses_gateway.tools.web_search.providers.base import (
+    Location,
+    ProviderConfig,
+    ProviderError,
+    Query,
+)
+from tests.helpers.search_providers import RESULTS, SearchProvider, WebSite
+
+KEY = "sk-provider-secret-123"
+
+
+def search(fake: SearchProvider, query: Query, key: str | None = KEY) -> list:
+    provider = provider_class(fake.provider)(ProviderConfig(fake.provider, fake.base_url, key))
+
+    async def go() -> list:
+        async with httpx.AsyncClient(timeout=5) as client:
+            return await provider.search(client, query)
+
+    return asyncio.run(go())
+
+
+QUERY = Query("rust edition", count=2, snippet_chars=40, allowed_domains=(),
+              location=Location(country="DE"))
+
+
+@pytest.mark.parametrize("name", sorted(PROVIDERS))
+def test_adapter_speaks_the_api(name: str) -> None:
+    with SearchProvider(name, key=KEY) as fake:
+        hits = search(fake, QUERY)
+    assert [h.url for h in hits] == [r["url"] for r in RESULTS[:2]]
+    assert [h.title for h in hits] == [r["title"] for r in RESULTS[:2]]
+    assert hits[0].snippet.startswith("The Rust 2024 edition") and len(hits[0].snippet) <= 41
+    [seen] = fake.requests
+    if name == "searxng":
+        assert (seen.method, seen.path) == ("GET", "/search")
+        assert seen.params["q"] == "rust edition" and seen.params["format"] == "json"
+        assert "authorization" not in seen.headers or seen.headers["authorization"].endswith(KEY)
+    elif name == "tavily":
+        assert (seen.method, seen.path) == ("POST", "/search")
+        assert seen.body["query"] == "rust edition" and seen.body["max_results"] == 2
+    elif name == "brave":
+        assert (seen.method, seen.path) == ("GET", "/res/v1/web/search")
+        assert seen.params == {"q": "rust edition", "count": "2", "country": "de"}
+    else:
+        assert (seen.method, seen.path) == ("POST", "/search")
+        assert seen.body["numResults"] == 2 and seen.body["userLocation"] == "DE"
+        assert seen.body["contents"] == {"text": {"maxCharacters": 40}}
+
+
+@pytest.mark.parametrize("name", sorted(PROVIDERS))
+def test_allowed_domains_sent_and_enforced(name: str) -> None:
+    query = Query("editions", count=5, snippet_chars=100, allowed_domains=("example.com",))
+    with SearchProvider(name, key=KEY) as fake:
+        hits = search(fake, query)
+    # docs.example.org is filtered out even where the provider does not filter
+    assert [h.url for h in hits] == ["https://example.com/rust-2024",
+                                     "https://blog.example.com/news"]
+    [seen] = fake.requests
+    if name == "tavily":
+        assert seen.body["include_domains"] == ["example.com"]
+    elif name == "exa":
+        assert seen.body["includeDomains"] == ["example.com"]
+    else:
+        assert "site:example.com" in seen.params["q"]
+
+
+@pytest.mark.parametrize("name", ["tavily", "brave", "exa"])
+def test_wrong_key_is_a_named_failure_without_the_key(name: str) -> None:
+    with SearchProvider(name, key=KEY) as fake, pytest.raises(ProviderError) as failed:
+        search(fake, QUERY, key="sk-wrong-key-999")
+    assert "HTTP 401" in str(failed.value) and "sk-wrong" not in str(failed.value)
+
+
+@pytest.mark.parametrize("name", sorted(PROVIDERS))
+def test_provider_errors(name: str) -> None:
+    with SearchProvider(name, key=KEY, fail_with=503) as fake, \
+            pytest.raises(ProviderError) as failed:
+        search(fake, QUERY)
+    assert str(failed.value) == f"The search provider ({name}) answered HTTP 503."
+    assert KEY not in str(failed.value)  # the fake's error body echoes the key; never shown
+
+
+def test_unreachable_and_missing_key() -> None:
+    fake = SearchProvider("tavily")  # never started
+    with pytest.raises(ProviderError, match="could not be reached"):
+        search(fake, QUERY)
+    with pytest.raises(ProviderError, match="GATEWAY_WEB_SEARCH_API_KEY"):
+        search(fake, QUERY, key=None)
+    with pytest.raises(ProviderError, match="GATEWAY_WEB_SEARCH_URL"):
+        provider_class("searxng")(ProviderConfig("searxng", None, None))
+
+
+# -- pages ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[WebSite]:
+    with WebSite() as web:
+        yield web
+
+
+ALLOWED = pages.PageLimits(allow_hosts=frozenset({"127.0.0.1"}), timeout=2.0, max_bytes=100_000)
+
+
+def open_(url: str, limits: pages.PageLimits = ALLOWED, **kwargs: object) -> pages.Page:
+    return asyncio.run(pages.open_page(url, limits, **kwargs))  # type: ignore[arg-type]
+
+
+def test_open_page_readable_text(site: WebSite) -> None:
+    page = open_(site.url + "/page")
+    assert page.title == "Edition & guide"
+    assert "# The edition guide" in page.text and "Cargo.toml" in page.text
+    assert "[the other page](/other)" in page.text  # links kept for the model to follow
+    assert "var secret" not in page.text and "color: red" not in page.text
+    assert open_(site.url + "/text").text == "plain words, one two three"
+    assert pages.find(page.text, "EDITION", context=10)[0].lower().count("edition") >= 1
+
+
+def test_page_limits(site: WebSite) -> None:
+    with pytest.raises(pages.PageError, match="larger than 100000 bytes"):
+        open_(site.url + "/big")
+    with pytest.raises(pages.PageError, match="image/png, not a text page"):
+        open_(site.url + "/binary")
+    quick = pages.PageLimits(allow_hosts=frozenset({"127.0.0.1"}), timeout=0.3)
+    with pytest.raises(pages.PageError, match=r"did not answer within 0\.3s"):
+        open_(site.url + "/slow", quick)
+
+
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1:9/", "http://localhost/", "http://169.254.169.254/latest/meta-data/",
+    "http://10.0.0.5/", "http://192.168.1.1/", "http://[::1]/", "http://[::ffff:10.0.0.1]/",
+    "http://0177.0.0.1/", "http://2130706433/", "file:///etc/passwd",
+])
+def test_ssrf_refusals(url: str) -> None:
+    with pytest.raises(pages.PageError, match="cannot be opened"):
+        open_(url, pages.PageLimits(timeout=2.0))
+
+
+def test_redirect_into_private_refused(site: WebSite) -> None:
+    # The site is allowed (a test host); its redirect into the metadata address is not.
+    target = site.url + "/redirect?to=http://169.254.169.254/latest/meta-data/"
+    with pytest.raises(pages.PageError, match="non-public"):
+        open_(target)
+    # and a public name that resolves privately is refused before any connection
+    async def private(host: str, port: int) -> list[str]:
+        return ["10.1.2.3"]
+
+    with pytest.raises(pages.PageError, match="non-public"):
+        open_("http://public.example/", pages.PageLimits(timeout=2.0), resolver=private)
+
+
+def test_redirect_followed_when_allowed(site: WebSite) -> None:
+    page = open_(site.url + "/redirect?to=/page")
+    assert page.url == site.url + "/page" and page.title == "Edition & guide"
