@@ -30,13 +30,11 @@ def _shown(url: str) -> str:
 
 
 def summary(settings: Settings) -> dict[str, Any]:
-    uses_openai = settings.backend == "openai" or any(
-        target.startswith("openai:") for target in settings.model_map.values())
     return {
         "backend": settings.backend,
-        "upstream_url": shown_upstream(settings) if uses_openai else None,
-        "upstream_dialect": settings.upstream_dialect if uses_openai else None,
-        "bedrock_region": settings.bedrock_region if settings.backend == "bedrock" else None,
+        "upstream_url": shown_upstream(settings),
+        "upstream_dialect": settings.upstream_dialect,
+        "bedrock_region": settings.bedrock_region,
         "store": settings.store,
         "auth": "on" if settings.api_keys else "off",
         "api_keys": len(settings.api_keys),
