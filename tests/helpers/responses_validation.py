@@ -50,7 +50,8 @@ _SPEC_URI = "urn:openresponses:openapi"
 TERMINAL_TYPES = frozenset({"response.completed", "response.incomplete", "response.failed"})
 ITEM_ID_PREFIXES = {"message": "msg_", "function_call": "fc_", "reasoning": "rs_",
                     "compaction": "cmp_", "custom_tool_call": "ctc_", "mcp_list_tools": "mcpl_",
-                    "mcp_call": "mcp_", "mcp_approval_request": "mcpr_"}
+                    "mcp_call": "mcp_", "mcp_approval_request": "mcpr_",
+                    "image_generation_call": "ig_"}
 # Items added whole (no status, no deltas): done repeats added (a compaction item, an
 # approval request).
 _WHOLE_ITEMS = frozenset({"compaction", "mcp_approval_request"})
@@ -65,8 +66,15 @@ _MCP_CALL_EVENTS = ("response.mcp_call.in_progress", "response.mcp_call.complete
 # Item kinds and event types the Open Responses spec does not describe (OpenAI's own tools):
 # those are checked against openai-python's models only.
 _BEYOND_SPEC_ITEMS = frozenset({"custom_tool_call", "mcp_list_tools", "mcp_call",
-                                "mcp_approval_request", "mcp_approval_response"})
-_BEYOND_SPEC_TOOLS = frozenset({"custom", "namespace", "mcp"})
+                                "mcp_approval_request", "mcp_approval_response",
+                                "image_generation_call"})
+# image_generation_call: in_progress, generating, partial images (indexes 0, 1, ...), then
+# completed exactly when the item did (a failed one ends with its output_item.done alone).
+_IMAGE_EVENTS = ("response.image_generation_call.in_progress",
+                 "response.image_generation_call.generating",
+                 "response.image_generation_call.partial_image",
+                 "response.image_generation_call.completed")
+_BEYOND_SPEC_TOOLS = frozenset({"custom", "namespace", "mcp", "image_generation"})
 _TERMINAL_STATUS = {
     "response.completed": "completed",
     "response.incomplete": "incomplete",
@@ -255,7 +263,8 @@ def beyond_spec(obj: Any) -> bool:
     if not isinstance(obj, dict):
         return False
     kind = str(obj.get("type") or "")
-    if kind.startswith(("response.mcp_", "response.custom_tool_call")):
+    if kind.startswith(("response.mcp_", "response.custom_tool_call",
+                        "response.image_generation_call")):
         return True
     if obj.get("type") in _BEYOND_SPEC_ITEMS:
         return True
@@ -383,6 +392,7 @@ _ITEM_PART_TYPES = {
     "mcp_list_tools": {},
     "mcp_call": {},
     "mcp_approval_request": {},
+    "image_generation_call": {},
 }
 
 
@@ -567,6 +577,21 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
                 raise fail(i, f"{kind} must follow exactly one {family[0]}")
             if wanted == "mcp_call" and kind != family[0] and args_done is None:
                 raise fail(i, "mcp_call ended before its arguments were done")
+        elif kind in _IMAGE_EVENTS:
+            if item.type != "image_generation_call":
+                raise fail(i, f"{kind} outside an open image_generation_call")
+            seen = [e for e in item.events[:-1] if e in _IMAGE_EVENTS]
+            order = {"response.image_generation_call.in_progress": not seen,
+                     "response.image_generation_call.generating":
+                         seen == ["response.image_generation_call.in_progress"],
+                     "response.image_generation_call.partial_image":
+                         seen[:2] == list(_IMAGE_EVENTS[:2]) and _IMAGE_EVENTS[3] not in seen,
+                     "response.image_generation_call.completed":
+                         seen[:2] == list(_IMAGE_EVENTS[:2]) and _IMAGE_EVENTS[3] not in seen}
+            if not order[kind]:
+                raise fail(i, f"{kind} after {seen}")
+            if kind == _IMAGE_EVENTS[2] and event["partial_image_index"] != seen.count(kind):
+                raise fail(i, "partial_image_index out of order")
         elif kind == "response.output_item.done":
             if part is not None:
                 raise fail(i, "item closed with a part still open")
@@ -592,6 +617,13 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
                                   f"{ended}")
                 if not cut and (done.get("error") is None) != (done["status"] == "completed"):
                     raise fail(i, "an mcp_call has an error exactly when it failed")
+            if item.type == "image_generation_call":
+                completed = _IMAGE_EVENTS[3] in item.events
+                if done.get("status") != ("completed" if completed else "failed") or (
+                        bool(done.get("result")) != completed) or (
+                        (done.get("error") is None) != completed):
+                    raise fail(i, "an image_generation_call is completed with a result after "
+                                  "its .completed event, else failed with an error")
             if item.type == "mcp_list_tools":
                 ended = [e for e in item.events if e in _MCP_LIST_EVENTS[1:]]
                 if len(ended) != 1 or bool(done.get("error")) != ended[0].endswith("failed"):
@@ -608,7 +640,8 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
             if item.type in _WHOLE_ITEMS:
                 if done != item.added:
                     raise fail(i, "a whole item changed between added and done")
-            elif item.type not in _NO_STATUS and item.type != "mcp_call" and done.get(
+            elif item.type not in _NO_STATUS and item.type not in (
+                    "mcp_call", "image_generation_call") and done.get(
                     "status") not in ("completed", "incomplete"):
                 raise fail(i, f"done item status {done.get('status')!r}")
             item.done = done

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -23,6 +23,7 @@ from responses_gateway.api import (
     models,
     response_routes,
     startup,
+    vector_store_routes,
 )
 from responses_gateway.api.auth import Authenticator
 from responses_gateway.config import Settings
@@ -79,6 +80,33 @@ async def _responses_socket(websocket: WebSocket) -> None:
     from responses_gateway.api.websocket import responses_socket
 
     await responses_socket(websocket)
+
+
+#: api/admin_routes.py's paths (its ROUTES), here so the app is built without importing it
+ADMIN_PATHS = (
+    "/v1/organization/usage/completions",
+    "/v1/admin/responses",
+    "/v1/admin/responses/{response_id}",
+    "/v1/admin/conversations",
+    "/v1/admin/conversations/{conversation_id}/items",
+    "/v1/admin/limits",
+)
+
+
+def _admin(path: str) -> Callable[[Request], Awaitable[Response]]:
+    async def route(request: Request) -> Response:
+        from responses_gateway.api.admin_routes import handler_for
+
+        return await handler_for(path)(request)
+
+    return route
+
+
+async def _dashboard(request: Request) -> Response:
+    """The admin dashboard's static page (api/dashboard/), imported on first use."""
+    from responses_gateway.api.dashboard import serve
+
+    return serve(request)
 
 
 _collector_tuned = False
@@ -151,8 +179,13 @@ def create_app(
             ),
             *(Route(path, fn, methods=[m]) for path, fn, m in conversation_routes.ROUTES),
             *(Route(path, fn, methods=[m]) for path, fn, m in file_routes.ROUTES),
+            *(Route(path, fn, methods=[m]) for path, fn, m in vector_store_routes.ROUTES),
             Route("/v1/models", models.list_models, methods=["GET"]),
             Route("/health", response_routes.health, methods=["GET"]),
+            # Admin routes and the dashboard, imported on first use (admin keys only).
+            *(Route(path, _admin(path), methods=["GET"]) for path in ADMIN_PATHS),
+            Route("/dashboard", _dashboard, methods=["GET"]),
+            Route("/dashboard/{name}", _dashboard, methods=["GET"]),
         ],
         exception_handlers={
             GatewayError: _gateway_error,

@@ -13,6 +13,14 @@ if TYPE_CHECKING:
 
 
 def build_store(settings: Settings) -> Store:
+    """The configured store; with an image backend, its large values (images) beside it
+    (store/blobs.py)."""
+    from responses_gateway.store.blobs import with_blobs
+
+    return with_blobs(_engine(settings), settings)
+
+
+def _engine(settings: Settings) -> Store:
     from responses_gateway.store.base import StoreLimits
 
     limits = StoreLimits(

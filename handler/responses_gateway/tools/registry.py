@@ -34,6 +34,8 @@ class Registration:
     tool_types: tuple[str, ...]  # the request's tools[].type values it serves
     item_types: tuple[str, ...]  # the output (and input) item types it makes
     target: str  # "module:Class", a ServerTool subclass
+    #: a Settings field that must be set for the gateway to run it (else it stays hosted)
+    needs: str | None = None
 
 
 REGISTRATIONS: tuple[Registration, ...] = (
@@ -42,6 +44,9 @@ REGISTRATIONS: tuple[Registration, ...] = (
         ("mcp_list_tools", "mcp_call", "mcp_approval_request", "mcp_approval_response"),
         "responses_gateway.tools.mcp_tool:McpServerTool",
     ),
+    Registration("image_generation", ("image_generation",), ("image_generation_call",),
+                 "responses_gateway.tools.image_generation.tool:ImageGenerationTool",
+                 needs="image_backend"),
 )
 
 #: ToolSpec kinds whose calls the gateway runs (the translator holds them for the turn loop).
@@ -53,6 +58,19 @@ SERVER_ITEM_TYPES = frozenset(t for r in REGISTRATIONS for t in r.item_types)
 _BY_KIND = {r.kind: r for r in REGISTRATIONS}
 _BY_TOOL_TYPE = {t: r for r in REGISTRATIONS for t in r.tool_types}
 _BY_ITEM_TYPE = {t: r for r in REGISTRATIONS for t in r.item_types}
+
+
+def served(kind: str, settings: Any) -> bool:
+    """Whether the gateway runs ``kind`` with these settings (its ``needs`` set: an image
+    backend for image_generation); if not, the tool stays hosted (tools/hosted.py)."""
+    needs = _BY_KIND[kind].needs
+    return needs is None or getattr(settings, needs, None) is not None
+
+
+def served_type(tool_type: str, settings: Any) -> bool:
+    """Whether a request tool of ``tool_type`` is run by the gateway with these settings."""
+    registration = _BY_TOOL_TYPE.get(tool_type)
+    return registration is not None and served(registration.kind, settings)
 
 
 @cache
@@ -85,10 +103,12 @@ class ServerTools:
         """Build each server tool the request names (listing MCP servers, say); a failure
         closes what was built and raises (a 4xx before the response)."""
         wanted: dict[str, list[Any]] = {}
-        for tool in tools or ():
+        indexes: dict[str, list[int]] = {}
+        for index, tool in enumerate(tools or ()):
             registration = _BY_TOOL_TYPE.get(getattr(tool, "type", None))  # type: ignore[arg-type]
-            if registration is not None:
+            if registration is not None and served(registration.kind, settings):
                 wanted.setdefault(registration.kind, []).append(tool)
+                indexes.setdefault(registration.kind, []).append(index)
         if not wanted:
             return None
         built: dict[str, ServerTool] = {}
@@ -96,7 +116,7 @@ class ServerTools:
             for kind, params in wanted.items():
                 built[kind] = await tool_class(kind).for_request(RequestTools(
                     tools=params, tool_choice=tool_choice, items=items, history=history,
-                    settings=settings, tenant=tenant,
+                    settings=settings, tenant=tenant, indexes=indexes[kind],
                 ))
         except BaseException:
             await asyncio.shield(ServerTools(built).aclose())

@@ -79,6 +79,7 @@ class RequestTools:
     history: list[dict[str, Any]]  # earlier turns' items (previous_response_id, conversation)
     settings: Any  # config.Settings
     tenant: str
+    indexes: list[int] = field(default_factory=list)  # where ``tools`` sit in the request's
 
 
 @dataclass

@@ -1,0 +1,387 @@
+"""Large values of stored records kept beside the store: a local directory or an S3 bucket.
+
+Generated images make records large (a PNG is megabytes of base64; a DynamoDB item holds
+400 KB). :class:`BlobbedStore` wraps the configured store: before a write, every string of at
+least ``threshold`` bytes in what is written (the Response, the create's record, input items,
+events, conversation items) goes to the blob store under its SHA-256 and is replaced by a
+reference; after a read, references are replaced by the bytes again. The store stays the
+truth (the record says which blob it holds); a retrieved, chained or resumed response carries
+its values exactly as first sent.
+
+References cannot be forged by a client: a stored string that begins like a reference is
+escaped on write (one more marker character) and unescaped on read, so only references this
+module wrote are ever resolved. Blobs are content-addressed, so the copies of one image (the
+item, its ``output_item.done`` event, the terminal Response, the conversation's item) are one
+blob; deleting a response leaves its blobs (another record may hold the same ones): an S3
+lifecycle rule or a sweep removes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from responses_gateway.store.base import (
+    ConversationStore,
+    Store,
+    StoredConversation,
+    StoredResponse,
+    StoreUnavailable,
+    TurnSettle,
+)
+
+MARK = "\x00blob:"  # a reference: MARK + sha256 hex
+ESCAPE = "\x00"  # a client's string that starts with ESCAPE gets one more on write
+DEFAULT_THRESHOLD = 64 * 1024  # bytes (characters) of one string value
+
+
+class Blobs(ABC):
+    """Bytes by key; writes are idempotent (a key always holds the same bytes)."""
+
+    @abstractmethod
+    async def put(self, key: str, data: bytes) -> None: ...
+
+    @abstractmethod
+    async def get(self, key: str) -> bytes | None: ...
+
+    async def aclose(self) -> None:
+        return None
+
+
+class MemoryBlobs(Blobs):
+    """In-process (an in-memory SQLite store, tests)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    async def put(self, key: str, data: bytes) -> None:
+        self.data[key] = data
+
+    async def get(self, key: str) -> bytes | None:
+        return self.data.get(key)
+
+
+class DirectoryBlobs(Blobs):
+    """One file per blob under ``root`` (written to a temporary name, then renamed)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    def _path(self, key: str) -> Path:
+        return self.root / key[:2] / key
+
+    async def put(self, key: str, data: bytes) -> None:
+        await asyncio.to_thread(self._put, key, data)
+
+    def _put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        if path.exists():
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, path)
+
+    async def get(self, key: str) -> bytes | None:
+        path = self._path(key)
+        try:
+            return await asyncio.to_thread(path.read_bytes)
+        except FileNotFoundError:
+            return None
+
+
+class S3Blobs(Blobs):
+    """Objects ``<prefix><key>`` in one S3 bucket (boto3, in a thread)."""
+
+    def __init__(self, bucket: str, prefix: str = "blobs/", client: Any = None) -> None:
+        self.bucket = bucket
+        self.prefix = prefix
+        self._client = client
+
+    def client(self) -> Any:
+        if self._client is None:
+            import boto3
+
+            self._client = boto3.session.Session().client("s3")
+        return self._client
+
+    async def put(self, key: str, data: bytes) -> None:
+        await asyncio.to_thread(lambda: self.client().put_object(
+            Bucket=self.bucket, Key=self.prefix + key, Body=data))
+
+    async def get(self, key: str) -> bytes | None:
+        def read() -> bytes | None:
+            client = self.client()
+            try:
+                answer = client.get_object(Bucket=self.bucket, Key=self.prefix + key)
+            except client.exceptions.NoSuchKey:
+                return None
+            return bytes(answer["Body"].read())
+
+        return await asyncio.to_thread(read)
+
+
+def blobs_for(settings: Any) -> Blobs:
+    """Where this deployment keeps large values: S3 (``GATEWAY_IMAGE_BUCKET``), else beside
+    the SQLite file (``<path>.blobs/``), else in memory."""
+    if settings.image_bucket:
+        return S3Blobs(settings.image_bucket)
+    kind, _, path = settings.store.partition(":")
+    if kind == "sqlite" and path and path != ":memory:":
+        return DirectoryBlobs(f"{path}.blobs")
+    return MemoryBlobs()
+
+
+# -- moving values out and back -----------------------------------------------------------------
+
+
+class _Out:
+    """One write's large strings: replaced by references, their bytes collected."""
+
+    def __init__(self, threshold: int) -> None:
+        self.threshold = threshold
+        self.found: dict[str, bytes] = {}
+
+    def __call__(self, value: Any) -> Any:
+        if isinstance(value, str):
+            if len(value) >= self.threshold:
+                data = value.encode()
+                key = hashlib.sha256(data).hexdigest()
+                self.found[key] = data
+                return MARK + key
+            return ESCAPE + value if value.startswith(ESCAPE) else value
+        if isinstance(value, dict):
+            return {k: self(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self(v) for v in value]
+        return value
+
+
+def _references(value: Any, into: set[str]) -> None:
+    if isinstance(value, str):
+        if value.startswith(MARK):
+            into.add(value[len(MARK):])
+    elif isinstance(value, dict):
+        for v in value.values():
+            _references(v, into)
+    elif isinstance(value, list):
+        for v in value:
+            _references(v, into)
+
+
+def _restored(value: Any, blobs: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        if value.startswith(MARK):
+            return blobs[value[len(MARK):]]
+        return value[1:] if value.startswith(ESCAPE) else value
+    if isinstance(value, dict):
+        return {k: _restored(v, blobs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_restored(v, blobs) for v in value]
+    return value
+
+
+class BlobbedStore(Store, ConversationStore):
+    """The store, its large values in ``blobs`` (see the module docstring)."""
+
+    def __init__(self, inner: Store, blobs: Blobs, threshold: int = DEFAULT_THRESHOLD) -> None:
+        self._inner = inner
+        self.blobs = blobs
+        self.threshold = threshold
+        self._written: set[str] = set()  # keys this process has put (writes are repeated)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    @property
+    def _conversations(self) -> ConversationStore:
+        return self._inner  # type: ignore[return-value]  # every store the gateway builds is one
+
+    # -- the two directions ------------------------------------------------------------------
+
+    async def _out(self, value: Any) -> Any:
+        out = _Out(self.threshold)
+        moved = out(value)
+        fresh = {k: v for k, v in out.found.items() if k not in self._written}
+        if fresh:
+            try:
+                await asyncio.gather(*(self.blobs.put(k, v) for k, v in fresh.items()))
+            except Exception as exc:
+                raise StoreUnavailable(f"blob write failed: {type(exc).__name__}: {exc}") from exc
+            self._written.update(fresh)
+        return moved
+
+    async def _back(self, value: Any) -> Any:
+        keys: set[str] = set()
+        _references(value, keys)
+        found: dict[str, str] = {}
+        if keys:
+            ordered = sorted(keys)
+            try:
+                datas = await asyncio.gather(*(self.blobs.get(k) for k in ordered))
+            except Exception as exc:
+                raise StoreUnavailable(f"blob read failed: {type(exc).__name__}: {exc}") from exc
+            for key, data in zip(ordered, datas, strict=True):
+                if data is None:
+                    raise StoreUnavailable(f"blob {key} of a stored record is missing")
+                found[key] = data.decode()
+        return _restored(value, found)
+
+    async def _record_out(self, record: StoredResponse | None) -> StoredResponse | None:
+        if record is None:
+            return None
+        moved = await self._out([record.response, record.request, record.input_items])
+        return StoredResponse(
+            id=record.id, tenant=record.tenant, response=moved[0], request=moved[1],
+            input_items=moved[2], previous_response_id=record.previous_response_id,
+            background=record.background, lease_until=record.lease_until,
+            expires_at=record.expires_at)
+
+    async def _record_back(self, record: StoredResponse | None) -> StoredResponse | None:
+        if record is None:
+            return None
+        record.response, record.request, record.input_items = await self._back(
+            [record.response, record.request, record.input_items])
+        return record
+
+    # -- responses -----------------------------------------------------------------------------
+
+    async def put(self, record: StoredResponse) -> None:
+        await self._inner.put(await self._record_out(record))  # type: ignore[arg-type]
+
+    async def get(self, response_id: str, tenant: str) -> StoredResponse | None:
+        return await self._record_back(await self._inner.get(response_id, tenant))
+
+    async def delete(self, response_id: str, tenant: str) -> bool:
+        return await self._inner.delete(response_id, tenant)
+
+    async def get_items(self, item_ids: list[str], tenant: str) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = await self._back(
+            await self._inner.get_items(item_ids, tenant))
+        return found
+
+    async def update_response(
+        self, response_id: str, response: dict[str, Any], *,
+        expect_status: frozenset[str] | set[str] | None = None, lease_until: float | None = None,
+    ) -> bool:
+        return await self._inner.update_response(
+            response_id, await self._out(response), expect_status=expect_status,
+            lease_until=lease_until)
+
+    async def append_events(
+        self, response_id: str, events: list[dict[str, Any]], *,
+        response: dict[str, Any] | None = None, lease_until: float | None = None,
+        turn: TurnSettle | None = None,
+    ) -> None:
+        events, response = await self._out([events, response])
+        settles = {}
+        if turn is not None:
+            items = None if turn.items is None else await self._out(turn.items)
+            settles["turn"] = TurnSettle(turn.conversation_id, turn.tenant, turn.token,
+                                         turn.length, items)
+        await self._inner.append_events(response_id, events, response=response,
+                                        lease_until=lease_until, **settles)
+
+    async def read_events(self, response_id: str, after: int = -1) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = await self._back(
+            await self._inner.read_events(response_id, after))
+        return events
+
+    async def renew_lease(self, response_id: str, lease_until: float) -> bool:
+        return await self._inner.renew_lease(response_id, lease_until)
+
+    def check_input_items(self, items: list[dict[str, Any]]) -> None:
+        self._inner.check_input_items(items)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+        await self.blobs.aclose()
+
+    # -- conversations -------------------------------------------------------------------------
+
+    async def create_conversation(
+        self, conversation: StoredConversation, items: list[dict[str, Any]]
+    ) -> None:
+        await self._conversations.create_conversation(conversation, await self._out(items))
+
+    async def get_conversation(self, conversation_id: str, tenant: str
+                               ) -> StoredConversation | None:
+        return await self._conversations.get_conversation(conversation_id, tenant)
+
+    async def update_conversation(self, conversation_id: str, tenant: str,
+                                  metadata: dict[str, str]) -> StoredConversation | None:
+        return await self._conversations.update_conversation(conversation_id, tenant, metadata)
+
+    async def delete_conversation(self, conversation_id: str, tenant: str) -> bool:
+        return await self._conversations.delete_conversation(conversation_id, tenant)
+
+    async def conversation_items(
+        self, conversation_id: str, tenant: str
+    ) -> tuple[StoredConversation, list[dict[str, Any]]] | None:
+        found = await self._conversations.conversation_items(conversation_id, tenant)
+        if found is None:
+            return None
+        return found[0], await self._back(found[1])
+
+    async def lock_conversation(self, conversation_id: str, tenant: str, token: str, *,
+                                length: int, until: float) -> bool | None:
+        return await self._conversations.lock_conversation(
+            conversation_id, tenant, token, length=length, until=until)
+
+    async def append_conversation_items(
+        self, conversation_id: str, tenant: str, items: list[dict[str, Any]], *,
+        token: str | None = None, length: int | None = None, param: str = "items",
+        record: StoredResponse | None = None,
+    ) -> StoredConversation | None:
+        return await self._conversations.append_conversation_items(
+            conversation_id, tenant, await self._out(items), token=token, length=length,
+            param=param, record=await self._record_out(record))
+
+    async def release_conversation(self, conversation_id: str, token: str, *,
+                                   record: StoredResponse | None = None) -> None:
+        await self._conversations.release_conversation(
+            conversation_id, token, record=await self._record_out(record))
+
+    async def renew_conversation_lock(self, conversation_id: str, token: str,
+                                      until: float) -> bool:
+        return await self._conversations.renew_conversation_lock(conversation_id, token, until)
+
+    async def list_conversation_items(
+        self, conversation_id: str, tenant: str, *, limit: int, order: str,
+        after: str | None = None,
+    ) -> tuple[list[dict[str, Any]], bool] | None:
+        found = await self._conversations.list_conversation_items(
+            conversation_id, tenant, limit=limit, order=order, after=after)
+        if found is None:
+            return None
+        return await self._back(found[0]), found[1]
+
+    async def get_conversation_item(
+        self, conversation_id: str, tenant: str, item_id: str
+    ) -> tuple[StoredConversation, dict[str, Any] | None] | None:
+        found = await self._conversations.get_conversation_item(conversation_id, tenant, item_id)
+        if found is None:
+            return None
+        return found[0], await self._back(found[1])
+
+    async def delete_conversation_item(
+        self, conversation_id: str, tenant: str, item_id: str
+    ) -> tuple[StoredConversation, bool] | None:
+        return await self._conversations.delete_conversation_item(
+            conversation_id, tenant, item_id)
+
+
+def with_blobs(store: Store, settings: Any,
+               blobs: Callable[[Any], Blobs] = blobs_for) -> Store:
+    """``store`` with large values kept beside it, when this deployment makes them (an image
+    backend is configured); else ``store`` itself."""
+    if getattr(settings, "image_backend", None) is None:
+        return store
+    return BlobbedStore(store, blobs(settings))

@@ -1,0 +1,94 @@
+"""The one interface every image backend offers the image_generation tool.
+
+A backend says what it cannot do before the response starts (``check``: OpenAI's 400 naming
+the parameter), then draws one image (``draw``: an async generator of intermediate images,
+when it has them, and the final :class:`Drawn`). A failure of the image model is an
+:class:`ImageFailure` (its message redacted), which the tool turns into a failed
+``image_generation_call``; nothing a backend raises reaches the client as a 500.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.redaction import redact
+from responses_gateway.tools.image_generation.params import ImageParams
+
+
+@dataclass(frozen=True, slots=True)
+class Drawing:
+    """One image to make: from the prompt alone, or an edit of ``image`` (under ``mask``)."""
+
+    prompt: str
+    params: ImageParams
+    image: bytes | None = None
+    mask: bytes | None = None
+
+    @property
+    def action(self) -> str:
+        return "edit" if self.image is not None else "generate"
+
+
+@dataclass(frozen=True, slots=True)
+class Partial:
+    """An intermediate image (``partial_images`` > 0 and a backend that streams them)."""
+
+    b64: str
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class Drawn:
+    """The final image and the parameters it was made with (OpenAI reports them)."""
+
+    b64: str
+    size: str
+    quality: str
+    output_format: str
+    background: str
+    revised_prompt: str | None = None
+
+
+class ImageFailure(Exception):
+    """The image model did not draw: a content filter, throttling, a timeout, an error. The
+    tool makes it the item's ``error`` ({code, message, param, type})."""
+
+    def __init__(self, message: str, *, code: str, type: str = "image_generation_error",
+                 secrets: tuple[str | None, ...] = ()) -> None:
+        super().__init__(message)
+        self.message = redact(message, secrets)
+        self.code = code
+        self.type = type
+
+    def to_error(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "param": None, "type": self.type}
+
+
+def unsupported(params: ImageParams, field: str, value: Any, backend: str, why: str = ""
+                ) -> GatewayError:
+    """OpenAI's 400 for a value this backend cannot honour, naming the parameter."""
+    return invalid_request(
+        f"Invalid value for '{params.named(field)}': {value!r} is not supported by the "
+        f"gateway's image backend ({backend}){': ' + why if why else ''}.",
+        param=params.named(field), code="unsupported_value")
+
+
+class ImageBackend:
+    """One image model. Subclasses set ``name`` and implement ``draw``; ``check`` refuses
+    what they cannot do (the default refuses nothing)."""
+
+    name = "image"
+    #: whether ``draw`` can yield intermediate images (``partial_images``)
+    partials = False
+
+    def check(self, params: ImageParams, *, editing: bool) -> None:
+        """Raise OpenAI's 400 for a parameter this backend cannot honour."""
+
+    def draw(self, drawing: Drawing) -> AsyncIterator[Partial | Drawn]:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Release connections."""

@@ -1,0 +1,181 @@
+"""An OpenAI-compatible images server: ``POST {GATEWAY_IMAGE_URL}/images/generations`` (JSON)
+and ``/images/edits`` (multipart), as OpenAI's Images API and self-hosted servers speak it.
+
+The tool's parameters pass through as they are (the server refuses what it cannot do, and its
+400 becomes the failed call's error). With ``partial_images`` > 0 the request streams
+(``stream: true``) and each ``*.partial_image`` event becomes a
+``response.image_generation_call.partial_image``; a server that answers JSON instead simply
+gives none. The server's error messages are redacted before anyone sees them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from responses_gateway.tools.image_generation.backends.base import (
+    Drawing,
+    Drawn,
+    ImageBackend,
+    ImageFailure,
+    Partial,
+)
+from responses_gateway.tools.image_generation.params import MEDIA_TYPES
+
+if TYPE_CHECKING:
+    import httpx
+
+    from responses_gateway.config import Settings
+
+DEFAULT_MODEL = "gpt-image-1"
+
+
+class OpenAIImages(ImageBackend):
+    name = "openai"
+    partials = True
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> OpenAIImages:
+        return cls(settings.image_url or settings.upstream_url,
+                   model=settings.image_model or DEFAULT_MODEL,
+                   api_key=settings.image_api_key, timeout=settings.image_timeout,
+                   connect_timeout=settings.connect_timeout)
+
+    def __init__(self, url: str, *, model: str = DEFAULT_MODEL, api_key: str | None = None,
+                 timeout: float = 120.0, connect_timeout: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self.model = model
+        self.api_key = api_key
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+
+    def _fields(self, drawing: Drawing, stream: bool) -> dict[str, Any]:
+        params = drawing.params
+        fields: dict[str, Any] = {"model": self.model, "prompt": drawing.prompt, "n": 1}
+        for name in ("size", "quality", "background", "output_format", "output_compression",
+                     "moderation"):
+            value = getattr(params, name)
+            if value is not None and not (name == "moderation" and drawing.image is not None):
+                fields[name] = value
+        if stream:
+            fields["stream"] = True
+            fields["partial_images"] = params.partial_images
+        return fields
+
+    async def draw(self, drawing: Drawing) -> AsyncIterator[Partial | Drawn]:
+        import httpx
+
+        stream = drawing.params.partial_images > 0
+        fields = self._fields(drawing, stream)
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        timeout = httpx.Timeout(self.timeout, connect=self.connect_timeout)
+        try:
+            async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+                request = self._request(client, drawing, fields, headers)
+                response = await client.send(request, stream=True)
+                try:
+                    if response.status_code >= 400:
+                        await response.aread()
+                        raise self._http_failure(response)
+                    if "text/event-stream" in response.headers.get("content-type", ""):
+                        async for item in self._events(response, drawing):
+                            yield item
+                        return
+                    await response.aread()
+                    yield self._drawn(_json(response), drawing)
+                finally:
+                    await response.aclose()
+        except httpx.TimeoutException:
+            raise ImageFailure("The image model did not answer in time.",
+                               code="timeout") from None
+        except httpx.HTTPError as exc:
+            raise ImageFailure(f"Could not reach the image model ({type(exc).__name__}).",
+                               code="image_generation_failed") from None
+
+    def _request(self, client: httpx.AsyncClient, drawing: Drawing, fields: dict[str, Any],
+                 headers: dict[str, str]) -> httpx.Request:
+        if drawing.image is None:
+            return client.build_request("POST", f"{self.url}/images/generations", json=fields,
+                                        headers=headers)
+        files = [("image", ("image.png", drawing.image, MEDIA_TYPES["png"]))]
+        if drawing.mask is not None:
+            files.append(("mask", ("mask.png", drawing.mask, MEDIA_TYPES["png"])))
+        data = {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in fields.items()}
+        return client.build_request("POST", f"{self.url}/images/edits", data=data, files=files,
+                                    headers=headers)
+
+    async def _events(self, response: httpx.Response, drawing: Drawing
+                      ) -> AsyncIterator[Partial | Drawn]:
+        """``image_generation.partial_image`` / ``image_edit.partial_image`` events, then the
+        ``*.completed`` one (SSE ``data:`` lines, one JSON object each)."""
+        async for line in response.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if not data or data == "[DONE]":
+                continue
+            try:
+                event = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                continue
+            kind = str(event.get("type") or "")
+            if kind.endswith(".partial_image") and isinstance(event.get("b64_json"), str):
+                yield Partial(event["b64_json"], int(event.get("partial_image_index") or 0))
+            elif kind.endswith(".completed"):
+                yield self._drawn({"data": [event], **event}, drawing)
+                return
+            elif kind == "error" or "error" in event:
+                raise self._failure_of(event.get("error") or event, 502)
+        raise ImageFailure("The image model's stream ended before the image was complete.",
+                           code="image_generation_failed")
+
+    def _drawn(self, answer: dict[str, Any], drawing: Drawing) -> Drawn:
+        data = answer.get("data")
+        first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
+        b64 = first.get("b64_json")
+        if not isinstance(b64, str) or not b64:
+            raise ImageFailure("The image model answered without base64 image data "
+                               "('b64_json').", code="image_generation_failed")
+        params = drawing.params
+
+        def used(name: str, default: str) -> str:
+            value = answer.get(name) or first.get(name)
+            return str(value) if value else default
+
+        return Drawn(b64, size=used("size", params.size), quality=used("quality", params.quality),
+                     output_format=used("output_format", params.output_format),
+                     background=used("background", params.background),
+                     revised_prompt=first.get("revised_prompt") or drawing.prompt)
+
+    def _http_failure(self, response: httpx.Response) -> ImageFailure:
+        try:
+            body = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            body = {}
+        error = body.get("error") if isinstance(body, dict) else None
+        if not isinstance(error, dict):
+            error = {"message": f"The image model answered HTTP {response.status_code}."}
+        return self._failure_of(error, response.status_code)
+
+    def _failure_of(self, error: Any, status: int) -> ImageFailure:
+        error = error if isinstance(error, dict) else {"message": str(error)}
+        message = str(error.get("message") or f"The image model failed (HTTP {status}).")
+        code = error.get("code")
+        if code == "moderation_blocked" or "safety" in message.lower():
+            return ImageFailure(message, code="moderation_blocked",
+                                type="image_generation_user_error", secrets=(self.api_key,))
+        if status == 429:
+            code = "rate_limit_exceeded"
+        return ImageFailure(message, code=str(code or "image_generation_failed"),
+                            secrets=(self.api_key,))
+
+
+def _json(response: httpx.Response) -> dict[str, Any]:
+    try:
+        answer = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        raise ImageFailure("The image model's answer is not JSON.",
+                           code="image_generation_failed") from None
+    return answer if isinstance(answer, dict) else {}

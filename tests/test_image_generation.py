@@ -1,0 +1,271 @@
+"""image_generation run by the gateway (issue 32), end to end through openai-python: the
+scripted chat model calls the ``image_generation`` function, the gateway draws with Amazon
+Nova Canvas on a local InvokeModel endpoint (strict request checks) or with a local
+OpenAI-compatible images server, and the client gets an ``image_generation_call`` with a real
+PNG. Every streamed event is validated (SDK models, stream grammar).
+
+"draw a lighthouse, then make it night": the second turn (previous_response_id) edits the
+first image, which the fakes' colours make visible (tests/helpers/image_servers.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai import OpenAI
+
+from responses_gateway.tools.image_generation.backends import forget_backends
+from tests.helpers.e2e import check_response, check_stream, client_for, e2e_settings, sdk_events
+from tests.helpers.gateway_server import GatewayServer
+from tests.helpers.image_servers import (
+    NOVA,
+    TITAN,
+    FakeBedrockImages,
+    FakeImagesServer,
+    colour_for,
+    colour_of,
+    png_info,
+)
+from tests.helpers.scripted_upstream import ScriptedUpstream
+
+DUMMY_AWS = {
+    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": "/dev/null",
+    "AWS_SHARED_CREDENTIALS_FILE": "/dev/null", "AWS_EC2_METADATA_DISABLED": "true",
+}
+IMAGE_KEY = "sk-image-server-secret-123456"
+
+
+@pytest.fixture(scope="module")
+def bedrock_images() -> Iterator[FakeBedrockImages]:
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in DUMMY_AWS.items():
+            mp.setenv(name, value)
+        for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_BEARER_TOKEN_BEDROCK",
+                     "AWS_ENDPOINT_URL"):
+            mp.delenv(name, raising=False)
+        with FakeBedrockImages() as fake:
+            yield fake
+
+
+@pytest.fixture(scope="module")
+def images_server() -> Iterator[FakeImagesServer]:
+    with FakeImagesServer(api_key=IMAGE_KEY) as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream: ScriptedUpstream, bedrock_images: FakeBedrockImages,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
+    forget_backends()
+    db = tmp_path_factory.mktemp("images") / "gateway.db"
+    settings = e2e_settings(upstream, db, image_backend="bedrock", image_model=NOVA,
+                            bedrock_endpoint_url=bedrock_images.url, bedrock_region="us-east-1",
+                            image_timeout=10.0)
+    with GatewayServer(settings) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def openai_gateway(upstream: ScriptedUpstream, images_server: FakeImagesServer,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
+    db = tmp_path_factory.mktemp("images-openai") / "gateway.db"
+    settings = e2e_settings(upstream, db, image_backend="openai",
+                            image_url=images_server.base_url, image_api_key=IMAGE_KEY,
+                            image_model="gpt-image-1", image_timeout=10.0)
+    with GatewayServer(settings) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def openai_client(openai_gateway: GatewayServer) -> Iterator[OpenAI]:
+    with client_for(openai_gateway) as c:
+        yield c
+
+
+def draw(prompt: str, marker: str, *, edit: bool | None = None) -> str:
+    args: dict[str, Any] = {"prompt": prompt}
+    if edit is not None:
+        args["edit"] = edit
+    return f"[[script:tool names=image_generation args='{json.dumps(args)}']] {marker}"
+
+
+def image_call(response: dict[str, Any]) -> dict[str, Any]:
+    [call] = [i for i in response["output"] if i["type"] == "image_generation_call"]
+    return call
+
+
+# -- Bedrock (Nova Canvas) ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_draw_then_make_it_night(client: OpenAI, upstream: ScriptedUpstream,
+                                 bedrock_images: FakeBedrockImages, stream: bool) -> None:
+    tools: Any = [{"type": "image_generation", "size": "1024x1536", "quality": "high"}]
+    marker = f"lighthouse-{stream}"
+    if stream:
+        events = sdk_events(client.responses.create(
+            model="m", input=draw("a lighthouse", marker), tools=tools, stream=True))
+        check_stream(events)
+        kinds = [e["type"] for e in events if "image_generation_call" in e["type"]]
+        assert kinds == ["response.image_generation_call.in_progress",
+                         "response.image_generation_call.generating",
+                         "response.image_generation_call.completed"]  # no partials on Bedrock
+        first = events[-1]["response"]
+    else:
+        first = check_response(client.responses.create(
+            model="m", input=draw("a lighthouse", marker), tools=tools))
+    assert [i["type"] for i in first["output"]] == ["image_generation_call", "message"]
+    call = image_call(first)
+    assert call["id"].startswith("ig_") and call["status"] == "completed"
+    assert (call["size"], call["quality"], call["output_format"], call["background"],
+            call["action"]) == ("1024x1536", "high", "png", "opaque", "generate")
+    assert call["revised_prompt"] == "a lighthouse"
+    width, height, colour = png_info(base64.b64decode(call["result"]))
+    assert (width, height, colour) == (1024, 1536, colour_for("a lighthouse"))
+    sent = bedrock_images.invocations[-1]
+    assert sent.model_id == NOVA and sent.body == {
+        "taskType": "TEXT_IMAGE", "textToImageParams": {"text": "a lighthouse"},
+        "imageGenerationConfig": {"numberOfImages": 1, "width": 1024, "height": 1536,
+                                  "quality": "premium"}}
+    # The model read a note, not the image, and answered after it.
+    second = [b for b in upstream.requests if marker in str(b["messages"])][-1]
+    assert second["messages"][-1]["role"] == "tool"
+    assert "was generated and shown to the user" in second["messages"][-1]["content"]
+    assert [t["function"]["name"] for t in second["tools"]] == ["image_generation"]
+
+    # Turn two: "make it night" edits the first image (an image variation with the prompt).
+    night = check_response(client.responses.create(
+        model="m", input=draw("make it night", f"night-{stream}", edit=True),
+        tools=tools, previous_response_id=first["id"]))
+    edited = image_call(night)
+    assert edited["action"] == "edit" and edited["status"] == "completed"
+    sent = bedrock_images.invocations[-1].body
+    assert sent["taskType"] == "IMAGE_VARIATION"
+    assert sent["imageVariationParams"]["images"] == [call["result"]]
+    assert colour_of(edited["result"]) == colour_for("make it night", colour)
+    # Both stored, whole: retrieve returns the images exactly as first sent.
+    assert client.responses.retrieve(first["id"]).to_dict()["output"][0]["result"] == (
+        call["result"])
+    assert image_call(client.responses.retrieve(night["id"]).to_dict())["result"] == (
+        edited["result"])
+
+
+def test_refused_parameters_are_400_naming_them(client: OpenAI) -> None:
+    import openai
+
+    for tool, param in (
+        ({"type": "image_generation", "output_format": "webp"}, "tools[0].output_format"),
+        ({"type": "image_generation", "background": "transparent"}, "tools[0].background"),
+        ({"type": "image_generation", "size": "1000x1000"}, "tools[0].size"),
+        ({"type": "image_generation", "quality": "ultra"}, "tools[0].quality"),
+        ({"type": "image_generation", "partial_images": 4}, "tools[0].partial_images"),
+    ):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.responses.create(model="m", input="hi", tools=[tool])
+        assert caught.value.body["param"] == param, caught.value.body  # type: ignore[index]
+
+
+@pytest.mark.parametrize(("script", "code"), [
+    ("filter", "moderation_blocked"),
+    ("throttle", "rate_limit_exceeded"),
+])
+def test_failures_are_a_failed_call_not_a_failed_response(
+        client: OpenAI, bedrock_images: FakeBedrockImages, script: str, code: str) -> None:
+    prompt = "a forbidden thing" if script == "filter" else "a lighthouse"
+    if script == "throttle":
+        bedrock_images.error(429, "ThrottlingException", "Too many requests", times=3)
+    events = sdk_events(client.responses.create(
+        model="m", input=draw(prompt, f"fail-{script}"),
+        tools=[{"type": "image_generation"}], stream=True))
+    check_stream(events)
+    response = events[-1]["response"]
+    assert response["status"] == "completed"
+    call = image_call(response)
+    assert call["status"] == "failed" and call["result"] is None
+    assert call["error"]["code"] == code
+    bedrock_images.errors.clear()
+
+
+def test_titan_sizes(bedrock_images: FakeBedrockImages) -> None:
+    """Titan Image Generator v2 speaks the same body; its sizes are a list."""
+    import asyncio
+
+    from responses_gateway.errors import GatewayError
+    from responses_gateway.tools.image_generation.backends.base import Drawing
+    from responses_gateway.tools.image_generation.backends.bedrock import BedrockImages
+    from responses_gateway.tools.image_generation.params import ImageParams
+
+    backend = BedrockImages(TITAN, region="us-east-1", endpoint_url=bedrock_images.url)
+    with pytest.raises(GatewayError) as caught:
+        backend.check(ImageParams.of({"size": "1024x1536"}, "tools[1]"), editing=False)
+    assert caught.value.param == "tools[1].size"
+    params = ImageParams.of({"size": "1152x768"}, "tools[0]")
+    backend.check(params, editing=False)
+
+    async def one() -> Any:
+        return [step async for step in backend.draw(Drawing("a boat", params))]
+
+    [drawn] = asyncio.run(one())
+    assert png_info(base64.b64decode(drawn.b64))[:2] == (1152, 768)
+    assert bedrock_images.invocations[-1].model_id == TITAN
+
+
+# -- an OpenAI-compatible images server ----------------------------------------------------------
+
+
+def test_openai_server_partial_images_and_edit(openai_client: OpenAI,
+                                               images_server: FakeImagesServer) -> None:
+    tools: Any = [{"type": "image_generation", "partial_images": 2, "output_format": "png"}]
+    events = sdk_events(openai_client.responses.create(
+        model="m", input=draw("a lighthouse", "oa-1"), tools=tools, stream=True))
+    check_stream(events)
+    partials = [e for e in events if e["type"] == "response.image_generation_call.partial_image"]
+    assert [p["partial_image_index"] for p in partials] == [0, 1]
+    assert all(png_info(base64.b64decode(p["partial_image_b64"]))[0] == 16 for p in partials)
+    first = events[-1]["response"]
+    call = image_call(first)
+    assert call["status"] == "completed" and call["size"] == "1024x1024"
+    sent = images_server.calls[-1]
+    assert sent.path == "/v1/images/generations"
+    assert sent.headers["Authorization"] == f"Bearer {IMAGE_KEY}"
+    assert sent.fields["stream"] is True and sent.fields["partial_images"] == 2
+
+    night = check_response(openai_client.responses.create(
+        model="m", input=draw("make it night", "oa-2", edit=True),
+        tools=[{"type": "image_generation"}], previous_response_id=first["id"]))
+    edited = image_call(night)
+    sent = images_server.calls[-1]
+    assert sent.path == "/v1/images/edits"
+    assert sent.files["image"] == base64.b64decode(call["result"])
+    assert edited["revised_prompt"] == "Revised: make it night"
+    assert colour_of(edited["result"]) == colour_for("make it night",
+                                                     colour_of(call["result"]))
+
+
+def test_openai_server_errors_are_redacted(openai_client: OpenAI,
+                                           images_server: FakeImagesServer) -> None:
+    images_server.errors.append((401, {"message": f"Incorrect API key provided: {IMAGE_KEY}",
+                                       "type": "invalid_request_error",
+                                       "code": "invalid_api_key"}))
+    response = check_response(openai_client.responses.create(
+        model="m", input=draw("a lighthouse", "oa-err"), tools=[{"type": "image_generation"}]))
+    call = image_call(response)
+    assert call["status"] == "failed" and call["error"]["code"] == "invalid_api_key"
+    assert IMAGE_KEY not in json.dumps(response)
+    assert "[redacted]" in call["error"]["message"]
+
+
+def test_images_live_beside_the_sqlite_file(client: OpenAI, gateway: GatewayServer) -> None:
+    response = check_response(client.responses.create(
+        model="m", input=draw("a lighthouse", "blob-1"), tools=[{"type": "image_generation"}]))
+    result = image_call(response)["result"]
+    db = Path(gateway.settings.store.removeprefix("sqlite:"))
+    assert result.encode() not in db.read_bytes()  # the record holds a reference
+    blobs = list(Path(f"{db}.blobs").rglob("*"))
+    assert any(p.is_file() and p.read_bytes() == result.encode() for p in blobs)
