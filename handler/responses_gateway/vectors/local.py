@@ -1,0 +1,393 @@
+"""Vector stores on this machine, in the SQLite database of ``GATEWAY_STORE``: the catalog
+(``vector_stores``, ``vs_files``, ``vs_batches``), the chunks with their vectors (float32,
+unit length, ``vs_chunks``), SQLite's FTS5 index over the chunk text for the keyword half of
+hybrid search, and the embedding cache (``vs_embeddings``: model+text -> vector).
+
+Search is exact: the store's vectors are held as one matrix per store (rebuilt when its chunks
+change) and scored with one matrix product (numpy, imported on the first search).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import struct
+import time
+from typing import Any
+
+import orjson
+
+from responses_gateway.files.local import SQLiteDatabase
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS vector_stores (
+    tenant TEXT NOT NULL, id TEXT NOT NULL, created_at INTEGER NOT NULL, name TEXT,
+    description TEXT, metadata TEXT NOT NULL, expires_after TEXT, last_active_at INTEGER NOT NULL,
+    version INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (tenant, id));
+CREATE INDEX IF NOT EXISTS vector_stores_by_time ON vector_stores (tenant, created_at, id);
+CREATE TABLE IF NOT EXISTS vs_files (
+    tenant TEXT NOT NULL, store_id TEXT NOT NULL, file_id TEXT NOT NULL, filename TEXT NOT NULL,
+    created_at INTEGER NOT NULL, status TEXT NOT NULL, last_error TEXT, usage_bytes INTEGER NOT
+    NULL DEFAULT 0, attributes TEXT, chunking TEXT NOT NULL, batch_id TEXT,
+    lease_until REAL NOT NULL DEFAULT 0, PRIMARY KEY (tenant, store_id, file_id));
+CREATE INDEX IF NOT EXISTS vs_files_running ON vs_files (status, lease_until);
+CREATE TABLE IF NOT EXISTS vs_batches (
+    tenant TEXT NOT NULL, store_id TEXT NOT NULL, id TEXT NOT NULL, created_at INTEGER NOT NULL,
+    status TEXT NOT NULL, PRIMARY KEY (tenant, store_id, id));
+CREATE TABLE IF NOT EXISTS vs_chunks (
+    id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, store_id TEXT NOT NULL, file_id TEXT NOT NULL,
+    idx INTEGER NOT NULL, text TEXT NOT NULL, vector BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS vs_chunks_by_file ON vs_chunks (tenant, store_id, file_id, idx);
+CREATE VIRTUAL TABLE IF NOT EXISTS vs_chunks_fts USING fts5(
+    text, content='vs_chunks', content_rowid='id');
+CREATE TRIGGER IF NOT EXISTS vs_chunks_ai AFTER INSERT ON vs_chunks BEGIN
+    INSERT INTO vs_chunks_fts(rowid, text) VALUES (new.id, new.text); END;
+CREATE TRIGGER IF NOT EXISTS vs_chunks_ad AFTER DELETE ON vs_chunks BEGIN
+    INSERT INTO vs_chunks_fts(vs_chunks_fts, rowid, text) VALUES ('delete', old.id, old.text);
+END;
+CREATE TABLE IF NOT EXISTS vs_embeddings (key TEXT PRIMARY KEY, vector BLOB NOT NULL);
+"""
+_WORD = re.compile(r"\w+", re.UNICODE)
+JSON_COLUMNS = ("metadata", "expires_after", "last_error", "attributes", "chunking")
+
+
+def pack(vector: list[float]) -> bytes:
+    return struct.pack(f"<{len(vector)}f", *vector)
+
+
+def unpack(blob: bytes) -> list[float]:
+    return list(struct.unpack(f"<{len(blob) // 4}f", blob))
+
+
+def _row(row: sqlite3.Row | None) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    out = dict(row)
+    for key in JSON_COLUMNS:
+        if key in out and out[key] is not None:
+            out[key] = orjson.loads(out[key])
+    return out
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else orjson.dumps(value).decode()
+
+
+class LocalVectorEngine:
+    """The catalog and the index of the local engine (one SQLite database)."""
+
+    def __init__(self, path: str) -> None:
+        self.db = SQLiteDatabase(path, _SCHEMA)
+        self._matrices: dict[tuple[str, str], tuple[int, Any, list[int], list[str]]] = {}
+
+    # -- stores ---------------------------------------------------------------------------
+
+    async def add_store(self, tenant: str, row: dict[str, Any]) -> None:
+        await self.db.run(lambda c: c.execute(
+            "INSERT INTO vector_stores (tenant, id, created_at, name, description, metadata, "
+            "expires_after, last_active_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (tenant, row["id"], row["created_at"], row["name"], row.get("description"),
+             _json(row["metadata"]), _json(row["expires_after"]), row["last_active_at"])),
+            write=True)
+
+    async def store(self, tenant: str, store_id: str) -> dict[str, Any] | None:
+        return await self.db.run(lambda c: _row(c.execute(
+            "SELECT * FROM vector_stores WHERE tenant = ? AND id = ?", (tenant, store_id)
+        ).fetchone()))
+
+    async def store_totals(self, tenant: str, store_id: str) -> tuple[dict[str, int], int]:
+        """Files by status, and the bytes the store's files use."""
+        def read(c: sqlite3.Connection) -> tuple[dict[str, int], int]:
+            rows = c.execute("SELECT status, COUNT(*), SUM(usage_bytes) FROM vs_files WHERE "
+                             "tenant = ? AND store_id = ? GROUP BY status", (tenant, store_id))
+            statuses, usage = {}, 0
+            for status, count, used in rows:
+                statuses[status] = count
+                usage += used or 0
+            return statuses, usage
+
+        return await self.db.run(read)
+
+    async def stores_page(self, tenant: str, order: str, after: str | None,
+                          before: str | None, limit: int) -> tuple[list[dict[str, Any]], bool]:
+        return await self.db.run(lambda c: _page(
+            c, "vector_stores", "id", ("tenant = ?",), [tenant], order, after, before, limit))
+
+    async def update_store(self, tenant: str, store_id: str, changes: dict[str, Any]) -> None:
+        sets = ", ".join(f"{k} = ?" for k in changes)
+        values = [_json(v) if k in JSON_COLUMNS else v for k, v in changes.items()]
+        await self.db.run(lambda c: c.execute(
+            f"UPDATE vector_stores SET {sets} WHERE tenant = ? AND id = ?",
+            [*values, tenant, store_id]), write=True)
+
+    async def delete_store(self, tenant: str, store_id: str) -> bool:
+        def write(c: sqlite3.Connection) -> bool:
+            gone = c.execute("DELETE FROM vector_stores WHERE tenant = ? AND id = ?",
+                             (tenant, store_id)).rowcount
+            for table in ("vs_files", "vs_batches", "vs_chunks"):
+                c.execute(f"DELETE FROM {table} WHERE tenant = ? AND store_id = ?",
+                          (tenant, store_id))
+            return bool(gone)
+
+        self._matrices.pop((tenant, store_id), None)
+        return await self.db.run(write, write=True)
+
+    # -- files and batches ------------------------------------------------------------------
+
+    async def add_files(self, tenant: str, rows: list[dict[str, Any]], limit: int) -> bool:
+        """Attach files (replacing a file attached before); False when the store would hold
+        more than ``limit`` files (0: no bound)."""
+        def write(c: sqlite3.Connection) -> bool:
+            store_id = rows[0]["store_id"]
+            held = c.execute("SELECT COUNT(*) FROM vs_files WHERE tenant = ? AND store_id = ?",
+                             (tenant, store_id)).fetchone()[0]
+            new = sum(1 for r in rows if c.execute(
+                "SELECT 1 FROM vs_files WHERE tenant = ? AND store_id = ? AND file_id = ?",
+                (tenant, store_id, r["file_id"])).fetchone() is None)
+            if limit and held + new > limit:
+                return False
+            for r in rows:
+                c.execute("DELETE FROM vs_chunks WHERE tenant = ? AND store_id = ? AND "
+                          "file_id = ?", (tenant, store_id, r["file_id"]))
+                c.execute(
+                    "INSERT OR REPLACE INTO vs_files (tenant, store_id, file_id, filename, "
+                    "created_at, status, last_error, usage_bytes, attributes, chunking, batch_id,"
+                    " lease_until) VALUES (?, ?, ?, ?, ?, 'in_progress', NULL, 0, ?, ?, ?, ?)",
+                    (tenant, store_id, r["file_id"], r["filename"], r["created_at"],
+                     _json(r["attributes"]), _json(r["chunking"]), r.get("batch_id"),
+                     r["lease_until"]))
+            c.execute("UPDATE vector_stores SET version = version + 1 WHERE tenant = ? AND "
+                      "id = ?", (tenant, store_id))
+            return True
+
+        return await self.db.run(write, write=True)
+
+    async def file(self, tenant: str, store_id: str, file_id: str) -> dict[str, Any] | None:
+        return await self.db.run(lambda c: _row(c.execute(
+            "SELECT * FROM vs_files WHERE tenant = ? AND store_id = ? AND file_id = ?",
+            (tenant, store_id, file_id)).fetchone()))
+
+    async def files_page(
+        self, tenant: str, store_id: str, *, status: str | None, batch_id: str | None,
+        order: str, after: str | None, before: str | None, limit: int,
+    ) -> tuple[list[dict[str, Any]], bool]:
+        where, args = ["tenant = ?", "store_id = ?"], [tenant, store_id]
+        if status:
+            where.append("status = ?")
+            args.append(status)
+        if batch_id:
+            where.append("batch_id = ?")
+            args.append(batch_id)
+        return await self.db.run(lambda c: _page(
+            c, "vs_files", "file_id", tuple(where), args, order, after, before, limit))
+
+    async def update_file(self, tenant: str, store_id: str, file_id: str,
+                          changes: dict[str, Any], *, only_status: str | None = None) -> bool:
+        """Change a file's row; with ``only_status``, only while it has that status."""
+        sets = ", ".join(f"{k} = ?" for k in changes)
+        values = [_json(v) if k in JSON_COLUMNS else v for k, v in changes.items()]
+        cond, extra = ("", []) if only_status is None else (" AND status = ?", [only_status])
+        return await self.db.run(lambda c: c.execute(
+            f"UPDATE vs_files SET {sets} WHERE tenant = ? AND store_id = ? AND file_id = ?"
+            f"{cond}", [*values, tenant, store_id, file_id, *extra]).rowcount > 0, write=True)
+
+    async def remove_file(self, tenant: str, store_id: str, file_id: str) -> bool:
+        def write(c: sqlite3.Connection) -> bool:
+            gone = c.execute("DELETE FROM vs_files WHERE tenant = ? AND store_id = ? AND "
+                             "file_id = ?", (tenant, store_id, file_id)).rowcount
+            c.execute("DELETE FROM vs_chunks WHERE tenant = ? AND store_id = ? AND file_id = ?",
+                      (tenant, store_id, file_id))
+            c.execute("UPDATE vector_stores SET version = version + 1 WHERE tenant = ? AND "
+                      "id = ?", (tenant, store_id))
+            return bool(gone)
+
+        return await self.db.run(write, write=True)
+
+    async def add_batch(self, tenant: str, store_id: str, batch_id: str, created: int) -> None:
+        await self.db.run(lambda c: c.execute(
+            "INSERT INTO vs_batches (tenant, store_id, id, created_at, status) VALUES "
+            "(?, ?, ?, ?, 'in_progress')", (tenant, store_id, batch_id, created)), write=True)
+
+    async def batch(self, tenant: str, store_id: str, batch_id: str
+                    ) -> tuple[dict[str, Any], dict[str, int]] | None:
+        def read(c: sqlite3.Connection) -> tuple[dict[str, Any], dict[str, int]] | None:
+            row = c.execute("SELECT * FROM vs_batches WHERE tenant = ? AND store_id = ? AND "
+                            "id = ?", (tenant, store_id, batch_id)).fetchone()
+            if row is None:
+                return None
+            counts = dict(c.execute(
+                "SELECT status, COUNT(*) FROM vs_files WHERE tenant = ? AND store_id = ? AND "
+                "batch_id = ? GROUP BY status", (tenant, store_id, batch_id)).fetchall())
+            return dict(row), counts
+
+        return await self.db.run(read)
+
+    async def cancel_batch(self, tenant: str, store_id: str, batch_id: str) -> None:
+        def write(c: sqlite3.Connection) -> None:
+            c.execute("UPDATE vs_batches SET status = 'cancelled' WHERE tenant = ? AND "
+                      "store_id = ? AND id = ?", (tenant, store_id, batch_id))
+            c.execute("UPDATE vs_files SET status = 'cancelled' WHERE tenant = ? AND "
+                      "store_id = ? AND batch_id = ? AND status = 'in_progress'",
+                      (tenant, store_id, batch_id))
+
+        await self.db.run(write, write=True)
+
+    async def stale_files(self, now: float) -> list[dict[str, Any]]:
+        """Files left ``in_progress`` by a process that stopped (their lease ran out)."""
+        return await self.db.run(lambda c: [_row(r) for r in c.execute(
+            "SELECT * FROM vs_files WHERE status = 'in_progress' AND lease_until < ?", (now,))])
+
+    # -- chunks -----------------------------------------------------------------------------
+
+    async def cached_vectors(self, keys: list[str]) -> dict[str, list[float]]:
+        def read(c: sqlite3.Connection) -> dict[str, list[float]]:
+            found: dict[str, list[float]] = {}
+            for i in range(0, len(keys), 500):
+                part = keys[i:i + 500]
+                rows = c.execute(f"SELECT key, vector FROM vs_embeddings WHERE key IN "
+                                 f"({','.join('?' * len(part))})", part)
+                found.update((k, unpack(v)) for k, v in rows)
+            return found
+
+        return await self.db.run(read)
+
+    async def write_chunks(self, tenant: str, store_id: str, file_id: str,
+                           chunks: list[Any], usage: int) -> bool:
+        """Replace the file's chunks and mark it completed, in one transaction, unless it is
+        no longer ``in_progress`` (cancelled or removed meanwhile): then nothing is written."""
+        def write(c: sqlite3.Connection) -> bool:
+            status = c.execute("SELECT status FROM vs_files WHERE tenant = ? AND store_id = ? "
+                               "AND file_id = ?", (tenant, store_id, file_id)).fetchone()
+            if status is None or status[0] != "in_progress":
+                return False
+            c.execute("DELETE FROM vs_chunks WHERE tenant = ? AND store_id = ? AND file_id = ?",
+                      (tenant, store_id, file_id))
+            c.executemany(
+                "INSERT INTO vs_chunks (tenant, store_id, file_id, idx, text, vector) VALUES "
+                "(?, ?, ?, ?, ?, ?)",
+                [(tenant, store_id, file_id, ch.index, ch.text, pack(_unit(ch.vector)))
+                 for ch in chunks])
+            c.executemany("INSERT OR IGNORE INTO vs_embeddings (key, vector) VALUES (?, ?)",
+                          [(ch.key, pack(ch.vector)) for ch in chunks])
+            c.execute("UPDATE vs_files SET status = 'completed', usage_bytes = ?, "
+                      "last_error = NULL WHERE tenant = ? AND store_id = ? AND file_id = ?",
+                      (usage, tenant, store_id, file_id))
+            c.execute("UPDATE vector_stores SET version = version + 1 WHERE tenant = ? AND "
+                      "id = ?", (tenant, store_id))
+            return True
+
+        return await self.db.run(write, write=True)
+
+    async def file_text(self, tenant: str, store_id: str, file_id: str) -> list[str]:
+        return await self.db.run(lambda c: [r[0] for r in c.execute(
+            "SELECT text FROM vs_chunks WHERE tenant = ? AND store_id = ? AND file_id = ? "
+            "ORDER BY idx", (tenant, store_id, file_id))])
+
+    async def search(self, tenant: str, store_id: str, queries: list[list[float]],
+                     text: str, files: set[str], want_text: bool, limit: int
+                     ) -> list[tuple[int, str, str, float, float]]:
+        """Candidates ``(chunk id, file id, text, best cosine similarity, keyword score)``
+        among ``files``: the ``limit`` best by vector, and the ``limit`` best by keywords."""
+        return await self.db.run(lambda c: self._search(
+            c, tenant, store_id, queries, text, files, want_text, limit))
+
+    def _search(self, c: sqlite3.Connection, tenant: str, store_id: str,
+                queries: list[list[float]], text: str, files: set[str], want_text: bool,
+                limit: int) -> list[tuple[int, str, str, float, float]]:
+        import numpy as np
+
+        ids, owners, matrix = self._matrix(c, tenant, store_id)
+        best: dict[int, float] = {}
+        if len(ids) and queries:
+            q = np.asarray([_unit(v) for v in queries], dtype=np.float32)
+            if q.shape[1] == matrix.shape[1]:
+                sims = (matrix @ q.T).max(axis=1)
+                allowed = np.fromiter((o in files for o in owners), bool, len(owners))
+                sims = np.where(allowed, sims, -np.inf)
+                top = np.argsort(-sims)[:limit]
+                best = {int(ids[i]): float(sims[i]) for i in top if np.isfinite(sims[i])}
+        keyword: dict[int, float] = {}
+        words = _WORD.findall(text)
+        if want_text and words:
+            match = " OR ".join('"' + w.replace('"', "") + '"' for w in words[:64])
+            rows = c.execute(
+                "SELECT f.rowid, -bm25(vs_chunks_fts) AS s, ch.file_id FROM vs_chunks_fts f "
+                "JOIN vs_chunks ch ON ch.id = f.rowid WHERE vs_chunks_fts MATCH ? AND "
+                "ch.tenant = ? AND ch.store_id = ? ORDER BY bm25(vs_chunks_fts) LIMIT ?",
+                (match, tenant, store_id, limit * 4)).fetchall()
+            rows = [r for r in rows if r[2] in files][:limit]
+            top_score = max((r[1] for r in rows), default=0.0) or 1.0
+            keyword = {r[0]: max(0.0, r[1] / top_score) for r in rows}
+        chosen = set(best) | set(keyword)
+        if not chosen:
+            return []
+        out = []
+        for cid, file_id, chunk_text, blob in c.execute(
+                f"SELECT id, file_id, text, vector FROM vs_chunks WHERE id IN "
+                f"({','.join('?' * len(chosen))})", list(chosen)):
+            sim = best.get(cid)
+            if sim is None and queries:
+                vec = np.frombuffer(blob, dtype=np.float32)
+                sim = max(float(vec @ np.asarray(_unit(v), np.float32)) for v in queries
+                          if len(v) == len(vec)) if any(len(v) == len(vec) for v in queries) \
+                    else -1.0
+            out.append((cid, file_id, chunk_text, sim if sim is not None else -1.0,
+                        keyword.get(cid, 0.0)))
+        return out
+
+    def _matrix(self, c: sqlite3.Connection, tenant: str, store_id: str
+                ) -> tuple[list[int], list[str], Any]:
+        import numpy as np
+
+        version = c.execute("SELECT version FROM vector_stores WHERE tenant = ? AND id = ?",
+                            (tenant, store_id)).fetchone()
+        version = version[0] if version else -1
+        cached = self._matrices.get((tenant, store_id))
+        if cached is not None and cached[0] == version:
+            return cached[2], cached[3], cached[1]
+        rows = c.execute("SELECT id, file_id, vector FROM vs_chunks WHERE tenant = ? AND "
+                         "store_id = ?", (tenant, store_id)).fetchall()
+        ids = [r[0] for r in rows]
+        owners = [r[1] for r in rows]
+        dims = {len(r[2]) for r in rows}
+        if len(dims) == 1:
+            matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(
+                len(rows), -1)
+        else:  # none yet, or vectors of two models: only the newest model's dimension
+            matrix = np.zeros((0, 1), dtype=np.float32)
+            ids, owners = [], []
+        self._matrices[(tenant, store_id)] = (version, matrix, ids, owners)
+        return ids, owners, matrix
+
+    async def aclose(self) -> None:
+        self.db.close()
+
+
+def _unit(vector: list[float]) -> list[float]:
+    norm = sum(x * x for x in vector) ** 0.5 or 1.0
+    return [x / norm for x in vector]
+
+
+def _page(c: sqlite3.Connection, table: str, id_column: str, where: tuple[str, ...],
+          args: list[Any], order: str, after: str | None, before: str | None, limit: int
+          ) -> tuple[list[dict[str, Any]], bool]:
+    """A page by (created_at, id) in ``order``, after / before the row an id names."""
+    where_list, args = list(where), list(args)
+    for cursor, forward in ((after, True), (before, False)):
+        if not cursor:
+            continue
+        row = c.execute(f"SELECT created_at, {id_column} FROM {table} WHERE "
+                        f"{' AND '.join(where)} AND {id_column} = ?", [*args, cursor]).fetchone()
+        if row is not None:
+            later = (order == "asc") == forward
+            where_list.append(f"(created_at, {id_column}) {'>' if later else '<'} (?, ?)")
+            args += [row[0], row[1]]
+    direction = "DESC" if order == "desc" else "ASC"
+    rows = c.execute(f"SELECT * FROM {table} WHERE {' AND '.join(where_list)} ORDER BY "
+                     f"created_at {direction}, {id_column} {direction} LIMIT ?",
+                     [*args, limit + 1]).fetchall()
+    return [_row(r) for r in rows[:limit]], len(rows) > limit  # type: ignore[misc]
+
+
+def now() -> int:
+    return int(time.time())

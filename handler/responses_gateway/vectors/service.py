@@ -1,0 +1,401 @@
+"""The Vector Stores API's operations: validation, OpenAI's objects and errors, and the
+background ingestion of files (an in-process task per file, holding a lease it renews; a
+process that starts finds files whose lease ran out and ingests them again, so none stays
+``in_progress`` after the process that began it stopped).
+
+file_search (issue 31) calls :meth:`VectorStores.search` with the same arguments as
+``POST /v1/vector_stores/{id}/search``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from responses_gateway import ids
+from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
+from responses_gateway.files.service import Files
+from responses_gateway.vectors import objects
+from responses_gateway.vectors.chunking import parse_strategy
+from responses_gateway.vectors.embeddings import Embedder, EmbeddingError
+from responses_gateway.vectors.extract import Invalid, Unsupported
+from responses_gateway.vectors.filters import compile_filter
+from responses_gateway.vectors.ingest import prepare
+from responses_gateway.vectors.local import LocalVectorEngine, now
+from responses_gateway.vectors.ranking import Ranking
+
+logger = logging.getLogger("responses_gateway.vectors")
+MAX_RESULTS = 50
+MAX_ATTRIBUTES = 16
+MAX_INGESTING = 4  # files ingested at once in this process
+
+
+class VectorStores:
+    def __init__(self, engine: LocalVectorEngine, files: Files, embedder: Embedder, *,
+                 max_files: int, lease_seconds: float) -> None:
+        self.engine = engine
+        self.files = files
+        self.embedder = embedder
+        self.max_files = max_files
+        self.lease_seconds = max(1.0, lease_seconds)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(MAX_INGESTING)
+        self._recovered = False
+
+    # -- stores -----------------------------------------------------------------------------
+
+    async def create(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
+        await self.recover()
+        created = now()
+        row = {"id": ids.new_id(ids.VECTOR_STORE), "created_at": created,
+               "name": _optional_str(body.get("name"), "name") or "",
+               "description": _optional_str(body.get("description"), "description"),
+               "metadata": _metadata(body.get("metadata")),
+               "expires_after": _expires_after(body.get("expires_after")),
+               "last_active_at": created}
+        strategy = parse_strategy(body.get("chunking_strategy"))
+        file_ids = _file_ids(body.get("file_ids"), "file_ids")
+        records = [await self.files.get(f, tenant) for f in file_ids]
+        await self.engine.add_store(tenant, row)
+        if records:
+            await self._attach(tenant, row["id"], [(r, {}, strategy) for r in records], None)
+        return await self.get(tenant, row["id"])
+
+    async def get(self, tenant: str, store_id: str) -> dict[str, Any]:
+        row = await self._store(tenant, store_id)
+        statuses, usage = await self.engine.store_totals(tenant, store_id)
+        return objects.vector_store(row, objects.file_counts(statuses), usage)
+
+    async def page(self, tenant: str, order: str, after: str | None, before: str | None,
+                   limit: int) -> tuple[list[dict[str, Any]], bool]:
+        rows, more = await self.engine.stores_page(tenant, order, after, before, limit)
+        return [await self.get(tenant, r["id"]) for r in rows], more
+
+    async def modify(self, tenant: str, store_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        await self._store(tenant, store_id)
+        changes: dict[str, Any] = {}
+        if "name" in body:
+            changes["name"] = _optional_str(body["name"], "name") or ""
+        if "metadata" in body:
+            changes["metadata"] = _metadata(body["metadata"])
+        if "expires_after" in body:
+            changes["expires_after"] = _expires_after(body["expires_after"])
+        if changes:
+            await self.engine.update_store(tenant, store_id, changes)
+        return await self.get(tenant, store_id)
+
+    async def delete(self, tenant: str, store_id: str) -> dict[str, Any]:
+        if not await self.engine.delete_store(tenant, store_id):
+            raise objects.store_not_found(store_id)
+        return {"id": store_id, "object": "vector_store.deleted", "deleted": True}
+
+    # -- files ------------------------------------------------------------------------------
+
+    async def add_file(self, tenant: str, store_id: str, body: dict[str, Any]
+                       ) -> dict[str, Any]:
+        await self._store(tenant, store_id)
+        file_id = body.get("file_id")
+        if not isinstance(file_id, str) or not file_id:
+            raise missing_parameter("file_id")
+        record = await self.files.get(file_id, tenant)
+        strategy = parse_strategy(body.get("chunking_strategy"))
+        await self._attach(tenant, store_id,
+                           [(record, _attributes(body.get("attributes")), strategy)], None)
+        return await self.get_file(tenant, store_id, file_id)
+
+    async def _attach(self, tenant: str, store_id: str, entries: list[tuple[Any, Any, Any]],
+                      batch_id: str | None) -> None:
+        created, lease = now(), time.time() + self.lease_seconds
+        rows = [{"store_id": store_id, "file_id": r.id, "filename": r.filename,
+                 "created_at": created, "attributes": attrs, "chunking": strategy,
+                 "batch_id": batch_id, "lease_until": lease} for r, attrs, strategy in entries]
+        if not await self.engine.add_files(tenant, rows, self.max_files):
+            raise invalid_request(
+                f"This vector store may hold at most {self.max_files} files "
+                "(GATEWAY_MAX_VECTOR_STORE_FILES).", param="file_id",
+                code="vector_store_full")
+        await self.engine.update_store(tenant, store_id, {"last_active_at": created})
+        for row in rows:
+            self._start(tenant, store_id, row["file_id"])
+
+    async def get_file(self, tenant: str, store_id: str, file_id: str) -> dict[str, Any]:
+        await self._store(tenant, store_id)
+        row = await self.engine.file(tenant, store_id, file_id)
+        if row is None:
+            raise objects.file_not_in_store(file_id, store_id)
+        return objects.vector_store_file(row)
+
+    async def files_page(self, tenant: str, store_id: str, *, status: str | None,
+                         batch_id: str | None, order: str, after: str | None,
+                         before: str | None, limit: int) -> tuple[list[dict[str, Any]], bool]:
+        await self._store(tenant, store_id)
+        if status is not None and status not in objects.STATUSES:
+            raise invalid_request(
+                f"Invalid value: '{status}'. Supported values are: "
+                f"{', '.join(repr(s) for s in objects.STATUSES)}.", param="filter",
+                code="invalid_value")
+        rows, more = await self.engine.files_page(
+            tenant, store_id, status=status, batch_id=batch_id, order=order, after=after,
+            before=before, limit=limit)
+        return [objects.vector_store_file(r) for r in rows], more
+
+    async def update_file(self, tenant: str, store_id: str, file_id: str,
+                          body: dict[str, Any]) -> dict[str, Any]:
+        await self.get_file(tenant, store_id, file_id)
+        if "attributes" not in body:
+            raise missing_parameter("attributes")
+        await self.engine.update_file(tenant, store_id, file_id,
+                                      {"attributes": _attributes(body["attributes"])})
+        return await self.get_file(tenant, store_id, file_id)
+
+    async def remove_file(self, tenant: str, store_id: str, file_id: str) -> dict[str, Any]:
+        await self._store(tenant, store_id)
+        if not await self.engine.remove_file(tenant, store_id, file_id):
+            raise objects.file_not_in_store(file_id, store_id)
+        return {"id": file_id, "object": "vector_store.file.deleted", "deleted": True}
+
+    async def file_content(self, tenant: str, store_id: str, file_id: str) -> list[str]:
+        await self.get_file(tenant, store_id, file_id)
+        return await self.engine.file_text(tenant, store_id, file_id)
+
+    # -- batches ----------------------------------------------------------------------------
+
+    async def create_batch(self, tenant: str, store_id: str, body: dict[str, Any]
+                           ) -> dict[str, Any]:
+        await self._store(tenant, store_id)
+        strategy = parse_strategy(body.get("chunking_strategy"))
+        attributes = _attributes(body.get("attributes"))
+        entries: list[tuple[Any, Any, Any]] = []
+        if body.get("files") is not None:
+            if not isinstance(body["files"], list) or not body["files"]:
+                raise invalid_request("Invalid 'files': expected a non-empty array.",
+                                      param="files", code="invalid_value")
+            for i, spec in enumerate(body["files"]):
+                if not isinstance(spec, dict) or not isinstance(spec.get("file_id"), str):
+                    raise missing_parameter(f"files[{i}].file_id")
+                entries.append((await self.files.get(spec["file_id"], tenant),
+                                _attributes(spec.get("attributes")) or attributes,
+                                parse_strategy(spec.get("chunking_strategy"),
+                                               f"files[{i}].chunking_strategy")
+                                if spec.get("chunking_strategy") else strategy))
+        else:
+            for file_id in _file_ids(body.get("file_ids"), "file_ids", required=True):
+                entries.append((await self.files.get(file_id, tenant), attributes, strategy))
+        batch_id = ids.new_id(ids.VECTOR_STORE_FILE_BATCH)
+        await self.engine.add_batch(tenant, store_id, batch_id, now())
+        await self._attach(tenant, store_id, entries, batch_id)
+        return await self.get_batch(tenant, store_id, batch_id)
+
+    async def get_batch(self, tenant: str, store_id: str, batch_id: str) -> dict[str, Any]:
+        await self._store(tenant, store_id)
+        found = await self.engine.batch(tenant, store_id, batch_id)
+        if found is None:
+            raise objects.batch_not_found(batch_id, store_id)
+        return objects.file_batch(found[0], objects.file_counts(found[1]))
+
+    async def cancel_batch(self, tenant: str, store_id: str, batch_id: str) -> dict[str, Any]:
+        await self.get_batch(tenant, store_id, batch_id)
+        await self.engine.cancel_batch(tenant, store_id, batch_id)
+        return await self.get_batch(tenant, store_id, batch_id)
+
+    # -- search -----------------------------------------------------------------------------
+
+    async def search(self, tenant: str, store_id: str, body: dict[str, Any]
+                     ) -> dict[str, Any]:
+        await self._store(tenant, store_id)
+        query = body.get("query")
+        queries = [query] if isinstance(query, str) else query
+        if not isinstance(queries, list) or not queries or not all(
+                isinstance(q, str) and q.strip() for q in queries):
+            raise (missing_parameter("query") if query is None else invalid_request(
+                "Invalid 'query': expected a non-empty string or array of strings.",
+                param="query", code="invalid_value"))
+        limit = body.get("max_num_results", 10)
+        if not isinstance(limit, int) or isinstance(limit, bool) or \
+                not 1 <= limit <= MAX_RESULTS:
+            raise invalid_request(
+                "Invalid 'max_num_results': integer below minimum value or above maximum "
+                f"value. Expected a value between 1 and {MAX_RESULTS}, but got {limit} "
+                "instead.", param="max_num_results", code="integer_out_of_range")
+        keep = compile_filter(body["filters"]) if body.get("filters") is not None else None
+        ranking = Ranking.parse(body.get("ranking_options"))
+        if not isinstance(body.get("rewrite_query", False), bool):
+            raise invalid_request("Invalid 'rewrite_query': expected a boolean.",
+                                  param="rewrite_query", code="invalid_type")
+        files = await self._searchable(tenant, store_id)
+        allowed = {fid for fid, row in files.items()
+                   if keep is None or keep(row["attributes"] or {})}
+        results: list[dict[str, Any]] = []
+        if allowed:
+            try:
+                vectors = await self.embedder.embed(queries)
+            except EmbeddingError as exc:
+                raise GatewayError(502, f"The embedding model failed: {exc}",
+                                   type="server_error", code="embedding_failed") from None
+            candidates = await self.engine.search(
+                tenant, store_id, vectors, " ".join(queries), allowed,
+                ranking.text_weight > 0, limit)
+            scored = sorted(((ranking.fuse(sim, kw), fid, text)
+                             for _, fid, text, sim, kw in candidates), key=lambda s: -s[0])
+            for score, fid, text in scored[:limit]:
+                if score < ranking.score_threshold:
+                    continue
+                row = files[fid]
+                results.append({"file_id": fid, "filename": row["filename"],
+                                "score": round(score, 6), "attributes": row["attributes"] or {},
+                                "content": [{"type": "text", "text": text}]})
+        await self.engine.update_store(tenant, store_id, {"last_active_at": now()})
+        return {"object": "vector_store.search_results.page", "search_query": queries,
+                "data": results, "has_more": False, "next_page": None}
+
+    async def _searchable(self, tenant: str, store_id: str) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        after = None
+        while True:
+            rows, more = await self.engine.files_page(
+                tenant, store_id, status="completed", batch_id=None, order="asc", after=after,
+                before=None, limit=1000)
+            out.update((r["file_id"], r) for r in rows)
+            if not more:
+                return out
+            after = rows[-1]["file_id"]
+
+    async def _store(self, tenant: str, store_id: str) -> dict[str, Any]:
+        await self.recover()
+        row = await self.engine.store(tenant, store_id)
+        if row is None:
+            raise objects.store_not_found(store_id)
+        return row
+
+    # -- ingestion --------------------------------------------------------------------------
+
+    async def recover(self) -> None:
+        """Once per process: ingest again the files a stopped process left in progress."""
+        if self._recovered:
+            return
+        self._recovered = True
+        for row in await self.engine.stale_files(time.time()):
+            logger.info("resuming ingestion of %s into %s", row["file_id"], row["store_id"])
+            await self.engine.update_file(row["tenant"], row["store_id"], row["file_id"],
+                                          {"lease_until": time.time() + self.lease_seconds})
+            self._start(row["tenant"], row["store_id"], row["file_id"])
+
+    def _start(self, tenant: str, store_id: str, file_id: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._ingest(tenant, store_id, file_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _ingest(self, tenant: str, store_id: str, file_id: str) -> None:
+        renew = asyncio.create_task(self._renew(tenant, store_id, file_id))
+        try:
+            async with self._slots:
+                await self._ingest_once(tenant, store_id, file_id)
+        except Exception:
+            logger.exception("ingestion of %s into %s failed", file_id, store_id)
+            await self._fail(tenant, store_id, file_id, "server_error",
+                             "The file could not be processed.")
+        finally:
+            renew.cancel()
+
+    async def _ingest_once(self, tenant: str, store_id: str, file_id: str) -> None:
+        row = await self.engine.file(tenant, store_id, file_id)
+        if row is None or row["status"] != "in_progress":
+            return
+        try:
+            record, data = await self.files.content(file_id, tenant)
+        except GatewayError:
+            return await self._fail(tenant, store_id, file_id, "invalid_file",
+                                     "The file was deleted before it could be processed.")
+        try:
+            chunks = await prepare(record.filename, data, row["chunking"], self.embedder,
+                                   self.engine.cached_vectors)
+        except Unsupported as exc:
+            return await self._fail(tenant, store_id, file_id, "unsupported_file", str(exc))
+        except Invalid as exc:
+            return await self._fail(tenant, store_id, file_id, "invalid_file", str(exc))
+        except EmbeddingError as exc:
+            return await self._fail(tenant, store_id, file_id, "server_error", str(exc))
+        usage = sum(len(c.text.encode()) + 4 * len(c.vector) for c in chunks)
+        await self.engine.write_chunks(tenant, store_id, file_id, chunks, usage)
+
+    async def _fail(self, tenant: str, store_id: str, file_id: str, code: str,
+                    message: str) -> None:
+        await self.engine.update_file(
+            tenant, store_id, file_id,
+            {"status": "failed", "last_error": {"code": code, "message": message}},
+            only_status="in_progress")
+
+    async def _renew(self, tenant: str, store_id: str, file_id: str) -> None:
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            await self.engine.update_file(tenant, store_id, file_id,
+                                          {"lease_until": time.time() + self.lease_seconds},
+                                          only_status="in_progress")
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(BaseException):
+                await task
+        await self.embedder.aclose()
+        await self.engine.aclose()
+
+
+def _optional_str(value: Any, param: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise invalid_request(f"Invalid '{param}': expected a string.", param=param,
+                              code="invalid_type")
+    return value
+
+
+def _file_ids(value: Any, param: str, required: bool = False) -> list[str]:
+    if value is None and not required:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value) or (
+            required and not value):
+        if value is None:
+            raise missing_parameter(param)
+        raise invalid_request(f"Invalid '{param}': expected an array of file ids.",
+                              param=param, code="invalid_type")
+    return list(dict.fromkeys(value))
+
+
+def _metadata(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > 16 or not all(
+            isinstance(k, str) and len(k) <= 64 and isinstance(v, str) and len(v) <= 512
+            for k, v in value.items()):
+        raise invalid_request(
+            "Invalid 'metadata': at most 16 pairs of strings, keys up to 64 and values up to "
+            "512 characters.", param="metadata", code="invalid_value")
+    return value
+
+
+def _attributes(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or len(value) > MAX_ATTRIBUTES or not all(
+            isinstance(k, str) and len(k) <= 64 and (
+                isinstance(v, bool | int | float) or (isinstance(v, str) and len(v) <= 512))
+            for k, v in value.items()):
+        raise invalid_request(
+            f"Invalid 'attributes': at most {MAX_ATTRIBUTES} keys of up to 64 characters, each "
+            "value a string (up to 512 characters), a number or a boolean.",
+            param="attributes", code="invalid_value")
+    return value
+
+
+def _expires_after(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or value.get("anchor") != "last_active_at" or not (
+            isinstance(value.get("days"), int) and 1 <= value["days"] <= 365):
+        raise invalid_request(
+            "Invalid 'expires_after': expected {\"anchor\": \"last_active_at\", \"days\": 1 to "
+            "365}.", param="expires_after", code="invalid_value")
+    return {"anchor": "last_active_at", "days": value["days"]}

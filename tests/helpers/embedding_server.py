@@ -1,0 +1,87 @@
+"""An OpenAI-compatible ``POST /v1/embeddings`` on 127.0.0.1 for tests.
+
+The model is a DETERMINISTIC HASHING EMBEDDER, not a trained model: each word of the input
+(lower-cased ``\\w+``) adds +-1 to one of ``DIMENSIONS`` coordinates chosen by its hash, and the
+vector is normalised. Texts sharing words are near; that is what retrieval tests need to tell
+documents on distinct topics apart. It records every input it embedded (``inputs``), and
+``hold`` makes it stall requests (a gateway killed mid-ingestion).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+DIMENSIONS = 384
+_WORD = re.compile(r"\w+")
+
+
+def hashing_vector(text: str, dimensions: int = DIMENSIONS) -> list[float]:
+    vector = [0.0] * dimensions
+    for word in _WORD.findall(text.lower()):
+        digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
+        slot = int.from_bytes(digest[:4], "little") % dimensions
+        vector[slot] += 1.0 if digest[4] & 1 else -1.0
+    norm = sum(x * x for x in vector) ** 0.5 or 1.0
+    return [x / norm for x in vector]
+
+
+class EmbeddingServer:
+    def __init__(self) -> None:
+        self.inputs: list[str] = []
+        self.requests = 0
+        self.hold = threading.Event()  # set: requests wait until it is cleared
+        self.released = threading.Event()
+        self.released.set()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                return None
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = json.loads(self.rfile.read(length))
+                if server.hold.is_set():
+                    server.released.wait(60)
+                texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+                server.requests += 1
+                server.inputs += texts
+                data = [{"object": "embedding", "index": i, "embedding": hashing_vector(t)}
+                        for i, t in enumerate(texts)]
+                payload = json.dumps({"object": "list", "data": data, "model": body["model"],
+                                      "usage": {"prompt_tokens": 0, "total_tokens": 0}}).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def stall(self) -> None:
+        self.released.clear()
+        self.hold.set()
+
+    def resume(self) -> None:
+        self.hold.clear()
+        self.released.set()
+
+    @contextmanager
+    def running(self) -> Iterator[EmbeddingServer]:
+        thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self.resume()
+            self._server.shutdown()
+            self._server.server_close()
