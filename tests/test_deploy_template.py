@@ -43,6 +43,11 @@ NOT_PARAMETERS = {
     "GATEWAY_MCP_ALLOW_HOSTS": "private MCP servers only; empty (none) is the safe default",
     "GATEWAY_MCP_CALL_TIMEOUT": "an internal limit under the response's own deadline",
     "GATEWAY_MCP_MAX_OUTPUT_BYTES": "an internal limit; its default fits Lambda memory",
+    "GATEWAY_WEB_SEARCH_API_KEY": "from the secret (GATEWAY_WEB_SEARCH_API_KEY_SECRET_ARN)",
+    "GATEWAY_WEB_SEARCH_TIMEOUT": "an internal limit under the response's own deadline",
+    "GATEWAY_WEB_PAGE_MAX_BYTES": "an internal limit; its default fits Lambda memory",
+    "GATEWAY_WEB_PAGE_TIMEOUT": "an internal limit under the response's own deadline",
+    "GATEWAY_WEB_ALLOW_HOSTS": "private web pages only; empty (none) is the safe default",
     "GATEWAY_EMBEDDING_API_KEY": "a secret: set GATEWAY_EMBEDDING_API_KEY_SECRET_ARN by hand "
     "when the embedding endpoint needs a key other than the upstream's",
 }
