@@ -21,6 +21,7 @@ import orjson
 
 from responses_gateway.backends.kinds import KINDS as BACKEND_KINDS
 from responses_gateway.backends.kinds import ROUTE_PREFIX
+from responses_gateway.limits import NO_LIMITS, Limits, parse_limits
 from responses_gateway.tools.hosted import policy_named
 from responses_gateway.tools.web_search.providers import provider_named, provider_url
 
@@ -59,6 +60,9 @@ class Settings:
     max_body_bytes: int = 20 * 1024 * 1024
     store: str = "sqlite:gateway.db"
     api_keys: tuple[str, ...] = field(default=(), repr=False)
+    # Admin keys (GATEWAY_ADMIN_KEYS): the admin routes and the dashboard, never a tenant's.
+    admin_keys: tuple[str, ...] = field(default=(), repr=False)
+    limits: Limits = NO_LIMITS  # per-key rate limits and budgets (GATEWAY_LIMITS, limits.py)
     retention_days: int = 30
     seal_key: str | None = field(default=None, repr=False)
     reasoning_input: str | None = None  # reasoning sent back upstream: None, "reasoning_content"
@@ -195,6 +199,11 @@ class Settings:
             api_keys=tuple(
                 k.strip() for k in (secret("GATEWAY_API_KEYS") or "").split(",") if k.strip()
             ),
+            admin_keys=tuple(
+                k.strip() for k in (secret("GATEWAY_ADMIN_KEYS") or "").split(",") if k.strip()
+            ),
+            limits=_parsed("GATEWAY_LIMITS", parse_limits, get("GATEWAY_LIMITS") or "")
+            if get("GATEWAY_LIMITS") else NO_LIMITS,
             retention_days=count("GATEWAY_RETENTION_DAYS", cls.retention_days),
             seal_key=secret("GATEWAY_SEAL_KEY"),
             reasoning_input=_choice(get, "GATEWAY_REASONING_INPUT", ("reasoning_content",)),

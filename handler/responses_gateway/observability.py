@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
     from responses_gateway.config import Settings
+    from responses_gateway.store.usage import UsageEntry, UsageStore
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "responses-gateway"
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ResponsesGateway"
@@ -228,9 +229,16 @@ class RequestContext:
 class ResponseMetrics:
     """One response's timings; reported once, when its job closes."""
 
-    __slots__ = ("content", "done", "model", "started", "ttft_ms", "waiting")
+    __slots__ = ("content", "done", "entry", "ledger", "model", "started", "stored", "tenant",
+                 "ttft_ms", "waiting")
 
-    def __init__(self, response: str, model: str, *, stream: bool, content: Any = None) -> None:
+    def __init__(self, response: str, model: str, *, stream: bool, content: Any = None,
+                 tenant: str | None = None, ledger: UsageStore | None = None,
+                 stored: bool = False) -> None:
+        self.tenant = tenant  # with ``ledger``: the response's usage is counted (account())
+        self.ledger = ledger
+        self.stored = stored
+        self.entry: UsageEntry | None = None
         self.started = time.perf_counter()
         self.model = model
         self.waiting = stream  # time to first token is measured for streams only
@@ -283,11 +291,31 @@ class ResponseMetrics:
         # A failure is logged here, once, with its reason (the backends redact their keys).
         level = logging.WARNING if status in ("failed", "rejected") else logging.INFO
         logger.log(level, "response finished", extra={"response": summary})
+        if self.ledger is not None and self.tenant is not None:
+            from responses_gateway.store.usage import UsageEntry
+
+            self.entry = UsageEntry.of(response, tenant=self.tenant, model=self.model,
+                                       status=status, stored=self.stored)
         if in_lambda() and not _truthy(os.environ.get("POWERTOOLS_METRICS_DISABLED")):
             try:
                 _emit(self.model, self.ttft_ms, duration_ms, usage, error_type)
             except Exception:  # metrics must never fail a response
                 logger.exception("could not emit metrics")
+
+
+    async def account(self) -> None:
+        """Count the finished response's usage in the ledger, once (store/usage.py); a failed
+        write is logged, never the response's failure."""
+        entry, self.entry = self.entry, None
+        if entry is None or self.ledger is None:
+            return
+        settings: Settings | None = _state.get("settings")
+        rule = settings.limits.for_tenant(entry.tenant) if settings is not None else None
+        windows = rule.windows(entry.finished_at) if rule is not None and rule.any else None
+        try:
+            await self.ledger.record(entry, windows)
+        except Exception:
+            logger.exception("could not record the usage of %s", entry.response_id)
 
 
 def _unstarted(first: Any) -> tuple[str, str | None]:
@@ -437,6 +465,9 @@ class _TracedStore(Store, ConversationStore):
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+    def usage_store(self) -> UsageStore | None:
+        return self._inner.usage_store()
 
     async def put(self, record: StoredResponse) -> None:
         async with subsegment("store.put"):

@@ -17,8 +17,12 @@ OPEN_TENANT = "default"
 
 
 class Authenticator:
-    def __init__(self, keys: tuple[str, ...] | list[str]) -> None:
+    def __init__(self, keys: tuple[str, ...] | list[str],
+                 admin_keys: tuple[str, ...] | list[str] = ()) -> None:
         self._digests = [hashlib.sha256(key.encode()).digest() for key in keys]
+        # Admin keys (GATEWAY_ADMIN_KEYS) open the admin routes only; a tenant key never does.
+        self._admin = [hashlib.sha256(key.encode()).digest() for key in admin_keys
+                       if key not in keys]
 
     def tenant(self, authorization: str | None) -> str:
         """The tenant for an ``Authorization`` header, or a 401 GatewayError."""
@@ -35,10 +39,7 @@ class Authenticator:
                 code=None,
             )
         digest = hashlib.sha256(key.encode()).digest()
-        match = False
-        for known in self._digests:  # no early exit: the time does not depend on which key
-            match |= hmac.compare_digest(digest, known)
-        if not match:
+        if not _known(digest, self._digests):
             raise GatewayError(
                 401,
                 "Incorrect API key provided. You can find your API key in your gateway's "
@@ -46,4 +47,41 @@ class Authenticator:
                 type="invalid_request_error",
                 code="invalid_api_key",
             )
-        return "t_" + digest.hex()[:32]
+        return tenant_of_digest(digest)
+
+    def admin(self, authorization: str | None) -> None:
+        """Pass an admin key; a 401 without a known key, a 403 for a tenant key (or when no
+        admin key is configured: the admin routes are off)."""
+        if not self._admin:
+            raise GatewayError(
+                403, "The admin routes are off: set GATEWAY_ADMIN_KEYS to turn them on.",
+                type="invalid_request_error", code="admin_disabled",
+            )
+        scheme, _, key = (authorization or "").partition(" ")
+        key = key.strip()
+        if scheme.lower() != "bearer" or not key:
+            raise GatewayError(401, "You didn't provide an admin key in an Authorization "
+                               "header using Bearer auth.", type="invalid_request_error")
+        digest = hashlib.sha256(key.encode()).digest()
+        if _known(digest, self._admin):
+            return
+        if _known(digest, self._digests):
+            raise GatewayError(
+                403, "You have insufficient permissions for this operation: it needs an admin "
+                "key (GATEWAY_ADMIN_KEYS), not an API key.",
+                type="invalid_request_error", code="insufficient_permissions",
+            )
+        raise GatewayError(401, "Incorrect admin key provided.",
+                           type="invalid_request_error", code="invalid_api_key")
+
+
+def tenant_of_digest(digest: bytes) -> str:
+    """A key's tenant id: what records, usage and GATEWAY_LIMITS name it by (never the key)."""
+    return "t_" + digest.hex()[:32]
+
+
+def _known(digest: bytes, digests: list[bytes]) -> bool:
+    match = False
+    for known in digests:  # no early exit: the time does not depend on which key
+        match |= hmac.compare_digest(digest, known)
+    return match

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from responses_gateway.api import limits
 from responses_gateway.api.client_watch import ClientWatch
 from responses_gateway.api.common import (
     JSON,
@@ -17,16 +19,27 @@ from responses_gateway.api.common import (
     tenant_of,
 )
 from responses_gateway.api.sse_response import EventStreamResponse
+from responses_gateway.backends.router import DEPLOYMENT
 from responses_gateway.errors import GatewayError, invalid_request, not_found
 from responses_gateway.responses import background
+from responses_gateway.responses.job import Job
 from responses_gateway.store.base import StoredResponse
 from responses_gateway.translate.request_models import MAX_ID_LENGTH
+
+if TYPE_CHECKING:
+    from responses_gateway.responses.gateway import Gateway
 
 
 async def create_response(request: Request) -> Response:
     tenant = tenant_of(request)
     gateway = gateway_of(request)
     body = await json_body(request)
+    # The key's limits before anything else runs (api/limits.py): a 429 past one.
+    rate = await limits.admit(gateway.store, gateway.settings.limits.for_tenant(tenant), tenant)
+    return limits.with_headers(await _create(request, gateway, tenant, body), rate)
+
+
+async def _create(request: Request, gateway: Gateway, tenant: str, body: Any) -> Response:
     async with ClientWatch(request) as left:  # a client that leaves stops a compaction
         job = await gateway.new_job(body, tenant, client_left=left)
     if job.record.background:
@@ -53,8 +66,10 @@ async def create_response(request: Request) -> Response:
             if first.done() and isinstance(first.exception(), GatewayError):
                 await job.close()
                 raise first.exception()  # type: ignore[misc]
+        # Known only if the upstream answered within the grace period (docs/routing.md).
         return EventStreamResponse(
-            job.batches(), keepalive_seconds=gateway.settings.keepalive_seconds
+            job.batches(), keepalive_seconds=gateway.settings.keepalive_seconds,
+            headers=[(k.encode(), v.encode()) for k, v in _deployment(job).items()],
         )
     # An upstream refusal before any output is an HTTP error; a wait past the response's
     # deadline is a failed response (run_to_end ends it so, and stores it).
@@ -62,7 +77,15 @@ async def create_response(request: Request) -> Response:
     if first.done() and isinstance(first.exception(), GatewayError):
         await job.close()
         raise first.exception()  # type: ignore[misc]
-    return JSON(await job.run_to_end())
+    response = await job.run_to_end()
+    return JSON(response, headers=_deployment(job))
+
+
+def _deployment(job: Job) -> dict[str, str]:
+    """``x-gateway-deployment``: the deployment of a routed model that served the (last)
+    model turn (backends/router.py), once it is known."""
+    name = job.backend_request.extra.get(DEPLOYMENT)
+    return {"x-gateway-deployment": name} if isinstance(name, str) else {}
 
 
 def _response_id(request: Request) -> str:

@@ -47,6 +47,7 @@ from typing import Any
 
 import orjson
 
+from responses_gateway.api import limits
 from responses_gateway.api.json_body import fits_depth, too_deep
 from responses_gateway.api.ws_remembered import Lane, Remembered, flattened
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
@@ -220,6 +221,8 @@ class Session:
         base = self.remembered.get(previous) if previous is not None else None
         job: Job | None = None
         try:
+            await limits.admit(self.gateway.store,  # the key's limits first (api/limits.py)
+                               self.gateway.settings.limits.for_tenant(self.tenant), self.tenant)
             job = await self.gateway.new_job(body, self.tenant, cached=self.remembered,
                                              generate=create.generate)
             await job.ready()

@@ -97,7 +97,8 @@ class Job:
         self.backend = backend
         self.backend_request = BackendRequest(body=chat, tenant=record.tenant, stream=stream)
         self.metrics = ResponseMetrics(
-            record.id, record.response.get("model") or "", stream=stream, content=chat
+            record.id, record.response.get("model") or "", stream=stream, content=chat,
+            tenant=record.tenant, ledger=gateway.store.usage_store(), stored=store,
         )
         self.chunks: AsyncIterator[list[Chunk]] | None = None  # this model turn's upstream
         self._first: asyncio.Future[list[Chunk]] | None = None
@@ -249,6 +250,7 @@ class Job:
             await self.tools.aclose()
         first, chunks = self._first, self.chunks
         self.metrics.finish(self.translator.response, first)
+        await self.metrics.account()  # its usage, counted once (store/usage.py)
         if first is not None and not first.done():
             first.cancel()
             await asyncio.wait({first})  # the backend closes its upstream response on cancel

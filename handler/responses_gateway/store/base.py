@@ -21,12 +21,15 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from responses_gateway.errors import GatewayError
 from responses_gateway.ids import request_id
+
+if TYPE_CHECKING:
+    from responses_gateway.store.usage import UsageStore
 
 logger = logging.getLogger("responses_gateway.store")
 MIB = 1024 * 1024
@@ -253,6 +256,10 @@ class Store(_Bounded, ABC):
         """Raise GatewayError 400 if the input can never be stored (over the bound of one
         stored response; a store may refuse single items too); call before any work."""
         self.limits.check_input(items)
+
+    def usage_store(self) -> UsageStore | None:
+        """The usage ledger beside this store (store/usage.py); None: usage is not kept."""
+        return None
 
     async def aclose(self) -> None:
         """Release connections; most stores need nothing."""

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
@@ -39,6 +39,9 @@ from responses_gateway.store.base import (
     StoreUnavailable,
     TurnSettle,
 )
+
+if TYPE_CHECKING:
+    from responses_gateway.store.usage import UsageStore
 
 DEFAULT_PATH = "./gateway.db"
 RUNNING_STATUSES = (QUEUED, IN_PROGRESS)  # the order the SQL placeholders take
@@ -149,6 +152,12 @@ class SQLiteStore(Store, ConversationStore):
         self._checkpointer: sqlite3.Connection | None = None  # the store's thread's own
         # Open (and create the schema) now, so a bad path fails at startup, not on a request.
         self._executor.submit(self._guarded, self._open).result()
+
+    def usage_store(self) -> UsageStore:
+        """The usage ledger's tables in this file (store/usage_sqlite.py)."""
+        from responses_gateway.store.usage_sqlite import SQLiteUsage
+
+        return SQLiteUsage.of(self.path)
 
     # -- plumbing ----------------------------------------------------------------------------
 

@@ -18,14 +18,30 @@ StoreUnavailable so the caller can end the response ``failed``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from responses_gateway.store.base import ConversationStore, Store
 from responses_gateway.store.dynamodb.codec import INPUT_ITEM_LIMIT, _pack
 from responses_gateway.store.dynamodb.events import _Events
 from responses_gateway.store.dynamodb.table import create_table, make_client
 
+if TYPE_CHECKING:
+    from responses_gateway.store.dynamodb.usage import DynamoDBUsage
+
 
 class DynamoDBStore(_Events, Store, ConversationStore):
     """Responses and conversations in one DynamoDB table (layout in docs/store.md)."""
+
+    _usage: DynamoDBUsage | None = None
+
+    def usage_store(self) -> DynamoDBUsage:
+        """The usage ledger's items in this table, on this store's client."""
+        if self._usage is None:
+            from responses_gateway.store.dynamodb.usage import DynamoDBUsage
+
+            self._usage = DynamoDBUsage(self.table_name, client=self.client,
+                                        retention_days=self.retention_s // 86400)
+        return self._usage
 
 
 __all__ = ["INPUT_ITEM_LIMIT", "DynamoDBStore", "_pack", "create_table", "make_client"]

@@ -1,0 +1,296 @@
+"""Admin routes: usage shaped like OpenAI's usage API, stored responses and conversations of
+every tenant, the limits in force. Only an admin key (GATEWAY_ADMIN_KEYS) opens them; a tenant
+key gets a 403 (api/auth.py).
+
+What they answer never holds a key: tenants appear as their ids (``t_…``, a digest label), and
+the tools of a Response lose any ``headers`` or ``authorization`` (an MCP server's key).
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from responses_gateway.api.common import JSON, gateway_of, int_param
+from responses_gateway.errors import invalid_request, not_found
+from responses_gateway.store.usage import COUNTERS, DAY, HOUR, UsageRow, UsageStore
+
+#: bucket widths: seconds, default and maximum bucket count (OpenAI's for 1h and 1d)
+WIDTHS = {"1h": (HOUR, 24, 168), "1d": (DAY, 7, 31)}
+GROUPS = ("model", "api_key_id")
+_SECRET_FIELDS = frozenset({"headers", "authorization"})
+
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+
+
+def admin(request: Request) -> UsageStore:
+    """Pass an admin key (else the 401/403); the store's usage ledger."""
+    request.app.state.auth.admin(request.headers.get("authorization"))
+    ledger = gateway_of(request).store.usage_store()
+    if ledger is None:
+        raise not_found("This gateway's store keeps no usage.")
+    return ledger
+
+
+# -- usage ----------------------------------------------------------------------------------
+
+
+async def usage_completions(request: Request) -> Response:
+    """``GET /v1/organization/usage/completions``: buckets of ``bucket_width`` from
+    ``start_time``, grouped by ``group_by`` (model, api_key_id), filtered by ``models`` and
+    ``api_key_ids``, ``limit`` buckets a page, ``page`` the cursor."""
+    ledger = admin(request)
+    params = request.query_params
+    if "start_time" not in params:
+        raise invalid_request("Missing required parameter: 'start_time'.", param="start_time",
+                              code="missing_required_parameter")
+    start = int_param(params.get("start_time"), "start_time", 0)
+    width_name = params.get("bucket_width", "1d")
+    if width_name not in WIDTHS:
+        raise invalid_request(
+            f"Invalid value: '{width_name}'. Supported values are: '1h' and '1d' (this gateway "
+            "counts usage by the hour).", param="bucket_width", code="invalid_value")
+    width, default_limit, max_limit = WIDTHS[width_name]
+    limit = int_param(params.get("limit"), "limit", default_limit)
+    if not 1 <= limit <= max_limit:
+        raise invalid_request(
+            f"Invalid 'limit': expected a value between 1 and {max_limit} for bucket_width "
+            f"'{width_name}', but got {limit} instead.", param="limit",
+            code="integer_out_of_range")
+    groups = _listed(params, "group_by")
+    for group in groups:
+        if group not in GROUPS:
+            raise invalid_request(
+                f"Invalid value: '{group}'. Supported values are: 'model' and 'api_key_id'.",
+                param="group_by", code="invalid_value")
+    models, keys = set(_listed(params, "models")), set(_listed(params, "api_key_ids"))
+    first = start - start % width
+    page = params.get("page")
+    if page:
+        first = _page_start(page)
+    end = int_param(params.get("end_time"), "end_time", int(time.time()) + 1)
+    stop = min(end, first + limit * width)
+    rows = [r for r in await ledger.buckets(first - first % HOUR, stop)
+            if (not models or r.model in models) and (not keys or r.tenant in keys)]
+    buckets = []
+    for bucket_start in range(first, stop, width):
+        inside = [r for r in rows if bucket_start <= r.hour < bucket_start + width]
+        buckets.append({
+            "object": "bucket", "start_time": bucket_start,
+            "end_time": bucket_start + width, "results": _results(inside, groups),
+        })
+    more = stop < end
+    return JSON({
+        "object": "page", "data": buckets, "has_more": more,
+        "next_page": _page_token(stop) if more else None,
+    })
+
+
+def _listed(params: Any, name: str) -> list[str]:
+    """A list parameter: ``name=a&name=b``, ``name[]=a`` or ``name=a,b``."""
+    values = params.getlist(name) + params.getlist(name + "[]")
+    return [v for value in values for v in value.split(",") if v]
+
+
+def _page_token(start: int) -> str:
+    return "page_" + base64.urlsafe_b64encode(str(start).encode()).decode()
+
+
+def _page_start(token: str) -> int:
+    try:
+        return int(base64.urlsafe_b64decode(token.removeprefix("page_").encode()))
+    except ValueError:
+        raise invalid_request(f"Invalid 'page': '{token}'.", param="page") from None
+
+
+def _results(rows: list[UsageRow], groups: list[str]) -> list[dict[str, Any]]:
+    totals: dict[tuple[str | None, str | None], dict[str, Any]] = {}
+    for row in rows:
+        key = (row.model if "model" in groups else None,
+               row.tenant if "api_key_id" in groups else None)
+        total = totals.setdefault(key, {c: 0 for c in COUNTERS} | {"tool_calls": {}})
+        for name in COUNTERS:
+            total[name] += row.counts.get(name, 0)
+        for kind, n in row.tool_calls.items():
+            total["tool_calls"][kind] = total["tool_calls"].get(kind, 0) + n
+    if not totals and not groups:
+        totals[(None, None)] = {c: 0 for c in COUNTERS} | {"tool_calls": {}}
+    return [
+        {
+            "object": "organization.usage.completions.result",
+            "input_tokens": t["input_tokens"],
+            "output_tokens": t["output_tokens"],
+            "input_cached_tokens": t["cached_tokens"],
+            "input_audio_tokens": 0,
+            "output_audio_tokens": 0,
+            "num_model_requests": t["requests"],
+            "project_id": None,
+            "user_id": None,
+            "api_key_id": key,
+            "model": model,
+            "batch": None,
+            # The gateway's own figures, beside OpenAI's:
+            "output_reasoning_tokens": t["reasoning_tokens"],
+            "image_generations": t["image_generations"],
+            "tool_calls": t["tool_calls"],
+        }
+        for (model, key), t in totals.items()
+    ]
+
+
+# -- responses ------------------------------------------------------------------------------
+
+
+async def list_responses(request: Request) -> Response:
+    """Responses of every tenant, newest first: ``model``, ``status``, ``api_key_id``,
+    ``start_time``/``end_time`` filter; ``limit`` (1-100, 20) a page, ``after`` the cursor."""
+    ledger = admin(request)
+    params = request.query_params
+    limit = int_param(params.get("limit"), "limit", 20)
+    if not 1 <= limit <= 100:
+        raise invalid_request("Invalid 'limit': expected a value between 1 and 100.",
+                              param="limit", code="integer_out_of_range")
+    now = int(time.time())
+    end = int_param(params.get("end_time"), "end_time", now + 1)
+    start = int_param(params.get("start_time"), "start_time", end - 30 * DAY)
+    wanted = {name: params.get(name) for name in ("model", "status", "api_key_id")}
+    before = _cursor(params.get("after"))
+    found: list[dict[str, Any]] = []
+    while len(found) <= limit:
+        rows = await ledger.log(start, end, 200, before)
+        found += [r for r in rows if all(not v or r.get(k) == v for k, v in wanted.items())]
+        if len(rows) < 200:
+            break
+        before = (rows[-1]["created_at"], rows[-1]["id"])
+    page = found[:limit]
+    return JSON({
+        "object": "list", "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(found) > limit,
+        "after": _cursor_of(page[-1]) if page and len(found) > limit else None,
+    })
+
+
+def _cursor_of(row: dict[str, Any]) -> str:
+    return f"{row['created_at']}:{row['id']}"
+
+
+def _cursor(text: str | None) -> tuple[int, str] | None:
+    if not text:
+        return None
+    when, _, response_id = text.partition(":")
+    if not when.isdigit() or not response_id:
+        raise invalid_request(f"Invalid 'after': '{text}'.", param="after")
+    return int(when), response_id
+
+
+async def get_response(request: Request) -> Response:
+    """One response: its log row, and when stored its Response, input items and events."""
+    ledger = admin(request)
+    response_id = request.path_params["response_id"]
+    row = await ledger.log_row(response_id)
+    if row is None:
+        raise not_found(f"Response with id '{response_id[:64]}' not found.",
+                        param="response_id")
+    store = gateway_of(request).store
+    record = await store.get(response_id, row["api_key_id"])
+    events = await store.read_events(response_id) if record is not None else []
+    return JSON({
+        "summary": row,
+        "response": scrubbed(record.response) if record is not None else None,
+        "input_items": record.input_items if record is not None else [],
+        "events": events,
+    })
+
+
+def scrubbed(response: dict[str, Any]) -> dict[str, Any]:
+    """The Response with any header or authorization of its tools left out."""
+    tools = response.get("tools")
+    if not tools:
+        return response
+    clean = [{k: v for k, v in tool.items() if k not in _SECRET_FIELDS}
+             if isinstance(tool, dict) else tool for tool in tools]
+    return {**response, "tools": clean}
+
+
+# -- conversations --------------------------------------------------------------------------
+
+
+async def list_conversations(request: Request) -> Response:
+    ledger = admin(request)
+    params = request.query_params
+    limit = int_param(params.get("limit"), "limit", 20)
+    if not 1 <= limit <= 100:
+        raise invalid_request("Invalid 'limit': expected a value between 1 and 100.",
+                              param="limit", code="integer_out_of_range")
+    rows = await ledger.conversations(limit + 1, params.get("after"))
+    page = rows[:limit]
+    return JSON({
+        "object": "list", "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(rows) > limit,
+    })
+
+
+async def conversation_items(request: Request) -> Response:
+    """A conversation and its items (the first 100), whichever tenant holds it."""
+    ledger = admin(request)
+    conversation_id = request.path_params["conversation_id"]
+    conversation = await ledger.conversation(conversation_id)
+    page = None
+    if conversation is not None:
+        page = await gateway_of(request).store.list_conversation_items(  # type: ignore[attr-defined]
+            conversation_id, conversation["api_key_id"], limit=100, order="asc")
+    if conversation is None or page is None:
+        raise not_found(f"Conversation with id '{conversation_id[:64]}' not found.",
+                        param="conversation_id")
+    items, more = page
+    return JSON({"conversation": conversation, "object": "list", "data": items,
+                 "has_more": more})
+
+
+# -- limits ---------------------------------------------------------------------------------
+
+
+async def limits_in_force(request: Request) -> Response:
+    """The default rule, each named key's, and the current counts of the keys seen today."""
+    ledger = admin(request)
+    settings = gateway_of(request).settings
+    now = time.time()
+    rows = await ledger.buckets(int(now - DAY), int(now) + 1)
+    tenants = sorted({r.tenant for r in rows} | set(settings.limits.keys))
+    keys = []
+    for tenant in tenants:
+        rule = settings.limits.for_tenant(tenant)
+        counts = await ledger.counts(tenant, rule.windows(now)) if rule.any else None
+        keys.append({
+            "api_key_id": tenant, "limits": rule.to_json(),
+            "configured": tenant in settings.limits.keys,
+            "window": None if counts is None else {
+                "requests": counts.requests, "tokens": counts.tokens,
+                "period_tokens": counts.budget_tokens},
+        })
+    return JSON({"object": "gateway.limits", "default": settings.limits.default.to_json(),
+                 "keys": keys})
+
+
+ROUTES: list[tuple[str, Handler]] = [
+    ("/v1/organization/usage/completions", usage_completions),
+    ("/v1/admin/responses", list_responses),
+    ("/v1/admin/responses/{response_id}", get_response),
+    ("/v1/admin/conversations", list_conversations),
+    ("/v1/admin/conversations/{conversation_id}/items", conversation_items),
+    ("/v1/admin/limits", limits_in_force),
+]
+
+
+def handler_for(path: str) -> Handler:
+    """The handler of one of ``ROUTES``' paths (api/app.py routes them lazily)."""
+    return dict(ROUTES)[path]

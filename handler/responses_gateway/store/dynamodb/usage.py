@@ -1,0 +1,290 @@
+"""The usage ledger in the response store's DynamoDB table (store/usage.py says what it keeps).
+
+Items (docs/dashboard.md has the costs):
+
+- ``USAGE#<day>`` / ``<hour>#<tenant>#<model>``: a bucket's counters, moved by ``ADD``.
+- ``USAGE#ID#<response id>`` / ``U``: the response's log row; written only if absent, in the
+  same transaction as its counters, so a response is counted once whoever runs it again.
+- ``LOG#<day>`` / ``<created_at>#<response id>``: the same row, listed by time (admin views).
+- ``RATE#<tenant>#<width>#<window>`` / ``W``: a key's requests and tokens in one rate window,
+  a request counted by a conditional ``ADD`` (under the caps, or nothing): every process and
+  Lambda instance shares one count.
+- ``BUDGET#<tenant>#<period>`` / ``B``: a key's tokens in a budget period.
+
+Everything but the buckets carries ``expires_at`` (TTL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from typing import Any
+
+import orjson
+
+from responses_gateway.store.dynamodb.codec import _ConditionFailed, _n, _s
+from responses_gateway.store.dynamodb.table import _Table
+from responses_gateway.store.dynamodb_schema import TTL_ATTRIBUTE
+from responses_gateway.store.usage import (
+    COUNTERS,
+    DAY,
+    Caps,
+    Counts,
+    UsageEntry,
+    UsageRow,
+    UsageStore,
+    Windows,
+    day_of,
+    refusal,
+)
+
+_WINDOW_GRACE = 3600  # a rate window's item outlives its window by this (TTL)
+_BUDGET_GRACE = 40 * DAY
+
+
+def _window_key(tenant: str, windows: Windows) -> dict[str, Any]:
+    pk = f"RATE#{tenant}#{windows.window_seconds}#{windows.window}"
+    return {"pk": _s(pk), "sk": _s("W")}
+
+
+def _budget_key(tenant: str, period: str) -> dict[str, Any]:
+    return {"pk": _s(f"BUDGET#{tenant}#{period}"), "sk": _s("B")}
+
+
+class DynamoDBUsage(_Table, UsageStore):
+    """The ledger of one table (the response store's client is shared)."""
+
+    async def record(self, entry: UsageEntry, windows: Windows | None) -> bool:
+        return await asyncio.to_thread(self._record, entry, windows)
+
+    def _record(self, entry: UsageEntry, windows: Windows | None) -> bool:
+        row = orjson.dumps(entry.log_row()).decode()
+        expires = _n(int(time.time()) + self.retention_s)
+        names: dict[str, str] = {"#tenant": "tenant", "#model": "model"}
+        values: dict[str, Any] = {":tenant": _s(entry.tenant), ":model": _s(entry.model)}
+        adds = []
+        for i, name in enumerate(COUNTERS):
+            names[f"#c{i}"], values[f":c{i}"] = name, _n(entry.counts.get(name, 0))
+            adds.append(f"#c{i} :c{i}")
+        for i, (kind, n) in enumerate(sorted(entry.tool_calls.items())):
+            names[f"#t{i}"], values[f":t{i}"] = f"tool#{kind}", _n(n)
+            adds.append(f"#t{i} :t{i}")
+        bucket_sk = f"{entry.hour:010d}#{entry.tenant}#{entry.model}"
+        actions: list[dict[str, Any]] = [
+            {"Put": {
+                "TableName": self.table_name,
+                "Item": {"pk": _s(f"USAGE#ID#{entry.response_id}"), "sk": _s("U"),
+                         "row": _s(row), TTL_ATTRIBUTE: expires},
+                "ConditionExpression": "attribute_not_exists(pk)",
+            }},
+            {"Put": {
+                "TableName": self.table_name,
+                "Item": {"pk": _s(f"LOG#{day_of(entry.created_at)}"),
+                         "sk": _s(f"{entry.created_at:010d}#{entry.response_id}"),
+                         "row": _s(row), TTL_ATTRIBUTE: expires},
+            }},
+            {"Update": {
+                "TableName": self.table_name,
+                "Key": {"pk": _s(f"USAGE#{day_of(entry.hour)}"), "sk": _s(bucket_sk)},
+                "UpdateExpression": "SET #tenant = :tenant, #model = :model ADD "
+                                    + ", ".join(adds),
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
+            }},
+        ]
+        if windows is not None and entry.tokens:
+            tokens = {":n": _n(entry.tokens)}
+            if windows.window is not None:
+                end = (windows.window + 1) * windows.window_seconds
+                actions.append({"Update": {
+                    "TableName": self.table_name,
+                    "Key": _window_key(entry.tenant, windows),
+                    "UpdateExpression": "ADD tokens :n SET #e = :e",
+                    "ExpressionAttributeNames": {"#e": TTL_ATTRIBUTE},
+                    "ExpressionAttributeValues": {**tokens, ":e": _n(end + _WINDOW_GRACE)},
+                }})
+            if windows.period_key is not None:
+                end = windows.period_end or int(time.time())
+                actions.append({"Update": {
+                    "TableName": self.table_name,
+                    "Key": _budget_key(entry.tenant, windows.period_key),
+                    "UpdateExpression": "ADD tokens :n SET #e = :e",
+                    "ExpressionAttributeNames": {"#e": TTL_ATTRIBUTE},
+                    "ExpressionAttributeValues": {**tokens, ":e": _n(end + _BUDGET_GRACE)},
+                }})
+        # The same token for a call botocore retries: DynamoDB applies it once.
+        token = hashlib.sha256(entry.response_id.encode()).hexdigest()[:36]
+        try:
+            self._call("transact_write_items", TransactItems=actions, ClientRequestToken=token)
+        except _ConditionFailed:
+            return False
+        return True
+
+    async def admit(self, tenant: str, caps: Caps, windows: Windows) -> Counts:
+        return await asyncio.to_thread(self._admit, tenant, caps, windows)
+
+    def _admit(self, tenant: str, caps: Caps, windows: Windows) -> Counts:
+        counts = Counts()
+        if windows.period_key is not None:
+            counts.budget_tokens = self._tokens(_budget_key(tenant, windows.period_key))
+            if caps.budget and counts.budget_tokens >= caps.budget:
+                counts.admitted, counts.refused_by = False, "budget"
+                return counts
+        if windows.window is None:
+            return counts
+        conditions = []
+        values: dict[str, Any] = {
+            ":one": _n(1), ":e": _n((windows.window + 1) * windows.window_seconds
+                                    + _WINDOW_GRACE)}
+        if caps.requests:
+            conditions.append("(attribute_not_exists(requests) OR requests < :rq)")
+            values[":rq"] = _n(caps.requests)
+        if caps.tokens:
+            conditions.append("(attribute_not_exists(tokens) OR tokens < :tk)")
+            values[":tk"] = _n(caps.tokens)
+        kwargs: dict[str, Any] = {}
+        if conditions:
+            kwargs["ConditionExpression"] = " AND ".join(conditions)
+        try:
+            item = self._call(
+                "update_item", TableName=self.table_name, Key=_window_key(tenant, windows),
+                UpdateExpression="ADD requests :one SET #e = :e",
+                ExpressionAttributeNames={"#e": TTL_ATTRIBUTE},
+                ExpressionAttributeValues=values, ReturnValues="ALL_NEW", **kwargs,
+            )["Attributes"]
+        except _ConditionFailed:
+            seen = self._window(tenant, windows)
+            seen.budget_tokens = counts.budget_tokens
+            seen.admitted = False
+            seen.refused_by = refusal(seen, caps) or "requests"
+            return seen
+        counts.requests = int(item.get("requests", {}).get("N", 0))
+        counts.tokens = int(item.get("tokens", {}).get("N", 0))
+        return counts
+
+    def _tokens(self, key: dict[str, Any]) -> int:
+        item = self._call("get_item", TableName=self.table_name, Key=key,
+                          ConsistentRead=True).get("Item") or {}
+        return int(item.get("tokens", {}).get("N", 0))
+
+    def _window(self, tenant: str, windows: Windows) -> Counts:
+        item = self._call("get_item", TableName=self.table_name,
+                          Key=_window_key(tenant, windows), ConsistentRead=True).get("Item")
+        item = item or {}
+        return Counts(requests=int(item.get("requests", {}).get("N", 0)),
+                      tokens=int(item.get("tokens", {}).get("N", 0)))
+
+    async def counts(self, tenant: str, windows: Windows) -> Counts:
+        def read() -> Counts:
+            counts = self._window(tenant, windows) if windows.window is not None else Counts()
+            if windows.period_key is not None:
+                counts.budget_tokens = self._tokens(_budget_key(tenant, windows.period_key))
+            return counts
+
+        return await asyncio.to_thread(read)
+
+    async def buckets(self, start: int, end: int) -> list[UsageRow]:
+        def read() -> list[UsageRow]:
+            rows = []
+            for day in _days(start, end):
+                for item in self._query(
+                    KeyConditionExpression="pk = :pk AND sk BETWEEN :lo AND :hi",
+                    ExpressionAttributeValues={":pk": _s(f"USAGE#{day}"),
+                                               ":lo": _s(f"{start:010d}"),
+                                               ":hi": _s(f"{end - 1:010d}~")},
+                ):
+                    hour = int(item["sk"]["S"].split("#", 1)[0])
+                    if not start <= hour < end:
+                        continue
+                    rows.append(UsageRow(
+                        hour, item["tenant"]["S"], item["model"]["S"],
+                        {c: int(item.get(c, {}).get("N", 0)) for c in COUNTERS},
+                        {k[5:]: int(v["N"]) for k, v in item.items() if k.startswith("tool#")},
+                    ))
+            return rows
+
+        return await asyncio.to_thread(read)
+
+    async def log(self, start: int, end: int, limit: int,
+                  before: tuple[int, str] | None = None) -> list[dict[str, Any]]:
+        def read() -> list[dict[str, Any]]:
+            high = f"{before[0]:010d}#{before[1]}" if before else f"{end - 1:010d}~"
+            rows: list[dict[str, Any]] = []
+            for day in reversed(_days(start, end)):
+                page = self._call(
+                    "query", TableName=self.table_name, ConsistentRead=True,
+                    KeyConditionExpression="pk = :pk AND sk BETWEEN :lo AND :hi",
+                    ExpressionAttributeValues={":pk": _s(f"LOG#{day}"),
+                                               ":lo": _s(f"{start:010d}"), ":hi": _s(high)},
+                    ScanIndexForward=False, Limit=limit - len(rows) + 1,
+                )
+                for item in page.get("Items", []):
+                    if item["sk"]["S"] != high:
+                        rows.append(orjson.loads(item["row"]["S"]))
+                if len(rows) >= limit:
+                    break
+            return rows[:limit]
+
+        return await asyncio.to_thread(read)
+
+    async def log_row(self, response_id: str) -> dict[str, Any] | None:
+        def read() -> dict[str, Any] | None:
+            item = self._call(
+                "get_item", TableName=self.table_name, ConsistentRead=True,
+                Key={"pk": _s(f"USAGE#ID#{response_id}"), "sk": _s("U")},
+            ).get("Item")
+            return orjson.loads(item["row"]["S"]) if item else None
+
+        return await asyncio.to_thread(read)
+
+    async def conversations(self, limit: int, after: str | None = None
+                            ) -> list[dict[str, Any]]:
+        """A Scan of the table (no index holds conversations across tenants): an admin's
+        occasional look, read capacity in proportion to the table's size."""
+
+        def read() -> list[dict[str, Any]]:
+            found = []
+            kwargs: dict[str, Any] = {
+                "TableName": self.table_name, "FilterExpression": "sk = :c",
+                "ExpressionAttributeValues": {":c": _s("C")},
+            }
+            while True:
+                page = self._call("scan", **kwargs)
+                for item in page.get("Items", []):
+                    conv_id = item["pk"]["S"]
+                    if after is None or conv_id > after:
+                        found.append(_conversation(item))
+                if "LastEvaluatedKey" not in page:
+                    break
+                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+            found.sort(key=lambda c: c["id"])
+            return found[:limit]
+
+        return await asyncio.to_thread(read)
+
+    async def conversation(self, conversation_id: str) -> dict[str, Any] | None:
+        def read() -> dict[str, Any] | None:
+            item = self._call("get_item", TableName=self.table_name, ConsistentRead=True,
+                              Key={"pk": _s(conversation_id), "sk": _s("C")}).get("Item")
+            return None if item is None else _conversation(item)
+
+        return await asyncio.to_thread(read)
+
+    async def aclose(self) -> None:
+        """The client is the response store's: it closes it."""
+
+
+def _conversation(item: dict[str, Any]) -> dict[str, Any]:
+    return {"id": item["pk"]["S"], "api_key_id": item["tenant"]["S"],
+            "created_at": int(item["created"]["N"]), "metadata": orjson.loads(item["meta"]["S"])}
+
+
+def _days(start: int, end: int) -> list[str]:
+    """The UTC days ``[start, end)`` touches, oldest first."""
+    days = []
+    day = start - start % DAY
+    while day < end:
+        days.append(day_of(day))
+        day += DAY
+    return days
