@@ -80,15 +80,22 @@ class Options:
 
     @classmethod
     def of(cls, tool: Any, include: Sequence[str]) -> Options:
-        filters = getattr(tool, "filters", None)
-        domains = [_domain(d) for d in getattr(filters, "allowed_domains", None) or ()]
-        where = getattr(tool, "user_location", None)
+        filters = _field(tool, "filters")
+        domains = [_domain(d) for d in _field(filters, "allowed_domains") or ()
+                   if isinstance(d, str)]
+        where = _field(tool, "user_location")
         location = {k: v for k in ("country", "city", "region", "timezone")
-                    if isinstance(v := getattr(where, k, None), str) and v}
-        external = getattr(tool, "external_web_access", None)
-        return cls(context_size=getattr(tool, "search_context_size", None) or "medium",
+                    if isinstance(v := _field(where, k), str) and v}
+        external = _field(tool, "external_web_access")
+        size = _field(tool, "search_context_size")
+        return cls(context_size=size if size in CONTEXT else "medium",
                    allowed_domains=[d for d in domains if d], location=location,
                    live=external is not False, include_sources=SOURCES in include)
+
+
+def _field(value: Any, name: str) -> Any:
+    """A field of the request's tool param (a model, or the plain dict of a nested field)."""
+    return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
 
 
 def _domain(text: str) -> str:
