@@ -1442,6 +1442,7 @@ def test_sampling_and_identity_parameters() -> None:
         "user": "u1",
         "safety_identifier": "hash1",
         "prompt_cache_key": "pck",
+        "service_tier": "flex",  # issue 33: passed on (dialects drop it where refused)
         "stream": False,
     }
 

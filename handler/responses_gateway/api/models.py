@@ -72,7 +72,8 @@ async def list_models(request: Request) -> Response:
     gateway = gateway_of(request)
     settings = gateway.settings
     data = [{"id": name, "object": "model", "created": _STARTED, "owned_by": OWNER}
-            for name in dict.fromkeys([*settings.models, *settings.model_map])]
+            for name in dict.fromkeys([*settings.models, *settings.model_map,
+                                       *(settings.routes.routes if settings.routes else ())])]
     named = {entry["id"] for entry in data}
     cache: UpstreamModels = request.app.state.upstream_models
     data += [entry for entry in await cache.get(gateway) if entry["id"] not in named]

@@ -32,7 +32,15 @@ DROPPABLE = frozenset({
     "stream_options", "parallel_tool_calls", "user", "safety_identifier", "prompt_cache_key",
     "verbosity", "reasoning_effort", "logprobs", "top_logprobs", "temperature", "top_p",
     "presence_penalty", "frequency_penalty", "seed", "service_tier", "store", "metadata",
+    "prompt_cache_options", "prompt_cache_retention",
 })
+#: Reasoning levels for servers that know low/medium/high (vLLM, SGLang, llama.cpp and
+#: Ollama's gpt-oss templates, Groq, DeepSeek...): ``none`` is left out (such a server has no
+#: way to say it), the others go to the nearest level.
+THREE_EFFORTS: Mapping[str, str | None] = {"none": None, "minimal": "low", "xhigh": "high",
+                                            "max": "high"}
+#: OpenAI's own levels: everything the Responses API names but ``max``.
+OPENAI_EFFORTS: Mapping[str, str | None] = {"max": "xhigh"}
 #: The output limit goes by two names; a server that rejects one is sent the other.
 RENAMES = {"max_tokens": "max_completion_tokens", "max_completion_tokens": "max_tokens"}
 
@@ -60,6 +68,12 @@ class Dialect:
     tool_parameters: bool = True
     #: Header the API key also travels in (Azure's ``api-key``).
     key_header: str | None = None
+    #: Content parts may carry ``prompt_cache_breakpoint`` (OpenAI's chat API); elsewhere it
+    #: is taken off (a strict server would refuse the unknown field).
+    cache_breakpoints: bool = False
+    #: ``reasoning_effort`` levels this server does not take -> the one it is sent as (None:
+    #: left out). Most servers know ``low``/``medium``/``high`` only (docs/routing.md).
+    efforts: Mapping[str, str | None] = field(default_factory=lambda: THREE_EFFORTS)
 
     def prepare(self, body: dict[str, Any], learned: Learned | None = None) -> dict[str, Any]:
         """The body to send, a new dict: ``body`` is left as it was (a retry prepares it again)."""
@@ -68,6 +82,12 @@ class Dialect:
             if name != self.token_limit and name in out:
                 value = out.pop(name)
                 out.setdefault(self.token_limit, value)
+        effort = out.get("reasoning_effort")
+        if effort in self.efforts:
+            if self.efforts[effort] is None:
+                del out["reasoning_effort"]
+            else:
+                out["reasoning_effort"] = self.efforts[effort]
         drops = self.drops
         if learned is not None:
             for old, new in learned.renames.items():
@@ -86,6 +106,8 @@ class Dialect:
             out["tools"] = [_with_parameters(tool) for tool in out["tools"]]
         if not self.null_tool_content or self.short_tool_call_ids:
             out["messages"] = [self._message(m) for m in out.get("messages") or ()]
+        if not self.cache_breakpoints:
+            out["messages"] = [_without_breakpoints(m) for m in out.get("messages") or ()]
         return out
 
     def _message(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -116,6 +138,17 @@ class Dialect:
         return fmt
 
 
+def _without_breakpoints(message: dict[str, Any]) -> dict[str, Any]:
+    """The message without ``prompt_cache_breakpoint`` on its parts (a copy only if it had)."""
+    content = message.get("content")
+    if content.__class__ is not list or not any(
+            isinstance(p, dict) and "prompt_cache_breakpoint" in p for p in content):
+        return message
+    return {**message, "content": [
+        {k: v for k, v in p.items() if k != "prompt_cache_breakpoint"}
+        if isinstance(p, dict) else p for p in content]}
+
+
 def _with_parameters(tool: Any) -> Any:
     """A function tool always carries ``parameters``: llama-cpp-python and Ollama require it,
     and an empty object schema means to every server what an absent one means to OpenAI."""
@@ -140,7 +173,7 @@ _ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 
 GENERIC = Dialect("generic")
 _OPENAI = Dialect("openai", token_limit="max_completion_tokens", null_tool_content=True,
-                  tool_parameters=False)
+                  tool_parameters=False, cache_breakpoints=True, efforts=OPENAI_EFFORTS)
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (
     GENERIC,
@@ -154,13 +187,15 @@ DIALECTS: dict[str, Dialect] = {d.name: d for d in (
     Dialect("lmstudio", response_format="schema_only"),
     Dialect("tgi", response_format="value"),
     Dialect("litellm", null_tool_content=True),
-    Dialect("openrouter", null_tool_content=True),
+    Dialect("openrouter", null_tool_content=True, efforts=OPENAI_EFFORTS),
     Dialect("groq", token_limit="max_completion_tokens", null_tool_content=True,
             drops=frozenset({"logprobs", "top_logprobs"})),
     Dialect("deepseek"),
     Dialect("mistral", short_tool_call_ids=True,
             drops=frozenset({"stream_options", "user", "safety_identifier", "prompt_cache_key",
-                             "verbosity", "reasoning_effort", "logprobs", "top_logprobs"})),
+                             "verbosity", "reasoning_effort", "logprobs", "top_logprobs",
+                             "service_tier", "prompt_cache_options",
+                             "prompt_cache_retention"})),
     Dialect("together"),
     Dialect("fireworks"),
 )}

@@ -10,3 +10,6 @@ REGISTERED: dict[str, str] = {
     "bedrock": "responses_gateway.backends.bedrock:BedrockBackend",
 }
 KINDS: tuple[str, ...] = tuple(REGISTERED)
+#: A routed client model's backend key is this prefix and the model name (``route:claude``):
+#: backends/registry.py builds a backends/router.py Router for it (GATEWAY_ROUTES).
+ROUTE_PREFIX = "route:"

@@ -547,6 +547,16 @@ class ReasoningConfig(BaseModel):
     generate_summary: SummaryMode | None = None  # deprecated spelling of ``summary``
 
 
+class PromptCacheOptions(BaseModel):
+    """``prompt_cache_options``: the implicit breakpoint on or off, the minimum TTL."""
+
+    model_config = _PARAMS
+    mode: Literal["implicit", "explicit"] | None = None
+    ttl: Literal["30m", "12h"] | None = None
+    prewarm: bool | None = None
+    comparison_response_id: str | None = None
+
+
 class StreamOptions(BaseModel):
     model_config = _PARAMS
     include_obfuscation: bool | None = None
@@ -588,6 +598,7 @@ class CreateResponseRequest(BaseModel):
     safety_identifier: str | None = Field(default=None, max_length=128)
     prompt_cache_key: str | None = Field(default=None, max_length=64)
     prompt_cache_retention: Literal["in_memory", "in-memory", "24h"] | None = None
+    prompt_cache_options: PromptCacheOptions | None = None
     reasoning: ReasoningConfig | None = None
     text: TextConfig | None = None
     include: list[str] | None = None

@@ -299,6 +299,9 @@ class ResponseTranslator(CallItems, ReasoningItems):
                     raise TypeError("usage is not an object")
                 self._usage = usage
                 self._fragment_seen = None
+                tier = chunk.get("service_tier")
+                if tier.__class__ is str:  # the tier that served it, as the upstream says
+                    self.response["service_tier"] = tier
             return out
         except TranslationError as exc:
             out.extend(self.fail("upstream_protocol_error", str(exc)))

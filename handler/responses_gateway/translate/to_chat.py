@@ -26,7 +26,9 @@ The body is OpenAI's own form (``max_completion_tokens``, ``content: null`` besi
   ``"reasoning"`` for OpenRouter). Their text goes onto the next assistant message, and a sealed
   ``encrypted_content`` is opened with ``unseal`` into ``reasoning_details``.
 - ``user`` and ``safety_identifier`` are both passed on under their own names (OpenAI's chat
-  API takes both); ``metadata``, ``store``, ``truncation``, ``service_tier``, ``max_tool_calls``
+  API takes both), as are ``service_tier``, ``prompt_cache_key``, ``prompt_cache_retention``,
+  ``prompt_cache_options`` and an input part's ``prompt_cache_breakpoint`` (docs/routing.md:
+  what each backend makes of them); ``metadata``, ``store``, ``truncation``, ``max_tool_calls``
   are not sent. Fields the client did not set are omitted so upstream defaults apply, and
   function tools carry ``strict`` only when the client set it.
 """
@@ -207,6 +209,8 @@ _PASSTHROUGH = (
     "user",
     "safety_identifier",
     "prompt_cache_key",
+    "prompt_cache_retention",
+    "service_tier",
 )
 
 
@@ -215,6 +219,8 @@ def _add_options(body: dict[str, Any], req: CreateResponseRequest) -> None:
         value = getattr(req, name)
         if value is not None:
             body[name] = value
+    if req.prompt_cache_options is not None:
+        body["prompt_cache_options"] = req.prompt_cache_options.model_dump(exclude_none=True)
     if req.max_output_tokens is not None:
         body["max_completion_tokens"] = req.max_output_tokens
     if req.effort is not None:
@@ -507,7 +513,10 @@ class _Messages:
         parts = [_chat_part(part, f"{param}[{j}]") for j, part in enumerate(_parts(content, param))]
         if not parts:
             return ""
-        if len(parts) == 1 and parts[0]["type"] == "text":
+        for part, chat_part in zip(_parts(content, param), parts, strict=True):
+            if isinstance(part.get("prompt_cache_breakpoint"), dict):  # the chat API's too
+                chat_part["prompt_cache_breakpoint"] = part["prompt_cache_breakpoint"]
+        if len(parts) == 1 and parts[0].keys() == {"type", "text"}:
             return parts[0]["text"]
         return parts
 

@@ -29,6 +29,15 @@ MAX_IMAGES = 20
 MAX_DOCUMENTS = 5
 MAX_CACHE_POINTS = 4
 CACHE_POINT: Block = {"cachePoint": {"type": "default"}}
+#: Cache lifetimes a request may ask for -> the Bedrock TTL that keeps at least that long where
+#: Bedrock can (OpenAI's ``ttl`` is a minimum: "30m" needs "1h"; "12h" and the deprecated
+#: ``prompt_cache_retention: "24h"`` get the longest Bedrock has). Bedrock's own values pass.
+CACHE_TTLS = {"5m": "5m", "1h": "1h", "30m": "1h", "12h": "1h", "24h": "1h"}
+
+
+def cache_point(ttl: str | None = None) -> Block:
+    """A ``cachePoint`` block, with a ``ttl`` when one was asked for (else Bedrock's 5 m)."""
+    return {"cachePoint": {"type": "default", "ttl": ttl}} if ttl else dict(CACHE_POINT)
 START_TEXT = "(start of conversation)"
 DOCUMENT_TEXT = "(see the attached document)"
 EMPTY_RESULT = "(empty)"
@@ -58,6 +67,7 @@ class TurnBuilder:
         self.images = 0
         self.document_count = 0
         self.cache_points = 0
+        self.cache_ttl: str | None = None  # the request's TTL for every cache point it places
 
     # -- per message -----------------------------------------------------------------------
 
@@ -105,8 +115,10 @@ class TurnBuilder:
                                    param=p, code="unsupported_value")
             else:
                 raise GatewayError(400, f"Unsupported content part type {kind!r}.", param=p)
-            if part.get("cache_control") and blocks and self.take_cache_point():
-                blocks.append(dict(CACHE_POINT))
+            marked = part.get("prompt_cache_breakpoint") or part.get("cache_control")
+            if marked and blocks and self.take_cache_point():
+                own = marked.get("ttl") if isinstance(marked, Mapping) else None
+                blocks.append(cache_point(CACHE_TTLS.get(own or "") or self.cache_ttl))
         return blocks
 
     def _assistant_blocks(self, message: Mapping[str, Any]) -> list[Block]:
@@ -233,7 +245,7 @@ class TurnBuilder:
         if cache_last_user_turn:
             last_user = next(t for t in reversed(turns) if t["role"] == "user")
             if "cachePoint" not in last_user["content"][-1] and self.take_cache_point():
-                last_user["content"].append(dict(CACHE_POINT))
+                last_user["content"].append(cache_point(self.cache_ttl))
         return turns
 
 

@@ -16,10 +16,11 @@ from typing import Any
 from responses_gateway.backends.bedrock.images import Fetched, Kind
 from responses_gateway.backends.bedrock.media import is_remote
 from responses_gateway.backends.bedrock.messages import (
-    CACHE_POINT,
+    CACHE_TTLS,
     MAX_DOCUMENTS,
     MAX_IMAGES,
     TurnBuilder,
+    cache_point,
     too_many_images,
 )
 from responses_gateway.backends.bedrock.models import ModelInfo, model_info
@@ -27,11 +28,16 @@ from responses_gateway.backends.bedrock.names import ToolNames
 from responses_gateway.errors import GatewayError
 
 # Claude extended-thinking budgets per reasoning effort (budget_tokens >= 1024).
-CLAUDE_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576, "xhigh": 24576}
+CLAUDE_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576, "xhigh": 24576,
+                  "max": 32768}
 ANSWER_TOKENS = 4096  # room left for the answer when the client set no max
 NON_STREAM_MAX_TOKENS = 21333  # above this AWS requires streaming for Claude thinking
-_LEVELS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
-_SERVICE_TIERS = frozenset({"priority", "flex"})
+_LEVELS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high",
+           "max": "high"}
+# OpenAI's service_tier -> Converse's serviceTier.type; "auto" (and tiers Bedrock has no
+# match for: "scale", "ultrafast") send none, so Bedrock's standard tier serves.
+SERVICE_TIERS = {"priority": "priority", "fast": "priority", "default": "default",
+                 "flex": "flex"}
 _METADATA_VALUE = re.compile(r"[a-zA-Z0-9\s:_@$#=/+,\-.]{0,256}")
 JSON_OBJECT_INSTRUCTION = "Respond with a single valid JSON object and nothing else."
 DEFAULT_SCHEMA = {"type": "object", "properties": {}}
@@ -109,16 +115,23 @@ def build_converse_request(
     for tool in tools:  # declared tools claim their names before history does
         names((tool.get("function") or {}).get("name") or "")
     builder = TurnBuilder(model, names, flatten_tools=not use_tools, media_urls=media or {})
+    options = body.get("prompt_cache_options")
+    options = options if isinstance(options, Mapping) else {}
+    builder.cache_ttl = CACHE_TTLS.get(options.get("ttl") or "") or (
+        CACHE_TTLS["24h"] if body.get("prompt_cache_retention") == "24h" else None)
     for i, message in enumerate(body.get("messages") or ()):
-        builder.add(i, message)
+        builder.add(i, message)  # an input part's prompt_cache_breakpoint places a point
 
-    cache = bool(body.get("prompt_cache_key")) and model.supports_cache_point
+    # Where caching pays: after the system prompt and the tools, at the end of the history
+    # (the next turn reads it all back). ``mode: "explicit"`` keeps only the client's points.
+    cache = (bool(body.get("prompt_cache_key") or options) and model.supports_cache_point
+             and options.get("mode") != "explicit")
     kwargs: dict[str, Any] = {"modelId": model.model_id}
     system = builder.system
     if _json_object(body):
         system.append({"text": JSON_OBJECT_INSTRUCTION})
     if system and cache and builder.take_cache_point():
-        system.append(dict(CACHE_POINT))
+        system.append(cache_point(builder.cache_ttl))
     if system:
         kwargs["system"] = system
     kwargs["messages"] = builder.finish(cache_last_user_turn=cache)
@@ -133,7 +146,9 @@ def build_converse_request(
         kwargs["toolConfig"] = _tool_config(body, tools, names, model, extra,
                                             forced_ok=not thinking)
         if cache and model.caches_tools and builder.take_cache_point():
-            kwargs["toolConfig"]["tools"].append(dict(CACHE_POINT))
+            kwargs["toolConfig"]["tools"].append(cache_point(builder.cache_ttl))
+    if builder.cache_points:
+        _non_increasing_ttls(kwargs)
     _reasoning(effort, model, inference, extra, stream=stream)
     if inference:
         kwargs["inferenceConfig"] = inference
@@ -145,9 +160,29 @@ def build_converse_request(
     metadata = _request_metadata(body.get("metadata"))
     if metadata:
         kwargs["requestMetadata"] = metadata
-    if body.get("service_tier") in _SERVICE_TIERS:
-        kwargs["serviceTier"] = {"type": body["service_tier"]}
+    tier = SERVICE_TIERS.get(str(body.get("service_tier")))
+    if tier is not None:
+        kwargs["serviceTier"] = {"type": tier}
     return ConverseCall(kwargs=kwargs, model=model, tool_names=names.renamed())
+
+
+_TTL_ORDER = {"5m": 0, "1h": 1}
+
+
+def _non_increasing_ttls(kwargs: dict[str, Any]) -> None:
+    """Bedrock reads cache points in the order tools, system, messages and refuses a TTL
+    longer than one before it: a later point asking for more gets the earlier one's TTL."""
+    blocks = [*(kwargs.get("toolConfig") or {}).get("tools", ()), *kwargs.get("system", ()),
+              *(b for turn in kwargs["messages"] for b in turn["content"])]
+    ceiling = "1h"
+    for block in blocks:
+        point = block.get("cachePoint")
+        if point is None:
+            continue
+        ttl = point.get("ttl") or "5m"
+        if _TTL_ORDER[ttl] > _TTL_ORDER[ceiling]:
+            point["ttl"] = ceiling
+        ceiling = point.get("ttl") or "5m"
 
 
 def _loop_reasoning_intact(turns: list[dict[str, Any]]) -> bool:

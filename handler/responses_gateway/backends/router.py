@@ -1,0 +1,245 @@
+"""A routed model: one Backend in front of an ordered list of deployments, with fallback.
+
+:class:`Router` implements the Backend protocol, so a job runs a routed model as it runs any
+backend. ``stream`` tries the deployments in turn until one yields its first batch of chunks;
+a deployment that fails before that with a failure another deployment may not share (connect
+error, timeout, 429, 5xx: :func:`falls_back`) hands the request to the next one, with one log
+line naming both and the reason. Once a batch has been yielded the deployment is committed: a
+failure later ends the response ``failed`` with its partial output, as with one backend
+(sending it again elsewhere would show the client its output twice).
+
+Order: the list order, unless weights are given; then a weighted draw picks the order among
+the deployments with a weight above 0 (the others follow, in list order): weights spread load,
+the list still names the last resort. A deployment that failed ``cooldown_after`` times in a
+row is skipped for ``cooldown_seconds`` (unless every deployment is cooling down); one success
+clears it.
+
+Retries: a deployment that has another behind it is built with ``max_retries`` 0 unless its
+route entry sets one (the next deployment is the retry, and a 429's ``Retry-After`` wait would
+hold the request for nothing); a route of one deployment keeps ``GATEWAY_MAX_RETRIES``.
+
+Which deployment served a model turn goes into ``request.extra["deployment"]``: the HTTP layer
+sends it as ``x-gateway-deployment`` when it is known before the headers leave (docs/routing.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from responses_gateway.backends.base import Backend, BackendRequest, BaseBackend, Chunk
+from responses_gateway.backends.route_config import COOLDOWN_AFTER, COOLDOWN_SECONDS, Deployment
+from responses_gateway.errors import GatewayError, UpstreamError
+
+if TYPE_CHECKING:
+    from responses_gateway.config import Settings
+
+logger = logging.getLogger("responses_gateway.router")
+
+#: Where BackendRequest.extra names the deployment that answered (x-gateway-deployment).
+DEPLOYMENT = "deployment"
+_REASON_CHARS = 200
+
+
+def falls_back(exc: BaseException) -> bool:
+    """Whether another deployment may succeed where this one failed before any output: it
+    could not be reached or timed out, was rate limited (429) or failed on its side (5xx,
+    including the gateway's 502s for an unreachable or misconfigured upstream). A 4xx about
+    the request itself would fail everywhere."""
+    return isinstance(exc, UpstreamError) and (exc.status >= 500 or exc.status in (408, 429))
+
+
+def deployment_settings(settings: Settings, deployment: Deployment, *, alone: bool) -> Settings:
+    """The settings a deployment's backend is built from: the ``GATEWAY_*`` ones, with what the
+    deployment sets instead. A deployment with its own ``url`` gets only its own key."""
+    options = dict(deployment.options)
+    changes: dict[str, Any] = {"backend": deployment.kind}
+    if "url" in options:
+        changes.update(upstream_url=options["url"], upstream_api_key=deployment.api_key,
+                       upstream_dialect="auto")
+    elif deployment.api_key:
+        changes["upstream_api_key"] = deployment.api_key
+    if "dialect" in options:
+        changes["upstream_dialect"] = options["dialect"].lower()
+    if "region" in options:
+        changes["bedrock_region"] = options["region"]
+    if "endpoint_url" in options:
+        changes["bedrock_endpoint_url"] = options["endpoint_url"]
+    for key in ("connect_timeout", "read_timeout", "max_retries"):
+        if key in options:
+            changes[key] = options[key]
+    if "max_retries" not in options and not alone:
+        changes["max_retries"] = 0
+    return replace(settings, **changes)
+
+
+class _Health:
+    """One deployment's failures in a row, and until when it is skipped."""
+
+    __slots__ = ("failures", "until")
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.until = 0.0
+
+
+@dataclass(slots=True)
+class Routed:
+    """A deployment with its backend and its health."""
+
+    deployment: Deployment
+    backend: Backend
+    health: _Health
+
+
+class Router(BaseBackend):
+    """The deployments of one routed model, tried in turn until one answers."""
+
+    name = "router"
+
+    def __init__(
+        self,
+        route: str,
+        deployments: Sequence[tuple[Deployment, Backend]],
+        *,
+        cooldown_after: int = COOLDOWN_AFTER,
+        cooldown_seconds: float = COOLDOWN_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        if not deployments:
+            raise ValueError(f"route {route!r} has no deployments")
+        self.route = route
+        self.deployments = [Routed(d, b, _Health()) for d, b in deployments]
+        self._weighted = any(d.weight is not None for d, _ in deployments)
+        self.cooldown_after = cooldown_after
+        self.cooldown_seconds = cooldown_seconds
+        self._clock = clock
+        self._rng = rng
+
+    # -- the order of one request's attempts ------------------------------------------------
+
+    def order(self) -> list[Routed]:
+        """This request's attempts: weighted or listed order, cooling deployments left out
+        (all of them, if every one is cooling down: better a try than a certain failure)."""
+        ranked = self._drawn() if self._weighted else list(self.deployments)
+        now = self._clock()
+        ready = [r for r in ranked if r.health.until <= now]
+        return ready or ranked
+
+    def _drawn(self) -> list[Routed]:
+        """Weighted random order (Efraimidis-Spirakis keys) of the weighted deployments, then
+        the rest in list order."""
+        keyed: list[tuple[float, int]] = []
+        rest: list[Routed] = []
+        for i, routed in enumerate(self.deployments):
+            weight = routed.deployment.weight
+            if weight:  # None (unweighted beside weighted ones) and 0 go last
+                keyed.append((self._rng() ** (1.0 / weight), i))
+            else:
+                rest.append(routed)
+        keyed.sort(reverse=True)
+        return [self.deployments[i] for _, i in keyed] + rest
+
+    def _failed(self, routed: Routed) -> None:
+        health = routed.health
+        health.failures += 1
+        if health.failures >= self.cooldown_after:
+            health.until = self._clock() + self.cooldown_seconds
+
+    # -- streaming --------------------------------------------------------------------------
+
+    async def stream(self, request: BackendRequest) -> AsyncIterator[list[Chunk]]:
+        attempts = self.order()
+        for number, routed in enumerate(attempts):
+            deployment = routed.deployment
+            attempt = BackendRequest(body={**request.body, "model": deployment.model},
+                                     tenant=request.tenant, stream=request.stream,
+                                     extra=request.extra)
+            chunks = routed.backend.stream(attempt)
+            try:
+                first = await anext(chunks)
+            except StopAsyncIteration:
+                first = None
+            except BaseException as exc:
+                await _close(chunks)
+                if not falls_back(exc):
+                    raise
+                self._failed(routed)
+                if number + 1 == len(attempts):
+                    logger.warning("routed model: its last deployment failed", extra={
+                        "route": self.route, "deployment": deployment.name,
+                        **_reason(exc)})
+                    raise
+                logger.warning("routed model: deployment failed before any output, falling "
+                               "back", extra={"route": self.route, "deployment": deployment.name,
+                                              "next_deployment": attempts[number + 1]
+                                              .deployment.name, **_reason(exc)})
+                continue
+            routed.health.failures = 0
+            routed.health.until = 0.0
+            request.extra[DEPLOYMENT] = deployment.name
+            try:
+                if first is not None:
+                    yield first
+                    async for batch in chunks:
+                        yield batch
+            finally:
+                await _close(chunks)
+            return
+
+    # -- everything else the protocol declares, asked of the deployments --------------------
+
+    async def prepare(self, request: BackendRequest) -> None:
+        """Each backend's local work, once per backend kind (Bedrock's fetched media are
+        shared through ``request.extra`` by every Bedrock deployment)."""
+        done: set[type] = set()
+        for routed in self.deployments:
+            kind = type(routed.backend)
+            if kind not in done:
+                done.add(kind)
+                await routed.backend.prepare(request)
+
+    async def count_tokens(self, body: dict[str, Any]) -> int | None:
+        """Counted by the deployment that would be tried first."""
+        routed = self.order()[0]
+        return await routed.backend.count_tokens({**body, "model": routed.deployment.model})
+
+    async def context_window(self, model: str) -> int | None:
+        """The smallest window among the deployments that report one: any of them may serve
+        the request, so the input must fit each."""
+        windows = [await r.backend.context_window(r.deployment.model) for r in self.deployments]
+        known = [w for w in windows if w]
+        return min(known) if known else None
+
+    def reasoning_input(self, configured: str | None) -> str | None:
+        """What every deployment agrees on; otherwise the operator's setting (history is
+        rendered once, before it is known which deployment serves it)."""
+        answers = {r.backend.reasoning_input(configured) for r in self.deployments}
+        return answers.pop() if len(answers) == 1 else configured
+
+    async def list_models(self) -> list[dict[str, Any]]:
+        return []
+
+    async def aclose(self) -> None:
+        return None  # the deployments' backends belong to Backends, which closes them
+
+
+async def _close(chunks: AsyncIterator[list[Chunk]]) -> None:
+    aclose = getattr(chunks, "aclose", None)
+    if aclose is not None:
+        with contextlib.suppress(Exception):
+            await aclose()
+
+
+def _reason(exc: BaseException) -> dict[str, Any]:
+    """The failure as log fields: status, code, the (already redacted) message, shortened."""
+    if isinstance(exc, GatewayError):
+        return {"upstream_status": exc.status, "error_code": exc.code,
+                "reason": exc.message[:_REASON_CHARS]}
+    return {"reason": type(exc).__name__}
