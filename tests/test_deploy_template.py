@@ -48,6 +48,10 @@ NOT_PARAMETERS = {
     "GATEWAY_WEB_PAGE_MAX_BYTES": "an internal limit; its default fits Lambda memory",
     "GATEWAY_WEB_PAGE_TIMEOUT": "an internal limit under the response's own deadline",
     "GATEWAY_WEB_ALLOW_HOSTS": "private web pages only; empty (none) is the safe default",
+    "GATEWAY_IMAGE_API_KEY": "a secret: set GATEWAY_IMAGE_API_KEY_SECRET_ARN by hand when the "
+    "images server needs a key",
+    "GATEWAY_IMAGE_TIMEOUT": "an internal limit under the response's own deadline",
+    "GATEWAY_IMAGE_SEED": "a fixed seed for reproducible images; unset (random) by default",
     "GATEWAY_EMBEDDING_API_KEY": "a secret: set GATEWAY_EMBEDDING_API_KEY_SECRET_ARN by hand "
     "when the embedding endpoint needs a key other than the upstream's",
 }
