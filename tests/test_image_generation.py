@@ -269,3 +269,38 @@ def test_images_live_beside_the_sqlite_file(client: OpenAI, gateway: GatewayServ
     assert result.encode() not in db.read_bytes()  # the record holds a reference
     blobs = list(Path(f"{db}.blobs").rglob("*"))
     assert any(p.is_file() and p.read_bytes() == result.encode() for p in blobs)
+
+
+# -- the Agents SDK --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_agents_sdk_image_generation_tool(gateway: GatewayServer, stream: bool) -> None:
+    agents = pytest.importorskip("agents", reason="openai-agents is not installed (test extra)")
+    import asyncio
+
+    from openai import AsyncOpenAI
+
+    agents.set_tracing_disabled(True)
+    client = AsyncOpenAI(base_url=gateway.base_url, api_key="sk-test", max_retries=0)
+    agent = agents.Agent(
+        name="painter", instructions="Draw what you are asked.",
+        tools=[agents.ImageGenerationTool(tool_config={"type": "image_generation",
+                                                       "quality": "low"})],
+        model=agents.OpenAIResponsesModel(model="m", openai_client=client))
+    prompt = draw("a lighthouse", f"agents-{stream}")
+
+    async def run() -> Any:
+        if not stream:
+            return await agents.Runner.run(agent, prompt)
+        result = agents.Runner.run_streamed(agent, prompt)
+        async for _ in result.stream_events():
+            pass
+        return result
+
+    result = asyncio.run(run())
+    calls = [item.raw_item for item in result.new_items
+             if getattr(item.raw_item, "type", None) == "image_generation_call"]
+    assert len(calls) == 1 and calls[0].status == "completed"
+    assert png_info(base64.b64decode(calls[0].result))[:2] == (1024, 1024)
+    assert "was generated and shown to the user" in result.final_output
