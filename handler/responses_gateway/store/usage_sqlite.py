@@ -147,6 +147,8 @@ class SQLiteUsage(UsageStore):
             if refused is not None:
                 counts.admitted, counts.refused_by = False, refused
                 return counts
+            if windows.window is None:  # a budget alone: nothing counted per window
+                return counts
             c.execute(
                 "INSERT INTO usage_windows (tenant, width, idx, requests) VALUES (?, ?, ?, 1)"
                 " ON CONFLICT (tenant, width, idx) DO UPDATE SET requests = requests + 1",

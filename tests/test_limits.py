@@ -1,0 +1,172 @@
+"""Per-key limits (issue 34.2): requests and tokens per window and a token budget, from
+GATEWAY_LIMITS; past one, OpenAI's 429 with its x-ratelimit-* headers and retry-after, and
+openai-python's retry succeeds after the reset; two gateway processes sharing one DynamoDB
+table enforce one limit; the WebSocket's creates are limited too."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from openai import OpenAI
+from websockets.sync.client import connect
+
+from responses_gateway.api.limits import duration
+from responses_gateway.config import Settings, SettingsError
+from responses_gateway.limits import parse_limits
+from tests.helpers.gateway_process import GatewayProcess
+from tests.helpers.gateway_server import GatewayServer
+from tests.helpers.moto_server import aws_env, create_dynamodb_table, moto_server, use_moto
+from tests.helpers.scripted_upstream import ScriptedUpstream
+
+KEY = "sk-limited-key-0123456789"
+OTHER = "sk-other-key-0123456789"
+TENANT = "t_" + hashlib.sha256(KEY.encode()).hexdigest()[:32]
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[ScriptedUpstream]:
+    with ScriptedUpstream() as up:
+        yield up
+
+
+def gateway(upstream: ScriptedUpstream, tmp_path: Path, limits: dict[str, object],
+            store: str | None = None) -> GatewayServer:
+    return GatewayServer(Settings(
+        upstream_url=upstream.base_url, store=store or f"sqlite:{tmp_path / 'g.db'}",
+        api_keys=(KEY, OTHER), limits=parse_limits(json.dumps(limits)),
+    ))
+
+
+def at_window_start(width: int, need: float = 4.0) -> None:
+    """Wait, if need be, until the window has ``need`` seconds left, so a burst does not
+    straddle two windows."""
+    while width - time.time() % width < need:
+        time.sleep(0.02)
+
+
+def create(base_url: str, key: str = KEY) -> httpx.Response:
+    return httpx.post(base_url + "/responses", json={"model": "m", "input": "hello"},
+                      headers={"Authorization": f"Bearer {key}"}, timeout=30)
+
+
+def test_a_burst_past_the_requests_limit_gets_openais_429(
+    upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    with gateway(upstream, tmp_path, {"t_" + "0" * 32: {"requests_per_minute": 1},
+                                      TENANT: {"requests_per_minute": 3}}) as gw:
+        at_window_start(60)
+        answers = [create(gw.base_url) for _ in range(5)]
+        assert [a.status_code for a in answers] == [200, 200, 200, 429, 429]
+        for n, answer in enumerate(answers[:3]):
+            assert answer.headers["x-ratelimit-limit-requests"] == "3"
+            assert answer.headers["x-ratelimit-remaining-requests"] == str(2 - n)
+            assert answer.headers["x-ratelimit-reset-requests"].endswith("s")
+        refused = answers[3]
+        assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+        assert refused.json()["error"]["type"] == "requests"
+        assert "Limit 3, Used 3" in refused.json()["error"]["message"]
+        assert refused.headers["x-ratelimit-remaining-requests"] == "0"
+        assert 1 <= int(refused.headers["retry-after"]) <= 60
+        assert refused.headers["x-request-id"]
+        # Another key has its own window (the default rule: none here).
+        assert create(gw.base_url, OTHER).status_code == 200
+        assert "x-ratelimit-limit-requests" not in create(gw.base_url, OTHER).headers
+
+
+def test_openai_python_retries_after_the_reset(upstream: ScriptedUpstream,
+                                               tmp_path: Path) -> None:
+    with gateway(upstream, tmp_path,
+                 {"default": {"requests_per_minute": 2, "window_seconds": 3}}) as gw:
+        at_window_start(3, need=2.5)
+        no_retry = OpenAI(base_url=gw.base_url, api_key=KEY, max_retries=0)
+        no_retry.responses.create(model="m", input="one")
+        no_retry.responses.create(model="m", input="two")
+        with pytest.raises(openai.RateLimitError) as refused:
+            no_retry.responses.create(model="m", input="three")
+        assert refused.value.response.headers["x-ratelimit-remaining-requests"] == "0"
+        started = time.monotonic()
+        retrying = OpenAI(base_url=gw.base_url, api_key=KEY, max_retries=3)
+        response = retrying.responses.create(model="m", input="four")
+        assert response.status == "completed"
+        assert time.monotonic() - started >= 1.5  # it waited for the next window
+
+
+def test_tokens_per_minute_and_the_budget(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    with gateway(upstream, tmp_path, {"default": {"tokens_per_minute": 5},
+                                      TENANT: {"tokens_per_minute": 0,
+                                               "tokens_per_period": 5, "period": "day"}}) as gw:
+        at_window_start(60)
+        first = create(gw.base_url, OTHER)
+        assert first.status_code == 200
+        spent = first.json()["usage"]["total_tokens"]
+        assert spent > 5
+        second = create(gw.base_url, OTHER)  # the window's tokens are counted as it ends
+        assert second.status_code == 429
+        assert second.json()["error"]["type"] == "tokens"
+        assert second.headers["x-ratelimit-limit-tokens"] == "5"
+        assert second.headers["x-ratelimit-remaining-tokens"] == "0"
+        # The budget: one response spends past it, the next is OpenAI's insufficient_quota.
+        assert create(gw.base_url).status_code == 200
+        over = create(gw.base_url)
+        assert over.status_code == 429
+        assert over.json()["error"]["code"] == "insufficient_quota"
+        assert over.headers["x-ratelimit-limit-tokens"] == "5"
+
+
+def test_websocket_creates_are_limited(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    with gateway(upstream, tmp_path, {"default": {"requests_per_minute": 1}}) as gw:
+        at_window_start(60)
+        url = gw.base_url.replace("http", "ws") + "/responses"
+        events = []
+        for _ in range(2):  # one connection each: the second is not refused as in progress
+            with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
+                ws.send(json.dumps({"type": "response.create", "model": "m", "input": "hi"}))
+                while True:
+                    event = json.loads(ws.recv(timeout=20))
+                    events.append(event)
+                    if event["type"] in ("response.completed", "error"):
+                        break
+        assert events[-1]["type"] == "error"
+        assert events[-1]["error"]["code"] == "rate_limit_exceeded"
+        assert any(e["type"] == "response.completed" for e in events)
+
+
+def test_two_processes_sharing_one_table_enforce_one_limit(
+    upstream: ScriptedUpstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with moto_server() as endpoint:
+        use_moto(monkeypatch, endpoint)
+        table = create_dynamodb_table()
+        env = {**aws_env(endpoint), "GATEWAY_UPSTREAM_URL": upstream.base_url,
+               "GATEWAY_STORE": f"dynamodb:{table}", "GATEWAY_API_KEYS": KEY,
+               "GATEWAY_LIMITS": json.dumps({"default": {"requests_per_minute": 7}})}
+        with GatewayProcess(env, tmp_path) as one, GatewayProcess(env, tmp_path) as two:
+            at_window_start(60)
+            urls = [one.url + "/v1", two.url + "/v1"] * 8
+            with ThreadPoolExecutor(8) as pool:
+                codes = list(pool.map(lambda url: create(url).status_code, urls))
+        assert sorted(codes) == [200] * 7 + [429] * 9
+
+
+def test_limits_setting_is_checked_at_start() -> None:
+    with pytest.raises(SettingsError, match="GATEWAY_LIMITS"):
+        Settings.from_env({"GATEWAY_LIMITS": json.dumps({"sk-raw-key": {}})})
+    with pytest.raises(SettingsError, match="requests_per_minute"):
+        Settings.from_env({"GATEWAY_LIMITS": '{"default": {"requests_per_minute": -1}}'})
+    rule = Settings.from_env({"GATEWAY_LIMITS": json.dumps(
+        {"default": {"tokens_per_minute": 9}, TENANT: {"requests_per_minute": 2}})}).limits
+    assert rule.for_tenant(TENANT).tokens_per_minute == 9  # a key's entry keeps the default's
+    assert rule.for_tenant("t_other").requests_per_minute == 0
+
+
+def test_reset_durations_as_openai_spells_them() -> None:
+    assert [duration(s) for s in (0.02, 1, 1.2, 59, 360, 3723)] == [
+        "20ms", "1s", "2s", "59s", "6m0s", "1h2m3s"]
