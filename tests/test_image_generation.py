@@ -304,3 +304,24 @@ def test_agents_sdk_image_generation_tool(gateway: GatewayServer, stream: bool) 
     assert len(calls) == 1 and calls[0].status == "completed"
     assert png_info(base64.b64decode(calls[0].result))[:2] == (1024, 1024)
     assert "was generated and shown to the user" in result.final_output
+
+
+def test_mask_inpaints_on_bedrock(client: OpenAI, bedrock_images: FakeBedrockImages) -> None:
+    """OpenAI's mask (transparent = change) reaches Bedrock as its maskImage (black =
+    change), with the image from the previous response."""
+    from tests.helpers.image_servers import grey_rows, rgba_png
+
+    first = check_response(client.responses.create(
+        model="m", input=draw("a lighthouse", "mask-1"), tools=[{"type": "image_generation"}]))
+    mask = "data:image/png;base64," + base64.b64encode(rgba_png(64, 64, 16)).decode()
+    night = check_response(client.responses.create(
+        model="m", input=draw("a night sky", "mask-2", edit=True),
+        tools=[{"type": "image_generation", "input_image_mask": {"image_url": mask}}],
+        previous_response_id=first["id"]))
+    assert image_call(night)["status"] == "completed"
+    sent = bedrock_images.invocations[-1].body
+    assert sent["taskType"] == "INPAINTING"
+    assert sent["inpaintingParams"]["image"] == image_call(first)["result"]
+    rows = grey_rows(base64.b64decode(sent["inpaintingParams"]["maskImage"]))
+    assert rows[0] == bytes(64) and rows[15] == bytes(64)  # black: the area to change
+    assert rows[16] == b"\xff" * 64 and rows[63] == b"\xff" * 64

@@ -64,6 +64,29 @@ def png(width: int, height: int, rgb: tuple[int, int, int], noise_rows: int = 0,
             + _chunk(b"IDAT", zlib.compress(b"".join(rows), 9)) + _chunk(b"IEND", b""))
 
 
+def rgba_png(width: int, height: int, transparent_rows: int) -> bytes:
+    """An RGBA PNG (filter 1, "sub", as encoders write) whose first rows are fully transparent:
+    an OpenAI inpainting mask for the top of the image."""
+    rows = []
+    for y in range(height):
+        alpha = 0 if y < transparent_rows else 255
+        pixels = bytes([0, 0, 0, alpha]) * width
+        filtered = bytes((pixels[i] - (pixels[i - 4] if i >= 4 else 0)) & 0xFF
+                         for i in range(len(pixels)))
+        rows.append(b"\x01" + filtered)
+    return (PNG_SIGNATURE + _chunk(b"IHDR", struct.pack("!IIBBBBB", width, height, 8, 6, 0, 0, 0))
+            + _chunk(b"IDAT", zlib.compress(b"".join(rows))) + _chunk(b"IEND", b""))
+
+
+def grey_rows(data: bytes) -> list[bytes]:
+    """The rows of an 8-bit greyscale PNG written with filter 0 (the gateway's masks)."""
+    width, height = struct.unpack("!II", data[16:24])
+    assert data[25] == 0, "not greyscale"
+    (length,) = struct.unpack("!I", data[33:37])
+    raw = zlib.decompress(data[41:41 + length])
+    return [raw[y * (width + 1) + 1:(y + 1) * (width + 1)] for y in range(height)]
+
+
 def png_info(data: bytes) -> tuple[int, int, tuple[int, int, int]]:
     """(width, height, colour of the last row's first pixel) of a PNG made by :func:`png`."""
     assert data.startswith(PNG_SIGNATURE), "not a PNG"

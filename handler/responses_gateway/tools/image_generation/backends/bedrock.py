@@ -30,6 +30,7 @@ from responses_gateway.tools.image_generation.backends.base import (
     Partial,
     unsupported,
 )
+from responses_gateway.tools.image_generation.backends.masks import bedrock_mask
 from responses_gateway.tools.image_generation.params import ImageParams, dimensions
 
 if TYPE_CHECKING:
@@ -142,9 +143,9 @@ class BedrockImages(ImageBackend):
                     "imageGenerationConfig": config}
         image = base64.b64encode(drawing.image).decode()
         if drawing.mask is not None:
+            mask = base64.b64encode(bedrock_mask(drawing.mask)).decode()
             return {"taskType": "INPAINTING",
-                    "inpaintingParams": {"image": image, "text": text,
-                                         "maskImage": base64.b64encode(drawing.mask).decode()},
+                    "inpaintingParams": {"image": image, "text": text, "maskImage": mask},
                     "imageGenerationConfig": config}
         return {"taskType": "IMAGE_VARIATION",
                 "imageVariationParams": {"images": [image], "text": text,
