@@ -325,3 +325,50 @@ def test_mask_inpaints_on_bedrock(client: OpenAI, bedrock_images: FakeBedrockIma
     rows = grey_rows(base64.b64decode(sent["inpaintingParams"]["maskImage"]))
     assert rows[0] == bytes(64) and rows[15] == bytes(64)  # black: the area to change
     assert rows[16] == b"\xff" * 64 and rows[63] == b"\xff" * 64
+
+
+def test_stability_on_bedrock(bedrock_images: FakeBedrockImages) -> None:
+    """Stability's body: sizes as aspect ratios, SD3.5 Large edits (image-to-image), the
+    content filter as a finish reason; Core neither edits nor takes a mask."""
+    import asyncio
+
+    from responses_gateway.config import Settings
+    from responses_gateway.errors import GatewayError
+    from responses_gateway.tools.image_generation.backends.base import Drawing, ImageFailure
+    from responses_gateway.tools.image_generation.backends.bedrock import BedrockImages
+    from responses_gateway.tools.image_generation.params import ImageParams
+    from tests.helpers.image_servers import STABILITY_SD35
+
+    def backend(model: str) -> Any:
+        return BedrockImages.from_settings(Settings(
+            image_backend="bedrock", image_model=model, bedrock_region="us-east-1",
+            bedrock_endpoint_url=bedrock_images.url))
+
+    async def steps(b: Any, drawing: Drawing) -> Any:
+        return [step async for step in b.draw(drawing)]
+
+    sd35 = backend(STABILITY_SD35)
+    params = ImageParams.of({"size": "1536x1024", "output_format": "jpeg"}, "tools[0]")
+    sd35.check(params, editing=False)
+    [drawn] = asyncio.run(steps(sd35, Drawing("a lighthouse", params)))
+    assert bedrock_images.invocations[-1].body == {
+        "prompt": "a lighthouse", "output_format": "jpeg", "aspect_ratio": "3:2"}
+    assert drawn.size == "1216x832" and drawn.output_format == "jpeg"
+    source = base64.b64decode(drawn.b64)
+    [edited] = asyncio.run(steps(sd35, Drawing("make it night", params, image=source)))
+    sent = bedrock_images.invocations[-1].body
+    assert sent["mode"] == "image-to-image" and base64.b64decode(sent["image"]) == source
+    assert colour_of(edited.b64) == colour_for("night", png_info(source)[2])
+    with pytest.raises(ImageFailure) as caught:
+        asyncio.run(steps(sd35, Drawing("a forbidden thing", params)))
+    assert caught.value.code == "moderation_blocked"
+
+    core = backend("stability.stable-image-core-v1:1")
+    assert not core.edits and sd35.edits
+    for fields, param in (({"action": "edit"}, "action"), ({"size": "1000x999"}, "size"),
+                          ({"output_format": "webp"}, "output_format"),
+                          ({"input_image_mask": {"image_url": "data:image/png;base64,iVBO"}},
+                           "input_image_mask")):
+        with pytest.raises(GatewayError) as refused:
+            core.check(ImageParams.of(fields, "tools[2]"), editing=False)
+        assert refused.value.param == f"tools[2].{param}"

@@ -32,6 +32,9 @@ from urllib.parse import unquote
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 NOVA = "amazon.nova-canvas-v1:0"
 TITAN = "amazon.titan-image-generator-v2:0"
+STABILITY_SD35 = "stability.sd3-5-large-v1:0"
+STABILITY = (STABILITY_SD35, "stability.stable-image-core-v1:1",
+             "stability.stable-image-ultra-v1:1")
 TITAN_SIZES = {
     (1024, 1024), (768, 768), (512, 512), (768, 1152), (384, 576), (1152, 768), (576, 384),
     (768, 1280), (384, 640), (1280, 768), (640, 384), (896, 1152), (448, 576), (1152, 896),
@@ -176,6 +179,8 @@ class FakeBedrockImages:
     # -- Bedrock's checks and the answer -------------------------------------------------------
 
     def answer(self, model_id: str, body: Any) -> dict[str, Any]:
+        if model_id in STABILITY:
+            return self.stability(model_id, body)
         if model_id not in (NOVA, TITAN):
             raise LookupError(f"Model {model_id} not found")
         titan = model_id == TITAN
@@ -251,6 +256,53 @@ class FakeBedrockImages:
         image = png(width, height, colour, self.noise_rows, seed=text)
         return {"images": [base64.b64encode(image).decode()] * config.get("numberOfImages", 1),
                 "error": None}
+
+
+    def stability(self, model_id: str, body: Any) -> dict[str, Any]:
+        """Stability's request checks: prompt, aspect_ratio (text-to-image only), mode,
+        image + strength (image-to-image, SD3.5 Large only), output_format, seed."""
+        if not isinstance(body, dict):
+            raise Invalid("Malformed input request: expected type: JSONObject")
+        edits = model_id == STABILITY_SD35
+        _keys(body, {"prompt", "negative_prompt", "aspect_ratio", "output_format", "seed",
+                     "mode", "image", "strength"} if edits
+              else {"prompt", "negative_prompt", "aspect_ratio", "output_format", "seed"}, "")
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str) or not 1 <= len(prompt) <= 10_000:
+            raise Invalid("Malformed input request: #/prompt: expected minLength: 1")
+        mode = body.get("mode", "text-to-image")
+        ratios = {"16:9": (1344, 768), "1:1": (1024, 1024), "21:9": (1536, 640),
+                  "2:3": (832, 1216), "3:2": (1216, 832), "4:5": (896, 1088),
+                  "5:4": (1088, 896), "9:16": (768, 1344), "9:21": (640, 1536)}
+        source = None
+        if mode == "image-to-image":
+            if "aspect_ratio" in body:
+                raise Invalid("aspect_ratio is not allowed with image-to-image")
+            source = _decode_image(body.get("image"))
+            strength = body.get("strength")
+            if source is None or not isinstance(strength, (int, float)) or not 0 <= strength <= 1:
+                raise Invalid("image-to-image needs a valid image and a strength 0-1")
+            size = png_info(source)[:2]
+        elif mode == "text-to-image":
+            if "image" in body or "strength" in body:
+                raise Invalid("image and strength are for image-to-image")
+            ratio = body.get("aspect_ratio", "1:1")
+            if ratio not in ratios:
+                raise Invalid(f"#/aspect_ratio: {ratio} is not a valid enum value")
+            size = ratios[ratio]
+        else:
+            raise Invalid(f"#/mode: {mode} is not a valid enum value")
+        if body.get("output_format", "png") not in ("png", "jpeg"):
+            raise Invalid("#/output_format: not a valid enum value")
+        seed = body.get("seed", 0)
+        if not isinstance(seed, int) or not 0 <= seed <= 4_294_967_294:
+            raise Invalid("#/seed: out of range")
+        if "forbidden" in prompt.lower():
+            return {"seeds": [seed], "finish_reasons": ["Filter reason: prompt"], "images": []}
+        colour = colour_for(prompt, png_info(source)[2] if source else None)
+        image = png(size[0], size[1], colour, self.noise_rows, seed=prompt)
+        return {"seeds": [seed], "finish_reasons": [None],
+                "images": [base64.b64encode(image).decode()]}
 
 
 def _keys(obj: dict[str, Any], allowed: set[str], where: str) -> None:

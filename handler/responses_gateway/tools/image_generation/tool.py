@@ -93,7 +93,7 @@ class ImageGenerationTool(ServerTool):
             "description": "A full description of the image to draw, or of the change to "
                            "make when editing."}}
         required = ["prompt"]
-        if self.source is not None and self.params.action == "auto":
+        if self.source is not None and self.params.action == "auto" and self.backend.edits:
             properties["edit"] = {
                 "type": "boolean",
                 "description": "true to change the latest image in the conversation, false "
@@ -128,7 +128,7 @@ class ImageGenerationTool(ServerTool):
     async def run(self, call: ServerCall, items: ItemWriter) -> AsyncIterator[list[Event]]:
         prompt, edit = _arguments(call.arguments)
         params = self.params
-        editing = self.source is not None and (
+        editing = self.source is not None and self.backend.edits and (
             params.action == "edit" or (params.action == "auto" and edit))
         item: dict[str, Any] = {"id": ids.new_id(ids.IMAGE_GENERATION_CALL), "type": ITEM,
                                 "status": "in_progress", "result": None}

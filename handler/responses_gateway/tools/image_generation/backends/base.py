@@ -83,6 +83,8 @@ class ImageBackend:
     name = "image"
     #: whether ``draw`` can yield intermediate images (``partial_images``)
     partials = False
+    #: whether it can edit an image (else the model is never offered ``edit``)
+    edits = True
 
     def check(self, params: ImageParams, *, editing: bool) -> None:
         """Raise OpenAI's 400 for a parameter this backend cannot honour."""

@@ -67,7 +67,14 @@ class BedrockImages(ImageBackend):
 
     @classmethod
     def from_settings(cls, settings: Settings) -> BedrockImages:
-        return cls(settings.image_model or NOVA_CANVAS, region=settings.bedrock_region,
+        model = settings.image_model or NOVA_CANVAS
+        if "stability." in model:  # a model id or a Region's inference profile of one
+            from responses_gateway.tools.image_generation.backends.bedrock_stability import (
+                StabilityImages,
+            )
+
+            cls = StabilityImages
+        return cls(model, region=settings.bedrock_region,
                    endpoint_url=settings.bedrock_endpoint_url,
                    timeout=settings.image_timeout, connect_timeout=settings.connect_timeout,
                    max_attempts=settings.max_retries + 1, seed=settings.image_seed)
@@ -160,6 +167,10 @@ class BedrockImages(ImageBackend):
             raise
         except Exception as exc:
             raise _failure(exc) from None
+        yield self.drawn(answer, drawing)
+
+    def drawn(self, answer: dict[str, Any], drawing: Drawing) -> Drawn:
+        """The model's answer as the image and the parameters it was made with."""
         images = answer.get("images")
         if answer.get("error") or not isinstance(images, list) or not images or not isinstance(
                 images[0], str):
@@ -167,7 +178,7 @@ class BedrockImages(ImageBackend):
                                .rstrip(": "), code="image_generation_failed")
         params = drawing.params
         width, height = size_of(params)
-        yield Drawn(images[0], size=f"{width}x{height}",
+        return Drawn(images[0], size=f"{width}x{height}",
                     quality="high" if params.quality in ("high", "xhigh", "max") else (
                         "medium" if params.quality == "auto" else params.quality),
                     output_format="png", background="opaque", revised_prompt=drawing.prompt)
