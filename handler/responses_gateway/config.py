@@ -130,6 +130,7 @@ class Settings:
     files_bucket: str | None = None
     max_file_bytes: int = 512 * 1024 * 1024
     max_tenant_file_bytes: int = 10 * 1024 * 1024 * 1024
+    max_upload_part_bytes: int = 64 * 1024 * 1024  # one part of the Uploads API (OpenAI's)
     max_vector_store_files: int = 10_000
     embedding_url: str | None = None  # OpenAI-compatible /v1 base; unset: GATEWAY_UPSTREAM_URL
     embedding_api_key: str | None = field(default=None, repr=False)
@@ -273,6 +274,8 @@ class Settings:
             max_file_bytes=count("GATEWAY_MAX_FILE_BYTES", cls.max_file_bytes),
             max_tenant_file_bytes=count("GATEWAY_MAX_TENANT_FILE_BYTES",
                                         cls.max_tenant_file_bytes),
+            max_upload_part_bytes=count("GATEWAY_MAX_UPLOAD_PART_BYTES",
+                                        cls.max_upload_part_bytes),
             max_vector_store_files=count("GATEWAY_MAX_VECTOR_STORE_FILES",
                                          cls.max_vector_store_files),
             embedding_url=_upstream_url(get("GATEWAY_EMBEDDING_URL"))

@@ -22,11 +22,14 @@ MCP_CALL = "mcp_"
 MCP_APPROVAL_REQUEST = "mcpr_"
 MCP_APPROVAL_RESPONSE = "mcpa_"
 WEB_SEARCH_CALL = "ws_"
+FILE_SEARCH_CALL = "fs_"
 COMPACTION = "cmp_"
 IMAGE_GENERATION_CALL = "ig_"
 FILE = "file-"
 VECTOR_STORE = "vs_"
 VECTOR_STORE_FILE_BATCH = "vsfb_"
+UPLOAD = "upload_"
+UPLOAD_PART = "part_"
 
 
 def new_id(prefix: str) -> str:

@@ -1,22 +1,24 @@
 """The Files API (``/v1/files…``): multipart upload within ``GATEWAY_MAX_FILE_BYTES`` (counted
 as the body streams in), list with ``purpose`` / ``order`` / ``after`` / ``limit``, retrieve,
-content, delete. Every call is scoped to the caller's tenant; another tenant's id is a 404."""
+content, delete; and the Uploads API (``/v1/uploads…``: create, parts, complete, cancel) for
+files sent in parts. Every call is scoped to the caller's tenant; another tenant's id is a 404."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
 from starlette.responses import Response
 
-from responses_gateway.api.common import JSON, int_param, tenant_of
+from responses_gateway.api.common import JSON, gateway_of, int_param, json_body, tenant_of
 from responses_gateway.errors import invalid_request, missing_parameter
 
 if TYPE_CHECKING:
     from responses_gateway.files.service import Files
+    from responses_gateway.files.uploads import Uploads
 
 MAX_LIST_LIMIT = 10_000  # OpenAI: 1 to 10,000, default 10,000
 MULTIPART_OVERHEAD = 64 * 1024  # boundaries and the small fields beside the file
@@ -26,22 +28,13 @@ _build_lock = threading.Lock()
 def files_of(request: Request) -> Files:
     """The app's file storage, built from its settings on first use (a deployment that never
     serves files never imports the engines)."""
-    state = request.app.state
-    files = getattr(state, "files", None)
-    if files is None:
-        with _build_lock:
-            files = getattr(state, "files", None)
-            if files is None:
-                from responses_gateway.files.build import build_files
-
-                files = state.files = build_files(state.settings)
-    return files
+    return gateway_of(request).files
 
 
 async def create_file(request: Request) -> Response:
     tenant = tenant_of(request)
     files = files_of(request)
-    form = await _form(request, files)
+    form = await _form(request, files.check_size)
     upload = form.get("file")
     if not isinstance(upload, UploadFile):
         raise missing_parameter("file")
@@ -63,7 +56,7 @@ async def create_file(request: Request) -> Response:
     return JSON(record.to_object())
 
 
-async def _form(request: Request, files: Files) -> FormData:
+async def _form(request: Request, check_size: Callable[[int], None]) -> FormData:
     from starlette.formparsers import MultiPartException, MultiPartParser
 
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
@@ -71,13 +64,13 @@ async def _form(request: Request, files: Files) -> FormData:
             "Invalid Content-Type header (expected multipart/form-data).", code="invalid_type")
     declared = request.headers.get("content-length")
     if declared and declared.isdigit():
-        files.check_size(max(0, int(declared) - MULTIPART_OVERHEAD))
+        check_size(max(0, int(declared) - MULTIPART_OVERHEAD))
 
     async def bounded() -> AsyncIterator[bytes]:
         received = 0
         async for piece in request.stream():
             received += len(piece)
-            files.check_size(max(0, received - MULTIPART_OVERHEAD))
+            check_size(max(0, received - MULTIPART_OVERHEAD))
             yield piece
 
     try:
@@ -127,10 +120,63 @@ async def delete_file(request: Request) -> Response:
     return JSON({"id": file_id, "object": "file", "deleted": True})
 
 
+def uploads_of(request: Request) -> Uploads:
+    state = request.app.state
+    uploads = getattr(state, "uploads", None)
+    if uploads is None:
+        files = files_of(request)
+        with _build_lock:
+            uploads = getattr(state, "uploads", None)
+            if uploads is None:
+                from responses_gateway.files.build import build_uploads
+
+                uploads = state.uploads = build_uploads(state.settings, files)
+    return uploads
+
+
+async def create_upload(request: Request) -> Response:
+    tenant = tenant_of(request)
+    body = await json_body(request)
+    if not isinstance(body, dict):
+        raise invalid_request("The request body must be a JSON object.", code="invalid_type")
+    return JSON((await uploads_of(request).create(tenant, body)).to_object())
+
+
+async def add_upload_part(request: Request) -> Response:
+    tenant = tenant_of(request)
+    uploads = uploads_of(request)
+    form = await _form(request, uploads.check_part_size)
+    data = form.get("data")
+    if not isinstance(data, UploadFile):
+        raise missing_parameter("data")
+    part = await uploads.add_part(tenant, request.path_params["upload_id"], await data.read())
+    return JSON(part)
+
+
+async def complete_upload(request: Request) -> Response:
+    tenant = tenant_of(request)
+    body = await json_body(request)
+    if not isinstance(body, dict):
+        raise invalid_request("The request body must be a JSON object.", code="invalid_type")
+    record, file = await uploads_of(request).complete(
+        tenant, request.path_params["upload_id"], body)
+    return JSON(record.to_object(file))
+
+
+async def cancel_upload(request: Request) -> Response:
+    tenant = tenant_of(request)
+    record = await uploads_of(request).cancel(tenant, request.path_params["upload_id"])
+    return JSON(record.to_object())
+
+
 ROUTES: list[tuple[str, Any, str]] = [
     ("/v1/files", create_file, "POST"),
     ("/v1/files", list_files, "GET"),
     ("/v1/files/{file_id}", retrieve_file, "GET"),
     ("/v1/files/{file_id}", delete_file, "DELETE"),
     ("/v1/files/{file_id}/content", file_content, "GET"),
+    ("/v1/uploads", create_upload, "POST"),
+    ("/v1/uploads/{upload_id}/parts", add_upload_part, "POST"),
+    ("/v1/uploads/{upload_id}/complete", complete_upload, "POST"),
+    ("/v1/uploads/{upload_id}/cancel", cancel_upload, "POST"),
 ]

@@ -1,7 +1,9 @@
 """Files in AWS: bytes in S3 (``GATEWAY_FILES_BUCKET``, key ``<tenant>/<file id>``), records in
 the gateway's DynamoDB table, one partition per tenant: ``pk = files#<tenant>`` holds a row
 ``F#<file id>`` per file and the row ``U`` with the tenant's byte total (moved in the same
-transaction as a file's row, under a condition that keeps it within the bound)."""
+transaction as a file's row, under a condition that keeps it within the bound), and a row
+``UP#<upload id>`` per Upload (its ``expires_at`` is the table's TTL: gone some time after
+the hour it lives). An Upload's parts are objects under ``uploads/<tenant>/<upload id>/``."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import threading
 from typing import Any
 
 from responses_gateway.files.models import FileRecord
-from responses_gateway.files.store import Blobs, FileRecords, TenantFull
+from responses_gateway.files.store import Blobs, FileRecords, TenantFull, UploadRecords
+from responses_gateway.files.uploads import COMPLETING, PENDING, UploadRecord
 
 USAGE = "U"
 
@@ -132,6 +135,92 @@ class DynamoDBFileRecords(FileRecords):
         return max(0, int(result.get("Item", {}).get("b", {}).get("N", "0")))
 
 
+def _upload_item(record: UploadRecord) -> dict[str, Any]:
+    item: dict[str, Any] = {"pk": _pk(record.tenant), "sk": {"S": "UP#" + record.id}}
+    for name, value in record.to_row().items():
+        if value is not None:
+            item[name] = {"S": value} if isinstance(value, str) else {"N": str(value)}
+    return item
+
+
+class DynamoDBUploadRecords(UploadRecords):
+    def __init__(self, table: str, client: Any = None) -> None:
+        from responses_gateway.store.dynamodb.table import make_client
+
+        self.table = table
+        self.client = client or make_client()
+
+    def _key(self, upload_id: str, tenant: str) -> dict[str, Any]:
+        return {"pk": _pk(tenant), "sk": {"S": "UP#" + upload_id}}
+
+    async def add(self, record: UploadRecord) -> None:
+        await asyncio.to_thread(self.client.put_item, TableName=self.table,
+                                Item=_upload_item(record),
+                                ConditionExpression="attribute_not_exists(pk)")
+
+    async def get(self, upload_id: str, tenant: str) -> UploadRecord | None:
+        result = await asyncio.to_thread(self.client.get_item, TableName=self.table,
+                                         Key=self._key(upload_id, tenant), ConsistentRead=True)
+        item = result.get("Item")
+        if not item:
+            return None
+        return UploadRecord.from_row({
+            k: (v["S"] if "S" in v else float(v["N"]) if "." in v["N"] else int(v["N"]))
+            for k, v in item.items() if k not in ("pk", "sk")})
+
+    async def _change(self, upload_id: str, tenant: str, update: str, condition: str,
+                      values: dict[str, Any]) -> bool:
+        typed = {k: {"S": v} if isinstance(v, str) else {"N": str(v)}
+                 for k, v in values.items()}
+        try:
+            await asyncio.to_thread(
+                self.client.update_item, TableName=self.table, Key=self._key(upload_id, tenant),
+                UpdateExpression=update, ConditionExpression="attribute_exists(pk) AND "
+                + condition, ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues=typed)
+        except self.client.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    async def add_part(self, upload_id: str, tenant: str, size: int, now: float) -> bool:
+        # A condition cannot add, so ``received`` moves from the value read, under the
+        # condition that it is still that value (parts sent at once retry; none is lost).
+        for _ in range(16):
+            record = await self.get(upload_id, tenant)
+            if record is None or record.received + size > record.bytes:
+                return False
+            if await self._change(
+                    upload_id, tenant, "SET received = :new",
+                    "#s = :p AND expires_at > :now AND received = :old",
+                    {":new": record.received + size, ":old": record.received, ":p": PENDING,
+                     ":now": now}):
+                return True
+            if record.status != PENDING or record.expires_at <= now:
+                return False
+        return False
+
+    async def claim(self, upload_id: str, tenant: str, now: float, until: float) -> bool:
+        return await self._change(
+            upload_id, tenant, "SET #s = :c, claimed_until = :until",
+            "expires_at > :now AND (#s = :p OR (#s = :c AND claimed_until < :now))",
+            {":c": COMPLETING, ":until": until, ":now": now, ":p": PENDING})
+
+    async def settle(self, upload_id: str, tenant: str, status: str,
+                     file_id: str | None) -> None:
+        if file_id is None:
+            await self._change(upload_id, tenant, "SET #s = :s, claimed_until = :z",
+                                "#s = :c", {":s": status, ":z": 0, ":c": COMPLETING})
+        else:
+            await self._change(upload_id, tenant,
+                               "SET #s = :s, claimed_until = :z, file_id = :f", "#s = :c",
+                               {":s": status, ":z": 0, ":c": COMPLETING, ":f": file_id})
+
+    async def cancel(self, upload_id: str, tenant: str, now: float) -> bool:
+        return await self._change(upload_id, tenant, "SET #s = :x",
+                                  "#s = :p AND expires_at > :now",
+                                  {":x": "cancelled", ":p": PENDING, ":now": now})
+
+
 class S3Blobs(Blobs):
     def __init__(self, bucket: str, client: Any = None) -> None:
         self.bucket = bucket
@@ -167,3 +256,15 @@ class S3Blobs(Blobs):
 
     async def delete(self, key: str) -> None:
         await asyncio.to_thread(self.client.delete_object, Bucket=self.bucket, Key=key)
+
+    async def delete_prefix(self, prefix: str) -> None:
+        def run() -> None:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix)
+            for page in pages:
+                keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+                if keys:
+                    self.client.delete_objects(Bucket=self.bucket,
+                                               Delete={"Objects": keys, "Quiet": True})
+
+        await asyncio.to_thread(run)

@@ -11,6 +11,8 @@ from responses_gateway.errors import GatewayError
 if TYPE_CHECKING:
     from responses_gateway.config import Settings
     from responses_gateway.files.service import Files
+    from responses_gateway.files.store import UploadRecords
+    from responses_gateway.files.uploads import Uploads
 
 
 def build_files(settings: Settings) -> Files:
@@ -31,3 +33,19 @@ def build_files(settings: Settings) -> Files:
     from responses_gateway.files.aws import DynamoDBFileRecords, S3Blobs
 
     return Files(DynamoDBFileRecords(target), S3Blobs(settings.files_bucket), limits)
+
+
+def build_uploads(settings: Settings, files: Files) -> Uploads:
+    """The Uploads API beside ``files``: its records in the same engine, parts as its blobs."""
+    from responses_gateway.files.uploads import Uploads
+
+    kind, _, target = settings.store.partition(":")
+    if kind == "sqlite":
+        from responses_gateway.files.local import SQLiteUploadRecords
+
+        records: UploadRecords = SQLiteUploadRecords(target or "gateway.db")
+    else:
+        from responses_gateway.files.aws import DynamoDBUploadRecords
+
+        records = DynamoDBUploadRecords(target)
+    return Uploads(records, files.blobs, files, settings.max_upload_part_bytes)

@@ -1,5 +1,6 @@
 """Files on this machine: bytes in a folder beside the SQLite store (``gateway.db.files/``),
-records in that SQLite database (table ``files``, and ``file_usage`` per tenant)."""
+records in that SQLite database (table ``files``, ``file_usage`` per tenant, and ``uploads``
+for the Uploads API)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from responses_gateway.files.models import FileRecord
-from responses_gateway.files.store import Blobs, FileRecords, TenantFull
+from responses_gateway.files.store import Blobs, FileRecords, TenantFull, UploadRecords
+from responses_gateway.files.uploads import COMPLETING, PENDING, UploadRecord
 
 T = TypeVar("T")
 
@@ -25,6 +27,12 @@ CREATE TABLE IF NOT EXISTS files (
     PRIMARY KEY (tenant, id));
 CREATE INDEX IF NOT EXISTS files_by_time ON files (tenant, created_at, id);
 CREATE TABLE IF NOT EXISTS file_usage (tenant TEXT PRIMARY KEY, bytes INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS uploads (
+    tenant TEXT NOT NULL, id TEXT NOT NULL, filename TEXT NOT NULL, bytes INTEGER NOT NULL,
+    purpose TEXT NOT NULL, mime_type TEXT NOT NULL, created_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL, status TEXT NOT NULL, received INTEGER NOT NULL,
+    file_id TEXT, file_expires_after INTEGER, claimed_until REAL NOT NULL,
+    PRIMARY KEY (tenant, id));
 """
 _COLUMNS = "id, tenant, filename, bytes, purpose, created_at, expires_at"
 
@@ -139,6 +147,51 @@ def _used(c: sqlite3.Connection, tenant: str) -> int:
     return int(row["bytes"]) if row else 0
 
 
+class SQLiteUploadRecords(UploadRecords):
+    def __init__(self, path: str) -> None:
+        self.db = SQLiteDatabase(path, _SCHEMA)
+
+    async def add(self, record: UploadRecord) -> None:
+        row = record.to_row()
+        await self.db.run(lambda c: c.execute(
+            f"INSERT INTO uploads ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+            list(row.values())), write=True)
+
+    async def get(self, upload_id: str, tenant: str) -> UploadRecord | None:
+        row = await self.db.run(lambda c: c.execute(
+            "SELECT * FROM uploads WHERE tenant = ? AND id = ?", (tenant, upload_id)).fetchone())
+        return UploadRecord.from_row(dict(row)) if row else None
+
+    async def _change(self, sql: str, args: list[object]) -> bool:
+        return await self.db.run(lambda c: c.execute(sql, args).rowcount > 0, write=True)
+
+    async def add_part(self, upload_id: str, tenant: str, size: int, now: float) -> bool:
+        return await self._change(
+            "UPDATE uploads SET received = received + ? WHERE tenant = ? AND id = ? AND "
+            "status = ? AND expires_at > ? AND received + ? <= bytes",
+            [size, tenant, upload_id, PENDING, now, size])
+
+    async def claim(self, upload_id: str, tenant: str, now: float, until: float) -> bool:
+        return await self._change(
+            "UPDATE uploads SET status = ?, claimed_until = ? WHERE tenant = ? AND id = ? AND "
+            "expires_at > ? AND (status = ? OR (status = ? AND claimed_until < ?))",
+            [COMPLETING, until, tenant, upload_id, now, PENDING, COMPLETING, now])
+
+    async def settle(self, upload_id: str, tenant: str, status: str,
+                     file_id: str | None) -> None:
+        await self._change(
+            "UPDATE uploads SET status = ?, file_id = ?, claimed_until = 0 WHERE tenant = ? "
+            "AND id = ? AND status = ?", [status, file_id, tenant, upload_id, COMPLETING])
+
+    async def cancel(self, upload_id: str, tenant: str, now: float) -> bool:
+        return await self._change(
+            "UPDATE uploads SET status = 'cancelled' WHERE tenant = ? AND id = ? AND "
+            "status = ? AND expires_at > ?", [tenant, upload_id, PENDING, now])
+
+    async def aclose(self) -> None:
+        self.db.close()
+
+
 class DiskBlobs(Blobs):
     """Bytes in files under ``root``; written to a temporary file and renamed into place, so
     a reader never sees half a file."""
@@ -179,3 +232,9 @@ class DiskBlobs(Blobs):
     async def delete(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             await asyncio.to_thread(self._path(key).unlink)
+
+    async def delete_prefix(self, prefix: str) -> None:
+        import shutil
+
+        folder = self._path(prefix.rstrip("/"))
+        await asyncio.to_thread(shutil.rmtree, folder, True)

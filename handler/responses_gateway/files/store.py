@@ -9,8 +9,12 @@ a crash between leaves unreferenced bytes, never a record without content.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
 
 from responses_gateway.files.models import FileRecord
+
+if TYPE_CHECKING:
+    from responses_gateway.files.uploads import UploadRecord
 
 
 class TenantFull(Exception):
@@ -57,6 +61,41 @@ class Blobs(ABC):
 
     @abstractmethod
     async def delete(self, key: str) -> None: ...
+
+    @abstractmethod
+    async def delete_prefix(self, prefix: str) -> None:
+        """Delete every blob whose key starts with ``prefix`` (which ends with ``/``)."""
+
+    async def aclose(self) -> None:
+        return None
+
+
+class UploadRecords(ABC):
+    """The Uploads API's records (files/uploads.py); every change is one conditional write."""
+
+    @abstractmethod
+    async def add(self, record: UploadRecord) -> None: ...
+
+    @abstractmethod
+    async def get(self, upload_id: str, tenant: str) -> UploadRecord | None: ...
+
+    @abstractmethod
+    async def add_part(self, upload_id: str, tenant: str, size: int, now: float) -> bool:
+        """Count ``size`` more bytes while the Upload is pending, unexpired, and stays within
+        its declared bytes; False (nothing changed) otherwise."""
+
+    @abstractmethod
+    async def claim(self, upload_id: str, tenant: str, now: float, until: float) -> bool:
+        """pending (or completing with a claim that ran out) -> completing until ``until``."""
+
+    @abstractmethod
+    async def settle(self, upload_id: str, tenant: str, status: str,
+                     file_id: str | None) -> None:
+        """completing -> ``status`` (completed with its file, or pending again)."""
+
+    @abstractmethod
+    async def cancel(self, upload_id: str, tenant: str, now: float) -> bool:
+        """pending and unexpired -> cancelled; False otherwise."""
 
     async def aclose(self) -> None:
         return None

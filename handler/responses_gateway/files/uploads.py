@@ -1,0 +1,246 @@
+"""The Uploads API's rules: a file sent in parts (a function URL takes 6 MB per request), as
+OpenAI's SDKs do (``client.uploads.upload_file_chunked``).
+
+An Upload declares its size; each part's bytes are kept as a blob under
+``uploads/<tenant>/<upload id>/<part id>`` (:func:`part_key`) and counted on the Upload's
+record in one conditional write, so parts never pass the declared size. Completing claims the
+Upload (pending -> completing, so two completes cannot make two files), joins the named parts
+in order, checks the size and ``md5``, and makes the File through :class:`~.service.Files`
+(its bounds apply); the parts are removed. An Upload expires an hour after it was created.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from responses_gateway import ids
+from responses_gateway.errors import GatewayError, invalid_request, missing_parameter, not_found
+from responses_gateway.files.models import UPLOAD_PURPOSES, FileRecord
+from responses_gateway.files.service import Files, parse_expiry
+from responses_gateway.files.store import Blobs, UploadRecords
+
+UPLOAD_SECONDS = 3600  # OpenAI: an Upload expires an hour after it is created
+CLAIM_SECONDS = 300  # a complete that died mid-way frees its Upload for another after this
+PENDING, COMPLETING, COMPLETED, CANCELLED = "pending", "completing", "completed", "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class UploadRecord:
+    id: str
+    tenant: str
+    filename: str
+    bytes: int
+    purpose: str
+    mime_type: str
+    created_at: int
+    expires_at: int
+    status: str = PENDING  # pending, completing (shown as pending), completed, cancelled
+    received: int = 0  # bytes of the parts added so far
+    file_id: str | None = None
+    file_expires_after: int | None = None  # the File's expires_after.seconds
+    claimed_until: float = 0.0  # while completing
+
+    def shown_status(self, now: float) -> str:
+        if self.status in (PENDING, COMPLETING):
+            return "expired" if self.expires_at <= now else PENDING
+        return self.status
+
+    def to_object(self, file: FileRecord | None = None) -> dict[str, Any]:
+        return {
+            "id": self.id, "object": "upload", "bytes": self.bytes,
+            "created_at": self.created_at, "expires_at": self.expires_at,
+            "filename": self.filename, "purpose": self.purpose,
+            "status": self.shown_status(time.time()),
+            "file": file.to_object() if file is not None else None,
+        }
+
+    def to_row(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> UploadRecord:
+        return cls(
+            id=row["id"], tenant=row["tenant"], filename=row["filename"],
+            bytes=int(row["bytes"]), purpose=row["purpose"], mime_type=row["mime_type"],
+            created_at=int(row["created_at"]), expires_at=int(row["expires_at"]),
+            status=row["status"], received=int(row.get("received") or 0),
+            file_id=row.get("file_id"),
+            file_expires_after=None if row.get("file_expires_after") is None
+            else int(row["file_expires_after"]),
+            claimed_until=float(row.get("claimed_until") or 0))
+
+
+def part_key(tenant: str, upload_id: str, part_id: str) -> str:
+    return f"uploads/{tenant}/{upload_id}/{part_id}"
+
+
+class Uploads:
+    def __init__(self, records: UploadRecords, blobs: Blobs, files: Files,
+                 part_bytes: int) -> None:
+        self.records = records
+        self.blobs = blobs
+        self.files = files
+        self.part_bytes = part_bytes  # GATEWAY_MAX_UPLOAD_PART_BYTES (0: no bound)
+
+    async def create(self, tenant: str, body: dict[str, Any]) -> UploadRecord:
+        for name in ("bytes", "filename", "mime_type", "purpose"):
+            if body.get(name) is None:
+                raise missing_parameter(name)
+        size = body["bytes"]
+        if not isinstance(size, int) or isinstance(size, bool):
+            raise invalid_request(
+                f"Invalid type for 'bytes': expected an integer, but got {_kind(size)} instead.",
+                param="bytes", code="invalid_type")
+        limit = self.files.limits.file_bytes
+        if size < 1 or (limit and size > limit):
+            raise invalid_request(
+                "Invalid 'bytes': integer below minimum value or above maximum value. Expected "
+                f"a value between 1 and {limit or 'any'} (GATEWAY_MAX_FILE_BYTES), but got "
+                f"{size} instead.", param="bytes", code="integer_out_of_range")
+        for name in ("filename", "mime_type", "purpose"):
+            if not isinstance(body[name], str) or not body[name]:
+                raise invalid_request(
+                    f"Invalid type for '{name}': expected a non-empty string, but got "
+                    f"{_kind(body[name])} instead.", param=name, code="invalid_type")
+        if body["purpose"] not in UPLOAD_PURPOSES:
+            raise invalid_request(
+                f"'{body['purpose']}' is not one of {list(UPLOAD_PURPOSES)!r} - 'purpose'",
+                param="purpose", code="invalid_value")
+        expiry = body.get("expires_after")
+        if expiry is not None and not isinstance(expiry, dict):
+            raise invalid_request("Invalid type for 'expires_after': expected an object.",
+                                  param="expires_after", code="invalid_type")
+        seconds = None
+        if expiry is not None:
+            raw = expiry.get("seconds")
+            seconds = parse_expiry(expiry.get("anchor"), None if raw is None else str(raw))
+        created = int(time.time())
+        record = UploadRecord(
+            id=ids.new_id(ids.UPLOAD), tenant=tenant, filename=body["filename"], bytes=size,
+            purpose=body["purpose"], mime_type=body["mime_type"], created_at=created,
+            expires_at=created + UPLOAD_SECONDS, file_expires_after=seconds)
+        await self.records.add(record)
+        return record
+
+    def check_part_size(self, size: int) -> None:
+        if self.part_bytes and size > self.part_bytes:
+            raise GatewayError(
+                413, f"Part is too large: {size} bytes, more than the {self.part_bytes} bytes "
+                "this gateway accepts per part (GATEWAY_MAX_UPLOAD_PART_BYTES).",
+                param="data", code="part_too_large")
+
+    async def add_part(self, tenant: str, upload_id: str, data: bytes) -> dict[str, Any]:
+        self.check_part_size(len(data))
+        record = await self._get(tenant, upload_id)
+        self._check_open(record, "add a part to")
+        if record.received + len(data) > record.bytes:
+            raise _over(record, len(data))
+        part_id = ids.new_id(ids.UPLOAD_PART)
+        key = part_key(tenant, upload_id, part_id)
+        await self.blobs.put(key, data)
+        if not await self.records.add_part(upload_id, tenant, len(data), time.time()):
+            await self.blobs.delete(key)
+            record = await self._get(tenant, upload_id)
+            self._check_open(record, "add a part to")
+            raise _over(record, len(data))
+        return {"id": part_id, "object": "upload.part", "created_at": int(time.time()),
+                "upload_id": upload_id}
+
+    async def complete(self, tenant: str, upload_id: str, body: dict[str, Any]
+                       ) -> tuple[UploadRecord, FileRecord]:
+        part_ids = body.get("part_ids")
+        if part_ids is None:
+            raise missing_parameter("part_ids")
+        if not isinstance(part_ids, list) or not all(isinstance(p, str) for p in part_ids):
+            raise invalid_request("Invalid type for 'part_ids': expected an array of strings.",
+                                  param="part_ids", code="invalid_type")
+        if len(set(part_ids)) != len(part_ids):
+            raise invalid_request("Invalid 'part_ids': a part may be listed only once.",
+                                  param="part_ids", code="invalid_value")
+        md5 = body.get("md5")
+        if md5 is not None and not isinstance(md5, str):
+            raise invalid_request("Invalid type for 'md5': expected a string.", param="md5",
+                                  code="invalid_type")
+        record = await self._get(tenant, upload_id)
+        self._check_open(record, "complete")
+        now = time.time()
+        if not await self.records.claim(upload_id, tenant, now, now + CLAIM_SECONDS):
+            self._check_open(await self._get(tenant, upload_id), "complete")
+            raise invalid_request(f"Upload {upload_id} is already being completed.",
+                                  param="upload_id", code="upload_in_progress")
+        try:
+            data = await self._joined(tenant, upload_id, part_ids, record.bytes)
+            if md5 and hashlib.md5(data, usedforsecurity=False).hexdigest() != md5.lower():
+                raise invalid_request(
+                    "The md5 checksum of the uploaded parts does not match the 'md5' given.",
+                    param="md5", code="md5_mismatch")
+            file = await self.files.create(tenant, record.filename, data, record.purpose,
+                                           record.file_expires_after)
+        except BaseException:
+            await self.records.settle(upload_id, tenant, PENDING, None)
+            raise
+        await self.records.settle(upload_id, tenant, COMPLETED, file.id)
+        await self.blobs.delete_prefix(part_key(tenant, upload_id, ""))
+        return replace(record, status=COMPLETED, file_id=file.id), file
+
+    async def cancel(self, tenant: str, upload_id: str) -> UploadRecord:
+        record = await self._get(tenant, upload_id)
+        self._check_open(record, "cancel")
+        if not await self.records.cancel(upload_id, tenant, time.time()):
+            self._check_open(await self._get(tenant, upload_id), "cancel")
+            raise invalid_request(f"Upload {upload_id} is being completed; it cannot be "
+                                  "cancelled.", param="upload_id", code="upload_in_progress")
+        await self.blobs.delete_prefix(part_key(tenant, upload_id, ""))
+        return replace(record, status=CANCELLED)
+
+    async def _joined(self, tenant: str, upload_id: str, part_ids: list[str],
+                      declared: int) -> bytes:
+        pieces: list[bytes] = []
+        total = 0
+        for part_id in part_ids:
+            piece = await self.blobs.get(part_key(tenant, upload_id, part_id))
+            if piece is None:
+                raise invalid_request(f"No such part '{part_id}' in Upload {upload_id}.",
+                                      param="part_ids", code="invalid_value")
+            total += len(piece)
+            if total > declared:
+                break
+            pieces.append(piece)
+        if total != declared:
+            raise invalid_request(
+                f"The parts listed hold {total} bytes, but the Upload was created with "
+                f"bytes={declared}; they must match.", param="part_ids", code="bytes_mismatch")
+        return b"".join(pieces)
+
+    async def _get(self, tenant: str, upload_id: str) -> UploadRecord:
+        record = await self.records.get(upload_id, tenant)
+        if record is None:
+            raise not_found(f"No such Upload object: {upload_id}", param="upload_id")
+        return record
+
+    @staticmethod
+    def _check_open(record: UploadRecord, action: str) -> None:
+        status = record.shown_status(time.time())
+        if status != PENDING:
+            raise invalid_request(
+                f"Cannot {action} Upload {record.id}: it is {status}.", param="upload_id",
+                code=f"upload_{status}")
+
+    async def aclose(self) -> None:
+        await self.records.aclose()
+
+
+def _over(record: UploadRecord, size: int) -> GatewayError:
+    return invalid_request(
+        f"This part of {size} bytes would take Upload {record.id} past the {record.bytes} "
+        f"bytes it was created with ({record.received} received so far).", param="data",
+        code="upload_too_large")
+
+
+def _kind(value: Any) -> str:
+    return {str: "a string", bool: "a boolean", int: "an integer", float: "a decimal",
+            list: "an array", dict: "an object"}.get(type(value), "null" if value is None
+                                                       else type(value).__name__)

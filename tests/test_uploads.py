@@ -1,0 +1,233 @@
+"""The Uploads API through openai-python, unmodified, on both storage engines (one suite):
+``upload_file_chunked`` and create / parts / complete / cancel, objects validated against the
+SDK's Upload and UploadPart, the size, md5 and part bounds, expiry, tenant isolation."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from openai import OpenAI
+from openai.types import FileObject, Upload
+from openai.types.uploads import UploadPart
+
+from tests.helpers.file_storage import ENGINES, gateway_on
+from tests.helpers.gateway_server import GatewayServer
+
+KEY_A, KEY_B = "key-tenant-a", "key-tenant-b"
+MAX_FILE = 64 * 1024
+MAX_PART = 16 * 1024
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def gateway(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[GatewayServer]:
+    with gateway_on(request.param, tmp_path_factory.mktemp(request.param),
+                    api_keys=(KEY_A, KEY_B), max_file_bytes=MAX_FILE,
+                    max_upload_part_bytes=MAX_PART) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def alice(gateway: GatewayServer) -> Iterator[OpenAI]:
+    with OpenAI(base_url=gateway.base_url, api_key=KEY_A, max_retries=0) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def bob(gateway: GatewayServer) -> Iterator[OpenAI]:
+    with OpenAI(base_url=gateway.base_url, api_key=KEY_B, max_retries=0) as client:
+        yield client
+
+
+def _exact(model: type, obj: object) -> dict[str, object]:
+    raw = obj.model_dump()  # type: ignore[attr-defined]
+    assert model.model_validate(raw) == obj  # type: ignore[attr-defined]
+    assert set(raw) == set(model.model_fields)  # type: ignore[attr-defined]
+    return raw
+
+
+def test_upload_file_chunked_makes_a_file(alice: OpenAI, tmp_path: Path) -> None:
+    data = bytes(range(256)) * 150  # 38,400 bytes: parts of 10,000
+    path = tmp_path / "data.jsonl"
+    path.write_bytes(data)
+    done = alice.uploads.upload_file_chunked(
+        file=path, mime_type="application/jsonl", purpose="batch", part_size=10_000,
+        md5=hashlib.md5(data).hexdigest())
+    raw = _exact(Upload, done)
+    assert done.id.startswith("upload_") and done.status == "completed"
+    assert (done.bytes, done.filename, done.purpose) == (len(data), "data.jsonl", "batch")
+    assert done.expires_at == done.created_at + 3600
+    assert done.file is not None and raw["file"] is not None
+    _exact(FileObject, done.file)
+    assert done.file.bytes == len(data) and done.file.filename == "data.jsonl"
+    assert alice.files.retrieve(done.file.id) == done.file
+    assert alice.files.content(done.file.id).read() == data
+    alice.files.delete(done.file.id)
+
+
+def test_create_parts_complete_in_the_order_named(alice: OpenAI) -> None:
+    upload = alice.uploads.create(bytes=9, filename="abc.txt", mime_type="text/plain",
+                                  purpose="assistants")
+    _exact(Upload, upload)
+    assert upload.status == "pending" and upload.file is None
+    parts = [alice.uploads.parts.create(upload.id, data=piece) for piece in (b"aaa", b"bbb",
+                                                                              b"ccc")]
+    for part in parts:
+        _exact(UploadPart, part)
+        assert part.id.startswith("part_") and part.upload_id == upload.id
+    done = alice.uploads.complete(upload.id, part_ids=[parts[2].id, parts[0].id, parts[1].id])
+    assert done.file is not None
+    assert alice.files.content(done.file.id).read() == b"cccaaabbb"
+    # a completed Upload takes no more parts, and is not completed or cancelled again
+    for call in (lambda: alice.uploads.parts.create(upload.id, data=b"x"),
+                 lambda: alice.uploads.complete(upload.id, part_ids=[parts[0].id]),
+                 lambda: alice.uploads.cancel(upload.id)):
+        with pytest.raises(openai.BadRequestError) as caught:
+            call()
+        assert caught.value.body["code"] == "upload_completed"
+    alice.files.delete(done.file.id)
+
+
+def test_complete_checks_bytes_md5_and_part_ids(alice: OpenAI) -> None:
+    upload = alice.uploads.create(bytes=6, filename="x.txt", mime_type="text/plain",
+                                  purpose="assistants")
+    one = alice.uploads.parts.create(upload.id, data=b"123")
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.uploads.complete(upload.id, part_ids=[one.id])
+    assert caught.value.body["code"] == "bytes_mismatch"
+    two = alice.uploads.parts.create(upload.id, data=b"456")
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.uploads.parts.create(upload.id, data=b"7")  # past the declared 6 bytes
+    assert caught.value.body["code"] == "upload_too_large"
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.uploads.complete(upload.id, part_ids=[one.id, two.id], md5="0" * 32)
+    assert caught.value.body["param"] == "md5"
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.uploads.complete(upload.id, part_ids=[one.id, "part_" + "0" * 48])
+    assert caught.value.body["param"] == "part_ids"
+    # the failed completes left it pending: it still completes
+    done = alice.uploads.complete(upload.id, part_ids=[one.id, two.id],
+                                  md5=hashlib.md5(b"123456").hexdigest())
+    assert done.status == "completed" and done.file is not None
+    alice.files.delete(done.file.id)
+
+
+def test_cancel(alice: OpenAI) -> None:
+    upload = alice.uploads.create(bytes=3, filename="c.txt", mime_type="text/plain",
+                                  purpose="assistants")
+    part = alice.uploads.parts.create(upload.id, data=b"abc")
+    cancelled = alice.uploads.cancel(upload.id)
+    _exact(Upload, cancelled)
+    assert cancelled.status == "cancelled" and cancelled.file is None
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.uploads.complete(upload.id, part_ids=[part.id])
+    assert caught.value.body["code"] == "upload_cancelled"
+
+
+def test_bounds_and_bad_requests(alice: OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.uploads.create(bytes=MAX_FILE + 1, filename="big.bin", mime_type="text/plain",
+                             purpose="assistants")
+    assert caught.value.body["param"] == "bytes"
+    assert "GATEWAY_MAX_FILE_BYTES" in caught.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.uploads.create(bytes=1, filename="a", mime_type="text/plain",
+                             purpose="nonsense")  # type: ignore[arg-type]
+    assert caught.value.body["param"] == "purpose"
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.uploads.create(bytes=1, filename="a", mime_type="text/plain",
+                             purpose="assistants",
+                             expires_after={"anchor": "created_at", "seconds": 5})
+    assert caught.value.body["param"] == "expires_after.seconds"
+    upload = alice.uploads.create(bytes=MAX_FILE, filename="p.bin", mime_type="text/plain",
+                                  purpose="assistants")
+    with pytest.raises(openai.APIStatusError) as caught:
+        alice.uploads.parts.create(upload.id, data=b"p" * (MAX_PART + 1))
+    assert caught.value.status_code == 413 and caught.value.body["code"] == "part_too_large"
+    assert "GATEWAY_MAX_UPLOAD_PART_BYTES" in caught.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.post(f"/uploads/{upload.id}/parts", cast_to=UploadPart, body={"x": 1})
+    with pytest.raises(openai.NotFoundError) as caught:
+        alice.uploads.cancel("upload_" + "0" * 48)
+    assert caught.value.body["message"] == f"No such Upload object: upload_{'0' * 48}"
+    alice.uploads.cancel(upload.id)
+
+
+def test_expires_after_on_the_file(alice: OpenAI) -> None:
+    upload = alice.uploads.create(bytes=2, filename="e.txt", mime_type="text/plain",
+                                  purpose="batch",
+                                  expires_after={"anchor": "created_at", "seconds": 7200})
+    part = alice.uploads.parts.create(upload.id, data=b"ee")
+    done = alice.uploads.complete(upload.id, part_ids=[part.id])
+    assert done.file is not None
+    assert done.file.expires_at == done.file.created_at + 7200
+    alice.files.delete(done.file.id)
+
+
+def test_an_expired_upload_takes_nothing(alice: OpenAI, gateway: GatewayServer,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    upload = alice.uploads.create(bytes=1, filename="late.txt", mime_type="text/plain",
+                                  purpose="assistants")
+    part = alice.uploads.parts.create(upload.id, data=b"l")
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 3601)  # the gateway runs in-process
+    for call in (lambda: alice.uploads.parts.create(upload.id, data=b"l"),
+                 lambda: alice.uploads.complete(upload.id, part_ids=[part.id]),
+                 lambda: alice.uploads.cancel(upload.id)):
+        with pytest.raises(openai.BadRequestError) as caught:
+            call()
+        assert caught.value.body["code"] == "upload_expired"
+
+
+def test_tenants_are_isolated(alice: OpenAI, bob: OpenAI, gateway: GatewayServer) -> None:
+    upload = alice.uploads.create(bytes=2, filename="s.txt", mime_type="text/plain",
+                                  purpose="assistants")
+    part = alice.uploads.parts.create(upload.id, data=b"s")
+    for call in (lambda: bob.uploads.parts.create(upload.id, data=b"t"),
+                 lambda: bob.uploads.complete(upload.id, part_ids=[part.id]),
+                 lambda: bob.uploads.cancel(upload.id)):
+        with pytest.raises(openai.NotFoundError):
+            call()
+    # bob's own upload cannot take alice's part
+    own = bob.uploads.create(bytes=1, filename="b.txt", mime_type="text/plain",
+                             purpose="assistants")
+    with pytest.raises(openai.BadRequestError) as caught:
+        bob.uploads.complete(own.id, part_ids=[part.id])
+    assert caught.value.body["param"] == "part_ids"
+    alice.uploads.parts.create(upload.id, data=b"s")
+    done = alice.uploads.complete(upload.id, part_ids=[part.id, *[
+        p for p in _part_ids(gateway, upload.id) if p != part.id]])
+    assert done.file is not None and alice.files.content(done.file.id).read() == b"ss"
+    assert httpx.post(gateway.base_url + "/uploads", json={}).status_code == 401
+    alice.files.delete(done.file.id)
+
+
+def _part_ids(gateway: GatewayServer, upload_id: str) -> list[str]:
+    """The parts stored for an Upload (read from the engine: the API lists none)."""
+    import asyncio
+
+    blobs = gateway.app.state.uploads.blobs
+    if gateway.settings.store.startswith("sqlite:"):
+        folder = Path(gateway.settings.store.removeprefix("sqlite:") + ".files")
+        return [p.name for p in folder.glob(f"uploads/*/{upload_id}/*")]
+    listed = asyncio.run(asyncio.to_thread(blobs.client.list_objects_v2, Bucket=blobs.bucket,
+                                           Prefix="uploads/"))
+    return [o["Key"].rsplit("/", 1)[1] for o in listed.get("Contents", [])
+            if f"/{upload_id}/" in o["Key"]]
+
+
+def test_parts_are_removed_after_complete(alice: OpenAI, gateway: GatewayServer) -> None:
+    upload = alice.uploads.create(bytes=4, filename="r.txt", mime_type="text/plain",
+                                  purpose="assistants")
+    parts = [alice.uploads.parts.create(upload.id, data=b"rr") for _ in range(2)]
+    assert set(_part_ids(gateway, upload.id)) == {p.id for p in parts}
+    done = alice.uploads.complete(upload.id, part_ids=[p.id for p in parts])
+    assert _part_ids(gateway, upload.id) == []
+    assert done.file is not None
+    alice.files.delete(done.file.id)
