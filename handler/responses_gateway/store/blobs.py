@@ -23,6 +23,7 @@ import hashlib
 import os
 import tempfile
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from responses_gateway.store.base import (
 MARK = "\x00blob:"  # a reference: MARK + sha256 hex
 ESCAPE = "\x00"  # a client's string that starts with ESCAPE gets one more on write
 DEFAULT_THRESHOLD = 64 * 1024  # bytes (characters) of one string value
+WRITTEN_KEPT = 4096  # blob keys remembered as written (so repeated writes skip the put)
 
 
 class Blobs(ABC):
@@ -195,7 +197,8 @@ class BlobbedStore(Store, ConversationStore):
         self._inner = inner
         self.blobs = blobs
         self.threshold = threshold
-        self._written: set[str] = set()  # keys this process has put (writes are repeated)
+        # keys this process has put lately (a response is written several times): bounded
+        self._written: OrderedDict[str, None] = OrderedDict()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -215,7 +218,10 @@ class BlobbedStore(Store, ConversationStore):
                 await asyncio.gather(*(self.blobs.put(k, v) for k, v in fresh.items()))
             except Exception as exc:
                 raise StoreUnavailable(f"blob write failed: {type(exc).__name__}: {exc}") from exc
-            self._written.update(fresh)
+            for key in fresh:
+                self._written[key] = None
+            while len(self._written) > WRITTEN_KEPT:
+                self._written.popitem(last=False)
         return moved
 
     async def _back(self, value: Any) -> Any:
