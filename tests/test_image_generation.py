@@ -372,3 +372,75 @@ def test_stability_on_bedrock(bedrock_images: FakeBedrockImages) -> None:
         with pytest.raises(GatewayError) as refused:
             core.check(ImageParams.of(fields, "tools[2]"), editing=False)
         assert refused.value.param == f"tools[2].{param}"
+
+
+# -- the Vercel AI SDK -------------------------------------------------------------------------
+
+AI_SDK_CACHE = Path(__file__).resolve().parent.parent / ".cache" / "npm-ai-sdk"
+AI_SDK_PACKAGES = ("ai@5.0.277", "@ai-sdk/openai@2.0.131")
+AI_SDK_SCRIPT = r"""
+import { createOpenAI } from "@ai-sdk/openai";
+import { generateText, streamText } from "ai";
+const [baseURL, prompt, mode] = process.argv.slice(2);
+const openai = createOpenAI({ baseURL, apiKey: "sk-test" });
+const tools = {
+  image_generation: openai.tools.imageGeneration({ outputFormat: "png", quality: "low" }),
+};
+const seen = (p) => ({ toolName: p.toolName, providerExecuted: p.providerExecuted,
+                       result: p.output?.result });
+const out = {};
+if (mode === "stream") {
+  const result = streamText({ model: openai.responses("m"), prompt, tools });
+  out.parts = [];
+  for await (const part of result.fullStream) {
+    if (part.type === "tool-result") out.parts.push(seen(part));
+    if (part.type === "error") out.parts.push({ error: String(part.error) });
+  }
+  out.text = await result.text;
+} else {
+  const result = await generateText({ model: openai.responses("m"), prompt, tools });
+  out.parts = result.content.filter((p) => p.type === "tool-result").map(seen);
+  out.text = result.text;
+}
+console.log(JSON.stringify(out));
+"""
+
+
+@pytest.fixture(scope="session")
+def ai_sdk() -> Path:
+    """The Vercel AI SDK (``ai`` and ``@ai-sdk/openai``), installed from npm on first use."""
+    import shutil
+    import subprocess
+
+    npm = shutil.which("npm")
+    if shutil.which("node") is None or npm is None:
+        pytest.skip("node/npm is not installed: cannot run the Vercel AI SDK")
+    manifest = AI_SDK_CACHE / "node_modules" / "@ai-sdk" / "openai" / "package.json"
+    wanted = AI_SDK_PACKAGES[1].rpartition("@")[2]
+    if not manifest.exists() or json.loads(manifest.read_text())["version"] != wanted:
+        AI_SDK_CACHE.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run([npm, "install", "--prefix", str(AI_SDK_CACHE), "--no-audit",
+                               "--no-fund", "--save-exact", "--loglevel=error",
+                               *AI_SDK_PACKAGES], capture_output=True, text=True, timeout=300,
+                              check=False)
+        if done.returncode != 0 or not manifest.exists():
+            pytest.skip(f"npm install failed: {done.stderr.strip()[-600:]}")
+    (AI_SDK_CACHE / "image.mjs").write_text(AI_SDK_SCRIPT)
+    return AI_SDK_CACHE
+
+
+@pytest.mark.parametrize("mode", ["generate", "stream"])
+def test_vercel_ai_sdk_image_generation(ai_sdk: Path, gateway: GatewayServer, mode: str
+                                        ) -> None:
+    import subprocess
+
+    done = subprocess.run(
+        ["node", str(ai_sdk / "image.mjs"), gateway.base_url,
+         draw("a lighthouse", f"vercel-{mode}"), mode],
+        capture_output=True, text=True, timeout=60, check=False, cwd=ai_sdk)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    [part] = out["parts"]
+    assert part["toolName"] == "image_generation" and part["providerExecuted"] is True
+    assert png_info(base64.b64decode(part["result"]))[:2] == (1024, 1024)
+    assert "was generated and shown to the user" in out["text"]
