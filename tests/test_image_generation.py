@@ -444,3 +444,23 @@ def test_vercel_ai_sdk_image_generation(ai_sdk: Path, gateway: GatewayServer, mo
     assert part["toolName"] == "image_generation" and part["providerExecuted"] is True
     assert png_info(base64.b64decode(part["result"]))[:2] == (1024, 1024)
     assert "was generated and shown to the user" in out["text"]
+
+
+def test_a_slow_image_model_is_a_timeout(images_server: FakeImagesServer) -> None:
+    import asyncio
+
+    from responses_gateway.tools.image_generation.backends.base import Drawing, ImageFailure
+    from responses_gateway.tools.image_generation.backends.openai_images import OpenAIImages
+    from responses_gateway.tools.image_generation.params import ImageParams
+
+    backend = OpenAIImages(images_server.base_url, api_key=IMAGE_KEY, timeout=0.3)
+    images_server.delay = 1.0
+    try:
+        async def draw_one() -> Any:
+            return [s async for s in backend.draw(Drawing("a lighthouse", ImageParams()))]
+
+        with pytest.raises(ImageFailure) as caught:
+            asyncio.run(draw_one())
+    finally:
+        images_server.delay = 0.0
+    assert caught.value.code == "timeout"

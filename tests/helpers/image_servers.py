@@ -23,6 +23,7 @@ import hashlib
 import json
 import struct
 import threading
+import time
 import zlib
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -374,6 +375,7 @@ class ImageCall:
 class FakeImagesServer:
     api_key: str | None = None
     noise_rows: int = 40
+    delay: float = 0.0  # seconds before answering (a slow image model)
     calls: list[ImageCall] = field(default_factory=list)
     errors: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
@@ -446,6 +448,8 @@ class _ImagesHandler(BaseHTTPRequestHandler):
             self._json(404, {"error": {"message": "not found"}})
             return
         owner.calls.append(ImageCall(self.path, fields, files, dict(self.headers.items())))
+        if owner.delay:
+            time.sleep(owner.delay)
         if owner.errors:
             status, error = owner.errors.pop(0)
             self._json(status, {"error": error})
