@@ -1,0 +1,404 @@
+"""The create body's ``input``: content parts, input items, and what OpenAI stores of them.
+
+:data:`InputItem` is the tagged union of the item types the gateway accepts; untyped easy
+messages (``{"role", "content"}``) and bare ``{"id"}`` references are told apart by their
+keys. :func:`normalize_items` gives the items the shape OpenAI lists them in;
+:func:`check_input` refuses what pydantic cannot word the way OpenAI does (a content type a
+role does not take, ``file_id``, a ``file_url`` that is not a URL).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, Discriminator, Field, Tag
+
+from responses_gateway import ids
+from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
+from responses_gateway.translate.request_base import (
+    ITEM_CONFIG,
+    ItemId,
+    Status,
+    by_type,
+    str_or_parts,
+)
+from responses_gateway.translate.request_errors import quoted
+
+# --- content parts -------------------------------------------------------------------------
+
+
+class InputText(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["input_text"]
+    text: str
+
+
+class InputImage(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["input_image"]
+    image_url: str | None = None
+    file_id: str | None = None
+    detail: Literal["low", "high", "auto", "original"] | None = None
+
+
+class InputFile(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["input_file"]
+    file_data: str | None = None
+    file_url: str | None = None
+    file_id: str | None = None
+    filename: str | None = None
+
+
+class OutputText(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["output_text"]
+    text: str
+    annotations: list[Any] | None = None
+    logprobs: list[Any] | None = None
+
+
+class Refusal(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["refusal"]
+    refusal: str
+
+
+InputPart = Annotated[
+    Union[  # noqa: UP007
+        Annotated[InputText, Tag("~input_text")],
+        Annotated[InputImage, Tag("~input_image")],
+        Annotated[InputFile, Tag("~input_file")],
+    ],
+    Discriminator(by_type),
+]
+MessagePart = Annotated[
+    Union[  # noqa: UP007
+        Annotated[InputText, Tag("~input_text")],
+        Annotated[InputImage, Tag("~input_image")],
+        Annotated[InputFile, Tag("~input_file")],
+        Annotated[OutputText, Tag("~output_text")],
+        Annotated[Refusal, Tag("~refusal")],
+    ],
+    Discriminator(by_type),
+]
+
+
+class SummaryText(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["summary_text"]
+    text: str
+
+
+class ReasoningText(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["reasoning_text"]
+    text: str
+
+
+# --- input items ---------------------------------------------------------------------------
+
+
+class Message(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["message"] = "message"
+    id: ItemId | None = None
+    role: Literal["user", "system", "developer", "assistant"]
+    content: str_or_parts(MessagePart)
+    status: Status | None = None
+
+
+class FunctionCall(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["function_call"]
+    id: ItemId | None = None
+    call_id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    arguments: str
+    namespace: str | None = None
+    status: Status | None = None
+
+
+class FunctionCallOutput(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["function_call_output"]
+    id: ItemId | None = None
+    call_id: str = Field(min_length=1)
+    output: str_or_parts(InputPart)
+    status: Status | None = None
+
+
+class ReasoningItem(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["reasoning"]
+    id: ItemId | None = None
+    summary: list[SummaryText] = Field(default_factory=list)
+    content: list[ReasoningText] | None = None
+    encrypted_content: str | None = None
+    status: Status | None = None
+
+
+class CustomToolCall(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["custom_tool_call"]
+    id: ItemId | None = None
+    call_id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    input: str
+    namespace: str | None = None
+    status: Status | None = None
+
+
+class CustomToolCallOutput(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["custom_tool_call_output"]
+    id: ItemId | None = None
+    call_id: str = Field(min_length=1)
+    output: str_or_parts(InputPart)
+    status: Status | None = None
+
+
+class McpListToolsItem(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["mcp_list_tools"]
+    id: ItemId | None = None
+    server_label: str
+    tools: list[dict[str, Any]]
+    error: str | None = None
+
+
+class McpCallItem(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["mcp_call"]
+    id: ItemId | None = None
+    server_label: str
+    name: str
+    arguments: str
+    output: str | None = None
+    error: Any = None
+    status: Literal["in_progress", "completed", "incomplete", "calling", "failed"] | None = None
+    approval_request_id: str | None = None
+
+
+class McpApprovalRequestItem(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["mcp_approval_request"]
+    id: ItemId | None = None
+    server_label: str
+    name: str
+    arguments: str
+
+
+class McpApprovalResponseItem(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["mcp_approval_response"]
+    id: ItemId | None = None
+    approval_request_id: str = Field(min_length=1)
+    approve: bool
+    reason: str | None = None
+
+
+class ItemReference(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["item_reference"] = "item_reference"
+    id: ItemId
+
+
+class CompactionItem(BaseModel):
+    """A window's summary made by ``/responses/compact`` or ``context_management``: sealed
+    (translate/sealing.py), opened by to_chat.py into a message for the model."""
+
+    model_config = ITEM_CONFIG
+    type: Literal["compaction"]
+    id: ItemId | None = None
+    encrypted_content: str = Field(max_length=10_485_760)
+
+
+class CompactionTrigger(BaseModel):
+    """OpenAI's "Compacts the current context. Must be the final input item."
+    (translate/compaction_items.py, responses/fitting/fit.py)."""
+
+    model_config = ITEM_CONFIG
+    type: Literal["compaction_trigger"]
+    id: ItemId | None = None
+
+
+def _item_tag(value: Any) -> str | None:
+    """Easy messages (``{"role", "content"}``) and bare ``{"id"}`` references have no type."""
+    if isinstance(value, dict) and value.get("type") is None:
+        if "role" in value:
+            return "~message"
+        return "~item_reference" if "id" in value else None
+    return by_type(value)
+
+
+InputItem = Annotated[
+    Union[  # noqa: UP007
+        Annotated[Message, Tag("~message")],
+        Annotated[FunctionCall, Tag("~function_call")],
+        Annotated[FunctionCallOutput, Tag("~function_call_output")],
+        Annotated[ReasoningItem, Tag("~reasoning")],
+        Annotated[CustomToolCall, Tag("~custom_tool_call")],
+        Annotated[CustomToolCallOutput, Tag("~custom_tool_call_output")],
+        Annotated[McpListToolsItem, Tag("~mcp_list_tools")],
+        Annotated[McpCallItem, Tag("~mcp_call")],
+        Annotated[McpApprovalRequestItem, Tag("~mcp_approval_request")],
+        Annotated[McpApprovalResponseItem, Tag("~mcp_approval_response")],
+        Annotated[ItemReference, Tag("~item_reference")],
+        Annotated[CompactionItem, Tag("~compaction")],
+        Annotated[CompactionTrigger, Tag("~compaction_trigger")],
+    ],
+    Discriminator(_item_tag),
+]
+
+
+# --- what OpenAI stores and lists ----------------------------------------------------------
+
+
+def normalize_items(value: str | list[BaseModel] | None) -> list[dict[str, Any]]:
+    """``input`` as Responses input items, each with a ``type`` and an ``id``.
+
+    These are stored and listed by ``GET /v1/responses/{id}/input_items``, so they take the
+    shape OpenAI lists: message content always a parts array (a string becomes one
+    ``input_text``, or ``output_text`` for the assistant), ``status`` ``completed`` unless
+    given, image ``detail`` ``auto`` unless given. ``item_reference`` entries are kept as they
+    are for the caller to resolve.
+    """
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [_message_item("user", [{"type": "input_text", "text": value}])]
+    return [_normalize_item(item) for item in value]
+
+
+def _message_item(role: str, content: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    item = {"id": ids.new_id(ids.MESSAGE), "type": "message", "role": role, "content": content}
+    item["status"] = "completed"
+    item.update(extra)
+    return item
+
+
+_ID_PREFIX = {
+    "message": ids.MESSAGE,
+    "function_call": ids.FUNCTION_CALL,
+    "function_call_output": ids.FUNCTION_CALL_OUTPUT,
+    "reasoning": ids.REASONING,
+    "custom_tool_call": ids.CUSTOM_TOOL_CALL,
+    "custom_tool_call_output": ids.CUSTOM_TOOL_CALL_OUTPUT,
+    "mcp_list_tools": ids.MCP_LIST_TOOLS,
+    "mcp_call": ids.MCP_CALL,
+    "mcp_approval_request": ids.MCP_APPROVAL_REQUEST,
+    "mcp_approval_response": ids.MCP_APPROVAL_RESPONSE,
+    "compaction": ids.COMPACTION,
+    "compaction_trigger": ids.COMPACTION,
+}
+_NO_STATUS = frozenset(
+    {"reasoning", "mcp_list_tools", "mcp_approval_request", "mcp_approval_response",
+     "compaction", "compaction_trigger"}
+)
+
+
+def _normalize_item(item: BaseModel) -> dict[str, Any]:
+    kind = item.type  # type: ignore[attr-defined]
+    fields = item.model_dump(exclude_unset=True, by_alias=True)
+    if kind == "item_reference":
+        return {"type": kind, "id": fields["id"]}
+    item_id = fields.pop("id", None) or ids.new_id(_ID_PREFIX[kind])
+    data = {"id": item_id, "type": kind, **fields}
+    if kind == "reasoning":
+        data.setdefault("summary", [])
+        return data
+    if kind in _NO_STATUS:
+        return data
+    if data.get("status") is None:
+        data["status"] = "completed"
+    if kind == "message":
+        content = data["content"]
+        if isinstance(content, str):
+            if data["role"] == "assistant":
+                part = {"type": "output_text", "text": content, "annotations": []}
+            else:
+                part = {"type": "input_text", "text": content}
+            data["content"] = [part]
+        else:
+            assistant = data["role"] == "assistant"
+            data["content"] = [_normalize_part(p, assistant) for p in content]
+    elif kind.endswith("_output") and isinstance(data["output"], list):
+        data["output"] = [_normalize_part(p) for p in data["output"]]
+    return data
+
+
+def _normalize_part(part: dict[str, Any], assistant: bool = False) -> dict[str, Any]:
+    if assistant and part["type"] == "input_text":
+        part = {**part, "type": "output_text"}  # assistant messages list output_text parts
+    if part["type"] == "input_image" and part.get("detail") is None:
+        part["detail"] = "auto"
+    elif part["type"] == "output_text" and part.get("annotations") is None:
+        part["annotations"] = []
+    return part
+
+
+# --- checks pydantic cannot word the way OpenAI does ---------------------------------------
+
+_PARTS_BY_ROLE = {
+    "user": ("input_text", "input_image", "input_file"),
+    "system": ("input_text",),
+    "developer": ("input_text",),
+    "assistant": ("output_text", "refusal", "input_text"),
+}
+
+
+def check_input(items: list[BaseModel]) -> None:
+    """Each message's content types against its role, and each part's media."""
+    for i, item in enumerate(items):
+        if isinstance(item, Message) and isinstance(item.content, list):
+            allowed = _PARTS_BY_ROLE[item.role]
+            for j, part in enumerate(item.content):
+                param = f"input[{i}].content[{j}]"
+                if part.type not in allowed:
+                    raise invalid_request(
+                        f"Invalid value: '{part.type}'. Messages with role '{item.role}' "
+                        f"accept {quoted(allowed)} content.",
+                        param=f"{param}.type",
+                        code="invalid_value",
+                    )
+                _check_media(part, param)
+        elif isinstance(item, (FunctionCallOutput, CustomToolCallOutput)) and isinstance(
+            item.output, list
+        ):
+            for j, part in enumerate(item.output):
+                _check_media(part, f"input[{i}].output[{j}]")
+
+
+def _check_media(part: BaseModel, param: str) -> None:
+    """Uploaded files live in OpenAI's file store, which a chat backend cannot read."""
+    if isinstance(part, InputImage):
+        if part.image_url is None:
+            if part.file_id is not None:
+                raise _file_id(f"{param}.file_id", "image_url")
+            raise missing_parameter(f"{param}.image_url")
+    elif isinstance(part, InputFile) and part.file_data is None and part.file_url is None:
+        if part.file_id is not None:
+            raise _file_id(f"{param}.file_id", "file_data")
+        raise missing_parameter(f"{param}.file_data")
+    elif isinstance(part, InputFile) and part.file_url is not None and not _is_url(part.file_url):
+        raise invalid_request(  # the value is not echoed: it may be megabytes of anything
+            f"Invalid '{param}.file_url': expected a URL (http, https or data).",
+            param=f"{param}.file_url", code="invalid_value")
+
+
+def _is_url(value: str) -> bool:
+    """An absolute URL: a scheme (a letter, then letters, digits, ``+-.``), a colon, more, and
+    no space around it. Which schemes a backend can fetch is the backend's to say."""
+    scheme, sep, rest = value.partition(":")
+    return bool(sep and rest.strip() and scheme[:1].isalpha() and scheme.isascii()
+                and all(c.isalnum() or c in "+-." for c in scheme) and value == value.strip())
+
+
+def _file_id(param: str, instead: str) -> GatewayError:
+    return invalid_request(
+        f"'file_id' is not supported by this gateway (it refers to OpenAI's file storage); "
+        f"send the content inline with '{instead}' instead.",
+        param=param,
+        code="unsupported_parameter",
+    )

@@ -1,0 +1,383 @@
+"""The create body's ``tools`` and ``tool_choice``: their models, their echo, their checks.
+
+Function, custom and namespace tools are offered to the model (tools/catalog.py); ``mcp`` names
+a remote server the gateway runs (tools/mcp.py); OpenAI's hosted tools are left out for the
+model or refused, as GATEWAY_HOSTED_TOOLS says (tools/hosted.py).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+
+from responses_gateway.errors import invalid_request, missing_parameter
+from responses_gateway.tools.hosted import HOSTED_TYPES, refused
+from responses_gateway.translate.request_base import NAME_PATTERN, PARAMS_CONFIG, by_type
+from responses_gateway.translate.request_errors import unsupported
+
+# --- tools and tool_choice -----------------------------------------------------------------
+
+
+class FunctionTool(BaseModel):
+    model_config = PARAMS_CONFIG
+    type: Literal["function"]
+    name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class FormatGrammar(BaseModel):
+    model_config = PARAMS_CONFIG
+    type: Literal["grammar"]
+    syntax: Literal["lark", "regex"]
+    definition: str
+
+
+class FormatFreeText(BaseModel):
+    model_config = PARAMS_CONFIG
+    type: Literal["text"]
+
+
+class CustomTool(BaseModel):
+    """Freeform input (tools/custom.py): offered to the model as a function of one string."""
+
+    model_config = PARAMS_CONFIG
+    type: Literal["custom"]
+    name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN)
+    description: str | None = None
+    format: (
+        Annotated[
+            Union[  # noqa: UP007
+                Annotated[FormatFreeText, Tag("~text")],
+                Annotated[FormatGrammar, Tag("~grammar")],
+            ],
+            Discriminator(by_type),
+        ]
+        | None
+    ) = None
+
+
+NamespaceMember = Annotated[
+    Union[  # noqa: UP007
+        Annotated[FunctionTool, Tag("~function")],
+        Annotated[CustomTool, Tag("~custom")],
+    ],
+    Discriminator(by_type),
+]
+
+
+class NamespaceTool(BaseModel):
+    """Tools grouped under a name (the Codex CLI's sub-agent tools): flattened for the model,
+    their calls reported with ``namespace`` (tools/catalog.py)."""
+
+    model_config = PARAMS_CONFIG
+    type: Literal["namespace"]
+    name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN)
+    description: str
+    tools: list[NamespaceMember] = Field(min_length=1)
+
+
+class McpToolFilter(BaseModel):
+    model_config = PARAMS_CONFIG
+    tool_names: list[str] | None = None
+    read_only: bool | None = None
+
+
+class McpApprovalFilter(BaseModel):
+    model_config = PARAMS_CONFIG
+    always: McpToolFilter | None = None
+    never: McpToolFilter | None = None
+
+
+def _list_or_object(value: Any) -> str | None:
+    return "~list" if isinstance(value, list) else "~filter" if isinstance(value, dict) else None
+
+
+def _mode_or_object(value: Any) -> str | None:
+    return "~mode" if isinstance(value, str) else "~filter" if isinstance(value, dict) else None
+
+
+class McpTool(BaseModel):
+    """A remote MCP server whose tools the gateway runs (tools/mcp.py)."""
+
+    model_config = PARAMS_CONFIG
+    type: Literal["mcp"]
+    server_label: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN)
+    server_url: str | None = Field(default=None, max_length=2048)
+    connector_id: str | None = None
+    tunnel_id: str | None = None
+    server_description: str | None = None
+    headers: dict[str, str] | None = None
+    authorization: str | None = None
+    allowed_tools: (
+        Annotated[
+            Union[  # noqa: UP007
+                Annotated[list[str], Tag("~list")],
+                Annotated[McpToolFilter, Tag("~filter")],
+            ],
+            Discriminator(_list_or_object),
+        ]
+        | None
+    ) = None
+    require_approval: (
+        Annotated[
+            Union[  # noqa: UP007
+                Annotated[Literal["always", "never"], Tag("~mode")],
+                Annotated[McpApprovalFilter, Tag("~filter")],
+            ],
+            Discriminator(_mode_or_object),
+        ]
+        | None
+    ) = None
+
+
+class HostedTool(BaseModel):
+    """A tool only OpenAI runs (tools/hosted.py): omitted or refused by GATEWAY_HOSTED_TOOLS."""
+
+    model_config = ConfigDict(strict=True, extra="allow", defer_build=True)
+    type: str
+
+
+Tool = Annotated[
+    Union[
+        Annotated[FunctionTool, Tag("~function")],
+        Annotated[CustomTool, Tag("~custom")],
+        Annotated[NamespaceTool, Tag("~namespace")],
+        Annotated[McpTool, Tag("~mcp")],
+        *(Annotated[HostedTool, Tag(f"~{kind}")] for kind in sorted(HOSTED_TYPES)),
+    ],
+    Discriminator(by_type),
+]
+
+
+class ToolChoiceFunction(BaseModel):
+    model_config = PARAMS_CONFIG
+    type: Literal["function"]
+    name: str
+
+
+class ToolChoiceCustom(BaseModel):
+    model_config = PARAMS_CONFIG
+    type: Literal["custom"]
+    name: str
+
+
+class ToolChoiceMcp(BaseModel):
+    """Use a tool of one MCP server (``name``), or any of its tools (no ``name``)."""
+
+    model_config = PARAMS_CONFIG
+    type: Literal["mcp"]
+    server_label: str
+    name: str | None = None
+
+
+class ToolChoiceAllowed(BaseModel):
+    model_config = PARAMS_CONFIG
+    type: Literal["allowed_tools"]
+    mode: Literal["none", "auto", "required"] = "auto"
+    tools: list[
+        Annotated[
+            Union[  # noqa: UP007
+                Annotated[ToolChoiceFunction, Tag("~function")],
+                Annotated[ToolChoiceCustom, Tag("~custom")],
+            ],
+            Discriminator(by_type),
+        ]
+    ] = Field(min_length=1, max_length=128)
+
+
+def _tool_choice_tag(value: Any) -> str | None:
+    return "~mode" if isinstance(value, str) else by_type(value)
+
+
+ToolChoice = Annotated[
+    Union[  # noqa: UP007
+        Annotated[Literal["none", "auto", "required"], Tag("~mode")],
+        Annotated[ToolChoiceFunction, Tag("~function")],
+        Annotated[ToolChoiceCustom, Tag("~custom")],
+        Annotated[ToolChoiceMcp, Tag("~mcp")],
+        Annotated[ToolChoiceAllowed, Tag("~allowed_tools")],
+    ],
+    Discriminator(_tool_choice_tag),
+]
+
+
+# --- what a Response repeats ---------------------------------------------------------------
+
+
+def echo_tools(tools: list[BaseModel] | None) -> list[dict[str, Any]]:
+    """The ``tools`` a Response lists, as OpenAI echoes them."""
+    return [_echo_tool(tool) for tool in tools or () if _echoed(tool)]
+
+
+def echo_tool_choice(choice: Any) -> Any:
+    """The ``tool_choice`` a Response lists (``auto`` when none was sent)."""
+    if choice is None:
+        return "auto"
+    if isinstance(choice, str):
+        return choice
+    if isinstance(choice, (ToolChoiceFunction, ToolChoiceCustom)):
+        return {"type": choice.type, "name": choice.name}
+    if isinstance(choice, ToolChoiceMcp):
+        return {"type": "mcp", "server_label": choice.server_label, "name": choice.name}
+    return {
+        "type": "allowed_tools",
+        "mode": choice.mode,
+        "tools": [{"type": t.type, "name": t.name} for t in choice.tools],
+    }
+
+
+def _echoed(tool: BaseModel) -> bool:
+    """Hosted tools left out for the model are left out of the echo too: the response lists
+    what the model was offered (tools/hosted.py)."""
+    return not isinstance(tool, HostedTool)
+
+
+def _echo_tool(tool: BaseModel) -> dict[str, Any]:
+    if isinstance(tool, FunctionTool):
+        # Responses function tools are strict unless the client says otherwise (OpenAI
+        # echoes true).
+        return {
+            "type": "function",
+            "description": tool.description,
+            "name": tool.name,
+            "parameters": tool.parameters,
+            "strict": True if tool.strict is None else tool.strict,
+        }
+    if isinstance(tool, CustomTool):
+        echoed: dict[str, Any] = {"type": "custom", "name": tool.name}
+        if tool.description is not None:
+            echoed["description"] = tool.description
+        echoed["format"] = (
+            tool.format.model_dump() if tool.format is not None else {"type": "text"}
+        )
+        return echoed
+    if isinstance(tool, NamespaceTool):
+        return {
+            "type": "namespace",
+            "name": tool.name,
+            "description": tool.description,
+            "tools": [_echo_member(member) for member in tool.tools],
+        }
+    assert isinstance(tool, McpTool)
+    # headers and authorization are secrets: never echoed, stored or logged (OpenAI leaves
+    # them out of the response too).
+    echoed = {
+        name: getattr(tool, name)
+        for name in McpTool.model_fields
+        if name not in ("headers", "authorization", "connector_id", "tunnel_id")
+    }
+    for name in ("allowed_tools", "require_approval"):  # filters: plain dicts, as sent
+        if isinstance(echoed[name], BaseModel):
+            echoed[name] = echoed[name].model_dump()
+    return echoed
+
+
+def _echo_member(tool: BaseModel) -> dict[str, Any]:
+    echoed = _echo_tool(tool)
+    if isinstance(tool, FunctionTool) and tool.strict is None:
+        echoed.pop("strict")  # namespace members echo what was sent (NamespaceTool's shape)
+    return echoed
+
+
+# --- checks pydantic cannot word the way OpenAI does ---------------------------------------
+
+
+def choosable_names(tools: list[BaseModel] | None) -> set[tuple[str, str]]:
+    """(type, name) a ``tool_choice`` may name: functions, namespace members, custom."""
+    names: set[tuple[str, str]] = set()
+    for tool in tools or ():
+        members = tool.tools if isinstance(tool, NamespaceTool) else (tool,)
+        for member in members:
+            if isinstance(member, (FunctionTool, CustomTool)):
+                names.add((member.type, member.name))
+    return names
+
+
+def refuse_hosted_tools(tools: list[BaseModel] | None) -> None:
+    """GATEWAY_HOSTED_TOOLS=reject: a hosted tool is a 400 naming it."""
+    for i, tool in enumerate(tools or ()):
+        if isinstance(tool, HostedTool):
+            raise refused(tool.type, i)
+
+
+def check_tool_choice(choice: Any, tools: list[BaseModel] | None) -> None:
+    """A forced ``tool_choice`` names a tool (or MCP server) that ``tools`` holds."""
+    names = choosable_names(tools)
+    if choice in (None, "auto", "none"):
+        return
+    if not tools:
+        kind = choice if isinstance(choice, str) else choice.type
+        raise invalid_request(
+            f"Tool choice '{kind}' must be specified with 'tools' parameter.",
+            param="tool_choice",
+        )
+    if isinstance(choice, (ToolChoiceFunction, ToolChoiceCustom)) and (
+        (choice.type, choice.name) not in names
+    ):
+        noun = "function" if choice.type == "function" else "custom tool"
+        raise invalid_request(
+            f"Tool choice {noun} '{choice.name}' is not one of the {noun}s in 'tools'.",
+            param="tool_choice.name",
+            code="invalid_value",
+        )
+    if isinstance(choice, ToolChoiceMcp) and choice.server_label not in {
+        tool.server_label for tool in tools if isinstance(tool, McpTool)
+    }:
+        raise invalid_request(
+            f"Tool choice MCP server '{choice.server_label}' is not one of the MCP servers in "
+            "'tools'.",
+            param="tool_choice.server_label",
+            code="invalid_value",
+        )
+    if isinstance(choice, ToolChoiceAllowed):
+        for i, allowed in enumerate(choice.tools):
+            if (allowed.type, allowed.name) not in names:
+                raise invalid_request(
+                    f"Allowed tool '{allowed.name}' is not one of the functions in 'tools'.",
+                    param=f"tool_choice.tools[{i}].name",
+                    code="invalid_value",
+                )
+
+
+def check_mcp_tools(tools: list[BaseModel] | None) -> None:
+    """OpenAI's connectors and tunnels live inside OpenAI; the gateway reaches a server URL
+    (tools/mcp.py runs it; where it may connect is decided when it connects)."""
+    labels: set[str] = set()
+    for i, tool in enumerate(tools or ()):
+        if not isinstance(tool, McpTool):
+            continue
+        for field_name in ("connector_id", "tunnel_id"):
+            if getattr(tool, field_name) is not None:
+                raise unsupported(
+                    f"tools[{i}].{field_name}",
+                    f"'{field_name}' is not supported by this gateway (OpenAI's connectors and "
+                    f"tunnels run inside OpenAI); give the MCP server's 'server_url' instead.",
+                )
+        if tool.server_url is None:
+            raise missing_parameter(f"tools[{i}].server_url")
+        if tool.server_label in labels:
+            raise invalid_request(
+                f"Duplicate MCP server_label '{tool.server_label}': each MCP tool needs its own "
+                f"label.",
+                param=f"tools[{i}].server_label",
+                code="invalid_value",
+            )
+        labels.add(tool.server_label)
+        _check_server_url(tool.server_url, f"tools[{i}].server_url")
+
+
+def _check_server_url(url: str, param: str) -> None:
+    """A ``server_url`` the gateway can use at all: http(s), a host DNS can carry. Whether
+    it may connect there is decided when it connects (net/policy.py, net/pinned.py)."""
+    from responses_gateway.net import pinned, policy  # loads only for MCP requests
+
+    try:
+        pinned.http_url(url)
+    except pinned.BadUrl as exc:
+        raise invalid_request(
+            f"Invalid 'server_url': {policy.shown_url(url)!r} is not a usable URL ({exc}).",
+            param=param, code="invalid_value",
+        ) from None
