@@ -3,34 +3,20 @@ Thin: auth, parse, one call on :class:`~responses_gateway.vectors.service.Vector
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from responses_gateway.api.common import JSON, json_body, page_params, tenant_of
-from responses_gateway.api.file_routes import files_of
+from responses_gateway.api.common import JSON, gateway_of, json_body, page_params, tenant_of
 from responses_gateway.errors import invalid_request
 
 if TYPE_CHECKING:
     from responses_gateway.vectors.service import VectorStores
 
-_build_lock = threading.Lock()
-
-
 def vectors_of(request: Request) -> VectorStores:
-    state = request.app.state
-    stores = getattr(state, "vector_stores", None)
-    if stores is None:
-        files = files_of(request)
-        with _build_lock:
-            stores = getattr(state, "vector_stores", None)
-            if stores is None:
-                from responses_gateway.vectors.build import build_vector_stores
-
-                stores = state.vector_stores = build_vector_stores(state.settings, files)
-    return stores
+    """The gateway's vector stores (built on first use), the ones file_search searches."""
+    return gateway_of(request).vector_stores
 
 
 async def _body(request: Request) -> dict[str, Any]:

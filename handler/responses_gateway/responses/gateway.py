@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from functools import partial
-from typing import Any
+from functools import cached_property, partial
+from typing import TYPE_CHECKING, Any
 
 from responses_gateway import ids
 from responses_gateway.backends.base import Backend
@@ -35,6 +35,10 @@ from responses_gateway.translate.request_models import (
 )
 from responses_gateway.translate.response_object import new_response
 from responses_gateway.translate.sealing import Sealer
+
+if TYPE_CHECKING:
+    from responses_gateway.files.service import Files
+    from responses_gateway.vectors.service import VectorStores
 
 BackendFactory = Callable[[str], Backend]
 
@@ -57,6 +61,22 @@ class Gateway:
                                        calls=settings.max_compaction_calls,
                                        input_bytes=settings.max_compaction_input_bytes,
                                        seconds=settings.max_response_seconds))
+
+    @cached_property
+    def files(self) -> Files:
+        """The Files API's storage, built on first use (a gateway that never serves files
+        never imports its engines; api/file_routes.py uses this one)."""
+        from responses_gateway.files.build import build_files
+
+        return build_files(self.settings)
+
+    @cached_property
+    def vector_stores(self) -> VectorStores:
+        """The vector stores, built on first use: one instance for the routes and file_search
+        (it owns the ingestion tasks)."""
+        from responses_gateway.vectors.build import build_vector_stores
+
+        return build_vector_stores(self.settings, self.files)
 
     async def new_job(
         self, body: Any, tenant: str, *, cached: Mapping[str, StoredResponse] | None = None,
