@@ -464,3 +464,58 @@ def test_a_slow_image_model_is_a_timeout(images_server: FakeImagesServer) -> Non
     finally:
         images_server.delay = 0.0
     assert caught.value.code == "timeout"
+
+
+# -- the request side: echo, GATEWAY_HOSTED_TOOLS=reject, tool_choice, items in the input --------
+
+
+def test_the_tool_is_echoed_and_choosable(client: OpenAI, upstream: ScriptedUpstream) -> None:
+    tool = {"type": "image_generation", "quality": "low", "size": "1024x1024"}
+    response = check_response(client.responses.create(
+        model="m", input=draw("a lighthouse", "choice-1"), tools=[tool],
+        tool_choice={"type": "image_generation"}))
+    assert response["tools"] == [tool]  # what the model had, as sent
+    assert response["tool_choice"] == {"type": "image_generation"}
+    first = next(b for b in upstream.requests if "choice-1" in str(b["messages"]))
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "image_generation"}}
+
+
+def test_tool_choice_needs_the_tool(client: OpenAI) -> None:
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="m", input="hi", tool_choice={"type": "image_generation"},
+                                tools=[{"type": "function", "name": "f", "parameters": {}}])
+    assert caught.value.body["param"] == "tool_choice"  # type: ignore[index]
+
+
+def test_reject_policy_serves_it_when_an_image_backend_is_set(
+        upstream: ScriptedUpstream, bedrock_images: FakeBedrockImages, tmp_path: Path) -> None:
+    settings = e2e_settings(upstream, tmp_path / "g.db", image_backend="bedrock",
+                            image_model=NOVA, bedrock_endpoint_url=bedrock_images.url,
+                            bedrock_region="us-east-1", hosted_tools="reject")
+    with GatewayServer(settings) as server, client_for(server) as client:
+        response = check_response(client.responses.create(
+            model="m", input=draw("a lighthouse", "reject-1"),
+            tools=[{"type": "image_generation"}]))
+        assert image_call(response)["status"] == "completed"
+        import openai
+
+        with pytest.raises(openai.BadRequestError) as caught:  # still hosted: refused
+            client.responses.create(model="m", input="hi", tools=[{"type": "code_interpreter"}])
+        assert caught.value.body["param"] == "tools[0].type"  # type: ignore[index]
+
+
+def test_an_image_generation_call_in_the_input_is_edited(
+        client: OpenAI, bedrock_images: FakeBedrockImages) -> None:
+    """Stateless: the client sends the earlier call back; the edit starts from its result."""
+    first = check_response(client.responses.create(
+        model="m", input=draw("a lighthouse", "input-1"), tools=[{"type": "image_generation"}]))
+    earlier = image_call(first)
+    night = check_response(client.responses.create(
+        model="m", store=False, tools=[{"type": "image_generation"}],
+        input=[{"role": "user", "content": "draw a lighthouse"}, earlier,
+               {"role": "user", "content": draw("make it night", "input-2", edit=True)}]))
+    assert image_call(night)["action"] == "edit"
+    assert bedrock_images.invocations[-1].body["imageVariationParams"]["images"] == [
+        earlier["result"]]

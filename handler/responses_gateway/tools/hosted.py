@@ -29,6 +29,9 @@ HOSTED_TYPES = frozenset({
     "tool_search",
 })
 POLICIES = ("omit", "reject")
+#: Hosted tools the gateway runs once configured (tools/registry.py ``needs``), and the
+#: setting that does it: named in the refusal.
+CONFIGURED_BY = {"image_generation": "GATEWAY_IMAGE_BACKEND"}
 
 
 def refused(kind: str, index: int) -> GatewayError:
@@ -37,7 +40,9 @@ def refused(kind: str, index: int) -> GatewayError:
         f"Tool type '{kind}' is not supported by this gateway: hosted tools such as "
         f"web_search, file_search, code_interpreter, computer_use or image_generation run "
         f"inside OpenAI. It serves 'function', 'custom', 'namespace' and 'mcp' tools (and "
-        f"leaves hosted tools out for the model when GATEWAY_HOSTED_TOOLS=omit).",
+        f"leaves hosted tools out for the model when GATEWAY_HOSTED_TOOLS=omit)."
+        + (f" It runs '{kind}' itself when {CONFIGURED_BY[kind]} is set."
+           if kind in CONFIGURED_BY else ""),
         param=f"tools[{index}].type",
         code="invalid_value",
     )

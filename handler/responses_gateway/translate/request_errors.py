@@ -42,7 +42,8 @@ _LIMITS = {
 _SUPPORTED_ITEMS = (
     "'message', 'function_call', 'function_call_output', 'custom_tool_call', "
     "'custom_tool_call_output', 'reasoning', 'mcp_list_tools', 'mcp_call', "
-    "'mcp_approval_request', 'mcp_approval_response', 'item_reference', 'compaction', "
+    "'mcp_approval_request', 'mcp_approval_response', 'image_generation_call', "
+    "'item_reference', 'compaction', "
     "'compaction_trigger'"
 )
 

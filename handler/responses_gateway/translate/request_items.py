@@ -198,6 +198,17 @@ class McpApprovalResponseItem(BaseModel):
     reason: str | None = None
 
 
+class ImageGenerationCallItem(BaseModel):
+    """An image the gateway drew (tools/image_generation/), sent back: a later edit changes
+    the latest one."""
+
+    model_config = ITEM_CONFIG
+    type: Literal["image_generation_call"]
+    id: ItemId
+    result: str | None
+    status: Literal["in_progress", "completed", "generating", "failed"]
+
+
 class ItemReference(BaseModel):
     model_config = ITEM_CONFIG
     type: Literal["item_reference"] = "item_reference"
@@ -244,6 +255,7 @@ InputItem = Annotated[
         Annotated[McpCallItem, Tag("~mcp_call")],
         Annotated[McpApprovalRequestItem, Tag("~mcp_approval_request")],
         Annotated[McpApprovalResponseItem, Tag("~mcp_approval_response")],
+        Annotated[ImageGenerationCallItem, Tag("~image_generation_call")],
         Annotated[ItemReference, Tag("~item_reference")],
         Annotated[CompactionItem, Tag("~compaction")],
         Annotated[CompactionTrigger, Tag("~compaction_trigger")],
