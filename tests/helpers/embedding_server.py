@@ -39,6 +39,7 @@ class EmbeddingServer:
         self.hold = threading.Event()  # set: requests wait until it is cleared
         self.released = threading.Event()
         self.released.set()
+        self.hold_word: str | None = None  # stall only requests with a text holding it
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -48,9 +49,10 @@ class EmbeddingServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = json.loads(self.rfile.read(length))
-                if server.hold.is_set():
-                    server.released.wait(60)
                 texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+                if server.hold.is_set() and (server.hold_word is None or any(
+                        server.hold_word in t for t in texts)):
+                    server.released.wait(60)
                 server.requests += 1
                 server.inputs += texts
                 data = [{"object": "embedding", "index": i, "embedding": hashing_vector(t)}
@@ -67,7 +69,8 @@ class EmbeddingServer:
         self._server.daemon_threads = True
         self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
-    def stall(self) -> None:
+    def stall(self, word: str | None = None) -> None:
+        self.hold_word = word
         self.released.clear()
         self.hold.set()
 
