@@ -33,6 +33,7 @@ NOT_PARAMETERS = {
     "GATEWAY_UPSTREAM_API_KEY": "from the secret (GATEWAY_UPSTREAM_API_KEY_SECRET_ARN)",
     "GATEWAY_API_KEYS": "from the secret (GATEWAY_API_KEYS_SECRET_ARN)",
     "GATEWAY_SEAL_KEY": "from the secret (GATEWAY_SEAL_KEY_SECRET_ARN)",
+    "GATEWAY_ADMIN_KEYS": "from the secret (GATEWAY_ADMIN_KEYS_SECRET_ARN)",
     "GATEWAY_BEDROCK_ENDPOINT_URL": "local Bedrock stand-ins only",
     "GATEWAY_MAX_BODY_BYTES": "function URLs cap request bodies at 6 MB anyway",
     "GATEWAY_BEDROCK_MEDIA_BUDGET_BYTES": "an internal limit; its default fits Lambda memory",

@@ -152,8 +152,9 @@ def test_two_processes_sharing_one_table_enforce_one_limit(
             at_window_start(60)
             urls = [one.url + "/v1", two.url + "/v1"] * 8
             with ThreadPoolExecutor(8) as pool:
-                codes = list(pool.map(lambda url: create(url).status_code, urls))
-        assert sorted(codes) == [200] * 7 + [429] * 9
+                answers = list(pool.map(create, urls))
+        codes = sorted(a.status_code for a in answers)
+        assert codes == [200] * 7 + [429] * 9, [(a.status_code, a.text[:200]) for a in answers]
 
 
 def test_limits_setting_is_checked_at_start() -> None:
@@ -165,6 +166,7 @@ def test_limits_setting_is_checked_at_start() -> None:
         {"default": {"tokens_per_minute": 9}, TENANT: {"requests_per_minute": 2}})}).limits
     assert rule.for_tenant(TENANT).tokens_per_minute == 9  # a key's entry keeps the default's
     assert rule.for_tenant("t_other").requests_per_minute == 0
+    assert Settings.from_env({}).limits is None  # unset: limits.py is not even imported
 
 
 def test_reset_durations_as_openai_spells_them() -> None:

@@ -21,12 +21,12 @@ import orjson
 
 from responses_gateway.backends.kinds import KINDS as BACKEND_KINDS
 from responses_gateway.backends.kinds import ROUTE_PREFIX
-from responses_gateway.limits import NO_LIMITS, Limits, parse_limits
 from responses_gateway.tools.hosted import policy_named
 from responses_gateway.tools.web_search.providers import provider_named, provider_url
 
 if TYPE_CHECKING:
     from responses_gateway.backends.route_config import Routes
+    from responses_gateway.limits import Limits
 
 T = TypeVar("T", int, float)
 
@@ -62,7 +62,7 @@ class Settings:
     api_keys: tuple[str, ...] = field(default=(), repr=False)
     # Admin keys (GATEWAY_ADMIN_KEYS): the admin routes and the dashboard, never a tenant's.
     admin_keys: tuple[str, ...] = field(default=(), repr=False)
-    limits: Limits = NO_LIMITS  # per-key rate limits and budgets (GATEWAY_LIMITS, limits.py)
+    limits: Limits | None = None  # per-key limits and budgets (GATEWAY_LIMITS, limits.py)
     retention_days: int = 30
     seal_key: str | None = field(default=None, repr=False)
     reasoning_input: str | None = None  # reasoning sent back upstream: None, "reasoning_content"
@@ -203,8 +203,8 @@ class Settings:
             admin_keys=tuple(
                 k.strip() for k in (secret("GATEWAY_ADMIN_KEYS") or "").split(",") if k.strip()
             ),
-            limits=_parsed("GATEWAY_LIMITS", parse_limits, get("GATEWAY_LIMITS") or "")
-            if get("GATEWAY_LIMITS") else NO_LIMITS,
+            limits=_parsed("GATEWAY_LIMITS", _limits, get("GATEWAY_LIMITS") or "")
+            if get("GATEWAY_LIMITS") else None,
             retention_days=count("GATEWAY_RETENTION_DAYS", cls.retention_days),
             seal_key=secret("GATEWAY_SEAL_KEY"),
             reasoning_input=_choice(get, "GATEWAY_REASONING_INPUT", ("reasoning_content",)),
@@ -338,6 +338,13 @@ def _parsed(name: str, parse: Callable[[str], T], text: str) -> T:
     except ValueError as exc:
         reason = " ".join(str(exc).split())
         raise SettingsError(reason if reason.startswith(name) else f"{name}: {reason}") from None
+
+
+def _limits(text: str) -> Limits:
+    """GATEWAY_LIMITS (limits.py, imported only when it is set)."""
+    from responses_gateway.limits import parse_limits
+
+    return parse_limits(text)
 
 
 def _upstream_url(text: str) -> str:

@@ -13,7 +13,6 @@ usage ledger (store/usage.py).
 
 from __future__ import annotations
 
-import calendar
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -98,6 +97,7 @@ NO_LIMITS = Limits()
 
 def period_of(period: str, now: float) -> tuple[str, int]:
     """The key and end (epoch) of the budget period holding ``now`` (UTC)."""
+    import calendar
     t = time.gmtime(now)
     if period == "day":
         start = calendar.timegm((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0))

@@ -310,7 +310,8 @@ class ResponseMetrics:
         if entry is None or self.ledger is None:
             return
         settings: Settings | None = _state.get("settings")
-        rule = settings.limits.for_tenant(entry.tenant) if settings is not None else None
+        limits = settings.limits if settings is not None else None
+        rule = limits.for_tenant(entry.tenant) if limits is not None else None
         windows = rule.windows(entry.finished_at) if rule is not None and rule.any else None
         try:
             await self.ledger.record(entry, windows)

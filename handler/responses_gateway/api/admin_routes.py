@@ -18,6 +18,7 @@ from starlette.responses import Response
 
 from responses_gateway.api.common import JSON, gateway_of, int_param
 from responses_gateway.errors import invalid_request, not_found
+from responses_gateway.limits import NO_LIMITS
 from responses_gateway.store.usage import COUNTERS, DAY, HOUR, UsageRow, UsageStore
 
 #: bucket widths: seconds, default and maximum bucket count (OpenAI's for 1h and 1d)
@@ -262,22 +263,22 @@ async def conversation_items(request: Request) -> Response:
 async def limits_in_force(request: Request) -> Response:
     """The default rule, each named key's, and the current counts of the keys seen today."""
     ledger = admin(request)
-    settings = gateway_of(request).settings
+    limits = gateway_of(request).settings.limits or NO_LIMITS
     now = time.time()
     rows = await ledger.buckets(int(now - DAY), int(now) + 1)
-    tenants = sorted({r.tenant for r in rows} | set(settings.limits.keys))
+    tenants = sorted({r.tenant for r in rows} | set(limits.keys))
     keys = []
     for tenant in tenants:
-        rule = settings.limits.for_tenant(tenant)
+        rule = limits.for_tenant(tenant)
         counts = await ledger.counts(tenant, rule.windows(now)) if rule.any else None
         keys.append({
             "api_key_id": tenant, "limits": rule.to_json(),
-            "configured": tenant in settings.limits.keys,
+            "configured": tenant in limits.keys,
             "window": None if counts is None else {
                 "requests": counts.requests, "tokens": counts.tokens,
                 "period_tokens": counts.budget_tokens},
         })
-    return JSON({"object": "gateway.limits", "default": settings.limits.default.to_json(),
+    return JSON({"object": "gateway.limits", "default": limits.default.to_json(),
                  "keys": keys})
 
 

@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from responses_gateway.errors import GatewayError
-from responses_gateway.limits import Rule, Windows
-from responses_gateway.store.base import Store
-from responses_gateway.store.usage import Counts
+
+if TYPE_CHECKING:  # loaded with GATEWAY_LIMITS, and the ledger with the first request
+    from responses_gateway.limits import Limits, Rule, Windows
+    from responses_gateway.store.base import Store
+    from responses_gateway.store.usage import Counts
 
 
-async def admit(store: Store, rule: Rule, tenant: str) -> dict[str, str]:
+async def admit(store: Store, limits: Limits | None, tenant: str) -> dict[str, str]:
     """Count one request for ``tenant``; the ``x-ratelimit-*`` headers to answer with, or the
     429 (GatewayError, with those headers) when a limit is reached."""
-    if not rule.any:
+    rule = limits.for_tenant(tenant) if limits is not None else None
+    if rule is None or not rule.any:
         return {}
     ledger = store.usage_store()
     if ledger is None:

@@ -35,7 +35,7 @@ async def create_response(request: Request) -> Response:
     gateway = gateway_of(request)
     body = await json_body(request)
     # The key's limits before anything else runs (api/limits.py): a 429 past one.
-    rate = await limits.admit(gateway.store, gateway.settings.limits.for_tenant(tenant), tenant)
+    rate = await limits.admit(gateway.store, gateway.settings.limits, tenant)
     return limits.with_headers(await _create(request, gateway, tenant, body), rate)
 
 

@@ -221,8 +221,8 @@ class Session:
         base = self.remembered.get(previous) if previous is not None else None
         job: Job | None = None
         try:
-            await limits.admit(self.gateway.store,  # the key's limits first (api/limits.py)
-                               self.gateway.settings.limits.for_tenant(self.tenant), self.tenant)
+            # The key's limits first (api/limits.py).
+            await limits.admit(self.gateway.store, self.gateway.settings.limits, self.tenant)
             job = await self.gateway.new_job(body, self.tenant, cached=self.remembered,
                                              generate=create.generate)
             await job.ready()

@@ -283,6 +283,10 @@ class Job:
             )
             seq = events[-1]["sequence_number"]
             events[-1] = {"type": "response.failed", "response": response, "sequence_number": seq}
+        # Logged and counted before the terminal event leaves: whoever reads the usage, or
+        # sends the next create, after it sees this response (close() covers the others).
+        self.metrics.finish(self.translator.response, self._first)
+        await self.metrics.account()
         return events
 
     async def persist(self) -> None:
