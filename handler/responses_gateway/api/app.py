@@ -196,7 +196,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.add_middleware(RequestContext)  # Lambda request id / trace header for logs, traces
-    app.state.auth = Authenticator(settings.api_keys)
+    app.state.auth = Authenticator(settings.api_keys, settings.admin_keys)
     app.state.settings = settings
     app.state.upstream_models = models.UpstreamModels()  # GET /v1/models's cache
     return app
