@@ -519,3 +519,24 @@ def test_an_image_generation_call_in_the_input_is_edited(
     assert image_call(night)["action"] == "edit"
     assert bedrock_images.invocations[-1].body["imageVariationParams"]["images"] == [
         earlier["result"]]
+
+
+@pytest.mark.parametrize("model", ["gpt-image-1", "stable-diffusion-xl"])
+def test_images_server_answers_base64_for_any_model(images_server: FakeImagesServer,
+                                                     model: str) -> None:
+    """A self-hosted model is asked for b64_json (else a URL comes back); GPT image models,
+    which refuse the parameter, are not."""
+    import asyncio
+
+    from responses_gateway.tools.image_generation.backends.base import Drawing
+    from responses_gateway.tools.image_generation.backends.openai_images import OpenAIImages
+    from responses_gateway.tools.image_generation.params import ImageParams
+
+    backend = OpenAIImages(images_server.base_url, api_key=IMAGE_KEY, model=model)
+
+    async def draw_one() -> Any:
+        return [s async for s in backend.draw(Drawing("a lighthouse", ImageParams()))]
+
+    [drawn] = asyncio.run(draw_one())
+    assert png_info(base64.b64decode(drawn.b64))[:2] == (1024, 1024)
+    assert ("response_format" in images_server.calls[-1].fields) == (model != "gpt-image-1")

@@ -487,6 +487,15 @@ class _ImagesHandler(BaseHTTPRequestHandler):
                                      "total_tokens": 105}})
             self._sse(events)
             return
+        if not str(fields.get("model", "")).startswith("gpt-image") and fields.get(
+                "response_format") != "b64_json":  # as DALL-E and most servers: a URL
+            self._json(200, {"created": 1, "data": [{"url": "http://127.0.0.1:1/image.png"}]})
+            return
+        if str(fields.get("model", "")).startswith("gpt-image") and "response_format" in fields:
+            self._json(400, {"error": {"message": "Unknown parameter: 'response_format'.",
+                                       "type": "invalid_request_error",
+                                       "param": "response_format", "code": "unknown_parameter"}})
+            return
         self._json(200, {"created": 1, "data": [{"b64_json": final, "revised_prompt":
                                                  "Revised: " + fields["prompt"]}], **used,
                          "usage": {"input_tokens": 5, "output_tokens": 100,

@@ -1,11 +1,12 @@
 """An OpenAI-compatible images server: ``POST {GATEWAY_IMAGE_URL}/images/generations`` (JSON)
 and ``/images/edits`` (multipart), as OpenAI's Images API and self-hosted servers speak it.
 
-The tool's parameters pass through as they are (the server refuses what it cannot do, and its
-400 becomes the failed call's error). With ``partial_images`` > 0 the request streams
-(``stream: true``) and each ``*.partial_image`` event becomes a
-``response.image_generation_call.partial_image``; a server that answers JSON instead simply
-gives none. The server's error messages are redacted before anyone sees them.
+Models other than OpenAI's GPT image models are asked for ``response_format: b64_json``
+(servers answer a URL otherwise). The tool's parameters pass through as they are (the server
+refuses what it cannot do, and its 400 becomes the failed call's error). With
+``partial_images`` > 0 the request streams (``stream: true``) and each ``*.partial_image``
+event becomes a ``response.image_generation_call.partial_image``; a server that answers JSON
+instead simply gives none. The server's error messages are redacted before anyone sees them.
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ class OpenAIImages(ImageBackend):
             value = getattr(params, name)
             if value is not None and not (name == "moderation" and drawing.image is not None):
                 fields[name] = value
+        if not self.model.startswith(("gpt-image", "chatgpt-image")):
+            # DALL-E and most self-hosted servers answer a URL unless asked for base64; the
+            # GPT image models always answer base64 and refuse the parameter.
+            fields["response_format"] = "b64_json"
         if stream:
             fields["stream"] = True
             fields["partial_images"] = params.partial_images
