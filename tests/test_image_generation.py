@@ -540,3 +540,33 @@ def test_images_server_answers_base64_for_any_model(images_server: FakeImagesSer
     [drawn] = asyncio.run(draw_one())
     assert png_info(base64.b64decode(drawn.b64))[:2] == (1024, 1024)
     assert ("response_format" in images_server.calls[-1].fields) == (model != "gpt-image-1")
+
+
+# -- WebSocket mode ----------------------------------------------------------------------------
+
+
+def test_websocket_draw_then_edit_on_one_connection(gateway: GatewayServer) -> None:
+    """``response.create`` over /v1/responses (WebSocket): the second turn chains to the
+    first (held by the connection, store false) and edits its image."""
+    from websockets.sync.client import connect
+
+    url = gateway.base_url.replace("http://", "ws://") + "/responses"
+    tools = [{"type": "image_generation"}]
+    turns = []
+    with connect(url) as ws:
+        for body in ({"type": "response.create", "model": "m", "store": False, "tools": tools,
+                      "input": draw("a lighthouse", "ws-1")},
+                     {"type": "response.create", "model": "m", "store": False, "tools": tools,
+                      "input": draw("make it night", "ws-2", edit=True)}):
+            if turns:
+                body["previous_response_id"] = turns[-1][-1]["response"]["id"]
+            ws.send(json.dumps(body))
+            events = []
+            while not events or events[-1]["type"] not in (
+                    "response.completed", "response.failed", "response.incomplete", "error"):
+                events.append(json.loads(ws.recv(timeout=20)))
+            check_stream(events)
+            turns.append(events)
+    first, night = (image_call(turn[-1]["response"]) for turn in turns)
+    assert night["action"] == "edit"
+    assert colour_of(night["result"]) == colour_for("night", colour_of(first["result"]))
