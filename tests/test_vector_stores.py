@@ -1,4 +1,5 @@
-"""The Vector Stores API through openai-python, unmodified, on the local engine: stores,
+"""The Vector Stores API through openai-python, unmodified, on both engines (one suite: local
+SQLite, and AWS: DynamoDB on moto, vectors on a fake S3 Vectors speaking its wire format): stores,
 files (upload_and_poll), batches, search with filters and ranking options, attribute updates,
 paging, deletes, OpenAI's objects (validated against the SDK's types) and errors, tenant
 isolation on every route.
@@ -21,7 +22,7 @@ from openai.types import VectorStore, VectorStoreDeleted, VectorStoreSearchRespo
 from openai.types.vector_stores import VectorStoreFile, VectorStoreFileBatch
 
 from tests.helpers.embedding_server import EmbeddingServer
-from tests.helpers.file_storage import gateway_on
+from tests.helpers.file_storage import ENGINES, gateway_on, storage_settings
 from tests.helpers.gateway_server import GatewayServer
 
 KEY_A, KEY_B = "key-tenant-a", "key-tenant-b"
@@ -42,10 +43,10 @@ def embeddings() -> Iterator[EmbeddingServer]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def gateway(embeddings: EmbeddingServer, tmp_path_factory: pytest.TempPathFactory
-            ) -> Iterator[GatewayServer]:
-    with gateway_on("local", tmp_path_factory.mktemp("vs"), api_keys=(KEY_A, KEY_B),
+@pytest.fixture(scope="module", params=ENGINES)
+def gateway(request: pytest.FixtureRequest, embeddings: EmbeddingServer,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
+    with gateway_on(request.param, tmp_path_factory.mktemp("vs"), api_keys=(KEY_A, KEY_B),
                     embedding_url=embeddings.base_url, embedding_model="hashing-384",
                     embedding_batch=2) as server:
         yield server
@@ -257,13 +258,18 @@ def test_tenants_are_isolated_on_every_route(alice: OpenAI, bob: OpenAI,
     assert answer.status_code == 401
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 def test_killed_mid_ingestion_is_finished_on_restart(embeddings: EmbeddingServer,
-                                                     tmp_path: Path) -> None:
+                                                     tmp_path: Path, engine: str) -> None:
     """A gateway stopped while a file is in progress (its embeddings call never answered):
-    the next process on the same database ingests it again; it ends completed."""
-    db = tmp_path / "gateway.db"
-    settings: dict[str, Any] = {"store": f"sqlite:{db}", "embedding_url": embeddings.base_url,
-                                "embedding_model": "hashing-384", "lease_seconds": 1.0}
+    the next process on the same storage ingests it again; it ends completed."""
+    with storage_settings(engine, tmp_path) as storage:
+        _killed_and_restarted(embeddings, {
+            **storage, "embedding_url": embeddings.base_url, "embedding_model": "hashing-384",
+            "lease_seconds": 1.0})
+
+
+def _killed_and_restarted(embeddings: EmbeddingServer, settings: dict[str, Any]) -> None:
     from responses_gateway.config import Settings
 
     embeddings.stall()
@@ -289,3 +295,106 @@ def test_killed_mid_ingestion_is_finished_on_restart(embeddings: EmbeddingServer
         assert done.status == "completed"
         hit = client.vector_stores.search(vs.id, query="moon tides").data[0]
         assert hit.file_id == f.id
+
+
+def test_aws_layout_vectors_in_s3_vectors(alice: OpenAI, store: VectorStore,
+                                          gateway: GatewayServer) -> None:
+    """On AWS a store's chunks are vectors of its own S3 Vectors index (key <file>#<i>,
+    metadata file_id), and a filtered search asks S3 Vectors for the allowed files only."""
+    if not gateway.settings.store.startswith("dynamodb:"):
+        pytest.skip("the AWS layout")
+    import boto3
+
+    from responses_gateway.vectors.aws import index_name
+
+    client = boto3.session.Session().client("s3vectors")
+    bucket, index = gateway.settings.vector_bucket, index_name(store.id)
+    keys = {v["key"] for v in client.list_vectors(vectorBucketName=bucket,
+                                                   indexName=index)["vectors"]}
+    volcano = DOCS_ID(alice, store.id, "volcano.md")
+    assert f"{volcano}#0" in keys and len(keys) == 3
+    got = client.get_vectors(vectorBucketName=bucket, indexName=index,
+                             keys=[f"{volcano}#0"], returnMetadata=True)["vectors"]
+    assert got[0]["metadata"] == {"file_id": volcano}
+    hit = client.query_vectors(vectorBucketName=bucket, indexName=index, topK=1,
+                               queryVector={"float32": [0.0] * 383 + [1.0]},
+                               filter={"file_id": {"$in": [volcano]}}, returnMetadata=True)
+    assert [v["key"] for v in hit["vectors"]] == [f"{volcano}#0"]
+    # a removed file's vectors leave the index
+    vs = alice.vector_stores.create(name="gone")
+    f = alice.vector_stores.files.upload_and_poll(vector_store_id=vs.id,
+                                                  file=("gone.txt", b"Short lived text."),
+                                                  poll_interval_ms=50)
+    assert client.list_vectors(vectorBucketName=bucket, indexName=index_name(vs.id))["vectors"]
+    alice.vector_stores.files.delete(f.id, vector_store_id=vs.id)
+    assert client.list_vectors(vectorBucketName=bucket,
+                               indexName=index_name(vs.id))["vectors"] == []
+    alice.vector_stores.delete(vs.id)
+    with pytest.raises(client.exceptions.NotFoundException):
+        client.get_index(vectorBucketName=bucket, indexName=index_name(vs.id))
+
+
+class _FakeLambda:
+    """Lambda's asynchronous Invoke for the worker: each event runs the real worker entry
+    point (entry/lambda_worker.py) in a thread, one at a time, as a new invocation would."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.events: list[dict[str, Any]] = []
+        self.results: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def invoke(self, FunctionName: str, InvocationType: str, Payload: bytes
+               ) -> dict[str, Any]:
+        import json
+        import threading
+
+        from responses_gateway.entry import lambda_worker
+
+        assert InvocationType == "Event"
+        event = json.loads(Payload)
+        self.events.append(event)
+
+        def run() -> None:
+            with self._lock:
+                self.results.append(lambda_worker.handler(event, None))
+
+        threading.Thread(target=run, daemon=True).start()
+        return {"StatusCode": 202}
+
+
+def test_ingestion_runs_in_the_worker_lambda(embeddings: EmbeddingServer, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a worker function (AWS), the API process hands each file to the worker Lambda
+    (event kind vector_store_file) instead of ingesting it itself."""
+    from responses_gateway.config import Settings
+    from responses_gateway.entry import lambda_worker
+    from responses_gateway.responses import dispatch
+
+    fake = _FakeLambda()
+    monkeypatch.setattr(dispatch, "_client", fake)
+    monkeypatch.setattr(lambda_worker, "_vector_stores", None)
+    with storage_settings("aws", tmp_path) as storage:
+        settings = Settings(upstream_url="http://127.0.0.1:9/v1", worker_function="worker",
+                            embedding_url=embeddings.base_url, embedding_model="hashing-384",
+                            **storage)
+        for name, value in (("GATEWAY_STORE", settings.store),
+                            ("GATEWAY_FILES_BUCKET", settings.files_bucket),
+                            ("GATEWAY_VECTOR_BUCKET", settings.vector_bucket),
+                            ("GATEWAY_EMBEDDING_URL", embeddings.base_url),
+                            ("GATEWAY_EMBEDDING_MODEL", "hashing-384"),
+                            ("GATEWAY_UPSTREAM_URL", "http://127.0.0.1:9/v1")):
+            monkeypatch.setenv(name, str(value))
+        with GatewayServer(settings) as server:
+            client = OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+            vs = client.vector_stores.create(name="worker")
+            f = client.vector_stores.files.upload_and_poll(
+                vector_store_id=vs.id, file=("w.txt", b"Comets have icy tails."),
+                poll_interval_ms=50)
+            assert f.status == "completed"
+            assert fake.events == [{"kind": "vector_store_file", "tenant": fake.events[0][
+                "tenant"], "store_id": vs.id, "file_id": f.id}]
+            assert fake.results == [{"file_id": f.id, "vector_store_id": vs.id,
+                                     "status": "completed"}]
+            assert client.vector_stores.search(vs.id, query="comets").data[0].file_id == f.id

@@ -128,6 +128,7 @@ class Settings:
     # Files and vector stores (files/, vectors/): the bucket of file bytes in AWS, the largest
     # file and a tenant's total, files per vector store, the embedding model and its endpoint.
     files_bucket: str | None = None
+    vector_bucket: str | None = None  # S3 Vectors bucket of the vector stores in AWS
     max_file_bytes: int = 512 * 1024 * 1024
     max_tenant_file_bytes: int = 10 * 1024 * 1024 * 1024
     max_upload_part_bytes: int = 64 * 1024 * 1024  # one part of the Uploads API (OpenAI's)
@@ -271,6 +272,7 @@ class Settings:
             max_compaction_input_bytes=count("GATEWAY_MAX_COMPACTION_INPUT_BYTES",
                                              cls.max_compaction_input_bytes),
             files_bucket=get("GATEWAY_FILES_BUCKET"),
+            vector_bucket=get("GATEWAY_VECTOR_BUCKET"),
             max_file_bytes=count("GATEWAY_MAX_FILE_BYTES", cls.max_file_bytes),
             max_tenant_file_bytes=count("GATEWAY_MAX_TENANT_FILE_BYTES",
                                         cls.max_tenant_file_bytes),

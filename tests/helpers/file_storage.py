@@ -1,5 +1,6 @@
 """Gateways on each file-storage engine for the Files and vector store suites: ``local``
-(SQLite + a folder beside it) and ``aws`` (DynamoDB + S3, on a moto server over HTTP)."""
+(SQLite + a folder beside it) and ``aws`` (DynamoDB + S3 on a moto server over HTTP, S3
+Vectors on tests/helpers/s3vectors_server.py, its real wire format)."""
 
 from __future__ import annotations
 
@@ -14,25 +15,33 @@ import pytest
 from responses_gateway.config import Settings
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.moto_server import aws_env, create_dynamodb_table, moto_server
+from tests.helpers.s3vectors_server import FakeS3Vectors
 
 ENGINES = ("local", "aws")
 
 
 @contextmanager
 def storage_settings(engine: str, tmp: Path) -> Iterator[dict[str, Any]]:
-    """The settings (``store``, ``files_bucket``) of one engine, its services running."""
+    """The settings (``store``, ``files_bucket``, ``vector_bucket``) of one engine, its
+    services running."""
     if engine == "local":
         yield {"store": f"sqlite:{tmp / 'gateway.db'}"}
         return
-    with moto_server() as endpoint, pytest.MonkeyPatch.context() as patch:
+    with moto_server() as endpoint, FakeS3Vectors().running() as vectors, \
+            pytest.MonkeyPatch.context() as patch:
         for key, value in aws_env(endpoint).items():
             patch.setenv(key, value)
+        patch.setenv("AWS_ENDPOINT_URL_S3VECTORS", vectors.endpoint)
         patch.delenv("AWS_PROFILE", raising=False)
         import boto3
 
         bucket = f"files-{uuid.uuid4().hex[:12]}"
         boto3.session.Session().client("s3").create_bucket(Bucket=bucket)
-        yield {"store": f"dynamodb:{create_dynamodb_table()}", "files_bucket": bucket}
+        vector_bucket = f"vectors-{uuid.uuid4().hex[:12]}"
+        boto3.session.Session().client("s3vectors").create_vector_bucket(
+            vectorBucketName=vector_bucket)
+        yield {"store": f"dynamodb:{create_dynamodb_table()}", "files_bucket": bucket,
+               "vector_bucket": vector_bucket}
 
 
 @contextmanager

@@ -1,6 +1,9 @@
 """The worker Lambda: runs one background response per asynchronous invocation.
 
-Event: ``{"response_id": "resp_...", "tenant": "..."}``. A failed asynchronous invocation that
+Event: ``{"response_id": "resp_...", "tenant": "..."}``; or ``{"kind": "vector_store_file",
+"tenant", "store_id", "file_id"}``: ingest one file into a vector store (vectors/service.py; a
+failed one ends ``failed``, one cut short is taken up again when its lease runs out). A failed
+asynchronous invocation that
 reaches the dead-letter queue arrives here too (``Records`` from SQS, the body being the
 original event, or an on-failure destination record holding it as ``requestPayload``): the
 response is ended ``failed`` so nobody waits on it forever.
@@ -11,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -19,11 +22,16 @@ from responses_gateway.api.auth import OPEN_TENANT
 from responses_gateway.config import Settings
 from responses_gateway.responses.gateway import Gateway
 
+if TYPE_CHECKING:
+    from responses_gateway.vectors.service import VectorStores
+
 logger = logging.getLogger("responses_gateway.worker")
 
 #: stop this long before Lambda's own limit, to end the response ``failed`` and store it
 SAFETY_MARGIN_SECONDS = 10.0
 _gateway: Gateway | None = None
+_vector_stores: VectorStores | None = None
+VECTOR_STORE_FILE = "vector_store_file"  # the event kind of a file to ingest
 # One loop for the life of the execution environment: pooled clients stay bound to it.
 _loop = asyncio.new_event_loop()
 
@@ -44,6 +52,8 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
 async def _handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     from responses_gateway.responses import background
 
+    if event.get("kind") == VECTOR_STORE_FILE:
+        return await _ingest(event)
     gateway = _get_gateway()
     if "Records" in event:  # dead letters: the invocation itself failed
         ended = []
@@ -67,6 +77,19 @@ async def _handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     await background.run(gateway, response_id, tenant, deadline=deadline)
     record = await gateway.store.get(response_id, tenant)
     return {"response_id": response_id, "status": record.status if record else None}
+
+
+async def _ingest(event: dict[str, Any]) -> dict[str, Any]:
+    global _vector_stores
+    if _vector_stores is None:
+        from responses_gateway.files.build import build_files
+        from responses_gateway.vectors.build import build_vector_stores
+
+        settings = Settings.from_env()
+        _vector_stores = build_vector_stores(settings, build_files(settings))
+    tenant, store_id, file_id = event["tenant"], event["store_id"], event["file_id"]
+    status = await _vector_stores.ingest(tenant, store_id, file_id)
+    return {"file_id": file_id, "vector_store_id": store_id, "status": status}
 
 
 def _dead_letter_payload(record: dict[str, Any]) -> dict[str, Any] | None:

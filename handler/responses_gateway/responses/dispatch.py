@@ -1,4 +1,5 @@
-"""Hand a background response to the worker Lambda (asynchronous invoke)."""
+"""Hand work to the worker Lambda (asynchronous invoke): a background response, or a file
+to ingest into a vector store."""
 
 from __future__ import annotations
 
@@ -30,7 +31,13 @@ def _lambda_client() -> Any:
 
 async def invoke_worker(function: str, response_id: str, tenant: str) -> None:
     """Queue one run of the worker (``InvocationType=Event``: returns once Lambda accepted it)."""
-    payload = orjson.dumps({"response_id": response_id, "tenant": tenant})
+    await invoke_worker_event(function, {"response_id": response_id, "tenant": tenant})
+
+
+async def invoke_worker_event(function: str, event: dict[str, Any]) -> None:
+    """Queue one event for the worker: a background response (no ``kind``), or another kind
+    of work it runs (``{"kind": "vector_store_file", ...}``: entry/lambda_worker.py)."""
+    payload = orjson.dumps(event)
     result = await asyncio.to_thread(
         _lambda_client().invoke,
         FunctionName=function,

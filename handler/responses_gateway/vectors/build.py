@@ -1,5 +1,7 @@
-"""The vector stores ``GATEWAY_STORE`` implies, with the configured embedding model. Only the
-local engine exists so far; with ``dynamodb:TABLE`` the routes answer 501."""
+"""The vector stores ``GATEWAY_STORE`` implies, with the configured embedding model:
+``sqlite:PATH`` keeps them in PATH (vectors/local.py); ``dynamodb:TABLE`` keeps records in
+TABLE and vectors in the S3 Vectors bucket ``GATEWAY_VECTOR_BUCKET`` (vectors/aws.py; without
+it the routes answer 501). Each engine is imported only when configured."""
 
 from __future__ import annotations
 
@@ -10,17 +12,18 @@ from responses_gateway.errors import GatewayError
 if TYPE_CHECKING:
     from responses_gateway.config import Settings
     from responses_gateway.files.service import Files
+    from responses_gateway.vectors.engine import VectorEngine
     from responses_gateway.vectors.service import VectorStores
 
 
 def build_vector_stores(settings: Settings, files: Files) -> VectorStores:
     kind, _, target = settings.store.partition(":")
-    if kind != "sqlite":
+    if not (kind == "sqlite" or (kind == "dynamodb" and settings.vector_bucket)):
         raise GatewayError(
-            501, "Vector stores are not available on this gateway's storage yet (they need "
-            "GATEWAY_STORE=sqlite:PATH).", type="server_error", code="vector_stores_unavailable")
+            501, "Vector stores are not configured on this gateway (GATEWAY_STORE=sqlite:PATH, "
+            "or dynamodb:TABLE with GATEWAY_VECTOR_BUCKET).", type="server_error",
+            code="vector_stores_unavailable")
     from responses_gateway.vectors.embeddings import OpenAICompatEmbedder
-    from responses_gateway.vectors.local import LocalVectorEngine
     from responses_gateway.vectors.service import VectorStores
 
     embedder = OpenAICompatEmbedder(
@@ -28,6 +31,18 @@ def build_vector_stores(settings: Settings, files: Files) -> VectorStores:
         settings.embedding_api_key or settings.upstream_api_key,
         settings.embedding_model, batch=settings.embedding_batch,
         max_retries=settings.max_retries, timeout=settings.read_timeout)
-    return VectorStores(LocalVectorEngine(target or "gateway.db"), files, embedder,
+    return VectorStores(_engine(settings, target), files, embedder,
                         max_files=settings.max_vector_store_files,
-                        lease_seconds=settings.lease_seconds)
+                        lease_seconds=settings.lease_seconds,
+                        worker_function=settings.worker_function)
+
+
+def _engine(settings: Settings, target: str) -> VectorEngine:
+    if settings.store.startswith("sqlite"):
+        from responses_gateway.vectors.local import LocalVectorEngine
+
+        return LocalVectorEngine(target or "gateway.db")
+    from responses_gateway.vectors.aws import AWSVectorEngine
+
+    assert settings.vector_bucket
+    return AWSVectorEngine(target, settings.vector_bucket)

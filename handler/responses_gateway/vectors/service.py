@@ -21,10 +21,11 @@ from responses_gateway.files.service import Files
 from responses_gateway.vectors import objects
 from responses_gateway.vectors.chunking import parse_strategy
 from responses_gateway.vectors.embeddings import Embedder, EmbeddingError
+from responses_gateway.vectors.engine import VectorEngine
 from responses_gateway.vectors.extract import Invalid, Unsupported
 from responses_gateway.vectors.filters import compile_filter
 from responses_gateway.vectors.ingest import prepare
-from responses_gateway.vectors.local import LocalVectorEngine, now
+from responses_gateway.vectors.local import now
 from responses_gateway.vectors.ranking import Ranking
 
 logger = logging.getLogger("responses_gateway.vectors")
@@ -34,9 +35,11 @@ MAX_INGESTING = 4  # files ingested at once in this process
 
 
 class VectorStores:
-    def __init__(self, engine: LocalVectorEngine, files: Files, embedder: Embedder, *,
-                 max_files: int, lease_seconds: float) -> None:
+    def __init__(self, engine: VectorEngine, files: Files, embedder: Embedder, *,
+                 max_files: int, lease_seconds: float, worker_function: str | None = None
+                 ) -> None:
         self.engine = engine
+        self.worker_function = worker_function  # AWS: ingestion runs in the worker Lambda
         self.files = files
         self.embedder = embedder
         self.max_files = max_files
@@ -284,9 +287,31 @@ class VectorStores:
             self._start(row["tenant"], row["store_id"], row["file_id"])
 
     def _start(self, tenant: str, store_id: str, file_id: str) -> None:
-        task = asyncio.get_running_loop().create_task(self._ingest(tenant, store_id, file_id))
+        """Ingest in the worker Lambda when there is one (it outlives this request), else in
+        an in-process task; either way the file's lease brings it back if it is cut short."""
+        work = self._dispatch(tenant, store_id, file_id) if self.worker_function \
+            else self._ingest(tenant, store_id, file_id)
+        task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _dispatch(self, tenant: str, store_id: str, file_id: str) -> None:
+        from responses_gateway.responses.dispatch import invoke_worker_event
+
+        assert self.worker_function
+        try:
+            await invoke_worker_event(self.worker_function, {
+                "kind": "vector_store_file", "tenant": tenant, "store_id": store_id,
+                "file_id": file_id})
+        except Exception:
+            logger.exception("the worker did not take %s; ingesting it here", file_id)
+            await self._ingest(tenant, store_id, file_id)
+
+    async def ingest(self, tenant: str, store_id: str, file_id: str) -> str | None:
+        """Ingest one file now (the worker Lambda's entry); its status after, None if gone."""
+        await self._ingest(tenant, store_id, file_id)
+        row = await self.engine.file(tenant, store_id, file_id)
+        return row["status"] if row else None
 
     async def _ingest(self, tenant: str, store_id: str, file_id: str) -> None:
         renew = asyncio.create_task(self._renew(tenant, store_id, file_id))
