@@ -136,6 +136,7 @@ class Settings:
     embedding_url: str | None = None  # OpenAI-compatible /v1 base; unset: GATEWAY_UPSTREAM_URL
     embedding_api_key: str | None = field(default=None, repr=False)
     embedding_model: str = "text-embedding-3-small"
+    embedding_backend: str = "openai"  # or "bedrock": InvokeModel (vectors/bedrock_embeddings)
     embedding_batch: int = 64
 
     def route(self, model: str) -> Route:
@@ -283,7 +284,10 @@ class Settings:
             embedding_url=_upstream_url(get("GATEWAY_EMBEDDING_URL"))
             if get("GATEWAY_EMBEDDING_URL") else None,
             embedding_api_key=secret("GATEWAY_EMBEDDING_API_KEY"),
-            embedding_model=get("GATEWAY_EMBEDDING_MODEL") or cls.embedding_model,
+            embedding_model=_embedding_model(get("GATEWAY_EMBEDDING_MODEL"),
+                                             get("GATEWAY_EMBEDDING_BACKEND")),
+            embedding_backend=_choice(get, "GATEWAY_EMBEDDING_BACKEND", ("openai", "bedrock"))
+            or cls.embedding_backend,
             embedding_batch=max(1, count("GATEWAY_EMBEDDING_BATCH", cls.embedding_batch)),
         )
 
@@ -360,6 +364,21 @@ def _upstream_url(text: str) -> str:
             "GATEWAY_UPSTREAM_URL must be an http:// or https:// URL including the path up to "
             f"/chat/completions (like http://127.0.0.1:11434/v1), not {shown_url(url)!r}")
     return url
+
+
+def _embedding_model(model: str | None, backend: str | None) -> str:
+    """The embedding model; on Bedrock (Titan Text Embeddings v2 by default) one whose request
+    shape the gateway speaks (vectors/bedrock_embeddings.py)."""
+    if (backend or "").strip().lower() != "bedrock":
+        return model or Settings.embedding_model
+    from responses_gateway.vectors.bedrock_embeddings import FAMILIES, family_of
+
+    model = model or "amazon.titan-embed-text-v2:0"
+    if family_of(model) is None:
+        raise SettingsError(f"GATEWAY_EMBEDDING_MODEL must be a Bedrock embedding model of "
+                            f"{' or '.join(FAMILIES)} when GATEWAY_EMBEDDING_BACKEND is "
+                            f"bedrock, not {model!r}")
+    return model
 
 
 def _image_backend(name: str | None, store: str | None, bucket: str | None) -> str | None:

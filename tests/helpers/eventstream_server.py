@@ -28,7 +28,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -90,8 +90,9 @@ class Recorded:
 
 @dataclass
 class _Answer:
-    kind: str  # stream | json | error
+    kind: str  # stream | json | error | compute
     steps: list[Any] = field(default_factory=list)
+    compute: Callable[[dict[str, Any]], Any] | None = None
     status: int = 200
     payload: Any = None
     error_type: str = ""
@@ -118,6 +119,11 @@ class FakeBedrock:
 
     def json(self, model_id: str, payload: dict[str, Any], status: int = 200) -> None:
         self._answers[model_id] = _Answer("json", status=status, payload=payload)
+
+    def answer_with(self, model_id: str, compute: Callable[[dict[str, Any]], Any]) -> None:
+        """InvokeModel answered by ``compute(request body)`` (embeddings of the texts sent); a
+        ValueError it raises is Bedrock's 400 ValidationException with its message."""
+        self._answers[model_id] = _Answer("compute", compute=compute)
 
     def error(self, model_id: str, status: int, error_type: str, message: str) -> None:
         self._answers[model_id] = _Answer("error", status=status, error_type=error_type,
@@ -209,6 +215,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(answer.status, answer.payload, answer.error_type)
         elif answer.kind == "json":
             self._send_json(answer.status, answer.payload)
+        elif answer.kind == "compute":
+            assert answer.compute is not None
+            try:
+                self._send_json(200, answer.compute(json.loads(raw or b"{}")))
+            except ValueError as exc:
+                self._send_json(400, {"message": str(exc)}, "ValidationException")
         else:
             self._send_stream(model_id, answer.steps)
 

@@ -12,6 +12,7 @@ from responses_gateway.errors import GatewayError
 if TYPE_CHECKING:
     from responses_gateway.config import Settings
     from responses_gateway.files.service import Files
+    from responses_gateway.vectors.embeddings import Embedder
     from responses_gateway.vectors.engine import VectorEngine
     from responses_gateway.vectors.service import VectorStores
 
@@ -23,18 +24,30 @@ def build_vector_stores(settings: Settings, files: Files) -> VectorStores:
             501, "Vector stores are not configured on this gateway (GATEWAY_STORE=sqlite:PATH, "
             "or dynamodb:TABLE with GATEWAY_VECTOR_BUCKET).", type="server_error",
             code="vector_stores_unavailable")
-    from responses_gateway.vectors.embeddings import OpenAICompatEmbedder
     from responses_gateway.vectors.service import VectorStores
 
-    embedder = OpenAICompatEmbedder(
+    return VectorStores(_engine(settings, target), files, _embedder(settings),
+                        max_files=settings.max_vector_store_files,
+                        lease_seconds=settings.lease_seconds,
+                        worker_function=settings.worker_function)
+
+
+def _embedder(settings: Settings) -> Embedder:
+    """GATEWAY_EMBEDDING_BACKEND: an OpenAI-compatible /embeddings, or Bedrock's InvokeModel."""
+    if settings.embedding_backend == "bedrock":
+        from responses_gateway.vectors.bedrock_embeddings import BedrockEmbedder
+
+        return BedrockEmbedder(
+            settings.embedding_model, region=settings.bedrock_region,
+            endpoint_url=settings.bedrock_endpoint_url, batch=settings.embedding_batch,
+            max_retries=settings.max_retries, timeout=settings.read_timeout)
+    from responses_gateway.vectors.embeddings import OpenAICompatEmbedder
+
+    return OpenAICompatEmbedder(
         settings.embedding_url or settings.upstream_url,
         settings.embedding_api_key or settings.upstream_api_key,
         settings.embedding_model, batch=settings.embedding_batch,
         max_retries=settings.max_retries, timeout=settings.read_timeout)
-    return VectorStores(_engine(settings, target), files, embedder,
-                        max_files=settings.max_vector_store_files,
-                        lease_seconds=settings.lease_seconds,
-                        worker_function=settings.worker_function)
 
 
 def _engine(settings: Settings, target: str) -> VectorEngine:

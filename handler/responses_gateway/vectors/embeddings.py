@@ -19,7 +19,10 @@ class EmbeddingError(Exception):
 class Embedder(Protocol):
     model: str
 
-    async def embed(self, texts: list[str]) -> list[list[float]]: ...
+    async def embed(self, texts: list[str], *, query: bool = False) -> list[list[float]]:
+        """One vector per text; ``query``: the texts are search queries, not documents (some
+        models, Cohere Embed, embed the two differently)."""
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -34,7 +37,7 @@ class OpenAICompatEmbedder:
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(headers=headers, timeout=timeout)
 
-    async def embed(self, texts: list[str]) -> list[list[float]]:
+    async def embed(self, texts: list[str], *, query: bool = False) -> list[list[float]]:
         batches = [texts[i:i + self.batch] for i in range(0, len(texts), self.batch)]
         results = await asyncio.gather(*(self._one(b) for b in batches))
         return [vector for result in results for vector in result]

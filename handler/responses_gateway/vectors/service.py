@@ -234,7 +234,7 @@ class VectorStores:
         results: list[dict[str, Any]] = []
         if allowed:
             try:
-                vectors = await self.embedder.embed(queries)
+                vectors = await self.embedder.embed(queries, query=True)
             except EmbeddingError as exc:
                 raise GatewayError(502, f"The embedding model failed: {exc}",
                                    type="server_error", code="embedding_failed") from None

@@ -1,0 +1,116 @@
+"""Embeddings from Amazon Bedrock through InvokeModel (``GATEWAY_EMBEDDING_BACKEND=bedrock``):
+Titan Text Embeddings v2 (``amazon.titan-embed-text-v2:0``: one text a call, the calls of a
+batch at once) and Cohere Embed (``cohere.embed-*``: up to 96 texts a call, documents and
+queries embedded as such). boto3 is imported on the first embedding; botocore retries what a
+retry can fix (throttling, 5xx) in its standard mode, ``GATEWAY_MAX_RETRIES`` times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from typing import Any
+
+from responses_gateway.vectors.embeddings import EmbeddingError
+
+COHERE_BATCH = 96  # Cohere Embed's texts per request
+TITAN_MAX_CHARS = 50_000  # Titan v2's inputText bound
+FAMILIES = ("amazon.titan-embed-text", "cohere.embed")
+
+
+def family_of(model: str) -> str | None:
+    """The model family (a cross-region profile like ``us.cohere.embed-v4:0`` included)."""
+    for family in FAMILIES:
+        if family in model:
+            return family
+    return None
+
+
+class BedrockEmbedder:
+    def __init__(self, model: str, *, region: str | None, endpoint_url: str | None = None,
+                 batch: int = 64, max_retries: int = 2, timeout: float = 120.0,
+                 client: Any = None) -> None:
+        self.model = model
+        self.family = family_of(model)
+        if self.family is None:
+            raise ValueError(f"GATEWAY_EMBEDDING_MODEL {model!r} is not a Bedrock embedding "
+                             "model this gateway speaks (amazon.titan-embed-text-v2:0, "
+                             "cohere.embed-*)")
+        self.region = region
+        self.endpoint_url = endpoint_url
+        self.batch = max(1, batch)
+        self.max_retries = max_retries
+        self.timeout = timeout
+        self._client = client
+        self._lock = threading.Lock()
+
+    def client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                import boto3
+                from botocore.config import Config
+
+                self._client = boto3.session.Session().client(
+                    "bedrock-runtime", region_name=self.region, endpoint_url=self.endpoint_url,
+                    config=Config(read_timeout=self.timeout,
+                                  retries={"mode": "standard",
+                                           "total_max_attempts": self.max_retries + 1},
+                                  max_pool_connections=max(10, self.batch),
+                                  user_agent_extra="responses-gateway"))
+            return self._client
+
+    async def embed(self, texts: list[str], *, query: bool = False) -> list[list[float]]:
+        if self.family == "cohere.embed":
+            size = min(self.batch, COHERE_BATCH)
+            bodies = [{"texts": texts[i:i + size],
+                       "input_type": "search_query" if query else "search_document",
+                       "truncate": "END", "embedding_types": ["float"]}
+                      for i in range(0, len(texts), size)]
+        else:
+            bodies = [{"inputText": t[:TITAN_MAX_CHARS], "normalize": True,
+                       "embeddingTypes": ["float"]} for t in texts]
+        slots = asyncio.Semaphore(self.batch)
+
+        async def one(body: dict[str, Any]) -> list[list[float]]:
+            async with slots:
+                return await asyncio.to_thread(self._invoke, body)
+
+        results = await asyncio.gather(*(one(b) for b in bodies))
+        vectors = [v for result in results for v in result]
+        if len(vectors) != len(texts):
+            raise EmbeddingError(f"The embedding model returned {len(vectors)} vectors for "
+                                 f"{len(texts)} inputs.")
+        return vectors
+
+    def _invoke(self, body: dict[str, Any]) -> list[list[float]]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            response = self.client().invoke_model(
+                modelId=self.model, body=json.dumps(body), contentType="application/json",
+                accept="application/json")
+            answer = json.loads(response["body"].read())
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            raise EmbeddingError(f"Bedrock answered {error.get('Code', 'an error')}: "
+                                 f"{str(error.get('Message', ''))[:300]}") from None
+        except BotoCoreError as exc:
+            raise EmbeddingError(f"Bedrock could not be reached ({type(exc).__name__}).") \
+                from None
+        except ValueError:
+            raise EmbeddingError("Bedrock's answer is not JSON.") from None
+        try:
+            if self.family == "cohere.embed":
+                found = answer["embeddings"]
+                found = found["float"] if isinstance(found, dict) else found
+                return [list(map(float, v)) for v in found]
+            found = (answer.get("embeddingsByType") or {}).get("float") or answer["embedding"]
+            return [list(map(float, found))]
+        except (KeyError, TypeError, ValueError):
+            raise EmbeddingError("Bedrock's answer is not an embedding.") from None
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
