@@ -1,7 +1,8 @@
-"""The admin surface (issue 34.3, 34.4): only admin keys open the admin routes, what they and
-the dashboard show holds no key or MCP header, and the dashboard works in a real headless
-Chromium (Debian's ``chromium`` and ``chromium-driver``, driven by Selenium; nothing is
-downloaded): it lists a stored response, opens it, shows its events and draws the usage chart.
+"""The admin surface (issue 34.3, 34.4), on SQLite and DynamoDB (moto): only admin keys open
+the admin routes, what they and the dashboard show holds no key or MCP header, and the
+dashboard works in a real headless Chromium (Debian's ``chromium`` and ``chromium-driver``,
+driven by Selenium; nothing is downloaded): it lists a stored response, opens it, shows its
+events and draws the usage chart.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from responses_gateway.api.app import ADMIN_PATHS
 from responses_gateway.config import Settings
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.mcp_server import McpTestServer
+from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
 from tests.helpers.scripted_upstream import ScriptedUpstream
 
 TENANT_KEY = "sk-tenant-dashboard-0123456789"
@@ -35,13 +37,23 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
 
+@pytest.fixture(scope="module", params=["sqlite", "dynamodb"])
+def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:{tmp_path_factory.mktemp('dashboard') / 'gateway.db'}"
+        return
+    with moto_server() as endpoint, pytest.MonkeyPatch.context() as env:
+        use_moto(env, endpoint)
+        yield "dynamodb:" + create_dynamodb_table()
+
+
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def site(store: str) -> Iterator[dict[str, Any]]:
     """A gateway with a background MCP response, a foreground one and a conversation."""
-    db = tmp_path_factory.mktemp("dashboard") / "gateway.db"
     with ScriptedUpstream() as upstream, McpTestServer() as mcp:
         settings = Settings(upstream_url=upstream.base_url, upstream_api_key=UPSTREAM_KEY,
-                            store=f"sqlite:{db}", api_keys=(TENANT_KEY,),
+                            store=store, api_keys=(TENANT_KEY,),
                             admin_keys=(ADMIN_KEY,), mcp_allow_hosts=("127.0.0.1",))
         with GatewayServer(settings) as gw:
             client = OpenAI(base_url=gw.base_url, api_key=TENANT_KEY, max_retries=0)

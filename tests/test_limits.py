@@ -37,6 +37,21 @@ def upstream() -> Iterator[ScriptedUpstream]:
         yield up
 
 
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[str]:
+    with moto_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(params=["sqlite", "dynamodb"])
+def store(request: pytest.FixtureRequest, tmp_path: Path,
+          monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:{tmp_path / 'g.db'}"
+    use_moto(monkeypatch, request.getfixturevalue("moto_endpoint"))
+    return "dynamodb:" + create_dynamodb_table()
+
+
 def gateway(upstream: ScriptedUpstream, tmp_path: Path, limits: dict[str, object],
             store: str | None = None) -> GatewayServer:
     return GatewayServer(Settings(
@@ -58,10 +73,10 @@ def create(base_url: str, key: str = KEY) -> httpx.Response:
 
 
 def test_a_burst_past_the_requests_limit_gets_openais_429(
-    upstream: ScriptedUpstream, tmp_path: Path
+    upstream: ScriptedUpstream, tmp_path: Path, store: str
 ) -> None:
     with gateway(upstream, tmp_path, {"t_" + "0" * 32: {"requests_per_minute": 1},
-                                      TENANT: {"requests_per_minute": 3}}) as gw:
+                                      TENANT: {"requests_per_minute": 3}}, store) as gw:
         at_window_start(60)
         answers = [create(gw.base_url) for _ in range(5)]
         assert [a.status_code for a in answers] == [200, 200, 200, 429, 429]
@@ -99,10 +114,12 @@ def test_openai_python_retries_after_the_reset(upstream: ScriptedUpstream,
         assert time.monotonic() - started >= 1.5  # it waited for the next window
 
 
-def test_tokens_per_minute_and_the_budget(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+def test_tokens_per_minute_and_the_budget(upstream: ScriptedUpstream, tmp_path: Path,
+                                          store: str) -> None:
     with gateway(upstream, tmp_path, {"default": {"tokens_per_minute": 5},
                                       TENANT: {"tokens_per_minute": 0,
-                                               "tokens_per_period": 5, "period": "day"}}) as gw:
+                                               "tokens_per_period": 5, "period": "day"}},
+                 store) as gw:
         at_window_start(60)
         first = create(gw.base_url, OTHER)
         assert first.status_code == 200

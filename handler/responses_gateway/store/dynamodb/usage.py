@@ -208,6 +208,10 @@ class DynamoDBUsage(_Table, UsageStore):
 
     async def log(self, start: int, end: int, limit: int,
                   before: tuple[int, str] | None = None) -> list[dict[str, Any]]:
+        # Log rows expire with the responses (TTL): older days hold nothing, and each day
+        # walked is a query.
+        start = max(start, int(time.time()) - self.retention_s - DAY)
+
         def read() -> list[dict[str, Any]]:
             high = f"{before[0]:010d}#{before[1]}" if before else f"{end - 1:010d}~"
             rows: list[dict[str, Any]] = []
