@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import orjson
@@ -137,6 +137,8 @@ class Settings:
     embedding_api_key: str | None = field(default=None, repr=False)
     embedding_model: str = "text-embedding-3-small"
     embedding_backend: str = "openai"  # or "bedrock": InvokeModel (vectors/bedrock_embeddings)
+    # vector store id -> Bedrock Knowledge Base, served read-only (vectors/knowledge_bases.py)
+    knowledge_bases: dict[str, Any] = field(default_factory=dict)
     embedding_batch: int = 64
 
     def route(self, model: str) -> Route:
@@ -288,6 +290,8 @@ class Settings:
                                              get("GATEWAY_EMBEDDING_BACKEND")),
             embedding_backend=_choice(get, "GATEWAY_EMBEDDING_BACKEND", ("openai", "bedrock"))
             or cls.embedding_backend,
+            knowledge_bases=_parsed("GATEWAY_KNOWLEDGE_BASES", _knowledge_bases,
+                                    get("GATEWAY_KNOWLEDGE_BASES") or "{}"),
             embedding_batch=max(1, count("GATEWAY_EMBEDDING_BATCH", cls.embedding_batch)),
         )
 
@@ -364,6 +368,15 @@ def _upstream_url(text: str) -> str:
             "GATEWAY_UPSTREAM_URL must be an http:// or https:// URL including the path up to "
             f"/chat/completions (like http://127.0.0.1:11434/v1), not {shown_url(url)!r}")
     return url
+
+
+def _knowledge_bases(text: str) -> dict[str, Any]:
+    """GATEWAY_KNOWLEDGE_BASES (vectors/knowledge_bases.py, imported only when it is set)."""
+    if text == "{}":
+        return {}
+    from responses_gateway.vectors.knowledge_bases import parse_knowledge_bases
+
+    return parse_knowledge_bases(text)
 
 
 def _embedding_model(model: str | None, backend: str | None) -> str:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from responses_gateway.files.service import Files
     from responses_gateway.vectors.embeddings import Embedder
     from responses_gateway.vectors.engine import VectorEngine
+    from responses_gateway.vectors.knowledge_bases import KnowledgeBases
     from responses_gateway.vectors.service import VectorStores
 
 
@@ -29,7 +30,8 @@ def build_vector_stores(settings: Settings, files: Files) -> VectorStores:
     return VectorStores(_engine(settings, target), files, _embedder(settings),
                         max_files=settings.max_vector_store_files,
                         lease_seconds=settings.lease_seconds,
-                        worker_function=settings.worker_function)
+                        worker_function=settings.worker_function,
+                        knowledge_bases=_knowledge_bases(settings))
 
 
 def _embedder(settings: Settings) -> Embedder:
@@ -48,6 +50,16 @@ def _embedder(settings: Settings) -> Embedder:
         settings.embedding_api_key or settings.upstream_api_key,
         settings.embedding_model, batch=settings.embedding_batch,
         max_retries=settings.max_retries, timeout=settings.read_timeout)
+
+
+def _knowledge_bases(settings: Settings) -> KnowledgeBases | None:
+    """GATEWAY_KNOWLEDGE_BASES: Bedrock Knowledge Bases served as read-only vector stores."""
+    if not settings.knowledge_bases:
+        return None
+    from responses_gateway.vectors.knowledge_bases import KnowledgeBases
+
+    return KnowledgeBases(settings.knowledge_bases, region=settings.bedrock_region,
+                          max_retries=settings.max_retries, timeout=settings.read_timeout)
 
 
 def _engine(settings: Settings, target: str) -> VectorEngine:

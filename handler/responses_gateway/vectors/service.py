@@ -25,6 +25,7 @@ from responses_gateway.vectors.engine import VectorEngine
 from responses_gateway.vectors.extract import Invalid, Unsupported
 from responses_gateway.vectors.filters import compile_filter
 from responses_gateway.vectors.ingest import prepare
+from responses_gateway.vectors.knowledge_bases import KnowledgeBase, KnowledgeBases, read_only
 from responses_gateway.vectors.local import now
 from responses_gateway.vectors.ranking import Ranking
 
@@ -36,9 +37,10 @@ MAX_INGESTING = 4  # files ingested at once in this process
 
 class VectorStores:
     def __init__(self, engine: VectorEngine, files: Files, embedder: Embedder, *,
-                 max_files: int, lease_seconds: float, worker_function: str | None = None
-                 ) -> None:
+                 max_files: int, lease_seconds: float, worker_function: str | None = None,
+                 knowledge_bases: KnowledgeBases | None = None) -> None:
         self.engine = engine
+        self.knowledge_bases = knowledge_bases  # GATEWAY_KNOWLEDGE_BASES: read-only stores
         self.worker_function = worker_function  # AWS: ingestion runs in the worker Lambda
         self.files = files
         self.embedder = embedder
@@ -68,6 +70,9 @@ class VectorStores:
         return await self.get(tenant, row["id"])
 
     async def get(self, tenant: str, store_id: str) -> dict[str, Any]:
+        kb = self._knowledge_base(tenant, store_id)
+        if kb is not None:
+            return kb.to_object()
         row = await self._store(tenant, store_id)
         statuses, usage = await self.engine.store_totals(tenant, store_id)
         return objects.vector_store(row, objects.file_counts(statuses), usage)
@@ -91,6 +96,8 @@ class VectorStores:
         return await self.get(tenant, store_id)
 
     async def delete(self, tenant: str, store_id: str) -> dict[str, Any]:
+        if self._knowledge_base(tenant, store_id) is not None:
+            raise read_only(store_id)
         if not await self.engine.delete_store(tenant, store_id):
             raise objects.store_not_found(store_id)
         return {"id": store_id, "object": "vector_store.deleted", "deleted": True}
@@ -134,6 +141,8 @@ class VectorStores:
     async def files_page(self, tenant: str, store_id: str, *, status: str | None,
                          batch_id: str | None, order: str, after: str | None,
                          before: str | None, limit: int) -> tuple[list[dict[str, Any]], bool]:
+        if self._knowledge_base(tenant, store_id) is not None:
+            return [], False  # its documents are listed in Bedrock
         await self._store(tenant, store_id)
         if status is not None and status not in objects.STATUSES:
             raise invalid_request(
@@ -208,7 +217,9 @@ class VectorStores:
 
     async def search(self, tenant: str, store_id: str, body: dict[str, Any]
                      ) -> dict[str, Any]:
-        await self._store(tenant, store_id)
+        kb = self._knowledge_base(tenant, store_id)
+        if kb is None:
+            await self._store(tenant, store_id)
         query = body.get("query")
         queries = [query] if isinstance(query, str) else query
         if not isinstance(queries, list) or not queries or not all(
@@ -228,6 +239,13 @@ class VectorStores:
         if not isinstance(body.get("rewrite_query", False), bool):
             raise invalid_request("Invalid 'rewrite_query': expected a boolean.",
                                   param="rewrite_query", code="invalid_type")
+        if kb is not None:
+            assert self.knowledge_bases is not None
+            found = await self.knowledge_bases.search(
+                kb, queries, limit, body.get("filters"), ranking.text_weight > 0)
+            return {"object": "vector_store.search_results.page", "search_query": queries,
+                    "data": [r for r in found if r["score"] >= ranking.score_threshold],
+                    "has_more": False, "next_page": None}
         files = await self._searchable(tenant, store_id)
         allowed = {fid for fid, row in files.items()
                    if keep is None or keep(row["attributes"] or {})}
@@ -266,7 +284,14 @@ class VectorStores:
                 return out
             after = rows[-1]["file_id"]
 
+    def _knowledge_base(self, tenant: str, store_id: str) -> KnowledgeBase | None:
+        return self.knowledge_bases.get(tenant, store_id) if self.knowledge_bases else None
+
     async def _store(self, tenant: str, store_id: str) -> dict[str, Any]:
+        """The tenant's store; a Knowledge Base's id is the 400 of a read-only store (what
+        reads one answers before coming here)."""
+        if self._knowledge_base(tenant, store_id) is not None:
+            raise read_only(store_id)
         await self.recover()
         row = await self.engine.store(tenant, store_id)
         if row is None:
