@@ -434,7 +434,9 @@ def test_the_runtime_lock_has_the_test_locks_versions_and_pyprojects_ranges() ->
 def test_the_readme_commands_install_from_the_locks() -> None:
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
-    assert ci == "python3 -m pip install --no-deps -r requirements-test.lock -e . && " \
+    # scripts/test-deps.sh: the system packages (the dashboard test's chromium), apt-get
+    assert ci == "scripts/test-deps.sh && " \
+                 "python3 -m pip install --no-deps -r requirements-test.lock -e . && " \
                  "python3 -m pytest"
     assert f"```bash\n{ci}\n```" in readme
     assert "python3 -m pip install --no-deps -r requirements.lock -e ." in readme
