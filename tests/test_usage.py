@@ -192,6 +192,11 @@ def test_usage_api_is_admin_only_and_shaped_like_openais(settings: Settings) -> 
         assert missing.status_code == 400 and missing.json()["error"]["param"] == "start_time"
         minute = httpx.get(url, params={**start, "bucket_width": "1m"}, headers=admin)
         assert minute.status_code == 400 and minute.json()["error"]["param"] == "bucket_width"
+        bogus = httpx.get(url, params={**start, "group_by": "colour"}, headers=admin)
+        assert bogus.status_code == 400 and bogus.json()["error"]["param"] == "group_by"
+        empty = httpx.get(url, params={**start, "group_by": "project_id"}, headers=admin)
+        assert empty.status_code == 200  # OpenAI's value, no projects here: nothing counted
+        assert all(b["results"] == [] for b in empty.json()["data"])
         # Days: default 7 buckets of 1d, and paging by next_page.
         page = httpx.get(url, params={"start_time": int(time.time()) - 10 * 86400,
                                       "limit": 3}, headers=admin).json()

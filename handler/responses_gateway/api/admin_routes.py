@@ -23,7 +23,9 @@ from responses_gateway.store.usage import COUNTERS, DAY, HOUR, UsageRow, UsageSt
 
 #: bucket widths: seconds, default and maximum bucket count (OpenAI's for 1h and 1d)
 WIDTHS = {"1h": (HOUR, 24, 168), "1d": (DAY, 7, 31)}
-GROUPS = ("model", "api_key_id")
+#: OpenAI's group_by values; the gateway has no projects, users, batches or tiers: those are
+#: accepted and answered null
+GROUPS = ("project_id", "user_id", "api_key_id", "model", "batch", "service_tier")
 _SECRET_FIELDS = frozenset({"headers", "authorization"})
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
@@ -67,7 +69,8 @@ async def usage_completions(request: Request) -> Response:
     for group in groups:
         if group not in GROUPS:
             raise invalid_request(
-                f"Invalid value: '{group}'. Supported values are: 'model' and 'api_key_id'.",
+                f"Invalid value: '{group}'. Supported values are: "
+                + ", ".join(f"'{g}'" for g in GROUPS) + ".",
                 param="group_by", code="invalid_value")
     models, keys = set(_listed(params, "models")), set(_listed(params, "api_key_ids"))
     first = start - start % width
@@ -119,8 +122,6 @@ def _results(rows: list[UsageRow], groups: list[str]) -> list[dict[str, Any]]:
             total[name] += row.counts.get(name, 0)
         for kind, n in row.tool_calls.items():
             total["tool_calls"][kind] = total["tool_calls"].get(kind, 0) + n
-    if not totals and not groups:
-        totals[(None, None)] = {c: 0 for c in COUNTERS} | {"tool_calls": {}}
     return [
         {
             "object": "organization.usage.completions.result",
