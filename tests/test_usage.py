@@ -148,6 +148,12 @@ def test_background_responses_counted_once_when_run_again(settings: Settings) ->
 
         asyncio.run(run_again())
         assert usage_totals(gw.base_url) == expected
+        # A resumed stream (GET ?stream=true&starting_after=N) replays; it counts nothing.
+        replay = httpx.get(f"{gw.base_url}/responses/{created.id}",
+                           params={"stream": "true", "starting_after": 0},
+                           headers={"Authorization": f"Bearer {KEYS[0]}"}, timeout=20)
+        assert "response.completed" in replay.text
+        assert usage_totals(gw.base_url) == expected
 
 
 async def _record_twice(settings: Settings) -> list[bool]:
