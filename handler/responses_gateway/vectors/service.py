@@ -128,8 +128,7 @@ class VectorStores:
                 "(GATEWAY_MAX_VECTOR_STORE_FILES).", param="file_id",
                 code="vector_store_full")
         await self.engine.update_store(tenant, store_id, {"last_active_at": created})
-        for row in rows:
-            self._start(tenant, store_id, row["file_id"])
+        await asyncio.gather(*(self._start(tenant, store_id, row["file_id"]) for row in rows))
 
     async def get_file(self, tenant: str, store_id: str, file_id: str) -> dict[str, Any]:
         await self._store(tenant, store_id)
@@ -309,28 +308,26 @@ class VectorStores:
             logger.info("resuming ingestion of %s into %s", row["file_id"], row["store_id"])
             await self.engine.update_file(row["tenant"], row["store_id"], row["file_id"],
                                           {"lease_until": time.time() + self.lease_seconds})
-            self._start(row["tenant"], row["store_id"], row["file_id"])
+            await self._start(row["tenant"], row["store_id"], row["file_id"])
 
-    def _start(self, tenant: str, store_id: str, file_id: str) -> None:
-        """Ingest in the worker Lambda when there is one (it outlives this request), else in
-        an in-process task; either way the file's lease brings it back if it is cut short."""
-        work = self._dispatch(tenant, store_id, file_id) if self.worker_function \
-            else self._ingest(tenant, store_id, file_id)
-        task = asyncio.get_running_loop().create_task(work)
+    async def _start(self, tenant: str, store_id: str, file_id: str) -> None:
+        """Hand the file to the worker Lambda when there is one (it outlives this request;
+        the request waits until Lambda took the event, since a Lambda process may be frozen
+        once it answered), else to an in-process task; either way the file's lease brings it
+        back if its ingestion is cut short."""
+        if self.worker_function:
+            from responses_gateway.responses.dispatch import invoke_worker_event
+
+            try:
+                await invoke_worker_event(self.worker_function, {
+                    "kind": "vector_store_file", "tenant": tenant, "store_id": store_id,
+                    "file_id": file_id})
+                return
+            except Exception:
+                logger.exception("the worker did not take %s; ingesting it here", file_id)
+        task = asyncio.get_running_loop().create_task(self._ingest(tenant, store_id, file_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    async def _dispatch(self, tenant: str, store_id: str, file_id: str) -> None:
-        from responses_gateway.responses.dispatch import invoke_worker_event
-
-        assert self.worker_function
-        try:
-            await invoke_worker_event(self.worker_function, {
-                "kind": "vector_store_file", "tenant": tenant, "store_id": store_id,
-                "file_id": file_id})
-        except Exception:
-            logger.exception("the worker did not take %s; ingesting it here", file_id)
-            await self._ingest(tenant, store_id, file_id)
 
     async def ingest(self, tenant: str, store_id: str, file_id: str) -> str | None:
         """Ingest one file now (the worker Lambda's entry); its status after, None if gone."""
