@@ -212,8 +212,9 @@ def test_tool_choice_may_name_a_custom_tool() -> None:
 
 
 def test_hosted_tools_are_left_out_or_refused_as_configured() -> None:
+    # tool_search is OpenAI's unless execution is "client" (then the client runs it: issue 29)
     body = {"model": "m", "tools": [WEATHER_TOOL, {"type": "web_search", "x": 1},
-                                    {"type": "tool_search", "execution": "client"}]}
+                                    {"type": "tool_search", "execution": "server"}]}
     req = parse_create_request(body, hosted_tools="omit")
     assert [t["type"] for t in req.echo()["tools"]] == ["function"]
     assert [t["function"]["name"] for t in chat_of(body)["tools"]] == ["get_weather"]

@@ -301,6 +301,41 @@ def s_tool(ctx: Context, args: Args) -> Plan:
     return plan
 
 
+def _seen_images(ctx: Context) -> list[str]:
+    """``image:<sha256 of the url, 12 hex>`` for each image a user message showed the model
+    after its first tool call (a tool's screenshot: tools the client runs)."""
+    import hashlib
+
+    seen, after_call = [], False
+    for message in ctx.messages:
+        after_call = after_call or bool(message.get("tool_calls"))
+        content = message.get("content")
+        if not after_call or message.get("role") != "user" or not isinstance(content, list):
+            continue
+        for part in content:
+            url = (part.get("image_url") or {}).get("url") if isinstance(part, dict) else None
+            if isinstance(url, str):
+                seen.append("image:" + hashlib.sha256(url.encode()).hexdigest()[:12])
+    return seen
+
+
+def s_call(ctx: Context, args: Args) -> Plan:
+    """Calls the functions names=a,b (or name=a) one per turn, the i-th (from 1) with
+    argsI='{json}' (else args='{json}', else {}), in n fragments (default 3); once each has
+    been called, a text answer quoting every tool message and naming each image shown after
+    the first call: "Tool output: <t1> | <t2> | image:<hash>". Reads the whole conversation,
+    so it also works from a system message (a screenshot's user message comes last)."""
+    names = args["names"].split(",") if "names" in args else [args.get("name", "get_weather")]
+    done_steps = sum(1 for m in ctx.messages if m.get("role") == "assistant"
+                     and m.get("tool_calls"))
+    if done_steps >= len(names):
+        outputs = [message_text(m) for m in ctx.messages if m.get("role") == "tool"]
+        text = "Tool output: " + " | ".join([*outputs, *_seen_images(ctx)])
+        return Plan(items=_text_items(ctx, text, _int(args, "n", 4)))
+    arguments = args.get(f"args{done_steps + 1}", args.get("args", "{}"))
+    return Plan(items=_call_items(ctx, [(names[done_steps], arguments)], _int(args, "n", 3)))
+
+
 def s_parallel(ctx: Context, args: Args) -> Plan:
     """Several calls in one turn: names=a,b (default: the request's first two tools, else
     get_weather,get_time), each with {"city": CITIES[i]}; then a text answer with the outputs."""
@@ -524,6 +559,7 @@ SCRIPTS: dict[str, Callable[[Context, Args], Plan]] = {
     "deltas": s_deltas,
     "tool": s_tool,
     "parallel": s_parallel,
+    "call": s_call,
     "reasoning": s_reasoning,
     "refusal": s_refusal,
     "length": s_length,

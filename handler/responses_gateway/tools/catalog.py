@@ -11,7 +11,10 @@ Chat Completions has one kind of tool: a function whose name matches ``[a-zA-Z0-
 - a ``custom`` tool becomes a function of one string (:mod:`.custom`) and comes back as a
   ``custom_tool_call``;
 - a server tool's function (tools/server.py) is flattened the same way, an MCP server's tool
-  as ``<server_label>__<tool>``; its calls run in the gateway.
+  as ``<server_label>__<tool>``; its calls run in the gateway;
+- a tool the client runs (``shell``, ``apply_patch``, ``computer``...: tools/client_tools.py)
+  becomes a function named after it (cleaned the same way if the client's own tools hold the
+  name); its calls come back as the typed items (``shell_call``...).
 
 The mapping is kept in the stored request (``ToolCatalog.to_record``), so whichever process runs
 the response (a background worker) reads calls back the same way.
@@ -35,7 +38,9 @@ SEPARATOR = "__"
 class ToolSpec:
     """What a chat function stands for."""
 
-    kind: str  # "function", "custom", or a server tool's kind (tools/registry.py: "mcp")
+    # "function", "custom", a server tool's kind (tools/registry.py: "mcp") or the type of a
+    # tool the client runs (tools/client_tools.py: "shell", "apply_patch", "computer"...)
+    kind: str
     name: str  # the name the client (or the MCP server) gave it
     namespace: str | None = None  # the namespace, or the MCP server's label
 
@@ -84,6 +89,18 @@ class ToolCatalog:
         self.specs[chat] = ToolSpec(kind, function["name"], namespace)
         self.chat_tools.append({"type": "function", "function": {**function, "name": chat}})
         return chat
+
+    def add_client(self, kind: str, function: dict[str, Any]) -> str:
+        """A client-run tool's function (tools/client_tools.py), named after the tool unless
+        one of the client's own tools holds that name."""
+        chat = self._flat(kind, function["name"], None)
+        self.specs[chat] = ToolSpec(kind, function["name"])
+        self.chat_tools.append({"type": "function", "function": {**function, "name": chat}})
+        return chat
+
+    def offered(self, kind: str, name: str, namespace: str | None = None) -> bool:
+        """Whether a function for (kind, name, namespace) is known to this catalog."""
+        return (kind, name, namespace) in self._chat_names
 
     def _flat(self, kind: str, name: str, namespace: str | None) -> str:
         key = (kind, name, namespace)

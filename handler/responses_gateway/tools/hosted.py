@@ -1,5 +1,9 @@
 """Hosted tools: the ones OpenAI runs on its own servers (search, files, a sandbox, images).
 
+Tools the *client* runs (shell, apply_patch, local_shell, computer, tool_search with
+``execution: "client"``) are not hosted: the gateway offers them to the model and hands their
+calls to the client (tools/client_tools.py); this policy never touches them.
+
 A Chat Completions model cannot serve them and the gateway has nothing to run them with, so
 ``GATEWAY_HOSTED_TOOLS`` chooses: ``omit`` (the default) leaves them out of what the model is
 offered, and the response's ``tools`` lists only what the model had, so a client can see which
@@ -20,13 +24,7 @@ HOSTED_TYPES = frozenset({
     "file_search",
     "code_interpreter",
     "image_generation",
-    "computer",
-    "computer_use",
-    "computer_use_preview",
-    "local_shell",
-    "shell",
-    "apply_patch",
-    "tool_search",
+    "tool_search",  # with execution "server"; the client's own is tools/client_tools.py's
 })
 POLICIES = ("omit", "reject")
 #: Hosted tools the gateway runs once configured (tools/registry.py ``needs``), and the
@@ -38,8 +36,9 @@ def refused(kind: str, index: int) -> GatewayError:
     """The 400 for a hosted tool under ``reject`` (and for any tool type nobody serves)."""
     return invalid_request(
         f"Tool type '{kind}' is not supported by this gateway: hosted tools such as "
-        f"web_search, file_search, code_interpreter, computer_use or image_generation run "
-        f"inside OpenAI. It serves 'function', 'custom', 'namespace' and 'mcp' tools (and "
+        f"web_search, file_search, code_interpreter or image_generation run inside OpenAI. "
+        f"It serves 'function', 'custom', 'namespace' and 'mcp' tools, the tools the client "
+        f"runs (shell, apply_patch, local_shell, computer, client tool_search) (and "
         f"leaves hosted tools out for the model when GATEWAY_HOSTED_TOOLS=omit)."
         + (f" It runs '{kind}' itself when {CONFIGURED_BY[kind]} is set."
            if kind in CONFIGURED_BY else ""),

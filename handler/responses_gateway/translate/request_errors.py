@@ -43,7 +43,9 @@ _SUPPORTED_ITEMS = (
     "'message', 'function_call', 'function_call_output', 'custom_tool_call', "
     "'custom_tool_call_output', 'reasoning', 'mcp_list_tools', 'mcp_call', "
     "'mcp_approval_request', 'mcp_approval_response', 'image_generation_call', "
-    "'item_reference', 'compaction', "
+    "'shell_call', 'shell_call_output', 'apply_patch_call', 'apply_patch_call_output', "
+    "'local_shell_call', 'local_shell_call_output', 'computer_call', 'computer_call_output', "
+    "'tool_search_call', 'tool_search_output', 'item_reference', 'compaction', "
     "'compaction_trigger'"
 )
 

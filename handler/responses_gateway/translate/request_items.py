@@ -209,6 +209,152 @@ class ImageGenerationCallItem(BaseModel):
     status: Literal["in_progress", "completed", "generating", "failed"]
 
 
+# --- items of the tools the client runs (tools/client_tools.py), as openai-python types them --
+
+
+class ShellAction(BaseModel):
+    model_config = ITEM_CONFIG
+    commands: list[str]
+    timeout_ms: int | None = None
+    max_output_length: int | None = None
+
+
+class ShellCallItem(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["shell_call"]
+    id: ItemId | None = None
+    call_id: str = Field(min_length=1)
+    action: ShellAction
+    status: Status | None = None
+
+
+class ShellOutputChunk(BaseModel):
+    model_config = ITEM_CONFIG
+    stdout: str
+    stderr: str
+    outcome: dict[str, Any]
+
+
+class ShellCallOutputItem(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["shell_call_output"]
+    id: ItemId | None = None
+    call_id: str = Field(min_length=1)
+    output: list[ShellOutputChunk]
+    max_output_length: int | None = None
+    status: Status | None = None
+
+
+class PatchOperation(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["create_file", "update_file", "delete_file"]
+    path: str
+    diff: str | None = None
+
+
+class ApplyPatchCallItem(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["apply_patch_call"]
+    id: ItemId | None = None
+    call_id: str = Field(min_length=1)
+    operation: PatchOperation
+    status: Literal["in_progress", "completed"] | None = None
+
+
+class ApplyPatchCallOutputItem(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["apply_patch_call_output"]
+    id: ItemId | None = None
+    call_id: str = Field(min_length=1)
+    status: Literal["completed", "failed"]
+    output: str | None = None
+
+
+class ExecAction(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["exec"]
+    command: list[str]
+    env: dict[str, str]
+    timeout_ms: int | None = None
+    user: str | None = None
+    working_directory: str | None = None
+
+
+class LocalShellCallItem(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["local_shell_call"]
+    id: ItemId | None = None
+    call_id: str = Field(min_length=1)
+    action: ExecAction
+    status: Status | None = None
+
+
+class LocalShellCallOutputItem(BaseModel):
+    """openai-python: ``id`` is the call's ``call_id``; the Agents SDK sends ``call_id``."""
+
+    model_config = ITEM_CONFIG
+    type: Literal["local_shell_call_output"]
+    id: ItemId | None = None
+    call_id: str | None = None
+    output: str
+    status: Status | None = None
+
+
+class ComputerCallItem(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["computer_call"]
+    id: ItemId | None = None
+    call_id: str = Field(min_length=1)
+    action: dict[str, Any] | None = None
+    actions: list[dict[str, Any]] | None = None
+    pending_safety_checks: list[dict[str, Any]] = Field(default_factory=list)
+    status: Status | None = None
+
+
+class ComputerScreenshot(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["computer_screenshot"]
+    image_url: str | None = None
+    file_id: str | None = None
+
+
+class ComputerCallOutputItem(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["computer_call_output"]
+    id: ItemId | None = None
+    call_id: str = Field(min_length=1)
+    output: ComputerScreenshot
+    acknowledged_safety_checks: list[dict[str, Any]] | None = None
+    status: Literal["in_progress", "completed", "incomplete", "failed"] | None = None
+
+
+class ToolSearchCallItem(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["tool_search_call"]
+    id: ItemId | None = None
+    call_id: str | None = None
+    arguments: Any
+    execution: Literal["server", "client"] | None = None
+    status: Status | None = None
+
+
+class ToolSearchOutputItem(BaseModel):
+    model_config = ITEM_CONFIG
+    type: Literal["tool_search_output"]
+    id: ItemId | None = None
+    call_id: str | None = None
+    tools: list[dict[str, Any]]
+    execution: Literal["server", "client"] | None = None
+    status: Status | None = None
+
+
+_CLIENT_ITEMS: tuple[type[BaseModel], ...] = (
+    ShellCallItem, ShellCallOutputItem, ApplyPatchCallItem, ApplyPatchCallOutputItem,
+    LocalShellCallItem, LocalShellCallOutputItem, ComputerCallItem, ComputerCallOutputItem,
+    ToolSearchCallItem, ToolSearchOutputItem,
+)
+
+
 class ItemReference(BaseModel):
     model_config = ITEM_CONFIG
     type: Literal["item_reference"] = "item_reference"
@@ -244,7 +390,7 @@ def _item_tag(value: Any) -> str | None:
 
 
 InputItem = Annotated[
-    Union[  # noqa: UP007
+    Union[
         Annotated[Message, Tag("~message")],
         Annotated[FunctionCall, Tag("~function_call")],
         Annotated[FunctionCallOutput, Tag("~function_call_output")],
@@ -259,6 +405,8 @@ InputItem = Annotated[
         Annotated[ItemReference, Tag("~item_reference")],
         Annotated[CompactionItem, Tag("~compaction")],
         Annotated[CompactionTrigger, Tag("~compaction_trigger")],
+        *(Annotated[model, Tag(f"~{model.model_fields['type'].annotation.__args__[0]}")]
+          for model in _CLIENT_ITEMS),
     ],
     Discriminator(_item_tag),
 ]
@@ -303,11 +451,24 @@ _ID_PREFIX = {
     "mcp_approval_response": ids.MCP_APPROVAL_RESPONSE,
     "compaction": ids.COMPACTION,
     "compaction_trigger": ids.COMPACTION,
+    "shell_call": ids.SHELL_CALL,
+    "shell_call_output": ids.SHELL_CALL_OUTPUT,
+    "apply_patch_call": ids.APPLY_PATCH_CALL,
+    "apply_patch_call_output": ids.APPLY_PATCH_CALL_OUTPUT,
+    "local_shell_call": ids.LOCAL_SHELL_CALL,
+    "local_shell_call_output": ids.LOCAL_SHELL_CALL_OUTPUT,
+    "computer_call": ids.COMPUTER_CALL,
+    "computer_call_output": ids.COMPUTER_CALL_OUTPUT,
+    "tool_search_call": ids.TOOL_SEARCH_CALL,
+    "tool_search_output": ids.TOOL_SEARCH_OUTPUT,
 }
 _NO_STATUS = frozenset(
     {"reasoning", "mcp_list_tools", "mcp_approval_request", "mcp_approval_response",
      "compaction", "compaction_trigger"}
 )
+
+
+_PART_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 
 
 def _normalize_item(item: BaseModel) -> dict[str, Any]:
@@ -335,7 +496,7 @@ def _normalize_item(item: BaseModel) -> dict[str, Any]:
         else:
             assistant = data["role"] == "assistant"
             data["content"] = [_normalize_part(p, assistant) for p in content]
-    elif kind.endswith("_output") and isinstance(data["output"], list):
+    elif kind in _PART_OUTPUTS and isinstance(data["output"], list):
         data["output"] = [_normalize_part(p) for p in data["output"]]
     return data
 

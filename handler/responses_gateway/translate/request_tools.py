@@ -1,8 +1,10 @@
 """The create body's ``tools`` and ``tool_choice``: their models, their echo, their checks.
 
 Function, custom and namespace tools are offered to the model (tools/catalog.py); ``mcp`` names
-a remote server the gateway runs (tools/mcp.py); OpenAI's hosted tools are left out for the
-model or refused, as GATEWAY_HOSTED_TOOLS says (tools/hosted.py).
+a remote server the gateway runs (tools/mcp.py); tools the client runs (shell, apply_patch,
+computer...) are offered as functions whose calls come back typed (tools/client_tools.py);
+OpenAI's hosted tools are left out for the model or refused, as GATEWAY_HOSTED_TOOLS says
+(tools/hosted.py).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from responses_gateway.errors import invalid_request, missing_parameter
+from responses_gateway.tools import client_tools
 from responses_gateway.tools.hosted import HOSTED_TYPES, refused
 from responses_gateway.translate.request_base import NAME_PATTERN, PARAMS_CONFIG, by_type
 from responses_gateway.translate.request_errors import unsupported
@@ -140,6 +143,23 @@ class HostedTool(BaseModel):
     type: str
 
 
+class ClientRunTool(BaseModel):
+    """A tool the client runs (tools/client_tools.py: shell, apply_patch, local_shell,
+    computer, tool_search with ``execution: "client"``): offered to the model as a function,
+    its calls answered by the client. Its fields stay as the client sent them."""
+
+    model_config = ConfigDict(strict=True, extra="allow", defer_build=True)
+    type: str
+
+
+def _tool_tag(value: Any) -> str | None:
+    """``tool_search`` is the client's when it says ``execution: "client"``, else OpenAI's."""
+    tag = by_type(value)
+    if tag == "~tool_search" and isinstance(value, dict) and value.get("execution") == "client":
+        return "~client:tool_search"
+    return tag
+
+
 Tool = Annotated[
     Union[
         Annotated[FunctionTool, Tag("~function")],
@@ -147,8 +167,11 @@ Tool = Annotated[
         Annotated[NamespaceTool, Tag("~namespace")],
         Annotated[McpTool, Tag("~mcp")],
         *(Annotated[HostedTool, Tag(f"~{kind}")] for kind in sorted(HOSTED_TYPES)),
+        *(Annotated[ClientRunTool, Tag(f"~{kind}")]
+          for kind in sorted(client_tools.CLIENT_TOOL_TYPES - HOSTED_TYPES)),
+        Annotated[ClientRunTool, Tag("~client:tool_search")],
     ],
-    Discriminator(by_type),
+    Discriminator(_tool_tag),
 ]
 
 
@@ -173,15 +196,35 @@ class ToolChoiceMcp(BaseModel):
     name: str | None = None
 
 
+#: tool_choice types naming a tool the client runs.
+CLIENT_CHOICES = ("shell", "apply_patch", "computer", "computer_use", "computer_use_preview")
+
+
+class ToolChoiceClient(BaseModel):
+    """``{"type": "shell"}``, ``{"type": "computer"}``...: call that client-run tool."""
+
+    model_config = PARAMS_CONFIG
+    type: Literal[CLIENT_CHOICES]  # type: ignore[valid-type]
+
+
+class AllowedClientTool(BaseModel):
+    """A client-run tool in ``allowed_tools``, named by its type."""
+
+    model_config = PARAMS_CONFIG
+    type: Literal[tuple(sorted(client_tools.CLIENT_TOOL_TYPES))]  # type: ignore[misc]
+
+
 class ToolChoiceAllowed(BaseModel):
     model_config = PARAMS_CONFIG
     type: Literal["allowed_tools"]
     mode: Literal["none", "auto", "required"] = "auto"
     tools: list[
         Annotated[
-            Union[  # noqa: UP007
+            Union[
                 Annotated[ToolChoiceFunction, Tag("~function")],
                 Annotated[ToolChoiceCustom, Tag("~custom")],
+                *(Annotated[AllowedClientTool, Tag(f"~{kind}")]
+                  for kind in sorted(client_tools.CLIENT_TOOL_TYPES)),
             ],
             Discriminator(by_type),
         ]
@@ -193,12 +236,13 @@ def _tool_choice_tag(value: Any) -> str | None:
 
 
 ToolChoice = Annotated[
-    Union[  # noqa: UP007
+    Union[
         Annotated[Literal["none", "auto", "required"], Tag("~mode")],
         Annotated[ToolChoiceFunction, Tag("~function")],
         Annotated[ToolChoiceCustom, Tag("~custom")],
         Annotated[ToolChoiceMcp, Tag("~mcp")],
         Annotated[ToolChoiceAllowed, Tag("~allowed_tools")],
+        *(Annotated[ToolChoiceClient, Tag(f"~{kind}")] for kind in CLIENT_CHOICES),
     ],
     Discriminator(_tool_choice_tag),
 ]
@@ -222,10 +266,13 @@ def echo_tool_choice(choice: Any) -> Any:
         return {"type": choice.type, "name": choice.name}
     if isinstance(choice, ToolChoiceMcp):
         return {"type": "mcp", "server_label": choice.server_label, "name": choice.name}
+    if isinstance(choice, ToolChoiceClient):
+        return {"type": choice.type}
     return {
         "type": "allowed_tools",
         "mode": choice.mode,
-        "tools": [{"type": t.type, "name": t.name} for t in choice.tools],
+        "tools": [{"type": t.type, "name": t.name} if hasattr(t, "name") else {"type": t.type}
+                  for t in choice.tools],
     }
 
 
@@ -261,6 +308,8 @@ def _echo_tool(tool: BaseModel) -> dict[str, Any]:
             "description": tool.description,
             "tools": [_echo_member(member) for member in tool.tools],
         }
+    if isinstance(tool, ClientRunTool):  # as the client sent it
+        return tool.model_dump(exclude_unset=True)
     assert isinstance(tool, McpTool)
     # headers and authorization are secrets: never echoed, stored or logged (OpenAI leaves
     # them out of the response too).
@@ -332,14 +381,34 @@ def check_tool_choice(choice: Any, tools: list[BaseModel] | None) -> None:
             param="tool_choice.server_label",
             code="invalid_value",
         )
+    if getattr(choice, "type", None) in client_tools.CLIENT_TOOL_TYPES:
+        if not any(_same_client_tool(tool, choice.type) for tool in tools):
+            raise invalid_request(
+                f"Tool choice '{choice.type}' not found in 'tools' parameter.",
+                param="tool_choice", code="invalid_value")
+        return
     if isinstance(choice, ToolChoiceAllowed):
         for i, allowed in enumerate(choice.tools):
+            if isinstance(allowed, AllowedClientTool):
+                if not any(_same_client_tool(tool, allowed.type) for tool in tools):
+                    raise invalid_request(
+                        f"Allowed tool '{allowed.type}' is not one of the tools in 'tools'.",
+                        param=f"tool_choice.tools[{i}].type", code="invalid_value")
+                continue
             if (allowed.type, allowed.name) not in names:
                 raise invalid_request(
                     f"Allowed tool '{allowed.name}' is not one of the functions in 'tools'.",
                     param=f"tool_choice.tools[{i}].name",
                     code="invalid_value",
                 )
+
+
+def _same_client_tool(tool: BaseModel, tool_type: str) -> bool:
+    """``tool`` is the client-run tool ``tool_type`` names (any computer type names the
+    computer tool, as OpenAI's tool_choice does)."""
+    entry = client_tools.client_run(tool) if isinstance(tool, ClientRunTool) else None
+    named = client_tools.BY_TOOL_TYPE.get(tool_type)
+    return entry is not None and named is not None and entry.call_type == named.call_type
 
 
 def check_mcp_tools(tools: list[BaseModel] | None) -> None:

@@ -39,6 +39,7 @@ from responses_gateway.tools.catalog import ToolSpec
 from responses_gateway.tools.server import ServerCall
 from responses_gateway.translate.item_kinds import CALL as _CALL
 from responses_gateway.translate.item_kinds import CALL_KINDS as _CALL_KINDS
+from responses_gateway.translate.item_kinds import CLIENT as _CLIENT
 from responses_gateway.translate.item_kinds import CUSTOM as _CUSTOM
 from responses_gateway.translate.item_kinds import NONE as _NONE
 from responses_gateway.translate.item_kinds import REASONING as _REASONING
@@ -688,6 +689,9 @@ class ResponseTranslator(CallItems, ReasoningItems):
             self._kind = _NONE
             self.server_calls.append(
                 ServerCall(call.call_id, call.spec, call.arguments, fragments=call.args))
+            return
+        if kind == _CLIENT:
+            self._close_client(out, status)  # stream_calls.py: the typed item, made whole
             return
         if kind in (_CALL, _CUSTOM):
             self.client_calls += 1

@@ -1,6 +1,8 @@
 """Tool-call items of the translator (translate/stream.py): a ``function_call`` streamed as its
-arguments arrive, a ``custom_tool_call`` with its input decoded as it streams, and a call to a
-server tool held until the turn ends (the turn loop runs it: responses/turns.py).
+arguments arrive, a ``custom_tool_call`` with its input decoded as it streams, a call to a tool
+the client runs (``shell_call``, ``apply_patch_call``...: tools/client_tools.py) made once its
+arguments are whole, and a call to a server tool held until the turn ends (the turn loop runs
+it: responses/turns.py).
 
 Providers number calls by ``index``, by ``id``, by both or by neither, reuse index 0 for every
 call, or send a name late; :meth:`CallItems._tool_call` finds the call each fragment belongs to.
@@ -12,10 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from responses_gateway import ids
+from responses_gateway.tools import client_tools
 from responses_gateway.tools.catalog import ToolSpec
 from responses_gateway.tools.custom import InputStream, input_of
 from responses_gateway.tools.registry import SERVER_KINDS
 from responses_gateway.translate.item_kinds import CALL as _CALL
+from responses_gateway.translate.item_kinds import CLIENT as _CLIENT
 from responses_gateway.translate.item_kinds import CUSTOM as _CUSTOM
 from responses_gateway.translate.item_kinds import NONE as _NONE
 from responses_gateway.translate.item_kinds import SERVER as _SERVER
@@ -109,6 +113,9 @@ class CallItems:
         if spec is not None and spec.kind in SERVER_KINDS:
             self._kind = _SERVER  # no item yet: the gateway runs it once the turn ends
             return
+        if spec is not None and spec.kind in client_tools.CLIENT_KINDS:
+            self._kind = _CLIENT  # no item yet: made once the arguments are whole
+            return
         if spec is not None and spec.kind == "custom":
             item: dict[str, Any] = {
                 "id": ids.new_id(ids.CUSTOM_TOOL_CALL),
@@ -185,12 +192,49 @@ class CallItems:
             "output_index": self._output_index, "input": text,
         }))
 
+    def _close_client(self, out: list[Event], status: str) -> None:
+        """The call of a tool the client runs, whole: its typed item (``shell_call``...) with
+        OpenAI's events: ``output_item.added`` (``in_progress``), a shell call's commands as
+        ``response.shell_call_command.added`` / ``.delta`` / ``.done``, ``output_item.done``.
+        Its fields are parsed from the whole arguments, so nothing streams before."""
+        call = self._call
+        assert call is not None and call.spec is not None
+        call.state = 2
+        self._call = None
+        self._kind = _NONE
+        self.client_calls += 1
+        item = client_tools.call_item(call.spec.kind, call.call_id, call.arguments, status)
+        final = item["status"]
+        item["status"] = "in_progress"
+        output = self.response["output"]
+        index = self._output_index = len(output)
+        output.append(item)
+        self._item_id = item["id"]
+        shown = dict(item)  # only a shell call's commands fill in between added and done
+        commands: list[str] = item["action"]["commands"] if item["type"] == "shell_call" else []
+        if commands:
+            shown["action"] = {**item["action"], "commands": []}
+        out.append(self._event(
+            {"type": "response.output_item.added", "output_index": index, "item": shown}))
+        for number, command in enumerate(commands):
+            base = {"output_index": index, "command_index": number}
+            out.append(self._event(
+                {"type": "response.shell_call_command.added", **base, "command": ""}))
+            out.append(self._event(
+                {"type": "response.shell_call_command.delta", **base, "delta": command}))
+            out.append(self._event(
+                {"type": "response.shell_call_command.done", **base, "command": command}))
+        item["status"] = final
+        out.append(self._event(
+            {"type": "response.output_item.done", "output_index": index, "item": item}))
+
     def _abandon_call(self) -> None:
         """The response ends with a call whose arguments never finished: it stays open.
 
         No ``function_call_arguments.done`` or ``output_item.done``: clients run the calls
         those announce (the Codex CLI does, and keeps them in its history), and these
-        arguments are cut off. The response's output keeps it, marked ``incomplete``.
+        arguments are cut off. The response's output keeps it, marked ``incomplete``. A cut-off
+        call of a tool the client runs never had an item: nothing announced it, nothing runs it.
         """
         call, item = self._call, self._item
         assert call is not None

@@ -18,6 +18,12 @@ The body is OpenAI's own form (``max_completion_tokens``, ``content: null`` besi
 - A ``function_call_output`` becomes a ``tool`` message whose content is its text parts joined
   by newlines. Chat tool messages cannot carry images or files, so those parts follow the run of
   tool messages as one ``user`` message, introduced by a line naming the call.
+- Tools the client runs (tools/client_tools.py): a ``shell_call``, ``apply_patch_call``,
+  ``local_shell_call``, ``computer_call`` or client ``tool_search_call`` goes back as the
+  assistant's call of the function standing for it, its output item as that call's ``tool``
+  message (a shell call's output chunks and an apply_patch result as JSON, a computer
+  screenshot as an image in the ``user`` message after the tool messages). The tools a
+  ``tool_search_output`` loaded are offered to the model from then on.
 - The newest ``compaction`` item stands for the items before it (all but ``system`` /
   ``developer`` messages and the user messages it kept) and becomes a user message giving its
   sealed summary (translate/compaction_items.py, docs/compaction.md).
@@ -40,7 +46,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
-from responses_gateway.tools import custom, registry
+from responses_gateway.tools import client_tools, custom, registry
 from responses_gateway.tools.catalog import ToolCatalog
 from responses_gateway.tools.server import HistoryReader
 from responses_gateway.translate import compaction_items
@@ -99,6 +105,7 @@ def to_chat_request(
     """
     catalog = catalog if catalog is not None else ToolCatalog()
     chat_tools = _catalog_tools(req, catalog)
+    _loaded_tools([*items, *output_items], catalog)
     current = 0 if req.input is None else 1 if isinstance(req.input, str) else len(req.input)
     builder = _Messages(reasoning_input, unseal, first_current=len(items) - current,
                         catalog=catalog, history=items, known_calls=_call_ids(items))
@@ -147,10 +154,15 @@ def _catalog_tools(req: CreateResponseRequest, catalog: ToolCatalog) -> list[dic
             catalog.claim(tool.name)
     choice = req.tool_choice
     allowed = (
-        {(t.type, t.name) for t in choice.tools} if isinstance(choice, ToolChoiceAllowed) else None
+        {(t.type, getattr(t, "name", None)) for t in choice.tools}
+        if isinstance(choice, ToolChoiceAllowed) else None
     )
     for tool in tools:
-        if isinstance(tool, NamespaceTool):
+        entry = client_tools.client_run(tool)
+        if entry is not None:
+            if allowed is None or _client_allowed(entry, allowed):
+                catalog.add_client(entry.kind, client_tools.chat_function(entry, tool))
+        elif isinstance(tool, NamespaceTool):
             for member in tool.tools:
                 if allowed is None or (member.type, member.name) in allowed:
                     _add_member(catalog, member, tool.name)
@@ -159,6 +171,54 @@ def _catalog_tools(req: CreateResponseRequest, catalog: ToolCatalog) -> list[dic
         ):
             _add_member(catalog, tool, None)
     return catalog.chat_tools
+
+
+def _client_allowed(entry: client_tools.ClientTool, allowed: set[tuple[str, Any]]) -> bool:
+    """``allowed_tools`` names a client-run tool by its type (any computer type names the
+    computer tool, as OpenAI's tool_choice does)."""
+    return any(_same_client_tool(entry, kind) for kind, _ in allowed)
+
+
+def _same_client_tool(entry: client_tools.ClientTool, tool_type: str) -> bool:
+    other = client_tools.BY_TOOL_TYPE.get(tool_type)
+    return other is not None and other.call_type == entry.call_type
+
+
+def _client_choice(tool_type: str, catalog: ToolCatalog) -> str | None:
+    """The chat name of the client-run tool a ``tool_choice`` of ``tool_type`` forces."""
+    for chat, spec in catalog.specs.items():
+        entry = client_tools.BY_KIND.get(spec.kind)
+        if entry is not None and _same_client_tool(entry, tool_type):
+            return chat
+    return None
+
+
+def _loaded_tools(items: Sequence[dict[str, Any]], catalog: ToolCatalog) -> None:
+    """Tools a client ``tool_search_output`` loaded: callable from then on, as OpenAI does
+    (function, custom and namespace tools; a name already offered stays as it is)."""
+    for item in items:
+        if not (isinstance(item, dict) and item.get("type") == "tool_search_output"
+                and item.get("execution", "client") == "client"):
+            continue
+        for tool in item.get("tools") or ():
+            model = _LOADABLE.get(tool.get("type")) if isinstance(tool, dict) else None
+            if model is None:
+                continue
+            try:
+                loaded = model.model_validate(tool)
+            except ValueError:
+                continue  # not a tool the model could call: left out, as a hosted one is
+            members = loaded.tools if isinstance(loaded, NamespaceTool) else (loaded,)
+            namespace = loaded.name if isinstance(loaded, NamespaceTool) else None
+            for member in members:
+                if not catalog.offered(member.type, member.name, namespace):
+                    if isinstance(member, FunctionTool) and namespace is None:
+                        catalog.claim(member.name)
+                    _add_member(catalog, member, namespace)
+
+
+_LOADABLE: dict[Any, Any] = {
+    "function": FunctionTool, "custom": CustomTool, "namespace": NamespaceTool}
 
 
 def _add_member(
@@ -188,6 +248,9 @@ def _add_tools(
     elif isinstance(choice, (ToolChoiceFunction, ToolChoiceCustom)):
         name = catalog.chat_name(choice.type, choice.name)
         choice = {"type": "function", "function": {"name": name}}
+    elif getattr(choice, "type", None) in client_tools.CLIENT_TOOL_TYPES:
+        chosen = _client_choice(choice.type, catalog)
+        choice = {"type": "function", "function": {"name": chosen}} if chosen else "required"
     elif getattr(choice, "type", None) in registry.SERVER_TOOL_TYPES:
         choice = "required"  # a server tool's functions come later: it narrows the choice
     server = any(getattr(tool, "type", None) in registry.SERVER_TOOL_TYPES
@@ -306,6 +369,10 @@ class _Messages:
             self._custom_tool_call(index, item)
         elif kind in ("function_call_output", "custom_tool_call_output"):
             self._function_call_output(index, item)
+        elif kind in client_tools.CALL_TYPES:
+            self._client_call(index, item)
+        elif kind in client_tools.OUTPUT_TYPES:
+            self._client_output(index, item)
         elif kind in registry.SERVER_ITEM_TYPES:
             self._server_item(index, item, kind)
         elif kind == "reasoning":
@@ -404,6 +471,47 @@ class _Messages:
         namespace = item.get("namespace") if isinstance(item.get("namespace"), str) else None
         chat_name = self._catalog.chat_name("custom", name, namespace)  # type: ignore[arg-type]
         self._add_call(call_id, chat_name, custom.arguments_for(text))  # type: ignore[arg-type]
+
+    def _client_call(self, index: int, item: dict[str, Any]) -> None:
+        """The model's call of a tool the client runs: the same call of the function standing
+        for it goes back (a server-executed tool_search is OpenAI's: nothing to send)."""
+        if item.get("type") == "tool_search_call" and item.get("execution") == "server":
+            return
+        call_id = item.get("call_id")
+        if not isinstance(call_id, str):
+            raise missing_parameter(f"{self.param(index)}.call_id")
+        kinds = client_tools.KINDS_OF_CALL[item["type"]]
+        kind = next((k for k in kinds
+                     if self._catalog.offered(k, client_tools.BY_KIND[k].function)),
+                    client_tools.kind_of_call(item))
+        name = self._catalog.chat_name(kind, client_tools.BY_KIND[kind].function)
+        self._add_call(call_id, name, client_tools.call_arguments(item))
+
+    def _client_output(self, index: int, item: dict[str, Any]) -> None:
+        """What the client's run of a tool returned, as that call's tool message."""
+        kind = item["type"]
+        if kind == "tool_search_output" and item.get("execution") == "server":
+            return
+        self._close_assistant()
+        call_id = client_tools.output_call_id(item)
+        if not isinstance(call_id, str):
+            raise missing_parameter(f"{self.param(index)}.call_id")
+        if self._known_calls is not None and call_id not in self._known_calls:
+            what = kind.removesuffix("_output").replace("_", " ")
+            raise invalid_request(
+                f"No tool call found for {what} output with call_id {call_id}.", param="input")
+        text = client_tools.output_text(item)
+        if kind == "computer_call_output":
+            url = client_tools.screenshot_url(item)
+            if url is None:
+                output = item.get("output")
+                has_file = isinstance(output, dict) and output.get("file_id")
+                raise _no_inline(f"{self.param(index)}.output", "image_url",
+                                 {"file_id": has_file})
+            intro = f"Screenshot returned by tool call {call_id}:"
+            self._media.extend([{"type": "text", "text": intro},
+                                {"type": "image_url", "image_url": {"url": url}}])
+        self.messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
 
     def _server_item(self, index: int, item: dict[str, Any], kind: str) -> None:
         """An item of a tool the gateway runs, as its tool says the model reads it: a call and
@@ -535,7 +643,7 @@ def turn_messages(
     return builder.finish()
 
 
-_CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
+_CALL_TYPES = frozenset({"function_call", "custom_tool_call", *client_tools.CALL_TYPES})
 
 
 def _call_ids(items: Sequence[dict[str, Any]]) -> set[str]:

@@ -9,8 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-CALLS = ("function_call", "custom_tool_call")
-OUTPUTS = ("function_call_output", "custom_tool_call_output")
+from responses_gateway.tools import client_tools
+
+# Tools the client runs pair the same way (shell_call with shell_call_output...).
+CALLS = ("function_call", "custom_tool_call", *client_tools.PAIRS)
+OUTPUTS = ("function_call_output", "custom_tool_call_output", *client_tools.PAIRS.values())
 
 
 class Cuts:
@@ -27,7 +30,8 @@ class Cuts:
         if kind in CALLS and isinstance(call_id, str):
             self.open_calls.add(call_id)
         elif kind in OUTPUTS:
-            self.open_calls.discard(call_id)  # type: ignore[arg-type]
+            # a local_shell_call_output names its call by ``id`` (client_tools.output_call_id)
+            self.open_calls.discard(client_tools.output_call_id(item))
         self._after_reasoning = kind == "reasoning"
 
     @property
