@@ -13,6 +13,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -185,3 +186,25 @@ def test_dashboard_in_headless_chromium(site: dict[str, Any],
         assert errors == [], json.dumps(errors)  # no script error, no CSP refusal
     finally:
         driver.quit()
+
+
+def test_through_a_function_url_event(tmp_path: Path) -> None:
+    """The page and the admin routes answer a function URL's event (the buffered entry)."""
+    from responses_gateway.entry.lambda_buffered import make_handler
+
+    root = Path(__file__).resolve().parent.parent
+    template = json.loads((root / "events" / "retrieve_response.json").read_text())
+    handler = make_handler(Settings(store=f"sqlite:{tmp_path / 'g.db'}",
+                                    api_keys=(TENANT_KEY,), admin_keys=(ADMIN_KEY,)))
+
+    def invoke(path: str, key: str) -> dict[str, Any]:
+        event = json.loads(json.dumps(template))
+        event["rawPath"] = event["requestContext"]["http"]["path"] = path
+        event["headers"]["authorization"] = f"Bearer {key}"
+        return handler(event, None)
+
+    page = invoke("/dashboard", "")
+    assert page["statusCode"] == 200 and "dashboard/app.js" in page["body"]
+    assert "script-src 'self'" in page["headers"]["content-security-policy"]
+    assert invoke("/v1/admin/limits", ADMIN_KEY)["statusCode"] == 200
+    assert invoke("/v1/admin/limits", TENANT_KEY)["statusCode"] == 403
