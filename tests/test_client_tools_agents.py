@@ -27,6 +27,8 @@ from agents import (  # noqa: E402
     ApplyPatchTool,
     AsyncComputer,
     ComputerTool,
+    LocalShellCommandRequest,
+    LocalShellTool,
     OpenAIResponsesModel,
     Runner,
     ShellCallOutcome,
@@ -152,6 +154,34 @@ def test_shell_tool_runs_a_command_and_the_model_reads_its_output(
         assert added["item"]["status"] == "in_progress"
         assert added["item"]["action"]["commands"] == []
         assert kinds.count("response.completed") == 2
+
+
+def test_local_shell_tool_runs_its_argv(
+    gateway: GatewayServer, upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    """The older local_shell tool: one argv, its output sent back by ``call_id``."""
+    ran: list[list[str]] = []
+
+    def execute(request: LocalShellCommandRequest) -> str:
+        action = request.data.action
+        ran.append(list(action.command))
+        done = subprocess.run(action.command, cwd=action.working_directory or tmp_path,
+                              capture_output=True, text=True, timeout=10)
+        return done.stdout
+
+    args = ('{"action": {"type": "exec", "command": ["echo", "local-ok"], "env": {}, '
+            f'"working_directory": "{tmp_path}"}}}}')
+    result, _ = run_agent(gateway, [LocalShellTool(executor=execute)],
+                          f"local-shell [[script:call name=local_shell args='{args}']]",
+                          stream=False)
+    assert ran == [["echo", "local-ok"]]
+    call = result.new_items[0].raw_item
+    call = call if isinstance(call, dict) else call.model_dump()
+    assert call["type"] == "local_shell_call" and call["id"].startswith("lsh_")
+    assert call["action"]["working_directory"] == str(tmp_path)
+    last = turns_sent(upstream, "local-shell")[-1]["messages"][-1]
+    assert last == {"role": "tool", "tool_call_id": call["call_id"], "content": "local-ok\n"}
+    assert result.final_output == "Tool output: local-ok\n"
 
 
 # -- apply_patch ------------------------------------------------------------------------------
