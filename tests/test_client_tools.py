@@ -95,6 +95,23 @@ def test_shell_call_item_then_output_through_previous_response_id(
     assert items[0]["type"] == "shell_call_output" and items[0]["id"].startswith("sho_")
 
 
+def test_shell_commands_stream_as_the_arguments_arrive(client: Any) -> None:
+    """In 12 fragments: the item is announced before its arguments are whole, and each command
+    streams in pieces (``ls -`` then ``la``), as OpenAI streams them."""
+    events = stream(client, tools=[SHELL],
+                    input=f"pieces [[script:call name=shell n=12 args='{SHELL_ARGS}']]")
+    shell = [(e["type"].rsplit(".", 1)[1], e.get("command_index"), e.get("delta"),
+              e.get("command")) for e in events if ".shell_call_command." in e["type"]]
+    assert shell == [
+        ("added", 0, None, ""), ("delta", 0, "ls -", None), ("delta", 0, "la", None),
+        ("done", 0, None, "ls -la"), ("added", 1, None, ""), ("delta", 1, "pwd", None),
+        ("done", 1, None, "pwd")]
+    done = events[-2]["item"]
+    assert done["action"] == {"commands": ["ls -la", "pwd"], "timeout_ms": None,
+                              "max_output_length": 2048}
+    assert events[-1]["response"]["output"] == [done]
+
+
 def test_shell_call_streamed_with_its_commands(client: Any) -> None:
     events = stream(client, input=f"stream [[script:call name=shell args='{SHELL_ARGS}']]",
                     tools=[SHELL])
@@ -376,3 +393,58 @@ def test_docs_render_the_table() -> None:
         DOCS.write_text(before + rendered_table() + after)
         text = DOCS.read_text()
     assert rendered_table() in text, "docs/tools.md is out of date: run with RG_WRITE_DOCS=1"
+
+
+def test_background_response_makes_the_same_item(client: Any) -> None:
+    """A background response (its catalog read back from the stored request) ends with the
+    typed call, as a foreground one does."""
+    import time
+
+    first = create(client, background=True, tools=[SHELL],
+                   input=f"bg [[script:call name=shell args='{SHELL_ARGS}']]")
+    for _ in range(100):
+        done = client.responses.retrieve(first["id"]).to_dict(mode="json")
+        if done["status"] not in ("queued", "in_progress"):
+            break
+        time.sleep(0.05)
+    sdk_validate_response(done)
+    assert done["status"] == "completed"
+    assert [i["type"] for i in done["output"]] == ["shell_call"]
+    assert done["output"][0]["action"]["commands"] == ["ls -la", "pwd"]
+
+
+def _translator() -> Any:
+    from responses_gateway.tools.catalog import ToolSpec
+    from responses_gateway.translate.response_object import new_response
+    from responses_gateway.translate.stream import ResponseTranslator, TranslateOptions
+
+    response = new_response({"model": "m"}, response_id="resp_cut", created_at=1)
+    specs = {"shell": ToolSpec("shell", "shell"), "apply_patch": ToolSpec("apply_patch",
+                                                                          "apply_patch")}
+    return ResponseTranslator(response, TranslateOptions(tools=specs))
+
+
+def _call_chunk(name: str | None, arguments: str) -> dict[str, Any]:
+    call: dict[str, Any] = {"index": 0, "function": {"arguments": arguments}}
+    if name:
+        call.update(id="call_cut", type="function")
+        call["function"]["name"] = name
+    return {"choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}]}
+
+
+def test_a_shell_call_cut_off_by_a_failure_keeps_what_streamed_and_is_never_done() -> None:
+    t = _translator()
+    events = t.start() + t.feed(_call_chunk("shell", '{"action": {"commands": ["make", "ma'))
+    events += t.fail("upstream_connection_closed", "Upstream error: connection closed")
+    for event in events:
+        sdk_validate_event(event)
+    kinds = [e["type"] for e in events]
+    assert "response.output_item.done" not in kinds and kinds[-1] == "response.failed"
+    [item] = events[-1]["response"]["output"]
+    assert item["status"] == "incomplete" and item["action"]["commands"] == ["make", "ma"]
+    assert t.client_calls == 0  # nothing for the client to run
+
+    t = _translator()  # an apply_patch call cut off never became an item at all
+    events = t.start() + t.feed(_call_chunk("apply_patch", '{"operation": {"type": "up'))
+    events += t.fail("upstream_connection_closed", "Upstream error: connection closed")
+    assert events[-1]["response"]["output"] == []

@@ -12,6 +12,7 @@ the tool's result (translate/to_chat.py). Field shapes follow openai-python's ty
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -221,7 +222,8 @@ def chat_function(entry: ClientTool, tool: Any) -> dict[str, Any]:
 # -- the model's call as the typed item -------------------------------------------------------
 
 
-def call_item(kind: str, call_id: str, arguments: str, status: str) -> dict[str, Any]:
+def call_item(kind: str, call_id: str, arguments: str, status: str,
+              item_id: str | None = None) -> dict[str, Any]:
     """The typed call item for the model's call of a client tool's function. Arguments that are
     not a JSON object (cut off, say) still make a valid item, ``incomplete``."""
     entry = BY_KIND[kind]
@@ -231,8 +233,8 @@ def call_item(kind: str, call_id: str, arguments: str, status: str) -> dict[str,
         args = None
     if not isinstance(args, dict):
         args, status = {}, "incomplete"
-    item: dict[str, Any] = {"id": ids.new_id(entry.call_prefix), "type": entry.call_type,
-                            "call_id": call_id}
+    item: dict[str, Any] = {"id": item_id or ids.new_id(entry.call_prefix),
+                            "type": entry.call_type, "call_id": call_id}
     if kind == "shell":
         item["action"] = _shell_action(_inner(args, "action"))
     elif kind == "apply_patch":
@@ -275,6 +277,75 @@ def kind_of_call(item: Mapping[str, Any]) -> str:
     if len(kinds) > 1 and item.get("actions") is None and item.get("action") is not None:
         return "computer_use_preview"
     return kinds[0]
+
+
+_COMMANDS = re.compile(r'"commands?"\s*:\s*\[')
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r",
+            "t": "\t"}
+
+
+def partial_commands(arguments: str) -> tuple[list[str], str | None]:
+    """A shell call's commands while its arguments stream: the whole ones, and the text so
+    far of the one being written (None when none is open), so they can stream as OpenAI
+    streams them (``response.shell_call_command.delta``). The whole arguments decide the item
+    (:func:`call_item`)."""
+    found = _COMMANDS.search(arguments)
+    if found is None:
+        return [], None
+    done: list[str] = []
+    i, end = found.end(), len(arguments)
+    while i < end:
+        char = arguments[i]
+        if char in " \t\r\n,":
+            i += 1
+            continue
+        if char != '"':
+            return done, None  # the array closed, or holds something else
+        text, i = _string_prefix(arguments, i + 1)
+        if i < 0:
+            return done, text
+        done.append(text)
+    return done, None
+
+
+def _string_prefix(source: str, i: int) -> tuple[str, int]:
+    """The JSON string starting at ``i`` (after its quote), decoded, and the index after its
+    closing quote; -1 when it is cut off (the text is then what is whole of it so far)."""
+    out: list[str] = []
+    end = len(source)
+    while i < end:
+        char = source[i]
+        if char == '"':
+            return "".join(out), i + 1
+        if char != "\\":
+            out.append(char)
+            i += 1
+            continue
+        if i + 1 >= end:
+            break
+        code = source[i + 1]
+        if code in _ESCAPES:
+            out.append(_ESCAPES[code])
+            i += 2
+        elif code == "u" and i + 6 <= end:
+            try:
+                value = int(source[i + 2:i + 6], 16)
+            except ValueError:
+                break
+            if 0xD800 <= value < 0xDC00:  # a surrogate pair: decoded once both halves came
+                if i + 12 > end:
+                    break
+                try:
+                    out.append(json.loads(f'"{source[i:i + 12]}"'))
+                except ValueError:
+                    break
+                i += 12
+            else:
+                out.append(chr(value))
+                i += 6
+        else:
+            break
+    return "".join(out), -1
 
 
 # -- the client's output as the tool's result -------------------------------------------------

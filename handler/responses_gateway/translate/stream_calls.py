@@ -30,7 +30,8 @@ Event = dict[str, Any]
 
 class _Call:
     __slots__ = (
-        "args", "call_id", "index", "input", "item", "name", "output_index", "spec", "state"
+        "args", "call_id", "commands", "commands_done", "index", "input", "item", "name",
+        "output_index", "spec", "state",
     )
 
     def __init__(self, call_id: str, index: int | None) -> None:
@@ -43,6 +44,8 @@ class _Call:
         self.state = 0  # 0 pending (no name yet), 1 open, 2 closed
         self.spec: ToolSpec | None = None  # what the chat function stands for (None: itself)
         self.input: InputStream | None = None  # a custom call's input, decoded as it streams
+        self.commands: list[str] = []  # a shell call's commands as streamed so far
+        self.commands_done = 0  # how many of them had their .done event
 
     @property
     def arguments(self) -> str:
@@ -114,8 +117,10 @@ class CallItems:
             self._kind = _SERVER  # no item yet: the gateway runs it once the turn ends
             return
         if spec is not None and spec.kind in client_tools.CLIENT_KINDS:
-            self._kind = _CLIENT  # no item yet: made once the arguments are whole
-            return
+            self._kind = _CLIENT
+            if spec.kind == "shell":
+                self._open_shell(call, out)  # its commands stream as they come
+            return  # the others' item is made once the arguments are whole
         if spec is not None and spec.kind == "custom":
             item: dict[str, Any] = {
                 "id": ids.new_id(ids.CUSTOM_TOOL_CALL),
@@ -166,6 +171,8 @@ class CallItems:
         (kept until the turn ends)."""
         call.args.append(arguments)
         if call.input is None:
+            if call.item is not None:
+                self._shell_commands(call, out)
             return
         text = call.input.feed(arguments)
         if text:
@@ -192,55 +199,96 @@ class CallItems:
             "output_index": self._output_index, "input": text,
         }))
 
+    def _open_shell(self, call: _Call, out: list[Event]) -> None:
+        """A shell call, announced as soon as it is known (``in_progress``, no commands yet):
+        its commands then stream as OpenAI streams them."""
+        item: dict[str, Any] = {
+            "id": ids.new_id(ids.SHELL_CALL), "type": "shell_call", "call_id": call.call_id,
+            "action": {"commands": [], "timeout_ms": None, "max_output_length": None},
+            "status": "in_progress",
+        }
+        call.item = item
+        self._add_item(item, out)
+        call.output_index = self._output_index
+        if call.args:
+            self._shell_commands(call, out)
+
+    def _shell_commands(self, call: _Call, out: list[Event],
+                        final: list[str] | None = None) -> None:
+        """``response.shell_call_command.added`` / ``.delta`` / ``.done`` for what the
+        arguments so far add to the commands (``final``: the whole call's commands)."""
+        if final is None:
+            whole, open_text = client_tools.partial_commands(call.arguments)
+            current = whole if open_text is None else [*whole, open_text]
+        else:
+            whole = current = final
+        index = call.output_index
+        for number, command in enumerate(current):
+            base = {"output_index": index, "command_index": number}
+            if number == len(call.commands):
+                call.commands.append("")
+                out.append(self._event(
+                    {"type": "response.shell_call_command.added", **base, "command": ""}))
+            streamed = call.commands[number]
+            if number >= call.commands_done and len(command) > len(streamed) and (
+                    command.startswith(streamed)):
+                call.commands[number] = command
+                out.append(self._event({"type": "response.shell_call_command.delta", **base,
+                                        "delta": command[len(streamed):]}))
+            if number < len(whole) and number == call.commands_done:
+                call.commands_done += 1
+                out.append(self._event(
+                    {"type": "response.shell_call_command.done", **base, "command": command}))
+
     def _close_client(self, out: list[Event], status: str) -> None:
-        """The call of a tool the client runs, whole: its typed item (``shell_call``...) with
-        OpenAI's events: ``output_item.added`` (``in_progress``), a shell call's commands as
-        ``response.shell_call_command.added`` / ``.delta`` / ``.done``, ``output_item.done``.
-        Its fields are parsed from the whole arguments, so nothing streams before."""
+        """The call of a tool the client runs, whole: its typed item (``shell_call``...) from
+        the whole arguments, with OpenAI's events: ``output_item.added`` (``in_progress``;
+        a shell call's was sent when it opened, its commands as they streamed), then
+        ``output_item.done``."""
         call = self._call
         assert call is not None and call.spec is not None
         call.state = 2
         self._call = None
         self._kind = _NONE
+        self._item = None
         self.client_calls += 1
-        item = client_tools.call_item(call.spec.kind, call.call_id, call.arguments, status)
-        final = item["status"]
-        item["status"] = "in_progress"
-        output = self.response["output"]
-        index = self._output_index = len(output)
-        output.append(item)
-        self._item_id = item["id"]
-        shown = dict(item)  # only a shell call's commands fill in between added and done
-        commands: list[str] = item["action"]["commands"] if item["type"] == "shell_call" else []
-        if commands:
-            shown["action"] = {**item["action"], "commands": []}
-        out.append(self._event(
-            {"type": "response.output_item.added", "output_index": index, "item": shown}))
-        for number, command in enumerate(commands):
-            base = {"output_index": index, "command_index": number}
-            out.append(self._event(
-                {"type": "response.shell_call_command.added", **base, "command": ""}))
-            out.append(self._event(
-                {"type": "response.shell_call_command.delta", **base, "delta": command}))
-            out.append(self._event(
-                {"type": "response.shell_call_command.done", **base, "command": command}))
-        item["status"] = final
-        out.append(self._event(
-            {"type": "response.output_item.done", "output_index": index, "item": item}))
+        opened = call.item
+        item = client_tools.call_item(call.spec.kind, call.call_id, call.arguments, status,
+                                      item_id=opened["id"] if opened is not None else None)
+        if opened is not None:  # a shell call: its last commands, then the whole item
+            self._output_index = call.output_index
+            self._shell_commands(call, out, final=item["action"]["commands"])
+            opened.clear()
+            opened.update(item)
+            item = opened
+        else:
+            output = self.response["output"]
+            self._output_index = len(output)
+            output.append(item)
+            self._item_id = item["id"]
+            out.append(self._event({"type": "response.output_item.added",
+                                    "output_index": self._output_index,
+                                    "item": {**item, "status": "in_progress"}}))
+        out.append(self._event({"type": "response.output_item.done",
+                                "output_index": self._output_index, "item": item}))
 
     def _abandon_call(self) -> None:
         """The response ends with a call whose arguments never finished: it stays open.
 
         No ``function_call_arguments.done`` or ``output_item.done``: clients run the calls
         those announce (the Codex CLI does, and keeps them in its history), and these
-        arguments are cut off. The response's output keeps it, marked ``incomplete``. A cut-off
-        call of a tool the client runs never had an item: nothing announced it, nothing runs it.
+        arguments are cut off. The response's output keeps it, marked ``incomplete`` (a shell
+        call with the commands streamed so far). A cut-off call of another tool the client runs
+        never had an item: nothing announced it, nothing runs it.
         """
         call, item = self._call, self._item
         assert call is not None
         if item is not None:
             if self._kind == _CUSTOM:
                 item["input"] = "".join(call.input.text) if call.input is not None else ""
+            elif self._kind == _CLIENT:  # a shell call: the commands streamed so far
+                item["action"]["commands"] = list(call.commands)
+                item["status"] = "incomplete"
             else:
                 item["arguments"] = "".join(call.args)
                 item["status"] = "incomplete"
