@@ -19,6 +19,7 @@ from starlette.responses import Response
 from responses_gateway.api.common import JSON, gateway_of, int_param
 from responses_gateway.errors import invalid_request, not_found
 from responses_gateway.limits import NO_LIMITS
+from responses_gateway.responses.conversations import store_of
 from responses_gateway.store.usage import COUNTERS, DAY, HOUR, UsageRow, UsageStore
 
 #: bucket widths: seconds, default and maximum bucket count (OpenAI's for 1h and 1d)
@@ -248,7 +249,7 @@ async def conversation_items(request: Request) -> Response:
     conversation = await ledger.conversation(conversation_id)
     page = None
     if conversation is not None:
-        page = await gateway_of(request).store.list_conversation_items(  # type: ignore[attr-defined]
+        page = await store_of(gateway_of(request).store).list_conversation_items(
             conversation_id, conversation["api_key_id"], limit=100, order="asc")
     if conversation is None or page is None:
         raise not_found(f"Conversation with id '{conversation_id[:64]}' not found.",
