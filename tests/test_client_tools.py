@@ -448,3 +448,11 @@ def test_a_shell_call_cut_off_by_a_failure_keeps_what_streamed_and_is_never_done
     events = t.start() + t.feed(_call_chunk("apply_patch", '{"operation": {"type": "up'))
     events += t.fail("upstream_connection_closed", "Upstream error: connection closed")
     assert events[-1]["response"]["output"] == []
+
+
+def test_the_preview_computer_tool_needs_its_display(client: Any) -> None:
+    with pytest.raises(BadRequestError) as info:
+        client.responses.create(model=MODEL, input="x", tools=[
+            {"type": "computer_use_preview", "display_width": 800, "environment": "browser"}])
+    assert info.value.body["param"] == "tools[0].display_height"
+    assert info.value.body["code"] == "missing_required_parameter"

@@ -211,7 +211,9 @@ def chat_function(entry: ClientTool, tool: Any) -> dict[str, Any]:
     if entry.kind == "computer_use_preview":
         width, height = _get(tool, "display_width"), _get(tool, "display_height")
         environment = _get(tool, "environment")
-        description += f" The display is {width}x{height} pixels ({environment})."
+        if isinstance(width, int) and isinstance(height, int):
+            description += f" The display is {width}x{height} pixels"
+            description += f" ({environment})." if isinstance(environment, str) else "."
     elif entry.kind == "tool_search":
         description = _get(tool, "description") or description
         parameters = _get(tool, "parameters") or parameters

@@ -152,6 +152,18 @@ class ClientRunTool(BaseModel):
     type: str
 
 
+class ComputerUsePreviewTool(ClientRunTool):
+    """The preview computer tool: its display is required, as OpenAI requires it."""
+
+    display_width: int
+    display_height: int
+    environment: Literal["windows", "mac", "linux", "ubuntu", "browser"]
+
+
+#: Client-run tool types without a model of their own (kept as sent).
+_CLIENT_RUN_TYPES = sorted(client_tools.CLIENT_TOOL_TYPES - HOSTED_TYPES - {"computer_use_preview"})
+
+
 def _tool_tag(value: Any) -> str | None:
     """``tool_search`` is the client's when it says ``execution: "client"``, else OpenAI's."""
     tag = by_type(value)
@@ -167,8 +179,8 @@ Tool = Annotated[
         Annotated[NamespaceTool, Tag("~namespace")],
         Annotated[McpTool, Tag("~mcp")],
         *(Annotated[HostedTool, Tag(f"~{kind}")] for kind in sorted(HOSTED_TYPES)),
-        *(Annotated[ClientRunTool, Tag(f"~{kind}")]
-          for kind in sorted(client_tools.CLIENT_TOOL_TYPES - HOSTED_TYPES)),
+        *(Annotated[ClientRunTool, Tag(f"~{kind}")] for kind in _CLIENT_RUN_TYPES),
+        Annotated[ComputerUsePreviewTool, Tag("~computer_use_preview")],
         Annotated[ClientRunTool, Tag("~client:tool_search")],
     ],
     Discriminator(_tool_tag),
