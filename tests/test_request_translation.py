@@ -363,10 +363,10 @@ def user(content: Any) -> dict[str, Any]:
         ([5], "input[0]", "invalid_type", "expected an object, but got an integer"),
         ([user("a"), {}], "input[1].type", "missing_required_parameter", "'input[1].type'"),
         (
-            [{"type": "web_search_call", "id": "ws_1"}],
+            [{"type": "code_interpreter_call", "id": "ci_1"}],
             "input[0].type",
             "invalid_value",
-            "'web_search_call'",
+            "'code_interpreter_call'",
         ),
         (
             [{"type": "no_such_item"}],
@@ -569,7 +569,8 @@ def test_function_tool_errors(tool: Any, param: str, fragment: str) -> None:
 @pytest.mark.parametrize(
     ("choice", "tools", "param", "fragment"),
     [
-        ({"type": "web_search_preview"}, [FN], "tool_choice.type", "'web_search_preview'"),
+        ({"type": "web_search_preview"}, [FN], "tool_choice", "'web_search_preview' not found"),
+        ({"type": "no_such_tool"}, [FN], "tool_choice.type", "'no_such_tool'"),
         ({"type": "mcp", "server_label": "x"}, [FN], "tool_choice.server_label", "'x'"),
         ({"type": "function"}, [FN], "tool_choice.name", "Missing required parameter"),
         ({"type": "function", "name": "other"}, [FN], "tool_choice.name", "'other'"),
@@ -1330,9 +1331,10 @@ def test_unknown_item_types_in_items_are_a_400() -> None:
     req = parse(input="q")
     with pytest.raises(GatewayError) as info:
         to_chat_request(
-            req, [{"type": "web_search_call", "id": "ws_1"}, *normalize_input(req)], model="x"
+            req, [{"type": "code_interpreter_call", "id": "ci_1"}, *normalize_input(req)],
+            model="x",
         )
-    assert info.value.status == 400 and "web_search_call" in info.value.message
+    assert info.value.status == 400 and "code_interpreter_call" in info.value.message
     assert info.value.param == "previous_response_id.type"
     with pytest.raises(GatewayError) as info:
         to_chat_request(

@@ -51,7 +51,8 @@ TERMINAL_TYPES = frozenset({"response.completed", "response.incomplete", "respon
 ITEM_ID_PREFIXES = {"message": "msg_", "function_call": "fc_", "reasoning": "rs_",
                     "compaction": "cmp_", "custom_tool_call": "ctc_", "mcp_list_tools": "mcpl_",
                     "mcp_call": "mcp_", "mcp_approval_request": "mcpr_",
-                    "image_generation_call": "ig_"}
+                    "image_generation_call": "ig_", "web_search_call": "ws_",
+                    "file_search_call": "fs_"}
 # Items added whole (no status, no deltas): done repeats added (a compaction item, an
 # approval request).
 _WHOLE_ITEMS = frozenset({"compaction", "mcp_approval_request"})
@@ -67,14 +68,24 @@ _MCP_CALL_EVENTS = ("response.mcp_call.in_progress", "response.mcp_call.complete
 # those are checked against openai-python's models only.
 _BEYOND_SPEC_ITEMS = frozenset({"custom_tool_call", "mcp_list_tools", "mcp_call",
                                 "mcp_approval_request", "mcp_approval_response",
-                                "image_generation_call"})
+                                "image_generation_call", "web_search_call", "file_search_call"})
+# web_search_call: in_progress, searching, then completed exactly when the item did (a failed
+# search ends with its output_item.done alone).
+_WEB_SEARCH_EVENTS = ("response.web_search_call.in_progress",
+                      "response.web_search_call.searching", "response.web_search_call.completed")
+# file_search_call: the same three, the same rule.
+_FILE_SEARCH_EVENTS = ("response.file_search_call.in_progress",
+                       "response.file_search_call.searching",
+                       "response.file_search_call.completed")
 # image_generation_call: in_progress, generating, partial images (indexes 0, 1, ...), then
 # completed exactly when the item did (a failed one ends with its output_item.done alone).
 _IMAGE_EVENTS = ("response.image_generation_call.in_progress",
                  "response.image_generation_call.generating",
                  "response.image_generation_call.partial_image",
                  "response.image_generation_call.completed")
-_BEYOND_SPEC_TOOLS = frozenset({"custom", "namespace", "mcp", "image_generation"})
+_BEYOND_SPEC_TOOLS = frozenset({"custom", "namespace", "mcp", "image_generation", "web_search",
+                                "web_search_2025_08_26", "web_search_preview",
+                                "web_search_preview_2025_03_11", "file_search"})
 _TERMINAL_STATUS = {
     "response.completed": "completed",
     "response.incomplete": "incomplete",
@@ -264,16 +275,24 @@ def beyond_spec(obj: Any) -> bool:
         return False
     kind = str(obj.get("type") or "")
     if kind.startswith(("response.mcp_", "response.custom_tool_call",
-                        "response.image_generation_call")):
+                        "response.image_generation_call", "response.web_search_call",
+                        "response.file_search_call",
+                        "response.output_text.annotation")):
         return True
     if obj.get("type") in _BEYOND_SPEC_ITEMS:
         return True
-    for key in ("item", "response"):
+    # The spec's annotations are url_citation only; file_citation is OpenAI's (file_search).
+    if kind == "output_text" and any(isinstance(a, dict) and a.get("type") == "file_citation"
+                                     for a in obj.get("annotations") or ()):
+        return True
+    if kind == "message" and any(beyond_spec(p) for p in obj.get("content") or ()):
+        return True
+    for key in ("item", "response", "part"):
         if beyond_spec(obj.get(key)):
             return True
     tools, output = obj.get("tools") or (), obj.get("output") or ()
     return any(isinstance(t, dict) and t.get("type") in _BEYOND_SPEC_TOOLS for t in tools) or any(
-        isinstance(i, dict) and i.get("type") in _BEYOND_SPEC_ITEMS for i in output)
+        beyond_spec(i) for i in output)
 
 
 def spec_validate_event(event: dict[str, Any]) -> None:
@@ -360,7 +379,7 @@ class Grammar:
 
 
 class _Part:
-    __slots__ = ("deltas", "done_text", "index", "kind", "part_type")
+    __slots__ = ("annotations", "deltas", "done_text", "index", "kind", "part_type")
 
     def __init__(self, kind: str, index: int, part_type: str) -> None:
         self.kind = kind  # "content" or "summary"
@@ -368,6 +387,7 @@ class _Part:
         self.part_type = part_type
         self.deltas: list[str] = []
         self.done_text: str | None = None
+        self.annotations: list[Any] = []  # response.output_text.annotation.added, in order
 
 
 # event type -> (part kind, part type it belongs to, role) for events inside a part
@@ -393,6 +413,8 @@ _ITEM_PART_TYPES = {
     "mcp_call": {},
     "mcp_approval_request": {},
     "image_generation_call": {},
+    "web_search_call": {},
+    "file_search_call": {},
 }
 
 
@@ -533,6 +555,13 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
                 if text != "".join(part.deltas):
                     raise fail(i, "done text differs from the deltas")
                 part.done_text = text
+        elif kind == "response.output_text.annotation.added":
+            if part is None or part.part_type != "output_text" or part.done_text is not None:
+                raise fail(i, "an annotation outside an open output_text part")
+            if event["content_index"] != part.index or (
+                    event["annotation_index"] != len(part.annotations)):
+                raise fail(i, "annotation_index or content_index out of order")
+            part.annotations.append(event["annotation"])
         elif kind in ("response.content_part.done", "response.reasoning_summary_part.done"):
             part_kind = "content" if kind == "response.content_part.done" else "summary"
             index_key = "content_index" if part_kind == "content" else "summary_index"
@@ -545,6 +574,9 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
                 done_part.get(_PART_TEXT_KEY[part.part_type]) != part.done_text
             ):
                 raise fail(i, "the closed part differs from its text")
+            if part.part_type == "output_text" and done_part.get("annotations") != (
+                    part.annotations):
+                raise fail(i, "the closed part's annotations differ from those added")
             closed_parts[part_kind].append(part)
             part = None
         elif kind in ("response.function_call_arguments.delta",
@@ -577,6 +609,14 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
                 raise fail(i, f"{kind} must follow exactly one {family[0]}")
             if wanted == "mcp_call" and kind != family[0] and args_done is None:
                 raise fail(i, "mcp_call ended before its arguments were done")
+        elif kind in _WEB_SEARCH_EVENTS or kind in _FILE_SEARCH_EVENTS:
+            family = _WEB_SEARCH_EVENTS if kind in _WEB_SEARCH_EVENTS else _FILE_SEARCH_EVENTS
+            wanted = family[0].split(".")[1]
+            if item.type != wanted:
+                raise fail(i, f"{kind} outside an open {wanted}")
+            seen = [e for e in item.events[:-1] if e in family]
+            if seen != list(family[:family.index(kind)]):
+                raise fail(i, f"{kind} after {seen}")
         elif kind in _IMAGE_EVENTS:
             if item.type != "image_generation_call":
                 raise fail(i, f"{kind} outside an open image_generation_call")
@@ -617,6 +657,14 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
                                   f"{ended}")
                 if not cut and (done.get("error") is None) != (done["status"] == "completed"):
                     raise fail(i, "an mcp_call has an error exactly when it failed")
+            if item.type == "web_search_call" and done.get("status") != (
+                    "completed" if _WEB_SEARCH_EVENTS[2] in item.events else "failed"):
+                raise fail(i, "a web_search_call is completed after its .completed event, else "
+                              "failed")
+            if item.type == "file_search_call" and done.get("status") != (
+                    "completed" if _FILE_SEARCH_EVENTS[2] in item.events else "failed"):
+                raise fail(i, "a file_search_call is completed after its .completed event, "
+                              "else failed")
             if item.type == "image_generation_call":
                 completed = _IMAGE_EVENTS[3] in item.events
                 if done.get("status") != ("completed" if completed else "failed") or (
@@ -641,7 +689,8 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
                 if done != item.added:
                     raise fail(i, "a whole item changed between added and done")
             elif item.type not in _NO_STATUS and item.type not in (
-                    "mcp_call", "image_generation_call") and done.get(
+                    "mcp_call", "image_generation_call", "web_search_call",
+                    "file_search_call") and done.get(
                     "status") not in ("completed", "incomplete"):
                 raise fail(i, f"done item status {done.get('status')!r}")
             item.done = done

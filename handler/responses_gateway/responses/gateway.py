@@ -27,7 +27,7 @@ from responses_gateway.responses.job import Job, Persist
 from responses_gateway.responses.local_feed import LocalFeed
 from responses_gateway.store.base import Store, StoredResponse
 from responses_gateway.tools.catalog import ToolCatalog
-from responses_gateway.tools.registry import ServerTools
+from responses_gateway.tools.registry import ServerTools, served_tool_types
 from responses_gateway.translate.request_models import (
     CreateResponseRequest,
     normalize_input,
@@ -55,6 +55,8 @@ class Gateway:
         self.backend_for = backend_for
         self.sealer = sealer
         self.local_feed = LocalFeed()
+        #: hosted tool types the gateway runs itself with these settings (tools/registry.py)
+        self.served_tools = served_tool_types(settings)
         self.fitting = fit.Fitting(backend_for, sealer, windows=settings.context_windows,
                                    reasoning_input=settings.reasoning_input,
                                    limits=CompactionLimits(
@@ -89,7 +91,8 @@ class Gateway:
         ``client_left``: resolves when the HTTP client leaves (stops a compaction, fitting/).
         """
         started = time.time()  # the response's deadline counts from here (compaction too)
-        req = parse_create_request(body, hosted_tools=self.settings.hosted_tools)
+        req = parse_create_request(body, hosted_tools=self.settings.hosted_tools,
+                                   served=self.served_tools)
         items = await history.resolve_references(self.store, normalize_input(req), tenant)
         if req.store:
             self.store.check_input_items(items)
@@ -163,7 +166,8 @@ class Gateway:
         """The request's server tools built (an MCP server that cannot be listed is OpenAI's
         424), their functions offered to the model, a tool_choice naming one honoured."""
         tools = await ServerTools.for_request(
-            req.tools, req.tool_choice, items, earlier, self.settings, tenant)
+            req.tools, req.tool_choice, items, earlier, self.settings, tenant,
+            include=req.include or (), services=self)
         if tools is None:
             return None
         try:

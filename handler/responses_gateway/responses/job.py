@@ -82,6 +82,7 @@ class Job:
                 encrypted_reasoning=options["encrypted_reasoning"],
                 seal=partial(gateway.sealer.seal, tenant=record.tenant),
                 tools=specs_from_record(record.request.get("tools")),
+                annotate=self.tools.annotate if self.tools is not None else None,
             ),
         )
         chat = dict(record.request["chat"])
@@ -323,7 +324,8 @@ def _tools_of(gateway: Services, record: StoredResponse) -> ServerTools | None:
     if not data:
         return None
     return ServerTools.from_record(
-        data, Rebuild(gateway.settings, partial(gateway.sealer.unseal, tenant=record.tenant)))
+        data, Rebuild(gateway.settings, partial(gateway.sealer.unseal, tenant=record.tenant),
+                     services=gateway))
 
 
 async def _shielded(awaitable: Awaitable[None]) -> None:

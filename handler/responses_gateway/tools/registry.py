@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -26,6 +26,7 @@ from responses_gateway.tools.server import (
     ServerCall,
     ServerTool,
 )
+from responses_gateway.vectors.build import vector_stores_available
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +35,9 @@ class Registration:
     tool_types: tuple[str, ...]  # the request's tools[].type values it serves
     item_types: tuple[str, ...]  # the output (and input) item types it makes
     target: str  # "module:Class", a ServerTool subclass
-    #: a Settings field that must be set for the gateway to run it (else it stays hosted)
-    needs: str | None = None
+    #: a Settings field that must be set for the gateway to run it (else it stays hosted),
+    #: or a test of the settings (file_search: vector stores on this storage)
+    needs: str | Callable[[Any], bool] | None = None
 
 
 REGISTRATIONS: tuple[Registration, ...] = (
@@ -44,9 +46,18 @@ REGISTRATIONS: tuple[Registration, ...] = (
         ("mcp_list_tools", "mcp_call", "mcp_approval_request", "mcp_approval_response"),
         "responses_gateway.tools.mcp_tool:McpServerTool",
     ),
+    Registration(
+        "web_search", ("web_search", "web_search_2025_08_26", "web_search_preview",
+                       "web_search_preview_2025_03_11"),
+        ("web_search_call",), "responses_gateway.tools.web_search.tool:WebSearchTool",
+        needs="web_search_provider",
+    ),
     Registration("image_generation", ("image_generation",), ("image_generation_call",),
                  "responses_gateway.tools.image_generation.tool:ImageGenerationTool",
                  needs="image_backend"),
+    Registration("file_search", ("file_search",), ("file_search_call",),
+                 "responses_gateway.tools.file_search.tool:FileSearchTool",
+                 needs=vector_stores_available),
 )
 
 #: ToolSpec kinds whose calls the gateway runs (the translator holds them for the turn loop).
@@ -64,6 +75,8 @@ def served(kind: str, settings: Any) -> bool:
     """Whether the gateway runs ``kind`` with these settings (its ``needs`` set: an image
     backend for image_generation); if not, the tool stays hosted (tools/hosted.py)."""
     needs = _BY_KIND[kind].needs
+    if callable(needs):
+        return bool(needs(settings))
     return needs is None or getattr(settings, needs, None) is not None
 
 
@@ -71,6 +84,11 @@ def served_type(tool_type: str, settings: Any) -> bool:
     """Whether a request tool of ``tool_type`` is run by the gateway with these settings."""
     registration = _BY_TOOL_TYPE.get(tool_type)
     return registration is not None and served(registration.kind, settings)
+
+
+def served_tool_types(settings: Any) -> frozenset[str]:
+    """Every request tool type the gateway runs with these settings."""
+    return frozenset(t for t in _BY_TOOL_TYPE if served_type(t, settings))
 
 
 @cache
@@ -99,6 +117,7 @@ class ServerTools:
     async def for_request(
         cls, tools: Sequence[Any] | None, tool_choice: Any, items: list[dict[str, Any]],
         history: list[dict[str, Any]], settings: Any, tenant: str,
+        include: Sequence[str] = (), services: Any = None,
     ) -> ServerTools | None:
         """Build each server tool the request names (listing MCP servers, say); a failure
         closes what was built and raises (a 4xx before the response)."""
@@ -116,7 +135,8 @@ class ServerTools:
             for kind, params in wanted.items():
                 built[kind] = await tool_class(kind).for_request(RequestTools(
                     tools=params, tool_choice=tool_choice, items=items, history=history,
-                    settings=settings, tenant=tenant, indexes=indexes[kind],
+                    settings=settings, tenant=tenant, include=tuple(include),
+                    indexes=indexes[kind], services=services,
                 ))
         except BaseException:
             await asyncio.shield(ServerTools(built).aclose())
@@ -160,6 +180,12 @@ class ServerTools:
 
     def run(self, call: ServerCall, items: ItemWriter) -> AsyncIterator[list[Event]]:
         return self.by_kind[call.spec.kind].run(call, items)
+
+    def annotate(self, text: str) -> list[dict[str, Any]]:
+        """Every tool's annotations of a closing text part, in text order."""
+        found = [a for tool in self.by_kind.values() for a in tool.annotate(text)]
+        return sorted(found, key=lambda a: a.get("start_index", a.get("index", 0))) if found \
+            else found
 
     async def aclose(self) -> None:
         for tool in self.by_kind.values():

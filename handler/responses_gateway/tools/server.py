@@ -80,6 +80,8 @@ class RequestTools:
     settings: Any  # config.Settings
     tenant: str
     indexes: list[int] = field(default_factory=list)  # where ``tools`` sit in the request's
+    include: tuple[str, ...] = ()  # the request's ``include`` (web_search_call.action.sources)
+    services: Any = None  # the process-wide services (the Gateway: vector stores)
 
 
 @dataclass
@@ -89,6 +91,7 @@ class Rebuild:
     settings: Any
     unseal: Unseal
     extra: dict[str, Any] = field(default_factory=dict)
+    services: Any = None  # the process-wide services (the Gateway: vector stores)
 
 
 class ServerTool:
@@ -145,6 +148,11 @@ class ServerTool:
 
     async def aclose(self) -> None:
         """Release connections; called once the response ends, whatever its end."""
+
+    def annotate(self, text: str) -> list[dict[str, Any]]:
+        """Annotations (``url_citation``) for a text part of the model's message as it
+        closes, each pointing at something this tool's calls returned; never invented."""
+        return []
 
     # -- history (translate/to_chat.py): how this tool's items go back to the model ------------
 

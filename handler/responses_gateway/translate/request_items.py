@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from responses_gateway import ids
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
@@ -198,17 +198,6 @@ class McpApprovalResponseItem(BaseModel):
     reason: str | None = None
 
 
-class ImageGenerationCallItem(BaseModel):
-    """An image the gateway drew (tools/image_generation/), sent back: a later edit changes
-    the latest one."""
-
-    model_config = ITEM_CONFIG
-    type: Literal["image_generation_call"]
-    id: ItemId
-    result: str | None
-    status: Literal["in_progress", "completed", "generating", "failed"]
-
-
 # --- items of the tools the client runs (tools/client_tools.py), as openai-python types them --
 
 
@@ -355,6 +344,17 @@ _CLIENT_ITEMS: tuple[type[BaseModel], ...] = (
 )
 
 
+class ImageGenerationCallItem(BaseModel):
+    """An image the gateway drew (tools/image_generation/), sent back: a later edit changes
+    the latest one."""
+
+    model_config = ITEM_CONFIG
+    type: Literal["image_generation_call"]
+    id: ItemId
+    result: str | None
+    status: Literal["in_progress", "completed", "generating", "failed"]
+
+
 class ItemReference(BaseModel):
     model_config = ITEM_CONFIG
     type: Literal["item_reference"] = "item_reference"
@@ -389,6 +389,23 @@ def _item_tag(value: Any) -> str | None:
     return by_type(value)
 
 
+#: Items of the tools the gateway runs (tools/registry.py) that a client may send back as
+#: input (replaying a response's output); MCP's and image_generation's have models above.
+SERVER_TOOL_ITEMS = {
+    "web_search_call": ids.WEB_SEARCH_CALL,
+    "file_search_call": ids.FILE_SEARCH_CALL,
+}
+
+
+class ServerToolItem(BaseModel):
+    """A server tool's call item sent back as input: kept as sent (its tool reads it when
+    the conversation goes back to the model)."""
+
+    model_config = ConfigDict(strict=True, extra="allow", defer_build=True)
+    type: str
+    id: ItemId | None = None
+
+
 InputItem = Annotated[
     Union[
         Annotated[Message, Tag("~message")],
@@ -407,6 +424,7 @@ InputItem = Annotated[
         Annotated[CompactionTrigger, Tag("~compaction_trigger")],
         *(Annotated[model, Tag(f"~{model.model_fields['type'].annotation.__args__[0]}")]
           for model in _CLIENT_ITEMS),
+        *(Annotated[ServerToolItem, Tag(f"~{kind}")] for kind in SERVER_TOOL_ITEMS),
     ],
     Discriminator(_item_tag),
 ]
@@ -451,6 +469,7 @@ _ID_PREFIX = {
     "mcp_approval_response": ids.MCP_APPROVAL_RESPONSE,
     "compaction": ids.COMPACTION,
     "compaction_trigger": ids.COMPACTION,
+    **SERVER_TOOL_ITEMS,
     "shell_call": ids.SHELL_CALL,
     "shell_call_output": ids.SHELL_CALL_OUTPUT,
     "apply_patch_call": ids.APPLY_PATCH_CALL,

@@ -19,6 +19,7 @@ are re-exported here, so callers import from this one module:
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -63,6 +64,7 @@ from responses_gateway.translate.request_tools import (
     choosable_names,
     echo_tool_choice,
     echo_tools,
+    mark_served,
     refuse_hosted_tools,
 )
 
@@ -336,11 +338,14 @@ class CreateResponseRequest(BaseModel):
 # --- parsing -------------------------------------------------------------------------------
 
 
-def parse_create_request(body: Any, *, hosted_tools: str = "reject") -> CreateResponseRequest:
+def parse_create_request(
+    body: Any, *, hosted_tools: str = "reject", served: Collection[str] = ()
+) -> CreateResponseRequest:
     """Validate a decoded create body; any problem is a 400 naming the param as OpenAI does.
 
     ``hosted_tools`` is GATEWAY_HOSTED_TOOLS (tools/hosted.py): ``reject`` refuses a hosted
     tool, ``omit`` keeps it out of what the model is offered and of the echoed ``tools``.
+    ``served``: the hosted tool types the gateway runs itself (tools/registry.py), neither.
     """
     if not isinstance(body, dict):
         raise invalid_request(
@@ -351,6 +356,7 @@ def parse_create_request(body: Any, *, hosted_tools: str = "reject") -> CreateRe
         req = CreateResponseRequest.model_validate(body)
     except ValidationError as exc:
         raise _from_validation(exc) from None
+    mark_served(req.tools, served)
     _check(req)
     if hosted_tools == "reject":
         refuse_hosted_tools(req.tools)

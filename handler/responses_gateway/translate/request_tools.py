@@ -9,9 +9,10 @@ OpenAI's hosted tools are left out for the model or refused, as GATEWAY_HOSTED_T
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag
 
 from responses_gateway.errors import invalid_request, missing_parameter
 from responses_gateway.tools import client_tools
@@ -137,10 +138,18 @@ class McpTool(BaseModel):
 
 
 class HostedTool(BaseModel):
-    """A tool only OpenAI runs (tools/hosted.py): omitted or refused by GATEWAY_HOSTED_TOOLS."""
+    """A tool OpenAI runs on its servers (tools/hosted.py): omitted or refused by
+    GATEWAY_HOSTED_TOOLS, unless the gateway runs it itself (a server tool with what it needs
+    configured: tools/registry.py), which ``served`` says. Its fields stay as the client sent
+    them: the server tool reads them."""
 
     model_config = ConfigDict(strict=True, extra="allow", defer_build=True)
     type: str
+    _served: bool = PrivateAttr(default=False)
+
+    @property
+    def served(self) -> bool:
+        return self._served
 
 
 class ClientRunTool(BaseModel):
@@ -208,12 +217,26 @@ class ToolChoiceMcp(BaseModel):
     name: str | None = None
 
 
-#: tool_choice types naming a tool the client runs.
-CLIENT_CHOICES = ("shell", "apply_patch", "computer", "computer_use", "computer_use_preview")
+#: OpenAI's ``ToolChoiceTypes``: use this built-in tool.
+HOSTED_CHOICES = ("file_search", "web_search_preview", "computer", "computer_use_preview",
+                  "computer_use", "web_search_preview_2025_03_11", "image_generation",
+                  "code_interpreter")
+
+
+class ToolChoiceHosted(BaseModel):
+    """``{"type": "file_search"}`` and the like: use that built-in tool (when the gateway
+    runs it; one it leaves out for the model cannot be forced, so the choice is dropped)."""
+
+    model_config = PARAMS_CONFIG
+    type: Literal[HOSTED_CHOICES]  # type: ignore[valid-type]
+
+
+#: tool_choice types naming a tool the client runs (the computer ones are ToolChoiceHosted's).
+CLIENT_CHOICES = ("shell", "apply_patch")
 
 
 class ToolChoiceClient(BaseModel):
-    """``{"type": "shell"}``, ``{"type": "computer"}``...: call that client-run tool."""
+    """``{"type": "shell"}``, ``{"type": "apply_patch"}``: call that client-run tool."""
 
     model_config = PARAMS_CONFIG
     type: Literal[CLIENT_CHOICES]  # type: ignore[valid-type]
@@ -254,6 +277,7 @@ ToolChoice = Annotated[
         Annotated[ToolChoiceCustom, Tag("~custom")],
         Annotated[ToolChoiceMcp, Tag("~mcp")],
         Annotated[ToolChoiceAllowed, Tag("~allowed_tools")],
+        *(Annotated[ToolChoiceHosted, Tag(f"~{kind}")] for kind in HOSTED_CHOICES),
         *(Annotated[ToolChoiceClient, Tag(f"~{kind}")] for kind in CLIENT_CHOICES),
     ],
     Discriminator(_tool_choice_tag),
@@ -278,7 +302,7 @@ def echo_tool_choice(choice: Any) -> Any:
         return {"type": choice.type, "name": choice.name}
     if isinstance(choice, ToolChoiceMcp):
         return {"type": "mcp", "server_label": choice.server_label, "name": choice.name}
-    if isinstance(choice, ToolChoiceClient):
+    if isinstance(choice, (ToolChoiceHosted, ToolChoiceClient)):
         return {"type": choice.type}
     return {
         "type": "allowed_tools",
@@ -290,8 +314,8 @@ def echo_tool_choice(choice: Any) -> Any:
 
 def _echoed(tool: BaseModel) -> bool:
     """Hosted tools left out for the model are left out of the echo too: the response lists
-    what the model was offered (tools/hosted.py)."""
-    return not isinstance(tool, HostedTool)
+    what the model was offered (tools/hosted.py). One the gateway runs is echoed."""
+    return not isinstance(tool, HostedTool) or tool.served
 
 
 def _echo_tool(tool: BaseModel) -> dict[str, Any]:
@@ -320,7 +344,7 @@ def _echo_tool(tool: BaseModel) -> dict[str, Any]:
             "description": tool.description,
             "tools": [_echo_member(member) for member in tool.tools],
         }
-    if isinstance(tool, ClientRunTool):  # as the client sent it
+    if isinstance(tool, (HostedTool, ClientRunTool)):  # as the client sent it
         return tool.model_dump(exclude_unset=True)
     assert isinstance(tool, McpTool)
     # headers and authorization are secrets: never echoed, stored or logged (OpenAI leaves
@@ -357,10 +381,17 @@ def choosable_names(tools: list[BaseModel] | None) -> set[tuple[str, str]]:
     return names
 
 
+def mark_served(tools: list[BaseModel] | None, served: Collection[str]) -> None:
+    """The hosted tools the gateway runs itself (``served``: their types)."""
+    for tool in tools or ():
+        if isinstance(tool, HostedTool) and tool.type in served:
+            tool._served = True
+
+
 def refuse_hosted_tools(tools: list[BaseModel] | None) -> None:
     """GATEWAY_HOSTED_TOOLS=reject: a hosted tool is a 400 naming it."""
     for i, tool in enumerate(tools or ()):
-        if isinstance(tool, HostedTool):
+        if isinstance(tool, HostedTool) and not tool.served:
             raise refused(tool.type, i)
 
 
@@ -399,6 +430,16 @@ def check_tool_choice(choice: Any, tools: list[BaseModel] | None) -> None:
                 f"Tool choice '{choice.type}' not found in 'tools' parameter.",
                 param="tool_choice", code="invalid_value")
         return
+    if isinstance(choice, ToolChoiceHosted) and not any(
+        isinstance(tool, HostedTool) and tool.served and _same_tool(tool.type, choice.type)
+        for tool in tools
+    ):
+        if any(isinstance(tool, HostedTool) and _same_tool(tool.type, choice.type)
+               for tool in tools):
+            return  # a hosted tool left out for the model: the choice goes with it
+        raise invalid_request(
+            f"Tool choice '{choice.type}' not found in 'tools' parameter.",
+            param="tool_choice", code="invalid_value")
     if isinstance(choice, ToolChoiceAllowed):
         for i, allowed in enumerate(choice.tools):
             if isinstance(allowed, AllowedClientTool):
@@ -421,6 +462,13 @@ def _same_client_tool(tool: BaseModel, tool_type: str) -> bool:
     entry = client_tools.client_run(tool) if isinstance(tool, ClientRunTool) else None
     named = client_tools.BY_TOOL_TYPE.get(tool_type)
     return entry is not None and named is not None and entry.call_type == named.call_type
+
+
+def _same_tool(tool_type: str, choice_type: str) -> bool:
+    """``web_search_preview`` chooses any web_search tool, ``computer_use_preview`` any
+    computer tool: OpenAI's choice names are older than some tool names."""
+    return tool_type.split("_20")[0].removesuffix("_preview") == (
+        choice_type.split("_20")[0].removesuffix("_preview"))
 
 
 def check_mcp_tools(tools: list[BaseModel] | None) -> None:

@@ -75,6 +75,8 @@ class TranslateOptions:
     encrypted_reasoning: bool = False  # include "reasoning.encrypted_content"
     seal: Callable[[dict[str, Any]], str] | None = None  # tenant-bound sealer for reasoning
     tools: dict[str, ToolSpec] | None = None  # chat function name -> what it stands for
+    #: annotations for a text part as it closes (server tools' citations: tools/server.py)
+    annotate: Callable[[str], list[dict[str, Any]]] | None = None
 
 
 
@@ -659,7 +661,13 @@ class ResponseTranslator(CallItems, ReasoningItems):
         }
         if self._kind == _TEXT:
             logprobs = self._logprobs
-            part = {"type": "output_text", "annotations": [], "logprobs": logprobs, "text": text}
+            annotate = self.options.annotate
+            annotations = annotate(text) if annotate is not None else []
+            for index, annotation in enumerate(annotations):
+                out.append(self._event({"type": "response.output_text.annotation.added", **base,
+                                        "annotation_index": index, "annotation": annotation}))
+            part = {"type": "output_text", "annotations": annotations, "logprobs": logprobs,
+                    "text": text}
             out.append(
                 self._event(
                     {

@@ -18,9 +18,16 @@ if TYPE_CHECKING:
     from responses_gateway.vectors.service import VectorStores
 
 
+def vector_stores_available(settings: Settings) -> bool:
+    """Whether this storage has vector stores (file_search runs in the gateway then; else it
+    stays a hosted tool, tools/hosted.py)."""
+    kind = settings.store.partition(":")[0]
+    return kind == "sqlite" or (kind == "dynamodb" and bool(settings.vector_bucket))
+
+
 def build_vector_stores(settings: Settings, files: Files) -> VectorStores:
-    kind, _, target = settings.store.partition(":")
-    if not (kind == "sqlite" or (kind == "dynamodb" and settings.vector_bucket)):
+    target = settings.store.partition(":")[2]
+    if not vector_stores_available(settings):
         raise GatewayError(
             501, "Vector stores are not configured on this gateway (GATEWAY_STORE=sqlite:PATH, "
             "or dynamodb:TABLE with GATEWAY_VECTOR_BUCKET).", type="server_error",

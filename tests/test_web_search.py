@@ -1,0 +1,256 @@
+"""web_search run by the gateway (issue 30), end to end: openai-python against the gateway,
+the scripted Chat Completions upstream as the model, a local SearXNG-speaking provider and a
+local web site. Every streamed event is validated against the SDK's models and the grammar."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from openai import OpenAI
+
+from tests.helpers.e2e import check_response, check_stream, client_for, e2e_settings, sdk_events
+from tests.helpers.gateway_server import GatewayServer
+from tests.helpers.scripted_upstream import ScriptedUpstream
+from tests.helpers.search_providers import RESULTS, SearchProvider, WebSite
+
+KEY = "sk-searxng-proxy-secret-31"
+CITED = RESULTS[0]
+
+
+@pytest.fixture(scope="module")
+def provider() -> Iterator[SearchProvider]:
+    with SearchProvider("searxng", key=KEY) as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[WebSite]:
+    with WebSite() as web:
+        yield web
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream: ScriptedUpstream, provider: SearchProvider,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
+    db = tmp_path_factory.mktemp("web_search") / "gateway.db"
+    settings = e2e_settings(upstream, db, web_search_provider="searxng",
+                            web_search_url=provider.base_url, web_search_api_key=KEY,
+                            web_allow_hosts=("127.0.0.1",), web_page_timeout=2.0)
+    with GatewayServer(settings) as server:
+        yield server
+
+
+def searching(marker: str, answer: str, name: str = "web_search",
+              args: str = '{"query": "rust edition"}') -> str:
+    """The model calls ``name`` once, then answers ``answer`` (citing as it likes)."""
+    return (f"[[script:tool names={name} args='{args}' times=1 then=text "
+            f"text=\"{answer}\" key={marker}]] {marker}")
+
+
+def answer_citing(url: str = CITED["url"], title: str = "Rust") -> str:
+    return f"Rust 2024 shipped in 1.85 [{title}]({url}); see also [x](https://not.a.source/)."
+
+
+def web_search_items(response: dict[str, Any]) -> list[dict[str, Any]]:
+    return [i for i in response["output"] if i["type"] == "web_search_call"]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_search_streams_events_and_cites(client: OpenAI, upstream: ScriptedUpstream,
+                                         provider: SearchProvider, stream: bool) -> None:
+    marker = f"search-{stream}"
+    text = answer_citing()
+    kwargs: Any = {"model": "m", "input": searching(marker, text),
+                   "tools": [{"type": "web_search"}],
+                   "include": ["web_search_call.action.sources"]}
+    if stream:
+        events = sdk_events(client.responses.create(stream=True, **kwargs))
+        check_stream(events)
+        response = events[-1]["response"]
+        kinds = [e["type"] for e in events]
+        at = kinds.index("response.web_search_call.in_progress")
+        assert kinds[at - 1:at + 4] == [
+            "response.output_item.added", "response.web_search_call.in_progress",
+            "response.web_search_call.searching", "response.web_search_call.completed",
+            "response.output_item.done"]
+        added = [e for e in events if e["type"] == "response.output_text.annotation.added"]
+        assert [e["annotation"]["url"] for e in added] == [CITED["url"]]
+        assert added[0]["annotation_index"] == 0
+    else:
+        response = check_response(client.responses.create(**kwargs))
+    [call] = web_search_items(response)
+    assert call["id"].startswith("ws_") and call["status"] == "completed"
+    assert call["action"]["type"] == "search" and call["action"]["query"] == "rust edition"
+    assert [s["url"] for s in call["action"]["sources"]] == [r["url"] for r in RESULTS]
+    message = response["output"][-1]
+    part = message["content"][0]
+    assert part["text"] == text
+    link = f"[Rust]({CITED['url']})"
+    start = text.index(link)
+    # Only the link to a source this response returned is cited, exactly where it is.
+    assert part["annotations"] == [{"type": "url_citation", "start_index": start,
+                                    "end_index": start + len(link), "url": CITED["url"],
+                                    "title": CITED["title"]}]
+    assert response["tools"][0]["type"] == "web_search"
+    # The provider was asked; the model got the results, numbered with URLs, next turn.
+    asked = [r for r in provider.requests if r.params.get("q") == "rust edition"]
+    assert asked and asked[-1].headers["authorization"] == f"Bearer {KEY}"
+    second = [b for b in upstream.requests if marker in str(b["messages"])][-1]
+    result = second["messages"][-1]
+    assert result["role"] == "tool" and result["tool_call_id"] == call["id"]
+    assert f"[1] {CITED['title']}\nURL: {CITED['url']}" in result["content"]
+    assert second["messages"][-2]["tool_calls"][0]["function"]["name"] == "web_search"
+    assert response["usage"]["input_tokens"] > 0
+
+
+def test_sources_only_when_included(client: OpenAI) -> None:
+    response = check_response(client.responses.create(
+        model="m", input=searching("no-sources", "Done."), tools=[{"type": "web_search"}]))
+    [call] = web_search_items(response)
+    assert call["action"] == {"type": "search", "query": "rust edition"}
+
+
+def test_open_page_and_find_in_page(client: OpenAI, upstream: ScriptedUpstream,
+                                    site: WebSite) -> None:
+    url = site.url + "/page"
+    cited = f"Editions are opt-in [guide]({url})."
+    response = check_response(client.responses.create(
+        model="m", input=searching("open", cited, name="open_page",
+                                   args=json.dumps({"url": url})),
+        tools=[{"type": "web_search"}]))
+    [call] = web_search_items(response)
+    assert call["action"] == {"type": "open_page", "url": url}
+    assert call["status"] == "completed"
+    read = [b for b in upstream.requests if "open" in str(b["messages"])][-1]["messages"][-1]
+    assert "# The edition guide" in read["content"] and "var secret" not in read["content"]
+    part = response["output"][-1]["content"][0]
+    assert part["annotations"][0]["url"] == url
+    assert part["annotations"][0]["title"] == "Edition & guide"
+
+    response = check_response(client.responses.create(
+        model="m", input=searching("find", "Found.", name="find_in_page",
+                                   args=json.dumps({"url": url, "pattern": "RPIT"})),
+        tools=[{"type": "web_search"}]))
+    [call] = web_search_items(response)
+    assert call["action"] == {"type": "find_in_page", "url": url, "pattern": "RPIT"}
+    read = [b for b in upstream.requests if "find" in str(b["messages"])][-1]["messages"][-1]
+    assert "RPIT lifetime capture" in read["content"]
+
+
+def test_page_refused_is_a_failed_call_and_the_model_goes_on(
+        client: OpenAI, upstream: ScriptedUpstream) -> None:
+    url = "http://169.254.169.254/latest/meta-data/"
+    events = sdk_events(client.responses.create(
+        model="m", input=searching("metadata", "I could not open it.", name="open_page",
+                                   args=json.dumps({"url": url})),
+        tools=[{"type": "web_search"}], stream=True))
+    check_stream(events)
+    response = events[-1]["response"]
+    assert response["status"] == "completed"
+    [call] = web_search_items(response)
+    assert call["status"] == "failed"
+    read = [b for b in upstream.requests if "metadata" in str(b["messages"])][-1]
+    assert "non-public" in read["messages"][-1]["content"]
+    assert response["output"][-1]["content"][0]["text"] == "I could not open it."
+
+
+def test_external_web_access_false_offers_no_page(client: OpenAI,
+                                                  upstream: ScriptedUpstream) -> None:
+    check_response(client.responses.create(
+        model="m", input=searching("offline", "ok"),
+        tools=[{"type": "web_search", "external_web_access": False}]))
+    first = next(b for b in upstream.requests if "offline" in str(b["messages"]))
+    assert [t["function"]["name"] for t in first["tools"]] == ["web_search"]
+
+
+def test_options_reach_the_provider(client: OpenAI, provider: SearchProvider) -> None:
+    response = check_response(client.responses.create(
+        model="m", input=searching("options", "ok", args='{"query": "opts"}'),
+        include=["web_search_call.action.sources"],
+        tools=[{"type": "web_search", "search_context_size": "low",
+                "filters": {"allowed_domains": ["https://www.example.com/"]},
+                "user_location": {"type": "approximate", "country": "DE"}}]))
+    [call] = web_search_items(response)
+    # low: three results at most; only example.com and its subdomains
+    assert [s["url"] for s in call["action"]["sources"]] == [
+        "https://example.com/rust-2024", "https://blog.example.com/news"]
+    assert "site:example.com" in provider.requests[-1].params["q"]
+
+
+def test_tool_choice_and_max_tool_calls(client: OpenAI, upstream: ScriptedUpstream) -> None:
+    check_response(client.responses.create(
+        model="m", input=searching("choice", "ok"), tools=[{"type": "web_search"}],
+        tool_choice={"type": "web_search_preview"}))
+    first = next(b for b in upstream.requests if "choice" in str(b["messages"]))
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "web_search"}}
+    # max_tool_calls is at least 1 (the Open Responses schema's minimum); the loop's bound on
+    # calls is the same for every server tool (tests/test_tool_bounds.py).
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="m", input=searching("max-calls", "no search"),
+                                tools=[{"type": "web_search"}], max_tool_calls=0)
+    assert refused.value.body["param"] == "max_tool_calls"  # type: ignore[index]
+
+
+def test_provider_failure_never_leaks_the_key(
+        upstream: ScriptedUpstream, tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    with SearchProvider("brave", key="right-key") as brave:
+        settings = e2e_settings(upstream, tmp_path / "g.db", web_search_provider="brave",
+                                web_search_url=brave.base_url,
+                                web_search_api_key="sk-brave-wrong-key-555")
+        with GatewayServer(settings) as server, client_for(server) as c:
+            events = sdk_events(c.responses.create(
+                model="m", input=searching("fails", "Search is down."),
+                tools=[{"type": "web_search_preview"}], stream=True))
+            check_stream(events)
+            response = events[-1]["response"]
+            stored = c.responses.retrieve(response["id"]).model_dump_json()
+            db = (tmp_path / "g.db").read_bytes()
+        assert brave.requests[0].headers["x-subscription-token"] == "sk-brave-wrong-key-555"
+    [call] = web_search_items(response)
+    assert call["status"] == "failed" and response["status"] == "completed"
+    read = [b for b in upstream.requests if "fails" in str(b["messages"])][-1]
+    assert "answered HTTP 401" in read["messages"][-1]["content"]
+    for text in (json.dumps(events), stored, caplog.text, db.decode("latin-1"),
+                 json.dumps(upstream.requests)):
+        assert "sk-brave-wrong-key-555" not in text
+
+
+def test_background_and_conversation(client: OpenAI) -> None:
+    import time
+
+    conversation = client.conversations.create()
+    response = client.responses.create(
+        model="m", input=searching("background", answer_citing()), background=True,
+        tools=[{"type": "web_search"}], conversation=conversation.id)
+    deadline = time.monotonic() + 20
+    while response.status in ("queued", "in_progress") and time.monotonic() < deadline:
+        time.sleep(0.1)
+        response = client.responses.retrieve(response.id)
+    done = check_response(response)
+    assert done["status"] == "completed"
+    [_call] = web_search_items(done)
+    assert done["output"][-1]["content"][0]["annotations"][0]["url"] == CITED["url"]
+    items = client.conversations.items.list(conversation.id).model_dump()["data"]
+    assert "web_search_call" in [i["type"] for i in items]
+    # The next turn reads the earlier search as what it was.
+    later = check_response(client.responses.create(
+        model="m", input="[[script:echo]] and now?", conversation=conversation.id,
+        tools=[{"type": "web_search"}]))
+    assert later["status"] == "completed"
+
+
+def test_without_provider_web_search_stays_hosted(upstream: ScriptedUpstream,
+                                                  tmp_path: Any) -> None:
+    settings = e2e_settings(upstream, tmp_path / "h.db")
+    with GatewayServer(settings) as server, client_for(server) as c:
+        response = check_response(c.responses.create(
+            model="m", input="[[script:text text=plain]] hosted", tools=[{"type": "web_search"}]))
+        assert response["tools"] == [] and web_search_items(response) == []
+        request = [b for b in upstream.requests if "hosted" in str(b["messages"])][-1]
+        assert "tools" not in request
