@@ -14,7 +14,7 @@ import pytest
 from responses_gateway.backends import registry
 from responses_gateway.backends import traced as traced_module
 from responses_gateway.backends.base import Backend, BackendRequest, BaseBackend, Chunk
-from responses_gateway.config import Settings
+from responses_gateway.config import Settings, settings_from_env
 
 #: What Backend declares beyond ``name`` and ``stream``.
 CAPABILITIES = ("aclose", "prepare", "count_tokens", "context_window", "reasoning_input",
@@ -106,10 +106,10 @@ def test_every_registered_kind_builds_from_settings(kind: str) -> None:
 
 
 def test_config_checks_kinds_against_the_registry() -> None:
-    assert Settings.from_env({"GATEWAY_BACKEND": "Bedrock"}).backend == "bedrock"
+    assert settings_from_env({"GATEWAY_BACKEND": "Bedrock"}).backend == "bedrock"
     with pytest.raises(ValueError, match="'openai', 'bedrock'"):
-        Settings.from_env({"GATEWAY_BACKEND": "vertex"})
-    settings = Settings.from_env({"GATEWAY_MODEL_MAP": "a=bedrock:x,b=llama3:8b,c=vertex:y"})
+        settings_from_env({"GATEWAY_BACKEND": "vertex"})
+    settings = settings_from_env({"GATEWAY_MODEL_MAP": "a=bedrock:x,b=llama3:8b,c=vertex:y"})
     assert (settings.route("a").backend, settings.route("a").model) == ("bedrock", "x")
     # a prefix that names no backend is part of the model name (Ollama's tags)
     assert (settings.route("b").backend, settings.route("b").model) == ("openai", "llama3:8b")

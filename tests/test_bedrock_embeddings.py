@@ -13,7 +13,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from responses_gateway.config import Settings, SettingsError
+from responses_gateway.config import Settings, SettingsError, settings_from_env
 from tests.helpers.embedding_server import hashing_vector
 from tests.helpers.eventstream_server import FakeBedrock, use_dummy_aws
 from tests.helpers.gateway_server import GatewayServer
@@ -140,10 +140,10 @@ def test_bedrock_errors_fail_the_file_and_the_search(bedrock: FakeBedrock,
 def test_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GATEWAY_UPSTREAM_URL", "http://127.0.0.1:9/v1")
     monkeypatch.setenv("GATEWAY_EMBEDDING_BACKEND", "bedrock")
-    assert Settings.from_env().embedding_model == TITAN
+    assert settings_from_env().embedding_model == TITAN
     monkeypatch.setenv("GATEWAY_EMBEDDING_MODEL", "text-embedding-3-small")
     with pytest.raises(SettingsError, match="GATEWAY_EMBEDDING_MODEL"):
-        Settings.from_env()
+        settings_from_env()
     monkeypatch.setenv("GATEWAY_EMBEDDING_BACKEND", "nonsense")
     with pytest.raises(SettingsError, match="GATEWAY_EMBEDDING_BACKEND"):
-        Settings.from_env()
+        settings_from_env()

@@ -502,7 +502,7 @@ def test_the_lock_is_renewed_while_a_turn_runs(
 def test_a_background_create_whose_worker_cannot_start_frees_the_conversation(
     client: openai.OpenAI, gateway: GatewayServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from responses_gateway.responses import dispatch as invoke
+    from responses_gateway import worker_invoke as invoke
 
     async def unreachable(function: str, response_id: str, tenant: str) -> None:
         raise ConnectionError("lambda endpoint unreachable")

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import boto3
 import pytest
 
-from responses_gateway.config import Settings
+from responses_gateway.config import settings_from_env
 from responses_gateway.secrets import SecretError
 from tests.helpers.moto_server import aws_env, moto_server, reset
 
@@ -43,7 +43,7 @@ def test_one_json_secret_holds_all_three_settings(aws: dict[str, str]) -> None:
     arn = put_secret("gateway", json.dumps(
         {"upstream_api_key": "sk-upstream", "api_keys": ["k1", "k2"], "seal_key": "seal-me"}
     ))
-    settings = Settings.from_env({
+    settings = settings_from_env({
         **aws,
         "GATEWAY_UPSTREAM_API_KEY_SECRET_ARN": f"{arn}#upstream_api_key",
         "GATEWAY_API_KEYS_SECRET_ARN": f"{arn}#api_keys",
@@ -56,7 +56,7 @@ def test_one_json_secret_holds_all_three_settings(aws: dict[str, str]) -> None:
 
 def test_missing_optional_field_and_empty_references(aws: dict[str, str]) -> None:
     arn = put_secret("gateway-min", json.dumps({"api_keys": "a, b"}))
-    settings = Settings.from_env({
+    settings = settings_from_env({
         **aws,
         "GATEWAY_UPSTREAM_API_KEY_SECRET_ARN": f"{arn}#upstream_api_key",
         "GATEWAY_API_KEYS_SECRET_ARN": f"{arn}#api_keys",
@@ -67,7 +67,7 @@ def test_missing_optional_field_and_empty_references(aws: dict[str, str]) -> Non
 
 
 def test_plain_variable_wins_over_a_reference(aws: dict[str, str]) -> None:
-    settings = Settings.from_env({
+    settings = settings_from_env({
         **aws,
         "GATEWAY_UPSTREAM_API_KEY": "local-key",
         "GATEWAY_UPSTREAM_API_KEY_SECRET_ARN": "arn:aws:secretsmanager:us-east-1:1:secret:none",
@@ -80,7 +80,7 @@ def test_whole_secret_and_ssm_parameter(aws: dict[str, str]) -> None:
     ssm = boto3.session.Session().client("ssm")
     ssm.put_parameter(Name="/gateway/api-keys", Value="p1,p2", Type="SecureString")
     ssm.put_parameter(Name="/gateway/all", Value=json.dumps({"seal_key": "s"}), Type="String")
-    settings = Settings.from_env({
+    settings = settings_from_env({
         **aws,
         "GATEWAY_UPSTREAM_API_KEY_SECRET_ARN": arn,
         "GATEWAY_API_KEYS_PARAMETER": "/gateway/api-keys",
@@ -94,7 +94,7 @@ def test_whole_secret_and_ssm_parameter(aws: dict[str, str]) -> None:
 def test_errors_name_the_variable_and_the_secret(aws: dict[str, str]) -> None:
     arn = put_secret("not-json", "just text")
     with pytest.raises(SecretError, match="GATEWAY_API_KEYS_SECRET_ARN names field 'api_keys'"):
-        Settings.from_env({**aws, "GATEWAY_API_KEYS_SECRET_ARN": f"{arn}#api_keys"})
+        settings_from_env({**aws, "GATEWAY_API_KEYS_SECRET_ARN": f"{arn}#api_keys"})
     missing = "arn:aws:secretsmanager:us-east-1:123456789012:secret:absent-AbCdEf"
     with pytest.raises(SecretError, match=r"could not read secret .*absent"):
-        Settings.from_env({**aws, "GATEWAY_SEAL_KEY_SECRET_ARN": missing})
+        settings_from_env({**aws, "GATEWAY_SEAL_KEY_SECRET_ARN": missing})

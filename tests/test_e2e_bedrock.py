@@ -24,7 +24,7 @@ from openai import OpenAI
 
 from responses_gateway.backends.bedrock import BedrockBackend
 from responses_gateway.backends.bedrock.images import MediaFetcher
-from responses_gateway.config import Settings
+from responses_gateway.config import Settings, settings_from_env
 from responses_gateway.responses.gateway import Gateway
 from responses_gateway.store.build import build_store
 from responses_gateway.translate.sealing import Sealer
@@ -961,7 +961,7 @@ def test_model_map_routes_one_model_to_bedrock_while_the_default_backend_is_open
     with fake.lock:
         fake.requests.clear()
     with ScriptedUpstream() as upstream:
-        settings = Settings.from_env({
+        settings = settings_from_env({
             "GATEWAY_BACKEND": "openai",
             "GATEWAY_UPSTREAM_URL": upstream.base_url,
             "GATEWAY_MODEL_MAP": f"claude=bedrock:{CLAUDE_BASE},local=openai:scripted-model",

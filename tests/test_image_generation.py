@@ -334,13 +334,14 @@ def test_stability_on_bedrock(bedrock_images: FakeBedrockImages) -> None:
 
     from responses_gateway.config import Settings
     from responses_gateway.errors import GatewayError
+    from responses_gateway.tools.image_generation.backends import forget_backends, image_backend
     from responses_gateway.tools.image_generation.backends.base import Drawing, ImageFailure
-    from responses_gateway.tools.image_generation.backends.bedrock import BedrockImages
     from responses_gateway.tools.image_generation.params import ImageParams
     from tests.helpers.image_servers import STABILITY_SD35
 
     def backend(model: str) -> Any:
-        return BedrockImages.from_settings(Settings(
+        forget_backends()
+        return image_backend(Settings(
             image_backend="bedrock", image_model=model, bedrock_region="us-east-1",
             bedrock_endpoint_url=bedrock_images.url))
 

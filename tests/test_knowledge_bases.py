@@ -14,7 +14,7 @@ import pytest
 from openai import OpenAI
 from openai.types import VectorStore, VectorStoreSearchResponse
 
-from responses_gateway.config import Settings, SettingsError
+from responses_gateway.config import Settings, SettingsError, settings_from_env
 from responses_gateway.vectors.knowledge_bases import to_bedrock_filter
 from tests.helpers.eventstream_server import use_dummy_aws
 from tests.helpers.gateway_server import GatewayServer
@@ -51,7 +51,7 @@ def gateway(kb: FakeKnowledgeBases, tmp_path_factory: pytest.TempPathFactory
             upstream_url="http://127.0.0.1:9/v1",
             store=f"sqlite:{tmp_path_factory.mktemp('kb') / 'gateway.db'}",
             api_keys=(KEY_A, KEY_B), bedrock_region="us-east-1", max_retries=0,
-            knowledge_bases=Settings.from_env({
+            knowledge_bases=settings_from_env({
                 "GATEWAY_UPSTREAM_URL": "http://127.0.0.1:9/v1",
                 "GATEWAY_KNOWLEDGE_BASES": f'{{"{STORE}": "KB12345678", "{PRIVATE}": '
                 f'{{"knowledge_base_id": "KBPRIVATE1", "name": "Private", '
@@ -132,17 +132,17 @@ def test_a_store_for_some_tenants_is_missing_for_others(alice: OpenAI, bob: Open
 
 def test_settings() -> None:
     env = {"GATEWAY_UPSTREAM_URL": "http://127.0.0.1:9/v1"}
-    assert Settings.from_env(env).knowledge_bases == {}
+    assert settings_from_env(env).knowledge_bases == {}
     for bad in ('["KB1"]', '{"handbook": "KB12345678"}', '{"vs_a": "not a kb id!"}', "{"):
         with pytest.raises(SettingsError, match="GATEWAY_KNOWLEDGE_BASES"):
-            Settings.from_env({**env, "GATEWAY_KNOWLEDGE_BASES": bad})
+            settings_from_env({**env, "GATEWAY_KNOWLEDGE_BASES": bad})
 
 
 def test_unknown_knowledge_base_is_a_502(tmp_path: Path, kb: FakeKnowledgeBases,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     use_dummy_aws(monkeypatch)
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_AGENT_RUNTIME", kb.endpoint)
-    settings = Settings.from_env({"GATEWAY_UPSTREAM_URL": "http://127.0.0.1:9/v1",
+    settings = settings_from_env({"GATEWAY_UPSTREAM_URL": "http://127.0.0.1:9/v1",
                                   "GATEWAY_STORE": f"sqlite:{tmp_path / 'g.db'}",
                                   "GATEWAY_BEDROCK_REGION": "us-east-1",
                                   "GATEWAY_MAX_RETRIES": "0",

@@ -22,7 +22,7 @@ import pytest
 
 from responses_gateway import observability
 from responses_gateway.api.auth import Authenticator
-from responses_gateway.config import Settings
+from responses_gateway.config import Settings, settings_from_env
 from responses_gateway.store.dynamodb import DynamoDBStore
 from tests.helpers.moto_server import (
     create_dynamodb_table,
@@ -262,7 +262,7 @@ def test_the_placeholder_id_is_not_found(api: Callable[..., dict[str, Any]]) -> 
 
 
 def test_cancel_a_queued_background_response(api: Callable[..., dict[str, Any]]) -> None:
-    rid = queued_background_record(Settings.from_env())
+    rid = queued_background_record(settings_from_env())
     result = api(load_event("cancel_response.json", rid))
     assert result["statusCode"] == 200
     cancelled = body_of(result)
@@ -303,7 +303,7 @@ def worker(lambda_env: str, monkeypatch: pytest.MonkeyPatch) -> Any:
 def test_worker_runs_a_background_response(
     worker: Any, api: Callable[..., dict[str, Any]], store: DynamoDBStore
 ) -> None:
-    rid = queued_background_record(Settings.from_env())
+    rid = queued_background_record(settings_from_env())
     event = load_event("worker_event.json", rid)
     event["tenant"] = TENANT
     result = worker.handler(event, FakeContext(deadline=time.time() + 120))
@@ -320,7 +320,7 @@ def test_worker_runs_a_background_response(
 def test_worker_ends_a_dead_letter_failed(
     worker: Any, api: Callable[..., dict[str, Any]]
 ) -> None:
-    rid = queued_background_record(Settings.from_env())
+    rid = queued_background_record(settings_from_env())
     destination_record = {  # what an on-failure SQS destination delivers
         "version": "1.0",
         "requestContext": {"condition": "RetriesExhausted", "approximateInvokeCount": 2},
@@ -494,7 +494,7 @@ def test_the_log_line_of_a_response_cancelled_while_the_worker_runs_it(
     api = buffered_handler()
 
     async def queued() -> str:
-        gateway = build_gateway(Settings.from_env())
+        gateway = build_gateway(settings_from_env())
         try:
             job = await gateway.new_job({"model": "gpt-4o-mini", "background": True,
                                          "input": "[[script:slow n=60 delay=0.1]]"}, TENANT)

@@ -19,7 +19,7 @@ from openai import OpenAI
 from websockets.sync.client import connect
 
 from responses_gateway.api.limits import duration
-from responses_gateway.config import Settings, SettingsError
+from responses_gateway.config import Settings, SettingsError, settings_from_env
 from responses_gateway.limits import parse_limits
 from tests.helpers.gateway_process import GatewayProcess
 from tests.helpers.gateway_server import GatewayServer
@@ -176,14 +176,14 @@ def test_two_processes_sharing_one_table_enforce_one_limit(
 
 def test_limits_setting_is_checked_at_start() -> None:
     with pytest.raises(SettingsError, match="GATEWAY_LIMITS"):
-        Settings.from_env({"GATEWAY_LIMITS": json.dumps({"sk-raw-key": {}})})
+        settings_from_env({"GATEWAY_LIMITS": json.dumps({"sk-raw-key": {}})})
     with pytest.raises(SettingsError, match="requests_per_minute"):
-        Settings.from_env({"GATEWAY_LIMITS": '{"default": {"requests_per_minute": -1}}'})
-    rule = Settings.from_env({"GATEWAY_LIMITS": json.dumps(
+        settings_from_env({"GATEWAY_LIMITS": '{"default": {"requests_per_minute": -1}}'})
+    rule = settings_from_env({"GATEWAY_LIMITS": json.dumps(
         {"default": {"tokens_per_minute": 9}, TENANT: {"requests_per_minute": 2}})}).limits
     assert rule.for_tenant(TENANT).tokens_per_minute == 9  # a key's entry keeps the default's
     assert rule.for_tenant("t_other").requests_per_minute == 0
-    assert Settings.from_env({}).limits is None  # unset: limits.py is not even imported
+    assert settings_from_env({}).limits is None  # unset: limits.py is not even imported
 
 
 def test_reset_durations_as_openai_spells_them() -> None:

@@ -23,7 +23,7 @@ from openai import OpenAI
 from responses_gateway.backends.base import BackendRequest, BaseBackend
 from responses_gateway.backends.route_config import Deployment, Routes, parse_routes
 from responses_gateway.backends.router import Router
-from responses_gateway.config import Settings, SettingsError
+from responses_gateway.config import Settings, SettingsError, settings_from_env
 from tests.helpers.e2e import check_response, client_for, e2e_settings, sdk_events
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.responses_validation import reconstruct
@@ -241,7 +241,7 @@ def test_routes_from_env_json_and_file(tmp_path: Path) -> None:
         "openai:gpt-4o",
     ]})
     env = {"GATEWAY_ROUTES": text, "VLLM_KEY": "sk-vllm"}
-    settings = Settings.from_env(env)
+    settings = settings_from_env(env)
     assert settings.routes is not None
     names = [d.name for d in settings.routes.routes["claude"]]
     assert names == ["bedrock:anthropic.claude-x@us-east-1",
@@ -255,7 +255,7 @@ def test_routes_from_env_json_and_file(tmp_path: Path) -> None:
 
     path = tmp_path / "routes.json"
     path.write_text(text)
-    from_file = Settings.from_env({"GATEWAY_ROUTES": str(path), "VLLM_KEY": "sk-vllm"})
+    from_file = settings_from_env({"GATEWAY_ROUTES": str(path), "VLLM_KEY": "sk-vllm"})
     assert from_file.routes == settings.routes
 
 
@@ -275,7 +275,7 @@ def test_routes_from_env_json_and_file(tmp_path: Path) -> None:
 ])
 def test_a_broken_route_is_a_one_line_error_naming_the_setting(value: str, words: str) -> None:
     with pytest.raises(SettingsError) as caught:
-        Settings.from_env({"GATEWAY_ROUTES": value})
+        settings_from_env({"GATEWAY_ROUTES": value})
     message = str(caught.value)
     assert message.startswith("GATEWAY_ROUTES")
     assert words in message
@@ -283,7 +283,7 @@ def test_a_broken_route_is_a_one_line_error_naming_the_setting(value: str, words
 
 
 def test_no_routes_is_none() -> None:
-    assert Settings.from_env({}).routes is None
+    assert settings_from_env({}).routes is None
     assert not Routes()
 
 

@@ -3,16 +3,16 @@
 Secrets (upstream key, gateway API keys) may be given directly or, in AWS, by reference to
 Secrets Manager / SSM (``*_SECRET_ARN`` / ``*_PARAMETER``); see :mod:`responses_gateway.secrets`.
 
-The one import here that runs up the layering is ``backends/kinds.py``: a table of backend
-kinds with no imports of its own, read so that a mistyped ``GATEWAY_BACKEND`` or model-map
-prefix fails at start; the backends themselves load only when a request needs one.
+The settings object itself is settings.py (a leaf every layer may import); this module reads
+it from the environment and checks each value with its feature's own format (routes, limits,
+Knowledge Bases, search providers, image backends), so it sits above those features and
+imports their parsers, lazily where they are heavy.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
@@ -20,9 +20,11 @@ from urllib.parse import urlsplit
 import orjson
 
 from responses_gateway.backends.kinds import KINDS as BACKEND_KINDS
-from responses_gateway.backends.kinds import ROUTE_PREFIX
+from responses_gateway.settings import Route, Settings
 from responses_gateway.tools.hosted import policy_named
 from responses_gateway.tools.web_search.providers import provider_named, provider_url
+
+__all__ = ["Route", "Settings", "SettingsError", "settings_from_env"]
 
 if TYPE_CHECKING:
     from responses_gateway.backends.route_config import Routes
@@ -31,269 +33,143 @@ if TYPE_CHECKING:
 T = TypeVar("T", int, float)
 
 
-@dataclass(frozen=True, slots=True)
-class Route:
-    """Where one client-visible model goes: which backend, under which backend model name."""
+def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
+    """Every setting read from ``env`` (default: the environment) and checked."""
+    cls = Settings
+    env = os.environ if env is None else env
 
-    backend: str  # a registered kind (backends/kinds.py): "openai", "bedrock"; or "route:NAME"
-    model: str
+    def get(name: str, default: str | None = None) -> str | None:
+        value = env.get(name)
+        return value if value not in (None, "") else default
 
+    def secret(name: str) -> str | None:
+        """The variable, else the Secrets Manager / SSM value it references (AWS)."""
+        value = get(name)
+        if value is None and (get(name + "_SECRET_ARN") or get(name + "_PARAMETER")):
+            from responses_gateway.secrets import resolve
 
-@dataclass(frozen=True)
-class Settings:
-    backend: str = "openai"
-    upstream_url: str = "http://127.0.0.1:11434/v1"
-    upstream_api_key: str | None = field(default=None, repr=False)  # secrets stay out of logs
-    upstream_dialect: str = "auto"  # backends/dialects.py: auto, generic, openai, llama.cpp, …
-    model_map: dict[str, str] = field(default_factory=dict)
-    # Client models served by ordered deployments with fallback (GATEWAY_ROUTES; backends/
-    # route_config.py parses, backends/router.py runs them). None: no routes.
-    routes: Routes | None = None
-    # Context windows by model name (GATEWAY_CONTEXT_WINDOWS): what truncation fits into.
-    context_windows: dict[str, int] = field(default_factory=dict)
-    connect_timeout: float = 10.0
-    read_timeout: float = 300.0
-    # Longest a response may run, start to terminal event: a function URL's Lambda stops at
-    # 900 s (ApiTimeout), and the terminal write needs a moment before that. 0: no limit.
-    max_response_seconds: float = 870.0
-    max_retries: int = 2
-    max_body_bytes: int = 20 * 1024 * 1024
-    store: str = "sqlite:gateway.db"
-    api_keys: tuple[str, ...] = field(default=(), repr=False)
-    # Admin keys (GATEWAY_ADMIN_KEYS): the admin routes and the dashboard, never a tenant's.
-    admin_keys: tuple[str, ...] = field(default=(), repr=False)
-    limits: Limits | None = None  # per-key limits and budgets (GATEWAY_LIMITS, limits.py)
-    retention_days: int = 30
-    seal_key: str | None = field(default=None, repr=False)
-    reasoning_input: str | None = None  # reasoning sent back upstream: None, "reasoning_content"
-    keepalive_seconds: float = 15.0
-    stream_grace_seconds: float = 0.0
-    ws_idle_seconds: float = 600.0  # a WebSocket with nothing running closes after this
-    ws_max_connection_seconds: float = 3600.0  # a WebSocket's age limit (OpenAI's 60 minutes)
-    # What one WebSocket may hold (api/ws_session.py): responses running or queued (OpenAI: 16),
-    # named streams (OpenAI: 32), bytes of remembered responses (each stream's most recent).
-    ws_max_active_responses: int = 16
-    ws_max_streams: int = 32
-    ws_max_remembered_bytes: int = 64 * 1024 * 1024
-    models: tuple[str, ...] = ()
-    bedrock_region: str | None = None
-    bedrock_endpoint_url: str | None = None
-    bedrock_media_budget_bytes: int = 20 * 1024 * 1024  # one request's image/file downloads
-    worker_function: str | None = None  # async-invoked worker Lambda (AWS); unset: in-process
-    lease_seconds: float = 30.0
-    queued_seconds: float | None = None  # how long a background response may wait for a worker
-    debug_log_content: bool = False
-    log_level: str = "info"  # GATEWAY_LOG_LEVEL, for the gateway's own log lines
-    hosted_tools: str = "omit"  # tools/hosted.py: "omit" (leave out for the model) or "reject"
-    # Remote MCP servers (tools/mcp.py): hosts allowed although private, each call's time
-    # limit (also bounds connecting and listing), the largest tool output kept.
-    mcp_allow_hosts: tuple[str, ...] = ()
-    mcp_call_timeout: float = 60.0
-    mcp_max_output_bytes: int = 1024 * 1024
-    # image_generation run by the gateway (tools/image_generation/): the image backend (unset:
-    # image_generation stays a hosted tool), its model, an OpenAI-compatible server's base URL
-    # and key, each image's time limit, a fixed seed (Bedrock); the S3 bucket of stored images
-    # (GATEWAY_STORE=dynamodb; locally they sit beside the SQLite file: store/blobs.py).
-    image_backend: str | None = None
-    image_model: str | None = None
-    image_url: str | None = None
-    image_api_key: str | None = field(default=None, repr=False)
-    image_timeout: float = 120.0
-    image_seed: int | None = None
-    image_bucket: str | None = None
-    # web_search run by the gateway (tools/web_search/): the search provider (unset: web_search
-    # stays a hosted tool, GATEWAY_HOSTED_TOOLS), its base URL and key, each search's time
-    # limit; a live page's byte and time limits, hosts allowed although private.
-    web_search_provider: str | None = None
-    web_search_url: str | None = None
-    web_search_api_key: str | None = field(default=None, repr=False)
-    web_search_timeout: float = 15.0
-    web_page_max_bytes: int = 2 * 1024 * 1024
-    web_page_timeout: float = 15.0
-    web_allow_hosts: tuple[str, ...] = ()
-    # Work the gateway's own tools may do in one response (responses/turns.py), whatever
-    # max_tool_calls says: calls run, model turns with tool calls, bytes of tool output kept.
-    max_tool_calls: int = 128
-    max_tool_turns: int = 32
-    max_tool_output_bytes: int = 8 * 1024 * 1024
-    # What the store holds (store/base.py StoreLimits): items and JSON bytes per conversation
-    # (every turn reads all of one), the input or Response object of one stored response.
-    max_conversation_items: int = 10_000
-    max_conversation_bytes: int = 64 * 1024 * 1024
-    max_stored_response_bytes: int = 32 * 1024 * 1024
-    # What one compaction may cost (responses/fitting/limits.py; 0: no limit): summarising
-    # calls upstream, bytes of the items it reads.
-    max_compaction_calls: int = 16
-    max_compaction_input_bytes: int = 20 * 1024 * 1024
-    # Files and vector stores (files/, vectors/): the bucket of file bytes in AWS, the largest
-    # file and a tenant's total, files per vector store, the embedding model and its endpoint.
-    files_bucket: str | None = None
-    vector_bucket: str | None = None  # S3 Vectors bucket of the vector stores in AWS
-    max_file_bytes: int = 512 * 1024 * 1024
-    max_tenant_file_bytes: int = 10 * 1024 * 1024 * 1024
-    max_upload_part_bytes: int = 64 * 1024 * 1024  # one part of the Uploads API (OpenAI's)
-    max_vector_store_files: int = 10_000
-    embedding_url: str | None = None  # OpenAI-compatible /v1 base; unset: GATEWAY_UPSTREAM_URL
-    embedding_api_key: str | None = field(default=None, repr=False)
-    embedding_model: str = "text-embedding-3-small"
-    embedding_backend: str = "openai"  # or "bedrock": InvokeModel (vectors/bedrock_embeddings)
-    # vector store id -> Bedrock Knowledge Base, served read-only (vectors/knowledge_bases.py)
-    knowledge_bases: dict[str, Any] = field(default_factory=dict)
-    embedding_batch: int = 64
+            value = resolve(name, env)
+        return value
 
-    def route(self, model: str) -> Route:
-        """The backend and backend model for a client model name.
-
-        A model map value may name a backend, ``bedrock:anthropic.claude-...`` or
-        ``openai:gpt-4o``; without a prefix it uses ``GATEWAY_BACKEND``. A routed model
-        (``GATEWAY_ROUTES``, which wins over the map) goes to its router, ``route:NAME``,
-        under its first deployment's model (the router sends each deployment its own).
-        """
-        routes = self.routes
-        if routes is not None and model in routes.routes:
-            return Route(ROUTE_PREFIX + model, routes.routes[model][0].model)
-        target = self.model_map.get(model, model)
-        prefix, sep, rest = target.partition(":")
-        if sep and prefix in BACKEND_KINDS and model in self.model_map:
-            return Route(prefix, rest)
-        return Route(self.backend, target)
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if env is None else env
-
-        def get(name: str, default: str | None = None) -> str | None:
-            value = env.get(name)
-            return value if value not in (None, "") else default
-
-        def secret(name: str) -> str | None:
-            """The variable, else the Secrets Manager / SSM value it references (AWS)."""
-            value = get(name)
-            if value is None and (get(name + "_SECRET_ARN") or get(name + "_PARAMETER")):
-                from responses_gateway.secrets import resolve
-
-                value = resolve(name, env)
-            return value
-
-        backend = (get("GATEWAY_BACKEND", "openai") or "openai").lower()
-        if backend not in BACKEND_KINDS:
-            raise ValueError(f"GATEWAY_BACKEND must be one of {', '.join(map(repr, BACKEND_KINDS))}"
-                             f", not {backend!r}")
-        models = tuple(m.strip() for m in (get("GATEWAY_MODELS") or "").split(",") if m.strip())
-        seconds = partial(_number, get, float, "a number of seconds")
-        count = partial(_number, get, int, "a whole number")
-        return cls(
-            backend=backend,
-            upstream_url=_upstream_url(get("GATEWAY_UPSTREAM_URL") or cls.upstream_url),
-            upstream_api_key=secret("GATEWAY_UPSTREAM_API_KEY"),
-            upstream_dialect=_parsed("GATEWAY_UPSTREAM_DIALECT", _dialect,
-                                     get("GATEWAY_UPSTREAM_DIALECT") or "auto"),
-            model_map=_parsed("GATEWAY_MODEL_MAP", parse_model_map,
-                              get("GATEWAY_MODEL_MAP") or ""),
-            routes=_parsed("GATEWAY_ROUTES", partial(_routes, backend, secret),
-                           get("GATEWAY_ROUTES") or ""),
-            context_windows=_parsed("GATEWAY_CONTEXT_WINDOWS", parse_windows,
-                                    get("GATEWAY_CONTEXT_WINDOWS") or ""),
-            connect_timeout=seconds("GATEWAY_CONNECT_TIMEOUT", cls.connect_timeout),
-            read_timeout=seconds("GATEWAY_READ_TIMEOUT", cls.read_timeout),
-            max_response_seconds=seconds("GATEWAY_MAX_RESPONSE_SECONDS",
-                                         cls.max_response_seconds),
-            max_retries=count("GATEWAY_MAX_RETRIES", cls.max_retries),
-            max_body_bytes=count("GATEWAY_MAX_BODY_BYTES", cls.max_body_bytes),
-            store=_store(get("GATEWAY_STORE") or cls.store),
-            api_keys=tuple(
-                k.strip() for k in (secret("GATEWAY_API_KEYS") or "").split(",") if k.strip()
-            ),
-            admin_keys=tuple(
-                k.strip() for k in (secret("GATEWAY_ADMIN_KEYS") or "").split(",") if k.strip()
-            ),
-            limits=_parsed("GATEWAY_LIMITS", _limits, get("GATEWAY_LIMITS") or "")
-            if get("GATEWAY_LIMITS") else None,
-            retention_days=count("GATEWAY_RETENTION_DAYS", cls.retention_days),
-            seal_key=secret("GATEWAY_SEAL_KEY"),
-            reasoning_input=_choice(get, "GATEWAY_REASONING_INPUT", ("reasoning_content",)),
-            keepalive_seconds=seconds("GATEWAY_KEEPALIVE_SECONDS", cls.keepalive_seconds),
-            stream_grace_seconds=seconds("GATEWAY_STREAM_GRACE_SECONDS",
-                                         cls.stream_grace_seconds),
-            ws_idle_seconds=seconds("GATEWAY_WS_IDLE_SECONDS", cls.ws_idle_seconds),
-            ws_max_connection_seconds=seconds("GATEWAY_WS_MAX_CONNECTION_SECONDS",
-                                              cls.ws_max_connection_seconds),
-            ws_max_active_responses=count("GATEWAY_WS_MAX_ACTIVE_RESPONSES",
-                                          cls.ws_max_active_responses),
-            ws_max_streams=count("GATEWAY_WS_MAX_STREAMS", cls.ws_max_streams),
-            ws_max_remembered_bytes=count("GATEWAY_WS_MAX_REMEMBERED_BYTES",
-                                          cls.ws_max_remembered_bytes),
-            models=models,
-            bedrock_region=get("GATEWAY_BEDROCK_REGION") or get("AWS_REGION"),
-            bedrock_endpoint_url=get("GATEWAY_BEDROCK_ENDPOINT_URL"),
-            bedrock_media_budget_bytes=count("GATEWAY_BEDROCK_MEDIA_BUDGET_BYTES",
-                                             cls.bedrock_media_budget_bytes),
-            worker_function=get("GATEWAY_WORKER_FUNCTION"),
-            lease_seconds=seconds("GATEWAY_LEASE_SECONDS", cls.lease_seconds),
-            queued_seconds=seconds("GATEWAY_QUEUED_SECONDS", None),
-            debug_log_content=_switch(get, "GATEWAY_DEBUG_LOG_CONTENT"),
-            log_level=_choice(get, "GATEWAY_LOG_LEVEL", LOG_LEVELS) or cls.log_level,
-            hosted_tools=_parsed("GATEWAY_HOSTED_TOOLS", policy_named,
-                                 get("GATEWAY_HOSTED_TOOLS") or "omit"),
-            mcp_allow_hosts=tuple(
-                h.strip() for h in (get("GATEWAY_MCP_ALLOW_HOSTS") or "").split(",") if h.strip()
-            ),
-            mcp_call_timeout=seconds("GATEWAY_MCP_CALL_TIMEOUT", cls.mcp_call_timeout),
-            mcp_max_output_bytes=count("GATEWAY_MCP_MAX_OUTPUT_BYTES", cls.mcp_max_output_bytes),
-            image_backend=_image_backend(get("GATEWAY_IMAGE_BACKEND"), get("GATEWAY_STORE"),
-                                         get("GATEWAY_IMAGE_BUCKET")),
-            image_model=get("GATEWAY_IMAGE_MODEL"),
-            image_url=_parsed("GATEWAY_IMAGE_URL", _http_url, get("GATEWAY_IMAGE_URL") or "")
-            or None,
-            image_api_key=secret("GATEWAY_IMAGE_API_KEY"),
-            image_timeout=seconds("GATEWAY_IMAGE_TIMEOUT", cls.image_timeout),
-            image_seed=count("GATEWAY_IMAGE_SEED", None),
-            image_bucket=get("GATEWAY_IMAGE_BUCKET"),
-            web_search_provider=_parsed("GATEWAY_WEB_SEARCH_PROVIDER", provider_named,
-                                        get("GATEWAY_WEB_SEARCH_PROVIDER"))
-            if get("GATEWAY_WEB_SEARCH_PROVIDER") else None,
-            web_search_url=_parsed("GATEWAY_WEB_SEARCH_URL", provider_url,
-                                   get("GATEWAY_WEB_SEARCH_URL") or "") or None,
-            web_search_api_key=secret("GATEWAY_WEB_SEARCH_API_KEY"),
-            web_search_timeout=seconds("GATEWAY_WEB_SEARCH_TIMEOUT", cls.web_search_timeout),
-            web_page_max_bytes=count("GATEWAY_WEB_PAGE_MAX_BYTES", cls.web_page_max_bytes),
-            web_page_timeout=seconds("GATEWAY_WEB_PAGE_TIMEOUT", cls.web_page_timeout),
-            web_allow_hosts=tuple(
-                h.strip() for h in (get("GATEWAY_WEB_ALLOW_HOSTS") or "").split(",") if h.strip()
-            ),
-            max_tool_calls=count("GATEWAY_MAX_TOOL_CALLS", cls.max_tool_calls),
-            max_tool_turns=count("GATEWAY_MAX_TOOL_TURNS", cls.max_tool_turns),
-            max_tool_output_bytes=count("GATEWAY_MAX_TOOL_OUTPUT_BYTES",
-                                        cls.max_tool_output_bytes),
-            max_conversation_items=count("GATEWAY_MAX_CONVERSATION_ITEMS",
-                                         cls.max_conversation_items),
-            max_conversation_bytes=count("GATEWAY_MAX_CONVERSATION_BYTES",
-                                         cls.max_conversation_bytes),
-            max_stored_response_bytes=count("GATEWAY_MAX_STORED_RESPONSE_BYTES",
-                                            cls.max_stored_response_bytes),
-            max_compaction_calls=count("GATEWAY_MAX_COMPACTION_CALLS", cls.max_compaction_calls),
-            max_compaction_input_bytes=count("GATEWAY_MAX_COMPACTION_INPUT_BYTES",
-                                             cls.max_compaction_input_bytes),
-            files_bucket=get("GATEWAY_FILES_BUCKET"),
-            vector_bucket=get("GATEWAY_VECTOR_BUCKET"),
-            max_file_bytes=count("GATEWAY_MAX_FILE_BYTES", cls.max_file_bytes),
-            max_tenant_file_bytes=count("GATEWAY_MAX_TENANT_FILE_BYTES",
-                                        cls.max_tenant_file_bytes),
-            max_upload_part_bytes=count("GATEWAY_MAX_UPLOAD_PART_BYTES",
-                                        cls.max_upload_part_bytes),
-            max_vector_store_files=count("GATEWAY_MAX_VECTOR_STORE_FILES",
-                                         cls.max_vector_store_files),
-            embedding_url=_upstream_url(get("GATEWAY_EMBEDDING_URL"))
-            if get("GATEWAY_EMBEDDING_URL") else None,
-            embedding_api_key=secret("GATEWAY_EMBEDDING_API_KEY"),
-            embedding_model=_embedding_model(get("GATEWAY_EMBEDDING_MODEL"),
-                                             get("GATEWAY_EMBEDDING_BACKEND")),
-            embedding_backend=_choice(get, "GATEWAY_EMBEDDING_BACKEND", ("openai", "bedrock"))
-            or cls.embedding_backend,
-            knowledge_bases=_parsed("GATEWAY_KNOWLEDGE_BASES", _knowledge_bases,
-                                    get("GATEWAY_KNOWLEDGE_BASES") or "{}"),
-            embedding_batch=max(1, count("GATEWAY_EMBEDDING_BATCH", cls.embedding_batch)),
-        )
+    backend = (get("GATEWAY_BACKEND", "openai") or "openai").lower()
+    if backend not in BACKEND_KINDS:
+        raise ValueError(f"GATEWAY_BACKEND must be one of {', '.join(map(repr, BACKEND_KINDS))}"
+                         f", not {backend!r}")
+    models = tuple(m.strip() for m in (get("GATEWAY_MODELS") or "").split(",") if m.strip())
+    seconds = partial(_number, get, float, "a number of seconds")
+    count = partial(_number, get, int, "a whole number")
+    return cls(
+        backend=backend,
+        upstream_url=_upstream_url(get("GATEWAY_UPSTREAM_URL") or cls.upstream_url),
+        upstream_api_key=secret("GATEWAY_UPSTREAM_API_KEY"),
+        upstream_dialect=_parsed("GATEWAY_UPSTREAM_DIALECT", _dialect,
+                                 get("GATEWAY_UPSTREAM_DIALECT") or "auto"),
+        model_map=_parsed("GATEWAY_MODEL_MAP", parse_model_map,
+                          get("GATEWAY_MODEL_MAP") or ""),
+        routes=_parsed("GATEWAY_ROUTES", partial(_routes, backend, secret),
+                       get("GATEWAY_ROUTES") or ""),
+        context_windows=_parsed("GATEWAY_CONTEXT_WINDOWS", parse_windows,
+                                get("GATEWAY_CONTEXT_WINDOWS") or ""),
+        connect_timeout=seconds("GATEWAY_CONNECT_TIMEOUT", cls.connect_timeout),
+        read_timeout=seconds("GATEWAY_READ_TIMEOUT", cls.read_timeout),
+        max_response_seconds=seconds("GATEWAY_MAX_RESPONSE_SECONDS",
+                                     cls.max_response_seconds),
+        max_retries=count("GATEWAY_MAX_RETRIES", cls.max_retries),
+        max_body_bytes=count("GATEWAY_MAX_BODY_BYTES", cls.max_body_bytes),
+        store=_store(get("GATEWAY_STORE") or cls.store),
+        api_keys=tuple(
+            k.strip() for k in (secret("GATEWAY_API_KEYS") or "").split(",") if k.strip()
+        ),
+        admin_keys=tuple(
+            k.strip() for k in (secret("GATEWAY_ADMIN_KEYS") or "").split(",") if k.strip()
+        ),
+        limits=_parsed("GATEWAY_LIMITS", _limits, get("GATEWAY_LIMITS") or "")
+        if get("GATEWAY_LIMITS") else None,
+        retention_days=count("GATEWAY_RETENTION_DAYS", cls.retention_days),
+        seal_key=secret("GATEWAY_SEAL_KEY"),
+        reasoning_input=_choice(get, "GATEWAY_REASONING_INPUT", ("reasoning_content",)),
+        keepalive_seconds=seconds("GATEWAY_KEEPALIVE_SECONDS", cls.keepalive_seconds),
+        stream_grace_seconds=seconds("GATEWAY_STREAM_GRACE_SECONDS",
+                                     cls.stream_grace_seconds),
+        ws_idle_seconds=seconds("GATEWAY_WS_IDLE_SECONDS", cls.ws_idle_seconds),
+        ws_max_connection_seconds=seconds("GATEWAY_WS_MAX_CONNECTION_SECONDS",
+                                          cls.ws_max_connection_seconds),
+        ws_max_active_responses=count("GATEWAY_WS_MAX_ACTIVE_RESPONSES",
+                                      cls.ws_max_active_responses),
+        ws_max_streams=count("GATEWAY_WS_MAX_STREAMS", cls.ws_max_streams),
+        ws_max_remembered_bytes=count("GATEWAY_WS_MAX_REMEMBERED_BYTES",
+                                      cls.ws_max_remembered_bytes),
+        models=models,
+        bedrock_region=get("GATEWAY_BEDROCK_REGION") or get("AWS_REGION"),
+        bedrock_endpoint_url=get("GATEWAY_BEDROCK_ENDPOINT_URL"),
+        bedrock_media_budget_bytes=count("GATEWAY_BEDROCK_MEDIA_BUDGET_BYTES",
+                                         cls.bedrock_media_budget_bytes),
+        worker_function=get("GATEWAY_WORKER_FUNCTION"),
+        lease_seconds=seconds("GATEWAY_LEASE_SECONDS", cls.lease_seconds),
+        queued_seconds=seconds("GATEWAY_QUEUED_SECONDS", None),
+        debug_log_content=_switch(get, "GATEWAY_DEBUG_LOG_CONTENT"),
+        log_level=_choice(get, "GATEWAY_LOG_LEVEL", LOG_LEVELS) or cls.log_level,
+        hosted_tools=_parsed("GATEWAY_HOSTED_TOOLS", policy_named,
+                             get("GATEWAY_HOSTED_TOOLS") or "omit"),
+        mcp_allow_hosts=tuple(
+            h.strip() for h in (get("GATEWAY_MCP_ALLOW_HOSTS") or "").split(",") if h.strip()
+        ),
+        mcp_call_timeout=seconds("GATEWAY_MCP_CALL_TIMEOUT", cls.mcp_call_timeout),
+        mcp_max_output_bytes=count("GATEWAY_MCP_MAX_OUTPUT_BYTES", cls.mcp_max_output_bytes),
+        image_backend=_image_backend(get("GATEWAY_IMAGE_BACKEND"), get("GATEWAY_STORE"),
+                                     get("GATEWAY_IMAGE_BUCKET")),
+        image_model=get("GATEWAY_IMAGE_MODEL"),
+        image_url=_parsed("GATEWAY_IMAGE_URL", _http_url, get("GATEWAY_IMAGE_URL") or "")
+        or None,
+        image_api_key=secret("GATEWAY_IMAGE_API_KEY"),
+        image_timeout=seconds("GATEWAY_IMAGE_TIMEOUT", cls.image_timeout),
+        image_seed=count("GATEWAY_IMAGE_SEED", None),
+        image_bucket=get("GATEWAY_IMAGE_BUCKET"),
+        web_search_provider=_parsed("GATEWAY_WEB_SEARCH_PROVIDER", provider_named,
+                                    get("GATEWAY_WEB_SEARCH_PROVIDER"))
+        if get("GATEWAY_WEB_SEARCH_PROVIDER") else None,
+        web_search_url=_parsed("GATEWAY_WEB_SEARCH_URL", provider_url,
+                               get("GATEWAY_WEB_SEARCH_URL") or "") or None,
+        web_search_api_key=secret("GATEWAY_WEB_SEARCH_API_KEY"),
+        web_search_timeout=seconds("GATEWAY_WEB_SEARCH_TIMEOUT", cls.web_search_timeout),
+        web_page_max_bytes=count("GATEWAY_WEB_PAGE_MAX_BYTES", cls.web_page_max_bytes),
+        web_page_timeout=seconds("GATEWAY_WEB_PAGE_TIMEOUT", cls.web_page_timeout),
+        web_allow_hosts=tuple(
+            h.strip() for h in (get("GATEWAY_WEB_ALLOW_HOSTS") or "").split(",") if h.strip()
+        ),
+        max_tool_calls=count("GATEWAY_MAX_TOOL_CALLS", cls.max_tool_calls),
+        max_tool_turns=count("GATEWAY_MAX_TOOL_TURNS", cls.max_tool_turns),
+        max_tool_output_bytes=count("GATEWAY_MAX_TOOL_OUTPUT_BYTES",
+                                    cls.max_tool_output_bytes),
+        max_conversation_items=count("GATEWAY_MAX_CONVERSATION_ITEMS",
+                                     cls.max_conversation_items),
+        max_conversation_bytes=count("GATEWAY_MAX_CONVERSATION_BYTES",
+                                     cls.max_conversation_bytes),
+        max_stored_response_bytes=count("GATEWAY_MAX_STORED_RESPONSE_BYTES",
+                                        cls.max_stored_response_bytes),
+        max_compaction_calls=count("GATEWAY_MAX_COMPACTION_CALLS", cls.max_compaction_calls),
+        max_compaction_input_bytes=count("GATEWAY_MAX_COMPACTION_INPUT_BYTES",
+                                         cls.max_compaction_input_bytes),
+        files_bucket=get("GATEWAY_FILES_BUCKET"),
+        vector_bucket=get("GATEWAY_VECTOR_BUCKET"),
+        max_file_bytes=count("GATEWAY_MAX_FILE_BYTES", cls.max_file_bytes),
+        max_tenant_file_bytes=count("GATEWAY_MAX_TENANT_FILE_BYTES",
+                                    cls.max_tenant_file_bytes),
+        max_upload_part_bytes=count("GATEWAY_MAX_UPLOAD_PART_BYTES",
+                                    cls.max_upload_part_bytes),
+        max_vector_store_files=count("GATEWAY_MAX_VECTOR_STORE_FILES",
+                                     cls.max_vector_store_files),
+        embedding_url=_upstream_url(get("GATEWAY_EMBEDDING_URL"))
+        if get("GATEWAY_EMBEDDING_URL") else None,
+        embedding_api_key=secret("GATEWAY_EMBEDDING_API_KEY"),
+        embedding_model=_embedding_model(get("GATEWAY_EMBEDDING_MODEL"),
+                                         get("GATEWAY_EMBEDDING_BACKEND")),
+        embedding_backend=_choice(get, "GATEWAY_EMBEDDING_BACKEND", ("openai", "bedrock"))
+        or cls.embedding_backend,
+        knowledge_bases=_parsed("GATEWAY_KNOWLEDGE_BASES", _knowledge_bases,
+                                get("GATEWAY_KNOWLEDGE_BASES") or "{}"),
+        embedding_batch=max(1, count("GATEWAY_EMBEDDING_BATCH", cls.embedding_batch)),
+    )
 
 
 class SettingsError(ValueError):

@@ -47,7 +47,7 @@ from responses_gateway.store.base import (
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
-    from responses_gateway.config import Settings
+    from responses_gateway.settings import Settings
     from responses_gateway.store.usage import UsageEntry, UsageStore
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "responses-gateway"

@@ -26,7 +26,7 @@ from responses_gateway.api import (
     vector_store_routes,
 )
 from responses_gateway.api.auth import Authenticator
-from responses_gateway.config import Settings
+from responses_gateway.config import Settings, settings_from_env
 from responses_gateway.errors import GatewayError
 from responses_gateway.ids import request_id
 from responses_gateway.observability import RequestContext, scrub_server_logs
@@ -137,7 +137,7 @@ def create_app(
     ``check_upstream`` (``responses-gateway serve``) asks the upstream's ``GET /models`` once
     after start and logs what looks wrong with ``GATEWAY_UPSTREAM_URL``.
     """
-    settings = settings or Settings.from_env()
+    settings = settings or settings_from_env()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

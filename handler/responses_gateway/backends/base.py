@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from responses_gateway.backends.chunks import Chunk
 
 if TYPE_CHECKING:
-    from responses_gateway.config import Settings
+    from responses_gateway.settings import Settings
 
 __all__ = ["Backend", "BackendRequest", "BaseBackend", "Chunk"]
 

@@ -55,7 +55,7 @@ from responses_gateway.net.policy import shown_url
 from responses_gateway.redaction import redact
 
 if TYPE_CHECKING:
-    from responses_gateway.config import Settings
+    from responses_gateway.settings import Settings
 
 logger = logging.getLogger("responses_gateway.upstream")
 

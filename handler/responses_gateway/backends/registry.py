@@ -19,7 +19,7 @@ __all__ = ["KINDS", "Backends", "make"]
 
 if TYPE_CHECKING:
     from responses_gateway.backends.base import Backend
-    from responses_gateway.config import Settings
+    from responses_gateway.settings import Settings
 
 
 def make(kind: str, settings: Settings) -> Backend:

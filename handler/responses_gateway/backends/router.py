@@ -37,7 +37,7 @@ from responses_gateway.backends.route_config import COOLDOWN_AFTER, COOLDOWN_SEC
 from responses_gateway.errors import GatewayError, UpstreamError
 
 if TYPE_CHECKING:
-    from responses_gateway.config import Settings
+    from responses_gateway.settings import Settings
 
 logger = logging.getLogger("responses_gateway.router")
 

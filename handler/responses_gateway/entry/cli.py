@@ -66,7 +66,7 @@ def _port(text: str, name: str = "--port") -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from responses_gateway.config import LOG_LEVELS, Settings, SettingsError
+    from responses_gateway.config import LOG_LEVELS, SettingsError, settings_from_env
 
     port = args.port
     if port is None:
@@ -74,7 +74,7 @@ def _serve(args: argparse.Namespace) -> int:
             port = _port(os.environ.get("PORT") or "8000", "PORT")
         except argparse.ArgumentTypeError as exc:
             raise SettingsError(str(exc)) from None
-    settings = Settings.from_env()
+    settings = settings_from_env()
     level = args.log_level or settings.log_level
     if level not in LOG_LEVELS:
         raise SettingsError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, not {level!r}")

@@ -19,13 +19,13 @@ from typing import Any
 from mangum import Mangum
 
 from responses_gateway.api.app import create_app
-from responses_gateway.config import Settings
+from responses_gateway.config import Settings, settings_from_env
 from responses_gateway.responses.services import build_gateway
 
 
 def make_handler(settings: Settings | None = None) -> Any:
     """A Mangum handler for ``settings`` (default: the environment)."""
-    settings = settings or Settings.from_env()
+    settings = settings or settings_from_env()
     app = create_app(settings, gateway=build_gateway(settings))
     return Mangum(app, lifespan="auto")
 

@@ -30,7 +30,7 @@ import orjson
 from responses_gateway.api.auth import Authenticator
 from responses_gateway.api.ws_remembered import Remembered
 from responses_gateway.api.ws_session import Event, Session, response_in_progress
-from responses_gateway.config import Settings
+from responses_gateway.config import Settings, settings_from_env
 from responses_gateway.errors import GatewayError
 from responses_gateway.responses.gateway import Gateway
 from responses_gateway.store.base import StoredResponse
@@ -85,7 +85,7 @@ def _get_gateway() -> Gateway:
     if _gateway is None:
         from responses_gateway.responses.services import build_gateway
 
-        _gateway = build_gateway(Settings.from_env())
+        _gateway = build_gateway(settings_from_env())
     return _gateway
 
 

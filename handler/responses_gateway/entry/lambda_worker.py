@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from responses_gateway.api.auth import OPEN_TENANT
-from responses_gateway.config import Settings
+from responses_gateway.config import settings_from_env
 from responses_gateway.responses.gateway import Gateway
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def _get_gateway() -> Gateway:
     if _gateway is None:
         from responses_gateway.responses.services import build_gateway
 
-        _gateway = build_gateway(Settings.from_env())
+        _gateway = build_gateway(settings_from_env())
     return _gateway
 
 
@@ -85,7 +85,7 @@ async def _ingest(event: dict[str, Any]) -> dict[str, Any]:
         from responses_gateway.files.build import build_files
         from responses_gateway.vectors.build import build_vector_stores
 
-        settings = Settings.from_env()
+        settings = settings_from_env()
         _vector_stores = build_vector_stores(settings, build_files(settings))
     tenant, store_id, file_id = event["tenant"], event["store_id"], event["file_id"]
     status = await _vector_stores.ingest(tenant, store_id, file_id)

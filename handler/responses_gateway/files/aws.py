@@ -12,9 +12,8 @@ import os
 import threading
 from typing import Any
 
-from responses_gateway.files.models import FileRecord
+from responses_gateway.files.models import COMPLETING, PENDING, FileRecord, UploadRecord
 from responses_gateway.files.store import Blobs, FileRecords, TenantFull, UploadRecords
-from responses_gateway.files.uploads import COMPLETING, PENDING, UploadRecord
 
 USAGE = "U"
 

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 from responses_gateway.errors import GatewayError
 
 if TYPE_CHECKING:
-    from responses_gateway.config import Settings
     from responses_gateway.files.service import Files
     from responses_gateway.files.store import UploadRecords
     from responses_gateway.files.uploads import Uploads
+    from responses_gateway.settings import Settings
 
 
 def build_files(settings: Settings) -> Files:

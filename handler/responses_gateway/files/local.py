@@ -14,9 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from responses_gateway.files.models import FileRecord
+from responses_gateway.files.models import COMPLETING, PENDING, FileRecord, UploadRecord
 from responses_gateway.files.store import Blobs, FileRecords, TenantFull, UploadRecords
-from responses_gateway.files.uploads import COMPLETING, PENDING, UploadRecord
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from responses_gateway.files.models import FileRecord
 
 if TYPE_CHECKING:
-    from responses_gateway.files.uploads import UploadRecord
+    from responses_gateway.files.models import UploadRecord
 
 
 class TenantFull(Exception):

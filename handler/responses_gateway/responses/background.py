@@ -80,7 +80,7 @@ async def start(gateway: Gateway, job: Job) -> None:
 async def dispatch(gateway: Gateway, record: StoredResponse) -> None:
     function = gateway.settings.worker_function
     if function:
-        from responses_gateway.responses.dispatch import invoke_worker
+        from responses_gateway.worker_invoke import invoke_worker
 
         try:
             await invoke_worker(function, record.id, record.tenant)

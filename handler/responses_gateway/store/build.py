@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from responses_gateway.config import Settings
+    from responses_gateway.settings import Settings
     from responses_gateway.store.base import Store
 
 

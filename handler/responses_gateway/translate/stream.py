@@ -59,6 +59,8 @@ _NO_LOGPROBS: list[Any] = []  # shared by text deltas without logprobs; never mu
 
 _INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
 _NO_CHOICE: dict[str, Any] = {}
+#: The tiers a Response may report (others an upstream names, "" or "on_demand", are not).
+_SERVICE_TIERS = frozenset({"auto", "default", "flex", "scale", "priority"})
 _TEXT_DELTA = "response.output_text.delta"
 _ARGS_DELTA = "response.function_call_arguments.delta"
 _loads = orjson.loads
@@ -303,7 +305,7 @@ class ResponseTranslator(CallItems, ReasoningItems):
                 self._usage = usage
                 self._fragment_seen = None
                 tier = chunk.get("service_tier")
-                if tier.__class__ is str:  # the tier that served it, as the upstream says
+                if tier in _SERVICE_TIERS:  # the tier that served it, as the upstream says
                     self.response["service_tier"] = tier
             return out
         except TranslationError as exc:

@@ -5,12 +5,11 @@ it the routes answer 501). Each engine is imported only when configured."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from responses_gateway.errors import GatewayError
 
 if TYPE_CHECKING:
-    from responses_gateway.config import Settings
     from responses_gateway.files.service import Files
     from responses_gateway.vectors.embeddings import Embedder
     from responses_gateway.vectors.engine import VectorEngine
@@ -18,14 +17,14 @@ if TYPE_CHECKING:
     from responses_gateway.vectors.service import VectorStores
 
 
-def vector_stores_available(settings: Settings) -> bool:
+def vector_stores_available(settings: Any) -> bool:
     """Whether this storage has vector stores (file_search runs in the gateway then; else it
     stays a hosted tool, tools/hosted.py)."""
     kind = settings.store.partition(":")[0]
     return kind == "sqlite" or (kind == "dynamodb" and bool(settings.vector_bucket))
 
 
-def build_vector_stores(settings: Settings, files: Files) -> VectorStores:
+def build_vector_stores(settings: Any, files: Files) -> VectorStores:
     target = settings.store.partition(":")[2]
     if not vector_stores_available(settings):
         raise GatewayError(
@@ -41,7 +40,7 @@ def build_vector_stores(settings: Settings, files: Files) -> VectorStores:
                         knowledge_bases=_knowledge_bases(settings))
 
 
-def _embedder(settings: Settings) -> Embedder:
+def _embedder(settings: Any) -> Embedder:
     """GATEWAY_EMBEDDING_BACKEND: an OpenAI-compatible /embeddings, or Bedrock's InvokeModel."""
     if settings.embedding_backend == "bedrock":
         from responses_gateway.vectors.bedrock_embeddings import BedrockEmbedder
@@ -59,7 +58,7 @@ def _embedder(settings: Settings) -> Embedder:
         max_retries=settings.max_retries, timeout=settings.read_timeout)
 
 
-def _knowledge_bases(settings: Settings) -> KnowledgeBases | None:
+def _knowledge_bases(settings: Any) -> KnowledgeBases | None:
     """GATEWAY_KNOWLEDGE_BASES: Bedrock Knowledge Bases served as read-only vector stores."""
     if not settings.knowledge_bases:
         return None
@@ -69,7 +68,7 @@ def _knowledge_bases(settings: Settings) -> KnowledgeBases | None:
                           max_retries=settings.max_retries, timeout=settings.read_timeout)
 
 
-def _engine(settings: Settings, target: str) -> VectorEngine:
+def _engine(settings: Any, target: str) -> VectorEngine:
     if settings.store.startswith("sqlite"):
         from responses_gateway.vectors.local import LocalVectorEngine
 

@@ -316,7 +316,7 @@ class VectorStores:
         once it answered), else to an in-process task; either way the file's lease brings it
         back if its ingestion is cut short."""
         if self.worker_function:
-            from responses_gateway.responses.dispatch import invoke_worker_event
+            from responses_gateway.worker_invoke import invoke_worker_event
 
             try:
                 await invoke_worker_event(self.worker_function, {

@@ -35,7 +35,7 @@ from responses_gateway.backends.bedrock.stream import (
 from responses_gateway.errors import UpstreamError
 
 if TYPE_CHECKING:
-    from responses_gateway.config import Settings
+    from responses_gateway.settings import Settings
 
 _END = object()
 

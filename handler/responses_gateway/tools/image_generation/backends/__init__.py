@@ -18,6 +18,9 @@ REGISTERED: dict[str, str] = {
     "openai": "responses_gateway.tools.image_generation.backends.openai_images:OpenAIImages",
 }
 KINDS = tuple(REGISTERED)
+#: Bedrock's Stability models speak their own InvokeModel bodies (a model id, or a Region's
+#: inference profile of one, names the family).
+STABILITY = "responses_gateway.tools.image_generation.backends.bedrock_stability:StabilityImages"
 
 _built: dict[tuple[Any, ...], ImageBackend] = {}
 _lock = threading.Lock()
@@ -30,7 +33,11 @@ def image_backend(settings: Any) -> ImageBackend:
     with _lock:
         backend = _built.get(key)
         if backend is None:
-            module, _, name = REGISTERED[settings.image_backend].partition(":")
+            target = REGISTERED[settings.image_backend]
+            if settings.image_backend == "bedrock" and "stability." in (settings.image_model
+                                                                         or ""):
+                target = STABILITY
+            module, _, name = target.partition(":")
             cls = getattr(importlib.import_module(module), name)
             backend = _built[key] = cls.from_settings(settings)
         return backend

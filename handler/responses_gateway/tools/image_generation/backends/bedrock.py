@@ -20,7 +20,7 @@ import base64
 import json
 import threading
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from responses_gateway.tools.image_generation.backends.base import (
     Drawing,
@@ -32,9 +32,6 @@ from responses_gateway.tools.image_generation.backends.base import (
 )
 from responses_gateway.tools.image_generation.backends.masks import bedrock_mask
 from responses_gateway.tools.image_generation.params import ImageParams, dimensions
-
-if TYPE_CHECKING:
-    from responses_gateway.config import Settings
 
 NOVA_CANVAS = "amazon.nova-canvas-v1:0"
 TITAN_V2 = "amazon.titan-image-generator-v2:0"
@@ -66,14 +63,8 @@ class BedrockImages(ImageBackend):
     name = "bedrock"
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> BedrockImages:
+    def from_settings(cls, settings: Any) -> BedrockImages:
         model = settings.image_model or NOVA_CANVAS
-        if "stability." in model:  # a model id or a Region's inference profile of one
-            from responses_gateway.tools.image_generation.backends.bedrock_stability import (
-                StabilityImages,
-            )
-
-            cls = StabilityImages
         return cls(model, region=settings.bedrock_region,
                    endpoint_url=settings.bedrock_endpoint_url,
                    timeout=settings.image_timeout, connect_timeout=settings.connect_timeout,

@@ -28,7 +28,6 @@ from responses_gateway.tools.image_generation.params import MEDIA_TYPES
 if TYPE_CHECKING:
     import httpx
 
-    from responses_gateway.config import Settings
 
 DEFAULT_MODEL = "gpt-image-1"
 
@@ -38,7 +37,7 @@ class OpenAIImages(ImageBackend):
     partials = True
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> OpenAIImages:
+    def from_settings(cls, settings: Any) -> OpenAIImages:
         return cls(settings.image_url or settings.upstream_url,
                    model=settings.image_model or DEFAULT_MODEL,
                    api_key=settings.image_api_key, timeout=settings.image_timeout,
