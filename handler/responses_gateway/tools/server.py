@@ -162,6 +162,28 @@ class ServerTool:
         raise NotImplementedError
 
 
+class ReadOutputs:
+    """What the model read of a tool's calls in this process while their response runs (text
+    too long to keep in the item: the next model turn reads it back, a later request reads the
+    item); bounded, oldest forgotten first, should a response never end."""
+
+    def __init__(self, most: int = 4096) -> None:
+        self._read: dict[str, str] = {}
+        self._most = most
+
+    def keep(self, item_id: str, output: str) -> None:
+        while len(self._read) >= self._most:
+            self._read.pop(next(iter(self._read)))
+        self._read[item_id] = output
+
+    def get(self, item_id: str) -> str | None:
+        return self._read.get(item_id)
+
+    def forget(self, item_ids: list[str]) -> None:
+        for item_id in item_ids:
+            self._read.pop(item_id, None)
+
+
 @dataclass(frozen=True, slots=True)
 class HistoryCall:
     """One of a tool's items as the model reads it: a call it made, and the answer."""

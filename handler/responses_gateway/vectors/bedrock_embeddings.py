@@ -48,16 +48,12 @@ class BedrockEmbedder:
     def client(self) -> Any:
         with self._lock:
             if self._client is None:
-                import boto3
-                from botocore.config import Config
+                from responses_gateway.backends.bedrock.clients import make_client
 
-                self._client = boto3.session.Session().client(
-                    "bedrock-runtime", region_name=self.region, endpoint_url=self.endpoint_url,
-                    config=Config(read_timeout=self.timeout,
-                                  retries={"mode": "standard",
-                                           "total_max_attempts": self.max_retries + 1},
-                                  max_pool_connections=max(10, self.batch),
-                                  user_agent_extra="responses-gateway"))
+                self._client = make_client(
+                    "bedrock-runtime", region=self.region, endpoint_url=self.endpoint_url,
+                    read_timeout=self.timeout, max_attempts=self.max_retries + 1,
+                    pool=max(10, self.batch))
             return self._client
 
     async def embed(self, texts: list[str], *, query: bool = False) -> list[list[float]]:

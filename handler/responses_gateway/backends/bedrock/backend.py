@@ -172,18 +172,11 @@ class BedrockBackend(BaseBackend):
             return self._control
 
     def _boto3_client(self, service: str, endpoint_url: str | None) -> Any:
-        import boto3
-        from botocore.config import Config
+        from responses_gateway.backends.bedrock.clients import make_client
 
-        config = Config(
-            read_timeout=self.read_timeout,
-            connect_timeout=self.connect_timeout,
-            retries={"mode": "standard", "total_max_attempts": self.max_attempts},
-            max_pool_connections=64,
-            user_agent_extra="responses-gateway",
-        )
-        return boto3.session.Session().client(
-            service, region_name=self.region, endpoint_url=endpoint_url, config=config)
+        return make_client(service, region=self.region, endpoint_url=endpoint_url,
+                           read_timeout=self.read_timeout, connect_timeout=self.connect_timeout,
+                           max_attempts=self.max_attempts, pool=64)
 
     async def aclose(self) -> None:
         client, self._client = self._client, None

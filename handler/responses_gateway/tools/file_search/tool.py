@@ -30,6 +30,7 @@ from responses_gateway.tools.server import (
     Event,
     HistoryCall,
     ItemWriter,
+    ReadOutputs,
     Rebuild,
     RequestTools,
     Seal,
@@ -41,8 +42,7 @@ KIND = "file_search"
 FUNCTION = "file_search"
 MAX_QUERIES = 5
 # What the model read, by file_search_call id, while its response runs (see the docstring).
-_READ: dict[str, str] = {}
-_READ_MOST = 4096
+_READ = ReadOutputs()
 
 
 class FileSearchTool(ServerTool):
@@ -139,14 +139,11 @@ class FileSearchTool(ServerTool):
         return self.citations.annotate(text)
 
     def _remember(self, item_id: str, output: str) -> None:
-        while len(_READ) >= _READ_MOST:  # a bound, should responses never end
-            _READ.pop(next(iter(_READ)))
-        _READ[item_id] = output
+        _READ.keep(item_id, output)
         self.made.append(item_id)
 
     async def aclose(self) -> None:
-        for item_id in self.made:
-            _READ.pop(item_id, None)
+        _READ.forget(self.made)
         self.made = []
 
     # -- history -------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from responses_gateway.tools.server import (
     Event,
     HistoryCall,
     ItemWriter,
+    ReadOutputs,
     Rebuild,
     RequestTools,
     Seal,
@@ -63,8 +64,7 @@ CONTEXT = {"low": (3, 300, 4_000), "medium": (6, 800, 12_000), "high": (10, 2_00
 CITE = ("Cite the sources you use as Markdown links with their exact URL, e.g. "
         "[Title](https://example.com/page).")
 # What the model read, by web_search_call id, while its response runs (see the docstring).
-_READ: dict[str, str] = {}
-_READ_MOST = 4096
+_READ = ReadOutputs()
 _LINK_LABEL = re.compile(r"\[([^\[\]\n]{1,500})\]\(")
 
 
@@ -275,14 +275,11 @@ class WebSearchTool(ServerTool):
         return self._client
 
     def _remember(self, item_id: str, output: str) -> None:
-        while len(_READ) >= _READ_MOST:  # a bound, should responses never end
-            _READ.pop(next(iter(_READ)))
-        _READ[item_id] = output
+        _READ.keep(item_id, output)
         self.made.append(item_id)
 
     async def aclose(self) -> None:
-        for item_id in self.made:
-            _READ.pop(item_id, None)
+        _READ.forget(self.made)
         self.made = []
         client, self._client = self._client, None
         if client is not None:

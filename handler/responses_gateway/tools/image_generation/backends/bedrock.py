@@ -88,15 +88,12 @@ class BedrockImages(ImageBackend):
     def client(self) -> Any:
         with self._lock:
             if self._client is None:
-                import boto3
-                from botocore.config import Config
+                from responses_gateway.backends.bedrock.clients import make_client
 
-                self._client = boto3.session.Session().client(
-                    "bedrock-runtime", region_name=self.region, endpoint_url=self.endpoint_url,
-                    config=Config(read_timeout=self.timeout, connect_timeout=self.connect_timeout,
-                                  retries={"mode": "standard",
-                                           "total_max_attempts": self.max_attempts},
-                                  user_agent_extra="responses-gateway"))
+                self._client = make_client(
+                    "bedrock-runtime", region=self.region, endpoint_url=self.endpoint_url,
+                    read_timeout=self.timeout, connect_timeout=self.connect_timeout,
+                    max_attempts=self.max_attempts)
             return self._client
 
     # -- what it can do ------------------------------------------------------------------------

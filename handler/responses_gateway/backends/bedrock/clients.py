@@ -1,0 +1,29 @@
+"""One way to make a boto3 client for Bedrock's services (runtime, control plane), so the chat
+backend, the image models and the embedding models share their timeouts and retry policy.
+
+boto3 is imported here, on the first client made: nothing at the gateway's start needs it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def make_client(
+    service: str, *, region: str | None, endpoint_url: str | None, read_timeout: float,
+    max_attempts: int, connect_timeout: float | None = None, pool: int = 10,
+) -> Any:
+    """A new client of ``service`` (botocore's standard retries, ``max_attempts`` in all)."""
+    import boto3
+    from botocore.config import Config
+
+    options: dict[str, Any] = {
+        "read_timeout": read_timeout,
+        "retries": {"mode": "standard", "total_max_attempts": max_attempts},
+        "max_pool_connections": pool,
+        "user_agent_extra": "responses-gateway",
+    }
+    if connect_timeout is not None:
+        options["connect_timeout"] = connect_timeout
+    return boto3.session.Session().client(
+        service, region_name=region, endpoint_url=endpoint_url, config=Config(**options))
