@@ -184,8 +184,7 @@ class ServerTools:
     def annotate(self, text: str) -> list[dict[str, Any]]:
         """Every tool's annotations of a closing text part, in text order."""
         found = [a for tool in self.by_kind.values() for a in tool.annotate(text)]
-        return sorted(found, key=lambda a: a.get("start_index", a.get("index", 0))) if found \
-            else found
+        return sorted(found, key=lambda a: a.get("start_index", a.get("index", 0)))
 
     async def aclose(self) -> None:
         for tool in self.by_kind.values():

@@ -430,10 +430,7 @@ def check_tool_choice(choice: Any, tools: list[BaseModel] | None) -> None:
                 f"Tool choice '{choice.type}' not found in 'tools' parameter.",
                 param="tool_choice", code="invalid_value")
         return
-    if isinstance(choice, ToolChoiceHosted) and not any(
-        isinstance(tool, HostedTool) and tool.served and _same_tool(tool.type, choice.type)
-        for tool in tools
-    ):
+    if isinstance(choice, ToolChoiceHosted) and not chooses_served(choice.type, tools):
         if any(isinstance(tool, HostedTool) and _same_tool(tool.type, choice.type)
                for tool in tools):
             return  # a hosted tool left out for the model: the choice goes with it
@@ -462,6 +459,12 @@ def _same_client_tool(tool: BaseModel, tool_type: str) -> bool:
     entry = client_tools.client_run(tool) if isinstance(tool, ClientRunTool) else None
     named = client_tools.BY_TOOL_TYPE.get(tool_type)
     return entry is not None and named is not None and entry.call_type == named.call_type
+
+
+def chooses_served(choice_type: str, tools: list[BaseModel] | None) -> bool:
+    """A ``tool_choice`` of ``choice_type`` names a hosted tool the gateway runs."""
+    return any(isinstance(tool, HostedTool) and tool.served and _same_tool(tool.type, choice_type)
+               for tool in tools or ())
 
 
 def _same_tool(tool_type: str, choice_type: str) -> bool:

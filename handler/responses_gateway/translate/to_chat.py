@@ -61,7 +61,7 @@ from responses_gateway.translate.request_models import (
     ToolChoiceCustom,
     ToolChoiceFunction,
 )
-from responses_gateway.translate.request_tools import ToolChoiceHosted
+from responses_gateway.translate.request_tools import ToolChoiceHosted, chooses_served
 
 Unseal = Callable[[str], dict[str, Any]]
 
@@ -255,7 +255,7 @@ def _add_tools(
     elif isinstance(choice, ToolChoiceHosted):
         # a tool the gateway runs: its functions come later and it narrows the choice; one
         # left out for the model cannot be forced
-        choice = "required" if _served(req, choice.type) else None
+        choice = "required" if chooses_served(choice.type, req.tools) else None
     elif getattr(choice, "type", None) in registry.SERVER_TOOL_TYPES:
         choice = "required"  # a server tool's functions come later: it narrows the choice
     server = any(getattr(tool, "type", None) in registry.SERVER_TOOL_TYPES
@@ -646,14 +646,6 @@ def turn_messages(
     for index, item in enumerate(items):
         builder.add(index, item)
     return builder.finish()
-
-
-def _served(req: CreateResponseRequest, choice_type: str) -> bool:
-    """A hosted tool the choice names is one the gateway runs (request_tools.py)."""
-    base = choice_type.split("_20")[0].removesuffix("_preview")
-    return any(getattr(tool, "served", False)
-               and tool.type.split("_20")[0].removesuffix("_preview") == base
-               for tool in req.tools or ())
 
 
 _CALL_TYPES = frozenset({"function_call", "custom_tool_call", *client_tools.CALL_TYPES})
