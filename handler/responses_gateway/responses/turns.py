@@ -87,6 +87,9 @@ class TurnLoop:
         job = self.job
         translator = job.translator
         tools = job.tools
+        feed = translator.feed
+        metrics = job.metrics
+        deadline = job.deadline
         self.turn_start = len(translator.response["output"])
         first_calls = job.first_calls
         if first_calls:  # approved by the client last time: they run before the model
@@ -98,15 +101,51 @@ class TurnLoop:
             first = await self._next_turn()
         turns = 0
         while True:
-            async for events in self._model_turn(first):
-                yield events
+            # One model turn's chunks through the translator, batch by batch: the hot path,
+            # inline (no generator between it and the job's).
+            pending = self.pending
+            try:
+                # shield: a cancelled consumer must not cancel ``first`` itself (anyio repeats a
+                # cancel, which would break httpx's shielded connection close); close() does.
+                chunks: list[Chunk] | None = await deadline.wait(asyncio.shield(first))
+            except StopAsyncIteration:
+                chunks = None
+            source = job.chunks
+            assert source is not None
+            while chunks is not None:
+                for chunk in chunks:
+                    pending += feed(chunk)
+                    if translator.done:  # an upstream error chunk ended it
+                        break
+                if pending:
+                    if metrics.waiting:
+                        metrics.first_content()
+                    if translator.done:
+                        pending = await job.stored(pending)
+                    events, pending = pending, []
+                    self.pending = pending
+                    yield events
+                if translator.done:
+                    return
+                deadline.check()  # it passed while the consumer had the batch
+                deadline.waiting = True  # as deadline.wait does, inline: this is per batch
+                try:
+                    chunks = await anext(source)
+                except StopAsyncIteration:
+                    chunks = None
+                except asyncio.CancelledError:
+                    error = deadline.failure()
+                    if error is None:
+                        raise
+                    raise error from None
+                finally:
+                    deadline.waiting = False
             if translator.done or tools is None or not translator.wants_tool_turn:
                 return
             # The model called tools the gateway runs: their items, then the next turn.
             self.pending += translator.end_turn()
             calls = translator.server_calls
             stop = translator.client_calls > 0  # the client must answer its own calls
-            ran = 0
             async for events in self._run_calls(calls, limited=True):
                 yield events
             ran = sum(1 for call in calls if call.extra.get("ran"))
@@ -118,51 +157,6 @@ class TurnLoop:
             if stop or not ran or turns >= job.gateway.settings.max_tool_turns:
                 return  # (a model that calls past max_tool_calls is not asked again)
             first = await self._next_turn()
-
-    async def _model_turn(self, first: asyncio.Future[list[Chunk]]) -> AsyncIterator[list[Event]]:
-        """One model turn's chunks through the translator, batch by batch (the hot path)."""
-        job = self.job
-        translator = job.translator
-        feed = translator.feed
-        metrics = job.metrics
-        deadline = job.deadline
-        pending = self.pending
-        try:
-            # shield: a cancelled consumer must not cancel ``first`` itself (anyio repeats a
-            # cancel, which would break httpx's shielded connection close); close() does.
-            chunks: list[Chunk] | None = await deadline.wait(asyncio.shield(first))
-        except StopAsyncIteration:
-            chunks = None
-        source = job.chunks
-        assert source is not None
-        while chunks is not None:
-            for chunk in chunks:
-                pending += feed(chunk)
-                if translator.done:  # an upstream error chunk ended it
-                    break
-            if pending:
-                if metrics.waiting:
-                    metrics.first_content()
-                if translator.done:
-                    pending = await job.stored(pending)
-                events, pending = pending, []
-                self.pending = pending
-                yield events
-            if translator.done:
-                return
-            deadline.check()  # it passed while the consumer had the batch
-            deadline.waiting = True  # as deadline.wait does, inline: this is per batch
-            try:
-                chunks = await anext(source)
-            except StopAsyncIteration:
-                chunks = None
-            except asyncio.CancelledError:
-                error = deadline.failure()
-                if error is None:
-                    raise
-                raise error from None
-            finally:
-                deadline.waiting = False
 
     async def _run_calls(
         self, calls: list[ServerCall], *, limited: bool
