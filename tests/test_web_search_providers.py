@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from responses_gateway.config import SettingsError, settings_from_env
 from responses_gateway.tools.web_search import pages
 from responses_gateway.tools.web_search.providers import PROVIDERS, provider_class
 from responses_gateway.tools.web_search.providers.base import (
@@ -102,6 +103,38 @@ def test_unreachable_and_missing_key() -> None:
     with pytest.raises(ProviderError, match="GATEWAY_WEB_SEARCH_URL"):
         provider_class("searxng")(ProviderConfig("searxng", None, None))
 
+
+
+@pytest.mark.parametrize(("env", "named"), [
+    ({"GATEWAY_WEB_SEARCH_PROVIDER": "searxng"}, "GATEWAY_WEB_SEARCH_URL"),
+    ({"GATEWAY_WEB_SEARCH_PROVIDER": "searxng", "GATEWAY_WEB_SEARCH_API_KEY": "k"},
+     "GATEWAY_WEB_SEARCH_URL"),
+    ({"GATEWAY_WEB_SEARCH_PROVIDER": "tavily"}, "GATEWAY_WEB_SEARCH_API_KEY"),
+    ({"GATEWAY_WEB_SEARCH_PROVIDER": "brave", "GATEWAY_WEB_SEARCH_URL": "http://proxy:1"},
+     "GATEWAY_WEB_SEARCH_API_KEY"),
+    ({"GATEWAY_WEB_SEARCH_PROVIDER": "exa"}, "GATEWAY_WEB_SEARCH_API_KEY"),
+    ({"GATEWAY_WEB_SEARCH_PROVIDER": "bing", "GATEWAY_WEB_SEARCH_API_KEY": "k"},
+     "GATEWAY_WEB_SEARCH_PROVIDER"),
+    ({"GATEWAY_WEB_SEARCH_PROVIDER": "searxng", "GATEWAY_WEB_SEARCH_URL": "searxng:8080"},
+     "GATEWAY_WEB_SEARCH_URL"),
+])
+def test_misconfigured_provider_refused_at_start(env: dict[str, str], named: str) -> None:
+    """A provider lacking what it needs never starts (not a failed call on every search)."""
+    with pytest.raises(SettingsError, match=named):
+        settings_from_env(env)
+
+
+def test_configured_providers_start() -> None:
+    searxng = settings_from_env({"GATEWAY_WEB_SEARCH_PROVIDER": "SearXNG",
+                                 "GATEWAY_WEB_SEARCH_URL": "http://searxng:8080/"})
+    assert (searxng.web_search_provider, searxng.web_search_url) == (
+        "searxng", "http://searxng:8080")
+    for name in ("tavily", "brave", "exa"):
+        settings = settings_from_env({"GATEWAY_WEB_SEARCH_PROVIDER": name,
+                                      "GATEWAY_WEB_SEARCH_API_KEY": KEY})
+        assert settings.web_search_provider == name and settings.web_search_api_key == KEY
+    # Without a provider, a URL or key alone changes nothing (web_search stays hosted).
+    assert settings_from_env({"GATEWAY_WEB_SEARCH_API_KEY": KEY}).web_search_provider is None
 
 # -- pages ------------------------------------------------------------------------------------
 

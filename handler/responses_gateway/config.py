@@ -22,7 +22,11 @@ import orjson
 from responses_gateway.backends.kinds import KINDS as BACKEND_KINDS
 from responses_gateway.settings import Route, Settings
 from responses_gateway.tools.hosted import policy_named
-from responses_gateway.tools.web_search.providers import provider_named, provider_url
+from responses_gateway.tools.web_search.providers import (
+    provider_lacks,
+    provider_named,
+    provider_url,
+)
 
 __all__ = ["Route", "Settings", "SettingsError", "settings_from_env"]
 
@@ -125,12 +129,7 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
         image_timeout=seconds("GATEWAY_IMAGE_TIMEOUT", cls.image_timeout),
         image_seed=count("GATEWAY_IMAGE_SEED", None),
         image_bucket=get("GATEWAY_IMAGE_BUCKET"),
-        web_search_provider=_parsed("GATEWAY_WEB_SEARCH_PROVIDER", provider_named,
-                                    get("GATEWAY_WEB_SEARCH_PROVIDER"))
-        if get("GATEWAY_WEB_SEARCH_PROVIDER") else None,
-        web_search_url=_parsed("GATEWAY_WEB_SEARCH_URL", provider_url,
-                               get("GATEWAY_WEB_SEARCH_URL") or "") or None,
-        web_search_api_key=secret("GATEWAY_WEB_SEARCH_API_KEY"),
+        **_web_search(get, secret),
         web_search_timeout=seconds("GATEWAY_WEB_SEARCH_TIMEOUT", cls.web_search_timeout),
         web_page_max_bytes=count("GATEWAY_WEB_PAGE_MAX_BYTES", cls.web_page_max_bytes),
         web_page_timeout=seconds("GATEWAY_WEB_PAGE_TIMEOUT", cls.web_page_timeout),
@@ -285,6 +284,22 @@ def _image_backend(name: str | None, store: str | None, bucket: str | None) -> s
         raise SettingsError("GATEWAY_IMAGE_BUCKET must name an S3 bucket for generated images "
                             "when GATEWAY_IMAGE_BACKEND is set and GATEWAY_STORE is dynamodb")
     return name
+
+
+def _web_search(get: Callable[[str], str | None],
+                secret: Callable[[str], str | None]) -> dict[str, str | None]:
+    """The search provider, its URL and key; a provider lacking what it needs (SearXNG its
+    URL, the others their key) refused here, naming the variable, not on every search."""
+    url = _parsed("GATEWAY_WEB_SEARCH_URL", provider_url,
+                  get("GATEWAY_WEB_SEARCH_URL") or "") or None
+    key = secret("GATEWAY_WEB_SEARCH_API_KEY")
+    name = get("GATEWAY_WEB_SEARCH_PROVIDER")
+    if name is not None:
+        name = _parsed("GATEWAY_WEB_SEARCH_PROVIDER", provider_named, name)
+        lacks = provider_lacks(name, url, key)
+        if lacks is not None:
+            raise SettingsError(lacks)
+    return {"web_search_provider": name, "web_search_url": url, "web_search_api_key": key}
 
 
 def _http_url(text: str) -> str:

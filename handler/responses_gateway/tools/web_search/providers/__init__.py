@@ -41,6 +41,20 @@ def provider_url(text: str) -> str:
     return url
 
 
+def provider_lacks(name: str, url: str | None, key: str | None) -> str | None:
+    """What provider ``name`` lacks to search at all, naming the variable to set (checked at
+    start by config.py, so a misconfigured provider never starts rather than failing every
+    call); None when it has what it needs."""
+    cls = provider_class(name)
+    if cls.default_url is None and not url:
+        return (f"GATEWAY_WEB_SEARCH_URL must be set when GATEWAY_WEB_SEARCH_PROVIDER is "
+                f"{name} (its base URL, like http://searxng:8080)")
+    if cls.needs_key and not key:
+        return (f"GATEWAY_WEB_SEARCH_API_KEY (or GATEWAY_WEB_SEARCH_API_KEY_SECRET_ARN / "
+                f"_PARAMETER) must be set when GATEWAY_WEB_SEARCH_PROVIDER is {name}")
+    return None
+
+
 def provider_named(text: str) -> str:
     """GATEWAY_WEB_SEARCH_PROVIDER, checked at start (config.py)."""
     name = text.strip().lower()
