@@ -100,6 +100,17 @@ def image_call(response: dict[str, Any]) -> dict[str, Any]:
     return call
 
 
+def decoded(b64: str) -> tuple[str, tuple[int, int]]:
+    """(Pillow's format name, size) of a base64 image: what a client decoding it gets."""
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(base64.b64decode(b64))) as image:
+        image.load()
+        return str(image.format), image.size
+
+
 # -- Bedrock (Nova Canvas) ---------------------------------------------------------------------
 
 
@@ -160,8 +171,11 @@ def test_refused_parameters_are_400_naming_them(client: OpenAI) -> None:
     import openai
 
     for tool, param in (
-        ({"type": "image_generation", "output_format": "webp"}, "tools[0].output_format"),
+        ({"type": "image_generation", "output_format": "gif"}, "tools[0].output_format"),
+        ({"type": "image_generation", "output_compression": 50}, "tools[0].output_compression"),
         ({"type": "image_generation", "background": "transparent"}, "tools[0].background"),
+        ({"type": "image_generation", "background": "transparent", "output_format": "webp"},
+         "tools[0].background"),
         ({"type": "image_generation", "size": "1000x1000"}, "tools[0].size"),
         ({"type": "image_generation", "quality": "ultra"}, "tools[0].quality"),
         ({"type": "image_generation", "partial_images": 4}, "tools[0].partial_images"),
@@ -169,6 +183,31 @@ def test_refused_parameters_are_400_naming_them(client: OpenAI) -> None:
         with pytest.raises(openai.BadRequestError) as caught:
             client.responses.create(model="m", input="hi", tools=[tool])
         assert caught.value.body["param"] == param, caught.value.body  # type: ignore[index]
+
+
+def test_bedrock_png_converted_to_the_format_asked(client: OpenAI,
+                                                  bedrock_images: FakeBedrockImages) -> None:
+    """Nova Canvas makes PNG; the client gets the JPEG or WebP it asked for, with
+    output_compression as the quality, and an edit of a WebP sends Bedrock a PNG."""
+    results = {}
+    for fmt, compression in (("jpeg", 90), ("jpeg", 10), ("webp", 80)):
+        tools: Any = [{"type": "image_generation", "size": "1024x1536", "output_format": fmt,
+                       "output_compression": compression}]
+        response = check_response(client.responses.create(
+            model="m", input=draw("a lighthouse", f"fmt-{fmt}-{compression}"), tools=tools))
+        call = image_call(response)
+        assert call["status"] == "completed" and call["output_format"] == fmt
+        assert decoded(call["result"]) == (fmt.upper(), (1024, 1536))
+        results[fmt, compression] = (response["id"], call["result"])
+    assert len(results["jpeg", 10][1]) < len(results["jpeg", 90][1])  # quality followed
+    night = check_response(client.responses.create(
+        model="m", input=draw("make it night", "fmt-night", edit=True),
+        tools=[{"type": "image_generation", "output_format": "webp", "size": "1024x1536"}],
+        previous_response_id=results["webp", 80][0]))
+    assert image_call(night)["action"] == "edit"
+    sent = bedrock_images.invocations[-1].body["imageVariationParams"]["images"][0]
+    assert decoded(sent) == ("PNG", (1024, 1536))
+    assert decoded(image_call(night)["result"])[0] == "WEBP"
 
 
 @pytest.mark.parametrize(("script", "code"), [
@@ -352,14 +391,21 @@ def test_stability_on_bedrock(bedrock_images: FakeBedrockImages) -> None:
     params = ImageParams.of({"size": "1536x1024", "output_format": "jpeg"}, "tools[0]")
     sd35.check(params, editing=False)
     [drawn] = asyncio.run(steps(sd35, Drawing("a lighthouse", params)))
+    # PNG asked (its header gives the pixels Stability chose), converted to the JPEG asked
     assert bedrock_images.invocations[-1].body == {
-        "prompt": "a lighthouse", "output_format": "jpeg", "aspect_ratio": "3:2"}
+        "prompt": "a lighthouse", "output_format": "png", "aspect_ratio": "3:2"}
     assert drawn.size == "1216x832" and drawn.output_format == "jpeg"
-    source = base64.b64decode(drawn.b64)
-    [edited] = asyncio.run(steps(sd35, Drawing("make it night", params, image=source)))
+    assert decoded(drawn.b64) == ("JPEG", (1216, 832))
+    png_params = ImageParams.of({"size": "1536x1024"}, "tools[0]")
+    [source_drawn] = asyncio.run(steps(sd35, Drawing("a lighthouse", png_params)))
+    source = base64.b64decode(source_drawn.b64)
+    [edited] = asyncio.run(steps(sd35, Drawing("make it night", png_params, image=source)))
     sent = bedrock_images.invocations[-1].body
     assert sent["mode"] == "image-to-image" and base64.b64decode(sent["image"]) == source
     assert colour_of(edited.b64) == colour_for("night", png_info(source)[2])
+    # An earlier JPEG edited: the model is sent it as PNG.
+    asyncio.run(steps(sd35, Drawing("make it night", params, image=base64.b64decode(drawn.b64))))
+    assert decoded(bedrock_images.invocations[-1].body["image"])[0] == "PNG"
     with pytest.raises(ImageFailure) as caught:
         asyncio.run(steps(sd35, Drawing("a forbidden thing", params)))
     assert caught.value.code == "moderation_blocked"
@@ -367,7 +413,7 @@ def test_stability_on_bedrock(bedrock_images: FakeBedrockImages) -> None:
     core = backend("stability.stable-image-core-v1:1")
     assert not core.edits and sd35.edits
     for fields, param in (({"action": "edit"}, "action"), ({"size": "1000x999"}, "size"),
-                          ({"output_format": "webp"}, "output_format"),
+                          ({"output_format": "svg"}, "output_format"),
                           ({"input_image_mask": {"image_url": "data:image/png;base64,iVBO"}},
                            "input_image_mask")):
         with pytest.raises(GatewayError) as refused:

@@ -5,11 +5,12 @@ Generator v2 (one request format: ``taskType`` with ``textToImageParams``,
 OpenAI's parameters map as follows: ``size`` to width and height (Nova Canvas: 320-4096 px
 per side, multiples of 16, at most 4,194,304 px, aspect 1:4 to 4:1; Titan v2: its list of
 sizes; ``auto`` is 1024x1024); ``quality`` low/medium/auto to ``standard``, high/xhigh/max to
-``premium``. Both models answer PNG with an opaque background, so another ``output_format``,
-an ``output_compression`` or a ``transparent`` background is refused. An edit without a mask
-is an image variation guided by the prompt; with ``input_image_mask`` it is inpainting
-(``maskImage``: Bedrock's convention, black marks what to change). Neither model streams
-intermediate images. Errors go through the chat backend's Bedrock error table
+``premium``. Both models answer PNG with an opaque background: ``jpeg`` and ``webp`` are
+converted from it (convert.py, ``output_compression`` as their quality), a ``transparent``
+background is refused (OpenAI makes one only in PNG or WebP, and these models cannot). An
+edit without a mask is an image variation guided by the prompt; with ``input_image_mask`` it
+is inpainting (``maskImage``: Bedrock's convention, black marks what to change). Neither
+model streams intermediate images. Errors go through the chat backend's Bedrock error table
 (backends/bedrock/failures.py).
 """
 
@@ -29,6 +30,12 @@ from responses_gateway.tools.image_generation.backends.base import (
     ImageFailure,
     Partial,
     unsupported,
+)
+from responses_gateway.tools.image_generation.backends.convert import (
+    CONVERTIBLE,
+    convert,
+    convert_b64,
+    format_of,
 )
 from responses_gateway.tools.image_generation.backends.masks import bedrock_mask
 from responses_gateway.tools.image_generation.params import ImageParams, dimensions
@@ -100,12 +107,7 @@ class BedrockImages(ImageBackend):
 
     def check(self, params: ImageParams, *, editing: bool) -> None:
         backend = f"bedrock {self.model_id}"
-        if params.output_format != "png":
-            raise unsupported(params, "output_format", params.output_format, backend,
-                              "it makes PNG images only")
-        if params.output_compression not in (None, 100):
-            raise unsupported(params, "output_compression", params.output_compression, backend,
-                              "PNG output has no compression level")
+        check_format(params, backend)
         if params.background == "transparent":
             raise unsupported(params, "background", params.background, backend,
                               "it makes opaque images only")
@@ -136,7 +138,7 @@ class BedrockImages(ImageBackend):
         if drawing.image is None:
             return {"taskType": "TEXT_IMAGE", "textToImageParams": {"text": text},
                     "imageGenerationConfig": config}
-        image = base64.b64encode(drawing.image).decode()
+        image = base64.b64encode(as_png(drawing.image)).decode()
         if drawing.mask is not None:
             mask = base64.b64encode(bedrock_mask(drawing.mask)).decode()
             return {"taskType": "INPAINTING",
@@ -166,10 +168,12 @@ class BedrockImages(ImageBackend):
                                .rstrip(": "), code="image_generation_failed")
         params = drawing.params
         width, height = size_of(params)
-        return Drawn(images[0], size=f"{width}x{height}",
-                    quality="high" if params.quality in ("high", "xhigh", "max") else (
-                        "medium" if params.quality == "auto" else params.quality),
-                    output_format="png", background="opaque", revised_prompt=drawing.prompt)
+        return Drawn(convert_b64(images[0], params.output_format, params.output_compression),
+                     size=f"{width}x{height}",
+                     quality="high" if params.quality in ("high", "xhigh", "max") else (
+                         "medium" if params.quality == "auto" else params.quality),
+                     output_format=params.output_format, background="opaque",
+                     revised_prompt=drawing.prompt)
 
     def _invoke(self, body: str) -> dict[str, Any]:
         response = self.client().invoke_model(
@@ -182,6 +186,23 @@ class BedrockImages(ImageBackend):
         client, self._client = self._client, None
         if client is not None:
             client.close()
+
+
+def check_format(params: ImageParams, backend: str) -> None:
+    """What conversion from the model's PNG can make: ``png``, ``jpeg``, ``webp``; a
+    compression level for the lossy two only (PNG has none)."""
+    if params.output_format not in CONVERTIBLE:
+        raise unsupported(params, "output_format", params.output_format, backend,
+                          "it makes png, jpeg or webp images")
+    if params.output_format == "png" and params.output_compression not in (None, 100):
+        raise unsupported(params, "output_compression", params.output_compression, backend,
+                          "PNG output has no compression level")
+
+
+def as_png(data: bytes) -> bytes:
+    """An image to edit as PNG, which every Bedrock image model reads (a JPEG or WebP the
+    gateway made earlier is converted)."""
+    return data if format_of(data) == "png" else convert(data, "png")
 
 
 def _nova_size(width: int, height: int) -> bool:

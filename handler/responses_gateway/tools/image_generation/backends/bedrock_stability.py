@@ -5,8 +5,9 @@ Request ``{"prompt", "aspect_ratio", "output_format", "seed", "mode", "image", "
 answer ``{"seeds", "finish_reasons", "images"}``; a non-null finish reason ("Filter reason:
 prompt") is the content filter. OpenAI's ``size`` maps to an aspect ratio (1024x1024 is 1:1,
 1536x1024 3:2, 1024x1536 2:3, and any size with one of Stability's ratios); the model picks
-the pixels, which the item reports. PNG or JPEG; no transparency, no compression level, no
-mask; no intermediate images.
+the pixels, which the item reports (read from the PNG's header, so PNG is always what is
+asked; JPEG and WebP are converted from it, convert.py, ``output_compression`` as their
+quality). No transparency, no mask, no intermediate images.
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ from responses_gateway.tools.image_generation.backends.base import (
     ImageFailure,
     unsupported,
 )
-from responses_gateway.tools.image_generation.backends.bedrock import BedrockImages
+from responses_gateway.tools.image_generation.backends.bedrock import (
+    BedrockImages,
+    as_png,
+    check_format,
+)
+from responses_gateway.tools.image_generation.backends.convert import convert_b64
 from responses_gateway.tools.image_generation.params import ImageParams, dimensions
 
 RATIOS = ("16:9", "1:1", "21:9", "2:3", "3:2", "4:5", "5:4", "9:16", "9:21")
@@ -51,12 +57,7 @@ class StabilityImages(BedrockImages):
 
     def check(self, params: ImageParams, *, editing: bool) -> None:
         backend = f"bedrock {self.model_id}"
-        if params.output_format not in ("png", "jpeg"):
-            raise unsupported(params, "output_format", params.output_format, backend,
-                              "it makes PNG or JPEG images")
-        if params.output_compression not in (None, 100):
-            raise unsupported(params, "output_compression", params.output_compression, backend,
-                              "it has no compression level")
+        check_format(params, backend)
         if params.background == "transparent":
             raise unsupported(params, "background", params.background, backend,
                               "it makes opaque images only")
@@ -73,12 +74,12 @@ class StabilityImages(BedrockImages):
     def body(self, drawing: Drawing) -> dict[str, Any]:
         params = drawing.params
         body: dict[str, Any] = {"prompt": drawing.prompt[:10_000],
-                                "output_format": params.output_format}
+                                "output_format": "png"}
         if self.seed is not None:
             body["seed"] = min(self.seed, MAX_SEED)
         if drawing.image is not None and self.edits:
-            body.update(mode="image-to-image", image=base64.b64encode(drawing.image).decode(),
-                        strength=EDIT_STRENGTH)
+            source = base64.b64encode(as_png(drawing.image)).decode()
+            body.update(mode="image-to-image", image=source, strength=EDIT_STRENGTH)
         else:
             body["aspect_ratio"] = aspect_ratio(params.size) or "1:1"
         return body
@@ -97,7 +98,8 @@ class StabilityImages(BedrockImages):
             raise ImageFailure("The image model returned no image.",
                                code="image_generation_failed")
         params = drawing.params
-        return Drawn(images[0], size=_png_size(images[0]) or params.size,
+        return Drawn(convert_b64(images[0], params.output_format, params.output_compression),
+                     size=_png_size(images[0]) or params.size,
                      quality="medium" if params.quality == "auto" else params.quality,
                      output_format=params.output_format, background="opaque",
                      revised_prompt=drawing.prompt)
