@@ -368,7 +368,11 @@ def test_cost_and_identity_controls_reach_the_upstream(
     response = client.responses.create(
         model="down", service_tier="flex", prompt_cache_key="pk", user="u-1",
         safety_identifier="sid", reasoning={"effort": "xhigh"},
-        input=[{"role": "user", "content": [
+        input=[{"role": "developer", "content": [
+                    {"type": "input_text", "text": "Rules.",
+                     "prompt_cache_breakpoint": {"mode": "explicit"}},  # type: ignore[typeddict-unknown-key]
+                    {"type": "input_text", "text": "More rules."}]},
+               {"role": "user", "content": [
             {"type": "input_text", "text": "Long context.",
              "prompt_cache_breakpoint": {"mode": "explicit"}},  # type: ignore[typeddict-unknown-key]
             {"type": "input_text", "text": "Question?"}]}],
@@ -382,8 +386,9 @@ def test_cost_and_identity_controls_reach_the_upstream(
         "service_tier": "flex", "prompt_cache_key": "pk", "user": "u-1",
         "safety_identifier": "sid", "prompt_cache_options": {"ttl": "30m"},
         "reasoning_effort": "high"}  # a generic server knows low/medium/high
-    # A generic server is not sent OpenAI's per-part breakpoint.
+    # A generic server is not sent OpenAI's per-part breakpoint; its system text stays a string.
     assert "prompt_cache_breakpoint" not in json.dumps(sent["messages"])
+    assert sent["messages"][0] == {"role": "system", "content": "Rules.\nMore rules."}
 
 
 def test_openai_dialect_keeps_breakpoints_and_effort_levels() -> None:
@@ -397,6 +402,14 @@ def test_openai_dialect_keeps_breakpoints_and_effort_levels() -> None:
     vllm_body = dialect_named("vllm").prepare({**body, "reasoning_effort": "none"})
     assert "reasoning_effort" not in vllm_body
     assert "prompt_cache_breakpoint" not in vllm_body["messages"][0]["content"][0]
+    # System text kept as parts for a breakpoint: OpenAI gets the parts, others one string.
+    system = {"role": "system", "content": [
+        {"type": "text", "text": "a", "prompt_cache_breakpoint": {"mode": "explicit"}},
+        {"type": "text", "text": "b"}]}
+    assert dialect_named("openai").prepare({**body, "messages": [system]})["messages"] == [
+        system]
+    assert dialect_named("vllm").prepare({**body, "messages": [system]})["messages"] == [
+        {"role": "system", "content": "a\nb"}]
 
 
 def test_the_response_reports_the_service_tier_the_upstream_says() -> None:

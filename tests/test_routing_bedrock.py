@@ -133,6 +133,57 @@ def test_explicit_breakpoints_alone_and_ttls_never_increase(
     }
 
 
+def test_breakpoints_on_system_and_developer_parts_place_points_in_system(
+    client: OpenAI, bedrock: FakeBedrock
+) -> None:
+    """System and developer messages stay parts as far as Converse's ``system`` list: a point
+    right after each marked part, with its own TTL (or the request's), none added after."""
+    bedrock.json(CLAUDE, converse_json({"text": "Done."}))
+    client.responses.create(
+        model=CLAUDE, instructions="Preamble.",
+        input=[{"role": "system", "content": [
+                    {"type": "input_text", "text": "Policy.",
+                     "prompt_cache_breakpoint": {"mode": "explicit", "ttl": "12h"}},
+                    {"type": "input_text", "text": "Tail."}]},
+               {"role": "developer", "content": [
+                    {"type": "input_text", "text": "Dev rules.",
+                     "prompt_cache_breakpoint": {"mode": "explicit"}}]},
+               {"role": "user", "content": "Q?"}],
+        extra_body={"prompt_cache_options": {"mode": "explicit"}})
+
+    assert only(bedrock).body == {
+        "system": [{"text": "Preamble."}, {"text": "Policy."}, point("1h"), {"text": "Tail."},
+                   {"text": "Dev rules."}, point()],
+        "messages": [user("Q?")],
+    }
+
+
+def test_system_breakpoints_count_first_and_the_implicit_points_fill_up_to_four(
+    client: OpenAI, bedrock: FakeBedrock
+) -> None:
+    bedrock.stream(CLAUDE, converse_stream(text("Ok.")))
+    marked = {"mode": "explicit"}
+    sdk_events(client.responses.create(
+        model=CLAUDE, stream=True, tools=[WEATHER_TOOL], prompt_cache_key="k",
+        input=[{"role": "developer", "content": [
+                    {"type": "input_text", "text": "A.", "prompt_cache_breakpoint": marked},
+                    {"type": "input_text", "text": "B.", "prompt_cache_breakpoint": marked},
+                    {"type": "input_text", "text": "C.", "prompt_cache_breakpoint": marked}]},
+               {"role": "user", "content": "Hi"}],
+        extra_body={"prompt_cache_options": {"ttl": "30m"}}))
+
+    # Three client points in system (the last one also ends it: no second point there); the
+    # end of the history (which covers tools and system too) makes four, Bedrock's limit: the
+    # tools get none.
+    one_hour = point("1h")
+    assert only(bedrock, "converse-stream").body == {
+        "system": [{"text": "A."}, one_hour, {"text": "B."}, one_hour, {"text": "C."},
+                   one_hour],
+        "messages": [user("Hi", one_hour)],
+        "toolConfig": {"tools": [WEATHER_SPEC]},
+    }
+
+
 def test_nova_caches_system_and_history_but_not_tools(
     client: OpenAI, bedrock: FakeBedrock
 ) -> None:
@@ -155,13 +206,18 @@ def test_no_cache_points_for_models_without_caching(
     bedrock.json(model, converse_json({"text": "Ok."}))
     client.responses.create(
         model=model, instructions="Be brief.", prompt_cache_key="k",
-        input=[{"role": "user", "content": [
+        input=[{"role": "developer", "content": [
+                    {"type": "input_text", "text": "Rules.",
+                     "prompt_cache_breakpoint": {"mode": "explicit"}},
+                    {"type": "input_text", "text": "More rules."}]},
+               {"role": "user", "content": [
             {"type": "input_text", "text": "Doc.", "prompt_cache_breakpoint": {"mode": "explicit"}},
             {"type": "input_text", "text": "Q?"}]}],
         extra_body={"prompt_cache_options": {"ttl": "30m"}})
 
     body = only(bedrock).body
     assert "cachePoint" not in json.dumps(body)
+    assert body["system"] == [{"text": "Be brief."}, {"text": "Rules."}, {"text": "More rules."}]
     assert body["messages"] == [user("Doc.", "Q?")]
 
 

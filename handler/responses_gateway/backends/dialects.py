@@ -144,6 +144,8 @@ def _without_breakpoints(message: dict[str, Any]) -> dict[str, Any]:
     if content.__class__ is not list or not any(
             isinstance(p, dict) and "prompt_cache_breakpoint" in p for p in content):
         return message
+    if message.get("role") == "system":  # kept as parts only for the breakpoint (to_chat.py)
+        return {**message, "content": "\n".join(p.get("text") or "" for p in content)}
     return {**message, "content": [
         {k: v for k, v in p.items() if k != "prompt_cache_breakpoint"}
         if isinstance(p, dict) else p for p in content]}

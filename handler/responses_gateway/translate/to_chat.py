@@ -7,7 +7,8 @@ The body is OpenAI's own form (``max_completion_tokens``, ``content: null`` besi
 - ``developer`` messages become ``system`` messages: OpenAI's chat API accepts ``developer``,
   many compatible servers (vLLM templates, Groq, Mistral, Bedrock via our adapter) do not, and
   the two mean the same to a model. ``instructions`` is the first system message.
-- System text parts are joined with newlines into one string (chat templates expect strings);
+- System text parts are joined with newlines into one string (chat templates expect strings),
+  unless one carries a ``prompt_cache_breakpoint``: then they stay text parts (docs/routing.md);
   a user message with one text part is sent as a string, otherwise as a parts array.
 - ``input_file`` becomes a chat ``file`` part. ``file_data`` is passed through; a ``file_url``
   travels in ``file_data`` as well (the shape OpenRouter and LiteLLM accept for URLs; OpenAI's
@@ -423,15 +424,7 @@ class _Messages:
         if role == "user":
             self.messages.append({"role": "user", "content": self._user_content(content, param)})
         else:
-            text = (
-                content
-                if isinstance(content, str)
-                else "\n".join(
-                    _text_of(part, f"{param}[{j}]", ("input_text",))
-                    for j, part in enumerate(_parts(content, param))
-                )
-            )
-            self.messages.append({"role": "system", "content": text})
+            self.messages.append({"role": "system", "content": _system_content(content, param)})
 
     def _assistant_message(self, content: Any, param: str) -> None:
         texts: list[str] = []
@@ -666,6 +659,25 @@ def _parts(content: Any, param: str) -> list[dict[str, Any]]:
             code="invalid_type",
         )
     return content
+
+
+def _system_content(content: Any, param: str) -> Any:
+    """A system or developer message's text, joined into one string; kept as text parts when
+    one carries a ``prompt_cache_breakpoint`` (Bedrock places a ``cachePoint`` after it, OpenAI
+    takes it on the part; dialects.py joins the parts again for servers that take neither)."""
+    if isinstance(content, str):
+        return content
+    parts = _parts(content, param)
+    texts = [_text_of(part, f"{param}[{j}]", ("input_text",)) for j, part in enumerate(parts)]
+    if not any(isinstance(part.get("prompt_cache_breakpoint"), dict) for part in parts):
+        return "\n".join(texts)
+    chat_parts: list[dict[str, Any]] = []
+    for part, text in zip(parts, texts, strict=True):
+        chat_part: dict[str, Any] = {"type": "text", "text": text}
+        if isinstance(part.get("prompt_cache_breakpoint"), dict):
+            chat_part["prompt_cache_breakpoint"] = part["prompt_cache_breakpoint"]
+        chat_parts.append(chat_part)
+    return chat_parts
 
 
 def _text_of(part: dict[str, Any], param: str, kinds: tuple[str, ...]) -> str:

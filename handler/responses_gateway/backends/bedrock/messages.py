@@ -75,7 +75,7 @@ class TurnBuilder:
         role = message.get("role")
         param = f"messages[{index}]"
         if role in ("system", "developer"):
-            self.system.extend({"text": t} for t in _texts(message.get("content")) if t.strip())
+            self._system_blocks(message.get("content"))
         elif role == "user":
             self._append("user", self._user_blocks(message.get("content"), param))
         elif role == "assistant":
@@ -115,11 +115,26 @@ class TurnBuilder:
                                    param=p, code="unsupported_value")
             else:
                 raise GatewayError(400, f"Unsupported content part type {kind!r}.", param=p)
-            marked = part.get("prompt_cache_breakpoint") or part.get("cache_control")
-            if marked and blocks and self.take_cache_point():
-                own = marked.get("ttl") if isinstance(marked, Mapping) else None
-                blocks.append(cache_point(CACHE_TTLS.get(own or "") or self.cache_ttl))
+            self._mark(blocks, part)
         return blocks
+
+    def _system_blocks(self, content: Any) -> None:
+        """System text blocks; a part marked as a cache breakpoint is followed by a point."""
+        parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        for part in parts or ():
+            text = _texts([part])
+            if text and text[0].strip():
+                self.system.append({"text": text[0]})
+            self._mark(self.system, part)
+
+    def _mark(self, blocks: list[Block], part: Mapping[str, Any]) -> None:
+        """A ``cachePoint`` after the blocks so far when ``part`` asks for a breakpoint (its
+        own TTL, else the request's), if the model caches and a point is left."""
+        marked = part.get("prompt_cache_breakpoint") or part.get("cache_control")
+        if (marked and blocks and "cachePoint" not in blocks[-1]
+                and self.take_cache_point()):
+            own = marked.get("ttl") if isinstance(marked, Mapping) else None
+            blocks.append(cache_point(CACHE_TTLS.get(own or "") or self.cache_ttl))
 
     def _assistant_blocks(self, message: Mapping[str, Any]) -> list[Block]:
         blocks: list[Block] = []

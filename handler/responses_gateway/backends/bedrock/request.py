@@ -130,7 +130,7 @@ def build_converse_request(
     system = builder.system
     if _json_object(body):
         system.append({"text": JSON_OBJECT_INSTRUCTION})
-    if system and cache and builder.take_cache_point():
+    if system and cache and "cachePoint" not in system[-1] and builder.take_cache_point():
         system.append(cache_point(builder.cache_ttl))
     if system:
         kwargs["system"] = system
