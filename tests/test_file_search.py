@@ -1,8 +1,10 @@
 """file_search run by the gateway (issue 31), end to end: openai-python against the gateway,
-the scripted Chat Completions upstream as the model, vector stores on the local engine with
-embeddings from tests/helpers/embedding_server.py (a DETERMINISTIC HASHING EMBEDDER served over
-the OpenAI embeddings API on 127.0.0.1, not a trained model). Every streamed event is validated
-against the SDK's models and the stream grammar."""
+the scripted Chat Completions upstream as the model, vector stores on both engines (one suite:
+``local``, SQLite; ``aws``, DynamoDB + S3 on a moto server and S3 Vectors on
+tests/helpers/s3vectors_server.py, its real wire format) with embeddings from
+tests/helpers/embedding_server.py (a DETERMINISTIC HASHING EMBEDDER served over the OpenAI
+embeddings API on 127.0.0.1, not a trained model). Every streamed event is validated against
+the SDK's models and the stream grammar."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from openai import OpenAI
 
 from tests.helpers.e2e import check_response, check_stream, e2e_settings, sdk_events
 from tests.helpers.embedding_server import EmbeddingServer
+from tests.helpers.file_storage import ENGINES, storage_settings
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.scripted_upstream import ScriptedUpstream
 
@@ -39,14 +42,25 @@ def embeddings() -> Iterator[EmbeddingServer]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def gateway(upstream: ScriptedUpstream, embeddings: EmbeddingServer,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
-    db = tmp_path_factory.mktemp("file_search") / "gateway.db"
-    settings = e2e_settings(upstream, db, api_keys=(KEY_A, KEY_B),
-                            embedding_url=embeddings.base_url, embedding_model="hashing-384")
-    with GatewayServer(settings) as server:
-        yield server
+@pytest.fixture(scope="module", params=ENGINES)
+def gateway(request: pytest.FixtureRequest, upstream: ScriptedUpstream,
+            embeddings: EmbeddingServer, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[GatewayServer]:
+    """A gateway on one engine: local (SQLite) or AWS (DynamoDB, S3, S3 Vectors)."""
+    tmp = tmp_path_factory.mktemp("file_search")
+    with storage_settings(request.param, tmp) as storage:
+        settings = e2e_settings(upstream, tmp / "gateway.db", api_keys=(KEY_A, KEY_B),
+                                embedding_url=embeddings.base_url,
+                                embedding_model="hashing-384", **storage)
+        with GatewayServer(settings) as server:
+            yield server
+
+
+@pytest.fixture(autouse=True)
+def fresh_upstream(upstream: ScriptedUpstream) -> None:
+    """Each test starts with the upstream's scripts unplayed (the suite runs once per engine,
+    and a ``times=1`` script is counted per marker)."""
+    upstream.reset()
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """The OpenAI Agents SDK's ``FileSearchTool`` through the gateway, unmodified but for the base
-URL (issue 31): the gateway searches the store and the answer cites the document holding it.
-The scripted upstream is the model; embeddings come from the DETERMINISTIC HASHING EMBEDDER
+URL (issue 31): the gateway searches the store and the answer cites the document holding it,
+on both vector store engines (local and AWS, test_file_search's gateway fixture). The scripted
+upstream is the model; embeddings come from the DETERMINISTIC HASHING EMBEDDER
 of tests/helpers/embedding_server.py."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tests.test_file_search import (  # noqa: E402, F401
     QUESTION,
     alice,
     embeddings,
+    fresh_upstream,
     gateway,
     library,
     searching,
