@@ -39,12 +39,18 @@ _COLUMNS = "id, tenant, filename, bytes, purpose, created_at, expires_at"
 class SQLiteDatabase:
     """One connection used by one thread at a time, calls run off the event loop."""
 
-    def __init__(self, path: str, schema: str) -> None:
+    def __init__(self, path: str, schema: str,
+                 connect: Callable[[str], sqlite3.Connection] | None = None) -> None:
+        """``connect``: another sqlite3-compatible module's connection (the vector engine's,
+        with sqlite-vec loaded); by default the standard library's."""
         self.path = path
         self._lock = threading.Lock()
-        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
-                                    timeout=30)
-        self.conn.row_factory = sqlite3.Row
+        if connect is None:
+            self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                                        timeout=30)
+            self.conn.row_factory = sqlite3.Row
+        else:
+            self.conn = connect(path)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.executescript(schema)

@@ -1,10 +1,13 @@
-"""Vector stores on this machine, in the SQLite database of ``GATEWAY_STORE``: the catalog
+"""Vector stores on this machine, in their own SQLite database beside the store of
+``GATEWAY_STORE`` (``PATH.vectors``, see :func:`database_path`): the catalog
 (``vector_stores``, ``vs_files``, ``vs_batches``), the chunks with their vectors (float32,
-unit length, ``vs_chunks``), SQLite's FTS5 index over the chunk text for the keyword half of
-hybrid search, and the embedding cache (``vs_embeddings``: model+text -> vector).
+unit length, ``vs_chunks``), the sqlite-vec index over them (:mod:`.vec_index`), SQLite's FTS5
+index over the chunk text for the keyword half of hybrid search, and the embedding cache
+(``vs_embeddings``: model+text -> vector).
 
-Search is exact: the store's vectors are held as one matrix per store (rebuilt when its chunks
-change) and scored with one matrix product (numpy, imported on the first search).
+The database is opened with sqlean (a second SQLite library: SQLite's own guidance is that two
+copies of SQLite in one process must not open the same file, since closing one drops the
+POSIX locks the other holds, hence a file of its own).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 import orjson
 
 from responses_gateway.files.local import SQLiteDatabase
+from responses_gateway.vectors import vec_index
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS vector_stores (
@@ -77,8 +81,7 @@ class LocalVectorEngine:
     """The catalog and the index of the local engine (one SQLite database)."""
 
     def __init__(self, path: str) -> None:
-        self.db = SQLiteDatabase(path, _SCHEMA)
-        self._matrices: dict[tuple[str, str], tuple[int, Any, list[int], list[str]]] = {}
+        self.db = SQLiteDatabase(database_path(path), _SCHEMA, connect=vec_index.connect)
 
     # -- stores ---------------------------------------------------------------------------
 
@@ -129,7 +132,6 @@ class LocalVectorEngine:
                           (tenant, store_id))
             return bool(gone)
 
-        self._matrices.pop((tenant, store_id), None)
         return await self.db.run(write, write=True)
 
     # -- files and batches ------------------------------------------------------------------
@@ -156,8 +158,6 @@ class LocalVectorEngine:
                     (tenant, store_id, r["file_id"], r["filename"], r["created_at"],
                      _json(r["attributes"]), _json(r["chunking"]), r.get("batch_id"),
                      r["lease_until"]))
-            c.execute("UPDATE vector_stores SET version = version + 1 WHERE tenant = ? AND "
-                      "id = ?", (tenant, store_id))
             return True
 
         return await self.db.run(write, write=True)
@@ -197,8 +197,6 @@ class LocalVectorEngine:
                              "file_id = ?", (tenant, store_id, file_id)).rowcount
             c.execute("DELETE FROM vs_chunks WHERE tenant = ? AND store_id = ? AND file_id = ?",
                       (tenant, store_id, file_id))
-            c.execute("UPDATE vector_stores SET version = version + 1 WHERE tenant = ? AND "
-                      "id = ?", (tenant, store_id))
             return bool(gone)
 
         return await self.db.run(write, write=True)
@@ -265,15 +263,17 @@ class LocalVectorEngine:
             c.executemany(
                 "INSERT INTO vs_chunks (tenant, store_id, file_id, idx, text, vector) VALUES "
                 "(?, ?, ?, ?, ?, ?)",
-                [(tenant, store_id, file_id, ch.index, ch.text, pack(_unit(ch.vector)))
+                [(tenant, store_id, file_id, ch.index, ch.text, _unit_blob(ch.vector))
                  for ch in chunks])
+            vec_index.add(c, tenant, store_id, (
+                (cid, file_id, _as_array(blob)) for cid, blob in c.execute(
+                    "SELECT id, vector FROM vs_chunks WHERE tenant = ? AND store_id = ? AND "
+                    "file_id = ?", (tenant, store_id, file_id))))
             c.executemany("INSERT OR IGNORE INTO vs_embeddings (key, vector) VALUES (?, ?)",
                           [(ch.key, pack(ch.vector)) for ch in chunks])
             c.execute("UPDATE vs_files SET status = 'completed', usage_bytes = ?, "
                       "last_error = NULL WHERE tenant = ? AND store_id = ? AND file_id = ?",
                       (usage, tenant, store_id, file_id))
-            c.execute("UPDATE vector_stores SET version = version + 1 WHERE tenant = ? AND "
-                      "id = ?", (tenant, store_id))
             return True
 
         return await self.db.run(write, write=True)
@@ -296,16 +296,13 @@ class LocalVectorEngine:
                 limit: int) -> list[tuple[int, str, str, float, float]]:
         import numpy as np
 
-        ids, owners, matrix = self._matrix(c, tenant, store_id)
-        best: dict[int, float] = {}
-        if len(ids) and queries:
-            q = np.asarray([_unit(v) for v in queries], dtype=np.float32)
-            if q.shape[1] == matrix.shape[1]:
-                sims = (matrix @ q.T).max(axis=1)
-                allowed = np.fromiter((o in files for o in owners), bool, len(owners))
-                sims = np.where(allowed, sims, -np.inf)
-                top = np.argsort(-sims)[:limit]
-                best = {int(ids[i]): float(sims[i]) for i in top if np.isfinite(sims[i])}
+        units = [_as_array(_unit_blob(q)) for q in queries]
+        completed = c.execute("SELECT COUNT(*) FROM vs_files WHERE tenant = ? AND store_id = ? "
+                              "AND status = 'completed'", (tenant, store_id)).fetchone()[0]
+        narrowed = sorted(files) if len(files) < completed else None
+        near: set[int] = set()
+        for unit in units:
+            near.update(vec_index.candidates(c, tenant, store_id, unit, limit, narrowed))
         keyword: dict[int, float] = {}
         words = _WORD.findall(text)
         if want_text and words:
@@ -318,54 +315,45 @@ class LocalVectorEngine:
             rows = [r for r in rows if r[2] in files][:limit]
             top_score = max((r[1] for r in rows), default=0.0) or 1.0
             keyword = {r[0]: max(0.0, r[1] / top_score) for r in rows}
-        chosen = set(best) | set(keyword)
+        chosen = near | set(keyword)
         if not chosen:
             return []
-        out = []
+        scored = []
         for cid, file_id, chunk_text, blob in c.execute(
                 f"SELECT id, file_id, text, vector FROM vs_chunks WHERE id IN "
                 f"({','.join('?' * len(chosen))})", list(chosen)):
-            sim = best.get(cid)
-            if sim is None and queries:
-                vec = np.frombuffer(blob, dtype=np.float32)
-                sim = max(float(vec @ np.asarray(_unit(v), np.float32)) for v in queries
-                          if len(v) == len(vec)) if any(len(v) == len(vec) for v in queries) \
-                    else -1.0
-            out.append((cid, file_id, chunk_text, sim if sim is not None else -1.0,
-                        keyword.get(cid, 0.0)))
-        return out
-
-    def _matrix(self, c: sqlite3.Connection, tenant: str, store_id: str
-                ) -> tuple[list[int], list[str], Any]:
-        import numpy as np
-
-        version = c.execute("SELECT version FROM vector_stores WHERE tenant = ? AND id = ?",
-                            (tenant, store_id)).fetchone()
-        version = version[0] if version else -1
-        cached = self._matrices.get((tenant, store_id))
-        if cached is not None and cached[0] == version:
-            return cached[2], cached[3], cached[1]
-        rows = c.execute("SELECT id, file_id, vector FROM vs_chunks WHERE tenant = ? AND "
-                         "store_id = ?", (tenant, store_id)).fetchall()
-        ids = [r[0] for r in rows]
-        owners = [r[1] for r in rows]
-        dims = {len(r[2]) for r in rows}
-        if len(dims) == 1:
-            matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(
-                len(rows), -1)
-        else:  # none yet, or vectors of two models: only the newest model's dimension
-            matrix = np.zeros((0, 1), dtype=np.float32)
-            ids, owners = [], []
-        self._matrices[(tenant, store_id)] = (version, matrix, ids, owners)
-        return ids, owners, matrix
+            if file_id not in files:
+                continue
+            vector = np.frombuffer(blob, dtype=np.float32)
+            sims = [float(vector @ u) for u in units if len(u) == len(vector)]
+            scored.append((cid, file_id, chunk_text, max(sims, default=-1.0),
+                           keyword.get(cid, 0.0)))
+        by_vector = sorted((s for s in scored if s[0] in near), key=lambda s: -s[3])[:limit]
+        kept = {s[0] for s in by_vector} | set(keyword)
+        return [s for s in scored if s[0] in kept]
 
     async def aclose(self) -> None:
         self.db.close()
 
 
-def _unit(vector: list[float]) -> list[float]:
-    norm = sum(x * x for x in vector) ** 0.5 or 1.0
-    return [x / norm for x in vector]
+def database_path(store_path: str) -> str:
+    """The vector engine's database beside the store's (``:memory:`` stays in memory)."""
+    return store_path if store_path == ":memory:" else store_path + ".vectors"
+
+
+def _unit_blob(vector: list[float]) -> bytes:
+    """The vector at unit length, as float32 bytes (cosine similarity is then a product)."""
+    import numpy as np
+
+    array = np.asarray(vector, dtype=np.float32)
+    norm = float(np.linalg.norm(array)) or 1.0
+    return (array / norm).astype(np.float32).tobytes()
+
+
+def _as_array(blob: bytes) -> Any:
+    import numpy as np
+
+    return np.frombuffer(blob, dtype=np.float32)
 
 
 def _page(c: sqlite3.Connection, table: str, id_column: str, where: tuple[str, ...],
