@@ -245,6 +245,65 @@ def test_background_and_conversation(client: OpenAI) -> None:
     assert later["status"] == "completed"
 
 
+
+def tool_result(upstream: ScriptedUpstream, marker: str, call_id: str) -> str:
+    """What the model read for ``call_id`` in the last upstream request holding ``marker``."""
+    body = [b for b in upstream.requests if marker in str(b["messages"])][-1]
+    [result] = [m for m in body["messages"]
+                if m["role"] == "tool" and m.get("tool_call_id") == call_id]
+    return str(result["content"])
+
+
+def test_later_requests_read_what_the_model_read(client: OpenAI,
+                                                 upstream: ScriptedUpstream) -> None:
+    """previous_response_id, a conversation and the item given back in input all give the
+    model back the results it read (titles, URLs, excerpts), not only the query."""
+    conversation = client.conversations.create()
+    first = check_response(client.responses.create(
+        model="m", input=searching("read-once", answer_citing()), conversation=conversation.id,
+        tools=[{"type": "web_search"}], include=["web_search_call.action.sources"]))
+    [call] = web_search_items(first)
+    read = tool_result(upstream, "read-once", call["id"])
+    assert RESULTS[1]["text"] in read and f"URL: {RESULTS[1]['url']}" in read
+    chained = check_response(client.responses.create(
+        model="m", input="[[script:text text=ok]] chained-later", previous_response_id=first["id"],
+        tools=[{"type": "web_search"}]))
+    assert chained["status"] == "completed"
+    assert tool_result(upstream, "chained-later", call["id"]) == read
+    check_response(client.responses.create(
+        model="m", input="[[script:text text=ok]] conversation-later",
+        conversation=conversation.id, tools=[{"type": "web_search"}]))
+    assert tool_result(upstream, "conversation-later", call["id"]) == read
+    # Stateless (store=false, the items given back, as the Codex CLI does); the item alone
+    # (no sources kept) still reads as the results.
+    given_back = [i for i in first["output"] if i["type"] != "web_search_call"]
+    bare = dict(call, action={"type": "search", "query": call["action"]["query"]})
+    check_response(client.responses.create(
+        model="m", store=False, tools=[{"type": "web_search"}],
+        input=[{"role": "user", "content": "search please"}, bare, *given_back,
+               {"role": "user", "content": "[[script:text text=ok]] stateless-later"}]))
+    assert tool_result(upstream, "stateless-later", call["id"]) == read
+
+
+def test_what_the_model_read_is_bounded() -> None:
+    """Kept past its response within GATEWAY_MAX_TOOL_OUTPUT_BYTES, oldest forgotten first;
+    an item whose text is gone reads as the search it was."""
+    from responses_gateway.tools.server import ReadOutputs
+    from responses_gateway.tools.web_search.tool import WebSearchHistory
+
+    kept = ReadOutputs()
+    for n in range(5):
+        kept.keep(f"ws_{n}", "é" * 50, most_bytes=250)  # 100 UTF-8 bytes each
+    assert [kept.get(f"ws_{n}") is not None for n in range(5)] == [False] * 3 + [True] * 2
+    kept.keep("ws_big", "x" * 1000, most_bytes=250)  # the newest stays: the next turn reads it
+    assert kept.get("ws_big") and kept.get("ws_4") is None
+    call = WebSearchHistory().read(
+        {"id": "ws_never_read_here", "type": "web_search_call", "status": "completed",
+         "action": {"type": "search", "query": "q",
+                    "sources": [{"type": "url", "url": "https://a.example/"}]}}, "input[0]")
+    assert call is not None and "https://a.example/" in call.output
+    assert "no longer at hand" in call.output
+
 def test_without_provider_web_search_stays_hosted(upstream: ScriptedUpstream,
                                                   tmp_path: Any) -> None:
     settings = e2e_settings(upstream, tmp_path / "h.db")

@@ -163,25 +163,34 @@ class ServerTool:
 
 
 class ReadOutputs:
-    """What the model read of a tool's calls in this process while their response runs (text
-    too long to keep in the item: the next model turn reads it back, a later request reads the
-    item); bounded, oldest forgotten first, should a response never end."""
+    """What the model read of a tool's calls in this process (text too long to keep in the
+    item: the next model turn reads it back; a tool may keep it past its response, so a later
+    request reads what was read, not only what the item says); bounded in entries and, with
+    ``most_bytes`` at ``keep``, in UTF-8 bytes, oldest forgotten first (the newest is always
+    kept: the next model turn reads it)."""
 
     def __init__(self, most: int = 4096) -> None:
         self._read: dict[str, str] = {}
         self._most = most
+        self._bytes = 0
 
-    def keep(self, item_id: str, output: str) -> None:
-        while len(self._read) >= self._most:
-            self._read.pop(next(iter(self._read)))
+    def keep(self, item_id: str, output: str, most_bytes: int | None = None) -> None:
+        self.forget([item_id])
+        size = len(output.encode())
+        while self._read and (len(self._read) >= self._most or (
+                most_bytes is not None and self._bytes + size > most_bytes)):
+            self._bytes -= len(self._read.pop(next(iter(self._read))).encode())
         self._read[item_id] = output
+        self._bytes += size
 
     def get(self, item_id: str) -> str | None:
         return self._read.get(item_id)
 
     def forget(self, item_ids: list[str]) -> None:
         for item_id in item_ids:
-            self._read.pop(item_id, None)
+            gone = self._read.pop(item_id, None)
+            if gone is not None:
+                self._bytes -= len(gone.encode())
 
 
 @dataclass(frozen=True, slots=True)

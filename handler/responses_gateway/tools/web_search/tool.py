@@ -15,9 +15,12 @@ such link to a URL this response's calls returned becomes a ``url_citation`` ann
 spanning the link (translate/stream.py asks :meth:`WebSearchTool.annotate`); a link to
 anything else is left alone, so no citation is ever made up.
 
-What the model read stays with the response that searched (an in-process map, emptied when
-the response ends): a later response reads an earlier ``web_search_call`` as the search it
-was (query, the sources when kept), and searches again for more.
+What the model read (the numbered results, a page's text) is kept by ``web_search_call`` id in
+this process (tools/server.py ReadOutputs), past the response, at most
+``GATEWAY_MAX_TOOL_OUTPUT_BYTES`` of it, oldest forgotten first: a later request
+(``previous_response_id``, a conversation, the item given back in ``input``) gives the model
+back what it read. An item whose text this process no longer has (another process wrote it, or
+it was forgotten) reads as the search it was: its query, and its sources when kept.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ SEARCH, OPEN, FIND = "web_search", "open_page", "find_in_page"
 CONTEXT = {"low": (3, 300, 4_000), "medium": (6, 800, 12_000), "high": (10, 2_000, 32_000)}
 CITE = ("Cite the sources you use as Markdown links with their exact URL, e.g. "
         "[Title](https://example.com/page).")
-# What the model read, by web_search_call id, while its response runs (see the docstring).
+# What the model read, by web_search_call id, past its response (see the docstring).
 _READ = ReadOutputs()
 _LINK_LABEL = re.compile(r"\[([^\[\]\n]{1,500})\]\(")
 
@@ -114,7 +117,6 @@ class WebSearchTool(ServerTool):
         self.settings = settings
         self.sources: dict[str, str] = {}  # url -> title, every source this response returned
         self.pages: dict[str, pages.Page] = {}
-        self.made: list[str] = []  # web_search_call ids whose output is in _READ
         self._client: Any = None
         self._provider: Provider | None = None
 
@@ -275,12 +277,9 @@ class WebSearchTool(ServerTool):
         return self._client
 
     def _remember(self, item_id: str, output: str) -> None:
-        _READ.keep(item_id, output)
-        self.made.append(item_id)
+        _READ.keep(item_id, output, most_bytes=self.settings.max_tool_output_bytes)
 
     async def aclose(self) -> None:
-        _READ.forget(self.made)
-        self.made = []
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
@@ -339,8 +338,8 @@ def _arguments(text: str) -> dict[str, Any]:
 
 
 class WebSearchHistory:
-    """A ``web_search_call`` as the model reads it: the call, and what it read (in the
-    response that searched), else what the item says was done."""
+    """A ``web_search_call`` as the model reads it: the call, and what it read (kept in this
+    process), else what the item says was done."""
 
     def read(self, item: Mapping[str, Any], param: str) -> HistoryCall | None:
         call_id, action = item.get("id"), item.get("action")
