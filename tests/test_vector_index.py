@@ -71,6 +71,7 @@ def test_search_matches_exact_scores_with_and_without_filters(tmp_path: Path) ->
                 assert all(fid in everything for _, fid, _, _, _ in found)
                 for _, fid, text, sim, _ in found:
                     f, i = map(int, text.split()[1].split("-"))
+                    assert fid == f"file-{f}"
                     assert sim == pytest.approx(float(vectors[f * PER_FILE + i] @ query),
                                                 abs=1e-5)
         finally:
