@@ -8,7 +8,10 @@ the backend directly, then through a backends/router.py Router whose first deplo
 same backend instance (a second one, never needed, behind it), reading every chunk. Rounds
 alternate so drift hits both alike. Prints the median time per request of each and their ratio
 (1.00: routing adds nothing measurable), then the router's own overhead against a backend that
-answers from memory, where nothing else hides it.
+answers from memory, where nothing else hides it. "shared" is the same router with its
+deployments' health shared through a SQLite store's file (store/health.py), as a gateway on a
+store runs it: read once per interval, never on a request's path, nothing written while the
+first deployment answers.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import argparse
 import asyncio
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -29,6 +33,7 @@ from responses_gateway.backends.base import Backend, BackendRequest, BaseBackend
 from responses_gateway.backends.openai_compat import OpenAICompatBackend
 from responses_gateway.backends.route_config import Deployment
 from responses_gateway.backends.router import Router
+from responses_gateway.store.health import HealthStore, SQLiteHealth
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True,
         "stream_options": {"include_usage": True}}
@@ -44,10 +49,10 @@ class _Memory(BaseBackend):
         yield self.CHUNKS
 
 
-def routed(backend: Backend) -> Router:
+def routed(backend: Backend, shared: HealthStore | None = None) -> Router:
     first = Deployment(name="first", kind="openai", model="m")
     second = Deployment(name="second", kind="openai", model="m2")
-    return Router("bench", [(first, backend), (second, backend)])
+    return Router("bench", [(first, backend), (second, backend)], shared=shared)
 
 
 async def per_request(backend: Backend, requests: int) -> float:
@@ -59,21 +64,29 @@ async def per_request(backend: Backend, requests: int) -> float:
     return (time.perf_counter() - start) / requests
 
 
-async def compare(plain: Backend, requests: int, rounds: int) -> tuple[float, float]:
-    router = routed(plain)
-    await per_request(plain, min(requests, 200))  # warm: connections, dialect, caches
-    await per_request(router, min(requests, 200))
-    direct: list[float] = []
-    via: list[float] = []
-    for _ in range(rounds):
-        direct.append(await per_request(plain, requests))
-        via.append(await per_request(router, requests))
-    return statistics.median(direct), statistics.median(via)
+async def compare(plain: Backend, requests: int, rounds: int) -> tuple[float, float, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        health = SQLiteHealth(str(Path(tmp) / "gateway.db"))
+        router, shared = routed(plain), routed(plain, health)
+        await per_request(plain, min(requests, 200))  # warm: connections, dialect, caches
+        await per_request(router, min(requests, 200))
+        await per_request(shared, min(requests, 200))
+        direct: list[float] = []
+        via: list[float] = []
+        via_shared: list[float] = []
+        for _ in range(rounds):
+            direct.append(await per_request(plain, requests))
+            via.append(await per_request(router, requests))
+            via_shared.append(await per_request(shared, requests))
+        await health.aclose()
+    return statistics.median(direct), statistics.median(via), statistics.median(via_shared)
 
 
-def report(what: str, direct: float, via: float) -> None:
-    print(f"{what}: direct {direct * 1e6:8.1f} us/request, routed {via * 1e6:8.1f} us/request,"
-          f" ratio {via / direct:.3f} ({(via - direct) * 1e6:+.1f} us)")
+def report(what: str, direct: float, via: float, shared: float) -> None:
+    print(f"{what}: direct {direct * 1e6:8.1f} us/request, routed {via * 1e6:8.1f} us/request"
+          f" (ratio {via / direct:.3f}, {(via - direct) * 1e6:+.1f} us), shared health"
+          f" {shared * 1e6:8.1f} us/request (ratio {shared / direct:.3f},"
+          f" {(shared - direct) * 1e6:+.1f} us)")
 
 
 async def run(requests: int, rounds: int) -> None:

@@ -470,6 +470,9 @@ class _TracedStore(Store, ConversationStore):
     def usage_store(self) -> UsageStore | None:
         return self._inner.usage_store()
 
+    def health_store(self) -> Any:
+        return self._inner.health_store()
+
     async def put(self, record: StoredResponse) -> None:
         async with subsegment("store.put"):
             await self._inner.put(record)

@@ -11,6 +11,7 @@ two routes naming the same Bedrock Region share that Region's client.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from responses_gateway.backends.kinds import KINDS, REGISTERED, ROUTE_PREFIX
@@ -20,6 +21,7 @@ __all__ = ["KINDS", "Backends", "make"]
 if TYPE_CHECKING:
     from responses_gateway.backends.base import Backend
     from responses_gateway.settings import Settings
+    from responses_gateway.store.health import HealthStore
 
 
 def make(kind: str, settings: Settings) -> Backend:
@@ -31,10 +33,14 @@ def make(kind: str, settings: Settings) -> Backend:
 
 class Backends:
     """One backend instance per kind (and per distinct routed deployment), and one router per
-    routed model, created on first use and closed with the app."""
+    routed model, created on first use and closed with the app. ``health``: the store's
+    shared deployment health (``Store.health_store``), asked when the first router is made."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings,
+                 health: Callable[[], HealthStore | None] | None = None) -> None:
         self._settings = settings
+        self._health = health
+        self._shared: HealthStore | None = None
         self._made: dict[str, Backend] = {}
         self._routers: dict[str, Backend] = {}
 
@@ -70,9 +76,12 @@ class Backends:
             if backend is None:
                 backend = self._made[instance] = trace_backend(make(deployment.kind, settings))
             deployments.append((deployment, backend))
+        if self._health is not None and self._shared is None:
+            self._shared = self._health()
         router = self._routers[key] = Router(
             name, deployments, cooldown_after=routes.cooldown_after,  # type: ignore[union-attr]
-            cooldown_seconds=routes.cooldown_seconds)  # type: ignore[union-attr]
+            cooldown_seconds=routes.cooldown_seconds,  # type: ignore[union-attr]
+            shared=self._shared)
         return router
 
     async def aclose(self) -> None:
@@ -80,3 +89,6 @@ class Backends:
             await backend.aclose()
         self._made.clear()
         self._routers.clear()
+        if self._shared is not None:
+            await self._shared.aclose()
+            self._shared = None

@@ -12,7 +12,12 @@ Order: the list order, unless weights are given; then a weighted draw picks the 
 the deployments with a weight above 0 (the others follow, in list order): weights spread load,
 the list still names the last resort. A deployment that failed ``cooldown_after`` times in a
 row is skipped for ``cooldown_seconds`` (unless every deployment is cooling down); one success
-clears it.
+clears it. With a store that shares it (store/health.py), every process counts one failure
+count and skips alike: each writes its failures and successes of a failing deployment there,
+and reads the route's records when its view is older than :data:`HEALTH_REFRESH_SECONDS`:
+inline when it has none yet (a new Lambda instance must not try a deployment all others
+skip), in the background after that, so a request whose first deployment answers waits for
+no store call. A store that fails leaves the process with its own view, as without one.
 
 Retries: a deployment that has another behind it is built with ``max_retries`` 0 unless its
 route entry sets one (the next deployment is the retry, and a 429's ``Retry-After`` wait would
@@ -24,6 +29,7 @@ sends it as ``x-gateway-deployment`` when it is known before the headers leave (
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import random
@@ -38,12 +44,15 @@ from responses_gateway.errors import GatewayError, UpstreamError
 
 if TYPE_CHECKING:
     from responses_gateway.settings import Settings
+    from responses_gateway.store.health import Health, HealthStore
 
 logger = logging.getLogger("responses_gateway.router")
 
 #: Where BackendRequest.extra names the deployment that answered (x-gateway-deployment).
 DEPLOYMENT = "deployment"
 _REASON_CHARS = 200
+#: How old this process's view of the shared health may grow before it is read again.
+HEALTH_REFRESH_SECONDS = 2.0
 
 
 def falls_back(exc: BaseException) -> bool:
@@ -109,8 +118,10 @@ class Router(BaseBackend):
         *,
         cooldown_after: int = COOLDOWN_AFTER,
         cooldown_seconds: float = COOLDOWN_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
         rng: Callable[[], float] = random.random,
+        shared: HealthStore | None = None,
+        refresh_seconds: float = HEALTH_REFRESH_SECONDS,
     ) -> None:
         if not deployments:
             raise ValueError(f"route {route!r} has no deployments")
@@ -119,8 +130,13 @@ class Router(BaseBackend):
         self._weighted = any(d.weight is not None for d, _ in deployments)
         self.cooldown_after = cooldown_after
         self.cooldown_seconds = cooldown_seconds
-        self._clock = clock
+        self._clock = clock  # wall clock: a shared ``until`` means the same in every process
         self._rng = rng
+        self.shared = shared
+        self.refresh_seconds = refresh_seconds
+        self._read_at: float | None = None  # when the shared view was last read
+        self._refreshing: asyncio.Task[None] | None = None
+        self._writes = 0  # a read that began before a write must not undo it
 
     # -- the order of one request's attempts ------------------------------------------------
 
@@ -146,15 +162,73 @@ class Router(BaseBackend):
         keyed.sort(reverse=True)
         return [self.deployments[i] for _, i in keyed] + rest
 
-    def _failed(self, routed: Routed) -> None:
+    # -- health, this process's and the shared one ------------------------------------------
+
+    async def _failed(self, routed: Routed) -> None:
         health = routed.health
         health.failures += 1
+        until = self._clock() + self.cooldown_seconds
         if health.failures >= self.cooldown_after:
-            health.until = self._clock() + self.cooldown_seconds
+            health.until = until
+        if self.shared is not None:
+            self._writes += 1
+            try:
+                self._adopt(routed, await self.shared.failed(self.route, routed.deployment.name,
+                                                             until))
+            except Exception as exc:  # sharing must never fail a request
+                _store_failed(exc)
+
+    async def _answered(self, routed: Routed) -> None:
+        health = routed.health
+        if not (health.failures or health.until):
+            return  # the happy path: nothing to clear, no store call
+        health.failures, health.until = 0, 0.0
+        if self.shared is not None:
+            self._writes += 1
+            try:
+                await self.shared.cleared(self.route, routed.deployment.name)
+            except Exception as exc:
+                _store_failed(exc)
+
+    def _adopt(self, routed: Routed, record: Health | None) -> None:
+        """A deployment's shared record (None: healthy) as this process's view."""
+        failures = record.failures if record is not None else 0
+        routed.health.failures = failures
+        routed.health.until = (record.until if record is not None
+                               and failures >= self.cooldown_after else 0.0)
+
+    async def _refresh(self) -> None:
+        """Bring the shared view up to date when it is stale: inline the first time, in the
+        background after that (one read at a time)."""
+        if self.shared is None:
+            return
+        now = self._clock()
+        if self._read_at is not None and now - self._read_at < self.refresh_seconds:
+            return
+        if self._read_at is None:
+            await self._read(now)
+        elif (self._refreshing is None or self._refreshing.done()
+              or self._refreshing.get_loop() is not asyncio.get_running_loop()):
+            self._refreshing = asyncio.create_task(self._read(now))
+
+    async def _read(self, now: float) -> None:
+        assert self.shared is not None
+        self._read_at = now  # a failing store is asked again only after the interval
+        writes = self._writes
+        try:
+            records = await self.shared.read(self.route)
+        except Exception as exc:
+            _store_failed(exc)
+            return
+        if writes != self._writes:
+            return  # this process wrote meanwhile: its view is newer than what was read
+        for routed in self.deployments:
+            self._adopt(routed, records.get(routed.deployment.name))
 
     # -- streaming --------------------------------------------------------------------------
 
     async def stream(self, request: BackendRequest) -> AsyncIterator[list[Chunk]]:
+        await self._refresh()
         attempts = self.order()
         for number, routed in enumerate(attempts):
             deployment = routed.deployment
@@ -170,7 +244,7 @@ class Router(BaseBackend):
                 await _close(chunks)
                 if not falls_back(exc):
                     raise
-                self._failed(routed)
+                await self._failed(routed)
                 if number + 1 == len(attempts):
                     logger.warning("routed model: its last deployment failed", extra={
                         "route": self.route, "deployment": deployment.name,
@@ -181,8 +255,7 @@ class Router(BaseBackend):
                                               "next_deployment": attempts[number + 1]
                                               .deployment.name, **_reason(exc)})
                 continue
-            routed.health.failures = 0
-            routed.health.until = 0.0
+            await self._answered(routed)
             request.extra[DEPLOYMENT] = deployment.name
             try:
                 if first is not None:
@@ -235,6 +308,11 @@ async def _close(chunks: AsyncIterator[list[Chunk]]) -> None:
     if aclose is not None:
         with contextlib.suppress(Exception):
             await aclose()
+
+
+def _store_failed(exc: Exception) -> None:
+    logger.warning("routed model: the shared deployment health could not be read or written; "
+                   "this process goes on with its own view", extra={"reason": repr(exc)[:200]})
 
 
 def _reason(exc: BaseException) -> dict[str, Any]:

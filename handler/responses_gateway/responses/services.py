@@ -20,9 +20,10 @@ def build_gateway(
 ) -> Gateway:
     """The gateway for ``settings``; ``store`` and ``backends`` replace the configured ones."""
     observability.configure(settings)
+    store = store or observability.trace_store(build_store(settings))
     return Gateway(
         settings,
-        store or observability.trace_store(build_store(settings)),
-        backends or Backends(settings),
+        store,
+        backends or Backends(settings, health=store.health_store),
         Sealer.from_secret(settings.seal_key),
     )

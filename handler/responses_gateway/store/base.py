@@ -29,6 +29,7 @@ from responses_gateway.errors import GatewayError
 from responses_gateway.ids import request_id
 
 if TYPE_CHECKING:
+    from responses_gateway.store.health import HealthStore
     from responses_gateway.store.usage import UsageStore
 
 logger = logging.getLogger("responses_gateway.store")
@@ -259,6 +260,11 @@ class Store(_Bounded, ABC):
 
     def usage_store(self) -> UsageStore | None:
         """The usage ledger beside this store (store/usage.py); None: usage is not kept."""
+        return None
+
+    def health_store(self) -> HealthStore | None:
+        """Routed deployments' health beside this store, shared by every process using it
+        (store/health.py); None: each process keeps its own."""
         return None
 
     async def aclose(self) -> None:

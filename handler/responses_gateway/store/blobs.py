@@ -203,6 +203,9 @@ class BlobbedStore(Store, ConversationStore):
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
+    def health_store(self) -> Any:  # the base class's None would hide the inner store's
+        return self._inner.health_store()
+
     @property
     def _conversations(self) -> ConversationStore:
         return self._inner  # type: ignore[return-value]  # every store the gateway builds is one

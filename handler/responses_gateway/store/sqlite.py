@@ -41,6 +41,7 @@ from responses_gateway.store.base import (
 )
 
 if TYPE_CHECKING:
+    from responses_gateway.store.health import HealthStore
     from responses_gateway.store.usage import UsageStore
 
 DEFAULT_PATH = "./gateway.db"
@@ -158,6 +159,12 @@ class SQLiteStore(Store, ConversationStore):
         from responses_gateway.store.usage_sqlite import SQLiteUsage
 
         return SQLiteUsage.of(self.path)
+
+    def health_store(self) -> HealthStore:
+        """Routed deployments' health in this file (store/health.py)."""
+        from responses_gateway.store.health import SQLiteHealth
+
+        return SQLiteHealth(self.path)
 
     # -- plumbing ----------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from responses_gateway.store.dynamodb.events import _Events
 from responses_gateway.store.dynamodb.table import create_table, make_client
 
 if TYPE_CHECKING:
+    from responses_gateway.store.dynamodb.health import DynamoDBHealth
     from responses_gateway.store.dynamodb.usage import DynamoDBUsage
 
 
@@ -42,6 +43,12 @@ class DynamoDBStore(_Events, Store, ConversationStore):
             self._usage = DynamoDBUsage(self.table_name, client=self.client,
                                         retention_days=self.retention_s // 86400)
         return self._usage
+
+    def health_store(self) -> DynamoDBHealth:
+        """Routed deployments' health in this table, on this store's client (store/health.py)."""
+        from responses_gateway.store.dynamodb.health import DynamoDBHealth
+
+        return DynamoDBHealth(self.table_name, client=self.client)
 
 
 __all__ = ["INPUT_ITEM_LIMIT", "DynamoDBStore", "_pack", "create_table", "make_client"]
