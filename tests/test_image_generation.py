@@ -308,6 +308,11 @@ def test_images_live_beside_the_sqlite_file(client: OpenAI, gateway: GatewayServ
     assert result.encode() not in db.read_bytes()  # the record holds a reference
     blobs = list(Path(f"{db}.blobs").rglob("*"))
     assert any(p.is_file() and p.read_bytes() == result.encode() for p in blobs)
+    # DELETE /v1/responses/{id} deletes its image files too.
+    mine = Path(f"{db}.blobs") / response["id"]
+    assert [p.read_bytes() for p in mine.iterdir()] == [result.encode()]
+    client.responses.delete(response["id"])
+    assert not mine.exists()
 
 
 # -- the Agents SDK --------------------------------------------------------------------------

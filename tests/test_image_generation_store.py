@@ -22,7 +22,8 @@ import pytest
 from openai import OpenAI
 
 from responses_gateway.store.base import StoredResponse, StoreUnavailable
-from responses_gateway.store.blobs import MARK, BlobbedStore, MemoryBlobs
+from responses_gateway.store.base import StoredConversation
+from responses_gateway.store.blobs import MARK, BlobbedStore, DirectoryBlobs, MemoryBlobs
 from responses_gateway.store.sqlite import SQLiteStore
 from responses_gateway.tools.image_generation.backends import forget_backends
 from tests.helpers.e2e import (
@@ -78,6 +79,57 @@ def test_large_values_move_out_and_come_back_whole(tmp_path: Any) -> None:
         with pytest.raises(StoreUnavailable):
             await store.get("resp_1", "t")
         await store.aclose()
+
+    asyncio.run(run())
+
+
+def test_blobs_go_with_what_holds_them(tmp_path: Any) -> None:
+    """A response's blobs go with it (not with another tenant's delete); a conversation
+    item's with the item, the rest with the conversation; expired responses' by age."""
+    import os
+
+    async def run() -> None:
+        root = tmp_path / "s.db.blobs"
+        store = BlobbedStore(SQLiteStore(str(tmp_path / "s.db")), DirectoryBlobs(root),
+                             threshold=1000)
+        big = "A" * 5000
+        other = "B" * 5000
+        item = {"id": "ig_1", "type": "image_generation_call", "status": "completed",
+                "result": big}
+        for rid in ("resp_1", "resp_2"):
+            await store.put(record([item], rid))
+        await store.append_events("resp_1", [{"type": "response.output_item.done",
+                                              "sequence_number": 0, "item": item}])
+        files = {p.relative_to(root).parts[0] for p in root.rglob("*") if p.is_file()}
+        assert files == {"resp_1", "resp_2"}
+        assert not await store.delete("resp_1", "another-tenant")
+        assert (root / "resp_1").is_dir()
+        assert await store.delete("resp_1", "t")
+        assert not (root / "resp_1").exists()
+        assert (await store.get("resp_2", "t")) is not None  # the same image, its own copy
+
+        conv = StoredConversation(id="conv_1", tenant="t", created_at=1, metadata={})
+        await store.create_conversation(conv, [
+            {"id": "ig_1", "type": "image_generation_call", "result": big},
+            {"id": "ig_2", "type": "image_generation_call", "result": other}])
+        assert {p.name for p in (root / "conv_1").iterdir()} == {"ig_1", "ig_2"}
+        assert (await store.delete_conversation_item("conv_1", "t", "ig_1")) is not None
+        assert {p.name for p in (root / "conv_1").iterdir()} == {"ig_2"}
+        found = await store.conversation_items("conv_1", "t")
+        assert found is not None and [i["result"] for i in found[1]] == [other]
+        assert await store.delete_conversation("conv_1", "t")
+        assert not (root / "conv_1").exists()
+        await store.aclose()
+
+        # An expired response's blobs go by age (its record expired before them).
+        blobs = DirectoryBlobs(root)
+        old = 1_000_000.0
+        for path in (root / "resp_2").iterdir():
+            os.utime(path, (old, old))
+        assert blobs.sweep(30, now=old + 29 * 86400) == 0
+        assert blobs.sweep(None) == 0
+        assert blobs.sweep(30, now=old + 31 * 86400) == 1
+        assert not (root / "resp_2").exists()
 
     asyncio.run(run())
 
@@ -204,3 +256,45 @@ def test_dynamodb_keeps_references_and_s3_the_images(
 
     raw = asyncio.run(DynamoDBStore(table).get(first["id"], OPEN_TENANT))
     assert raw is not None and raw.response["output"][0]["result"].startswith(MARK)
+
+
+def s3_keys(bucket: str, prefix: str = "blobs/") -> list[str]:
+    answer = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix)
+    return [o["Key"] for o in answer.get("Contents", [])]
+
+
+def test_deletes_take_the_images_out_of_s3(aws_gateway: tuple[GatewayServer, str, str]) -> None:
+    """DELETE /v1/responses/{id}, a conversation item's delete and a conversation's delete
+    remove their S3 objects; what another response holds stays."""
+    server, _, bucket = aws_gateway
+    with client_for(server) as client:
+        tools: Any = [{"type": "image_generation"}]
+        first = check_response(client.responses.create(
+            model="m", input=draw("a lighthouse", "del-1"), tools=tools))
+        kept = check_response(client.responses.create(
+            model="m", input=draw("a lighthouse", "del-2"), tools=tools))
+        conversation = client.conversations.create()
+        check_response(client.responses.create(
+            model="m", input=draw("a lighthouse", "del-3"), tools=tools,
+            conversation=conversation.id))
+        check_response(client.responses.create(
+            model="m", input=draw("make it night", "del-4", edit=True), tools=tools,
+            conversation=conversation.id))
+        assert s3_keys(bucket, f"blobs/{first['id']}/")
+        assert s3_keys(bucket, f"blobs/{kept['id']}/")
+
+        client.responses.delete(first["id"])
+        assert s3_keys(bucket, f"blobs/{first['id']}/") == []
+        assert image_call(client.responses.retrieve(kept["id"]).to_dict())["result"]
+
+        items = client.conversations.items.list(conversation.id).to_dict(mode="json")["data"]
+        drawn = [i["id"] for i in items if i["type"] == "image_generation_call"]
+        assert len(drawn) == 2
+        for item_id in drawn:
+            assert s3_keys(bucket, f"blobs/{conversation.id}/{item_id}/")
+        client.conversations.items.delete(drawn[0], conversation_id=conversation.id)
+        assert s3_keys(bucket, f"blobs/{conversation.id}/{drawn[0]}/") == []
+        assert s3_keys(bucket, f"blobs/{conversation.id}/{drawn[1]}/")
+        client.conversations.delete(conversation.id)
+        assert s3_keys(bucket, f"blobs/{conversation.id}/") == []
+        assert s3_keys(bucket, f"blobs/{kept['id']}/")

@@ -10,18 +10,28 @@ its values exactly as first sent.
 
 References cannot be forged by a client: a stored string that begins like a reference is
 escaped on write (one more marker character) and unescaped on read, so only references this
-module wrote are ever resolved. Blobs are content-addressed, so the copies of one image (the
-item, its ``output_item.done`` event, the terminal Response, the conversation's item) are one
-blob; deleting a response leaves its blobs (another record may hold the same ones): an S3
-lifecycle rule or a sweep removes them.
+module wrote are ever resolved.
+
+Blobs belong to what holds them, so they go when it goes: a key is ``<owner>/<sha256>``, the
+owner a response id (its Response, record, input items and events: the copies of one image in
+the item, its ``output_item.done`` event and the terminal Response are one blob) or
+``<conversation id>/<item id>`` (a conversation's item). Deleting a response, a conversation
+or a conversation item deletes its blobs first (a failure is the store's 503, the record
+stays); an expired response's go by age, as its record does (``DirectoryBlobs.sweep`` on
+start; in S3 the ImagesBucket's lifecycle rule on ``blobs/resp_``). References written before
+owners (a bare ``<sha256>``) are still read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
+import re
+import shutil
 import tempfile
+import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable
@@ -41,6 +51,15 @@ MARK = "\x00blob:"  # a reference: MARK + sha256 hex
 ESCAPE = "\x00"  # a client's string that starts with ESCAPE gets one more on write
 DEFAULT_THRESHOLD = 64 * 1024  # bytes (characters) of one string value
 WRITTEN_KEPT = 4096  # blob keys remembered as written (so repeated writes skip the put)
+RESPONSE_PREFIX = "resp_"  # owners that expire with their response (ids.py's prefix)
+_SAFE_OWNER = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
+
+def owner_key(*parts: str) -> str:
+    """The owner path of ids (``resp_1``, ``conv_1/msg_2``): ids as they are when they are
+    plain, else their hash (a key never leaves its owner's directory or prefix)."""
+    return "/".join(p if _SAFE_OWNER.fullmatch(p) else hashlib.sha256(p.encode()).hexdigest()
+                    for p in parts)
 
 
 class Blobs(ABC):
@@ -51,6 +70,10 @@ class Blobs(ABC):
 
     @abstractmethod
     async def get(self, key: str) -> bytes | None: ...
+
+    @abstractmethod
+    async def delete_owner(self, owner: str) -> None:
+        """Delete every blob of ``owner`` (the keys ``<owner>/...``)."""
 
     async def aclose(self) -> None:
         return None
@@ -68,6 +91,10 @@ class MemoryBlobs(Blobs):
     async def get(self, key: str) -> bytes | None:
         return self.data.get(key)
 
+    async def delete_owner(self, owner: str) -> None:
+        for key in [k for k in self.data if k.startswith(owner + "/")]:
+            del self.data[key]
+
 
 class DirectoryBlobs(Blobs):
     """One file per blob under ``root`` (written to a temporary name, then renamed)."""
@@ -76,7 +103,9 @@ class DirectoryBlobs(Blobs):
         self.root = Path(root)
 
     def _path(self, key: str) -> Path:
-        return self.root / key[:2] / key
+        if "/" in key:
+            return self.root / key  # <owner>/<sha256>
+        return self.root / key[:2] / key  # written before owners
 
     async def put(self, key: str, data: bytes) -> None:
         await asyncio.to_thread(self._put, key, data)
@@ -97,6 +126,30 @@ class DirectoryBlobs(Blobs):
             return await asyncio.to_thread(path.read_bytes)
         except FileNotFoundError:
             return None
+
+    async def delete_owner(self, owner: str) -> None:
+        await asyncio.to_thread(self._delete_owner, owner)
+
+    def _delete_owner(self, owner: str) -> None:
+        with contextlib.suppress(FileNotFoundError):  # it had no blobs
+            shutil.rmtree(self.root / owner)
+
+    def sweep(self, retention_days: int | None, now: float | None = None) -> int:
+        """Delete the blobs of responses older than ``retention_days`` (their records have
+        expired: a blob is never written before its record); returns how many owners went."""
+        if retention_days is None or not self.root.is_dir():
+            return 0
+        cutoff = (time.time() if now is None else now) - retention_days * 86400
+        gone = 0
+        for owner in self.root.glob(RESPONSE_PREFIX + "*"):
+            try:
+                newest = max((f.stat().st_mtime for f in owner.iterdir()), default=0.0)
+            except OSError:
+                continue
+            if newest < cutoff:
+                shutil.rmtree(owner, ignore_errors=True)
+                gone += 1
+        return gone
 
 
 class S3Blobs(Blobs):
@@ -129,6 +182,21 @@ class S3Blobs(Blobs):
 
         return await asyncio.to_thread(read)
 
+    async def delete_owner(self, owner: str) -> None:
+        def delete() -> None:
+            client = self.client()
+            pages = client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=f"{self.prefix}{owner}/")
+            for page in pages:
+                keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+                if keys:  # a page holds at most 1,000 keys, as many as one delete takes
+                    answer = client.delete_objects(Bucket=self.bucket,
+                                                   Delete={"Objects": keys, "Quiet": True})
+                    if answer.get("Errors"):
+                        raise OSError(f"S3 kept {len(answer['Errors'])} blob(s) of {owner}")
+
+        await asyncio.to_thread(delete)
+
 
 def blobs_for(settings: Any) -> Blobs:
     """Where this deployment keeps large values: S3 (``GATEWAY_IMAGE_BUCKET``), else beside
@@ -137,7 +205,9 @@ def blobs_for(settings: Any) -> Blobs:
         return S3Blobs(settings.image_bucket)
     kind, _, path = settings.store.partition(":")
     if kind == "sqlite" and path and path != ":memory:":
-        return DirectoryBlobs(f"{path}.blobs")
+        blobs = DirectoryBlobs(f"{path}.blobs")
+        blobs.sweep(getattr(settings, "retention_days", None))  # as SQLite purges on open
+        return blobs
     return MemoryBlobs()
 
 
@@ -147,15 +217,16 @@ def blobs_for(settings: Any) -> Blobs:
 class _Out:
     """One write's large strings: replaced by references, their bytes collected."""
 
-    def __init__(self, threshold: int) -> None:
+    def __init__(self, threshold: int, owner: str) -> None:
         self.threshold = threshold
+        self.owner = owner
         self.found: dict[str, bytes] = {}
 
     def __call__(self, value: Any) -> Any:
         if isinstance(value, str):
             if len(value) >= self.threshold:
                 data = value.encode()
-                key = hashlib.sha256(data).hexdigest()
+                key = f"{self.owner}/{hashlib.sha256(data).hexdigest()}"
                 self.found[key] = data
                 return MARK + key
             return ESCAPE + value if value.startswith(ESCAPE) else value
@@ -212,10 +283,28 @@ class BlobbedStore(Store, ConversationStore):
 
     # -- the two directions ------------------------------------------------------------------
 
-    async def _out(self, value: Any) -> Any:
-        out = _Out(self.threshold)
+    async def _out(self, value: Any, owner: str) -> Any:
+        """``value`` with its large strings as references to blobs of ``owner``."""
+        out = _Out(self.threshold, owner)
         moved = out(value)
-        fresh = {k: v for k, v in out.found.items() if k not in self._written}
+        await self._put(out.found)
+        return moved
+
+    async def _items_out(self, conversation_id: str, items: list[dict[str, Any]]
+                         ) -> list[dict[str, Any]]:
+        """A conversation's items, each item's blobs its own (deleted with it)."""
+        found: dict[str, bytes] = {}
+        moved = []
+        for item in items:
+            item_id = item.get("id") if isinstance(item, dict) else None
+            out = _Out(self.threshold, owner_key(conversation_id, str(item_id or "_")))
+            moved.append(out(item))
+            found.update(out.found)
+        await self._put(found)
+        return moved
+
+    async def _put(self, found: dict[str, bytes]) -> None:
+        fresh = {k: v for k, v in found.items() if k not in self._written}
         if fresh:
             try:
                 await asyncio.gather(*(self.blobs.put(k, v) for k, v in fresh.items()))
@@ -225,7 +314,16 @@ class BlobbedStore(Store, ConversationStore):
                 self._written[key] = None
             while len(self._written) > WRITTEN_KEPT:
                 self._written.popitem(last=False)
-        return moved
+
+    async def _delete_owner(self, owner: str) -> None:
+        """Delete ``owner``'s blobs before its record: a failure leaves the record (the
+        client's retry deletes both), never a record whose blobs are gone unnoticed."""
+        try:
+            await self.blobs.delete_owner(owner)
+        except Exception as exc:
+            raise StoreUnavailable(f"blob delete failed: {type(exc).__name__}: {exc}") from exc
+        for key in [k for k in self._written if k.startswith(owner + "/")]:
+            del self._written[key]  # written again if the owner ever is
 
     async def _back(self, value: Any) -> Any:
         keys: set[str] = set()
@@ -246,7 +344,8 @@ class BlobbedStore(Store, ConversationStore):
     async def _record_out(self, record: StoredResponse | None) -> StoredResponse | None:
         if record is None:
             return None
-        moved = await self._out([record.response, record.request, record.input_items])
+        moved = await self._out([record.response, record.request, record.input_items],
+                                owner_key(record.id))
         return StoredResponse(
             id=record.id, tenant=record.tenant, response=moved[0], request=moved[1],
             input_items=moved[2], previous_response_id=record.previous_response_id,
@@ -269,6 +368,8 @@ class BlobbedStore(Store, ConversationStore):
         return await self._record_back(await self._inner.get(response_id, tenant))
 
     async def delete(self, response_id: str, tenant: str) -> bool:
+        if await self._inner.get(response_id, tenant) is not None:  # this tenant's, alive
+            await self._delete_owner(owner_key(response_id))
         return await self._inner.delete(response_id, tenant)
 
     async def get_items(self, item_ids: list[str], tenant: str) -> dict[str, dict[str, Any]]:
@@ -281,18 +382,19 @@ class BlobbedStore(Store, ConversationStore):
         expect_status: frozenset[str] | set[str] | None = None, lease_until: float | None = None,
     ) -> bool:
         return await self._inner.update_response(
-            response_id, await self._out(response), expect_status=expect_status,
-            lease_until=lease_until)
+            response_id, await self._out(response, owner_key(response_id)),
+            expect_status=expect_status, lease_until=lease_until)
 
     async def append_events(
         self, response_id: str, events: list[dict[str, Any]], *,
         response: dict[str, Any] | None = None, lease_until: float | None = None,
         turn: TurnSettle | None = None,
     ) -> None:
-        events, response = await self._out([events, response])
+        events, response = await self._out([events, response], owner_key(response_id))
         settles = {}
         if turn is not None:
-            items = None if turn.items is None else await self._out(turn.items)
+            items = None if turn.items is None else await self._items_out(
+                turn.conversation_id, turn.items)
             settles["turn"] = TurnSettle(turn.conversation_id, turn.tenant, turn.token,
                                          turn.length, items)
         await self._inner.append_events(response_id, events, response=response,
@@ -318,7 +420,8 @@ class BlobbedStore(Store, ConversationStore):
     async def create_conversation(
         self, conversation: StoredConversation, items: list[dict[str, Any]]
     ) -> None:
-        await self._conversations.create_conversation(conversation, await self._out(items))
+        await self._conversations.create_conversation(
+            conversation, await self._items_out(conversation.id, items))
 
     async def get_conversation(self, conversation_id: str, tenant: str
                                ) -> StoredConversation | None:
@@ -329,6 +432,8 @@ class BlobbedStore(Store, ConversationStore):
         return await self._conversations.update_conversation(conversation_id, tenant, metadata)
 
     async def delete_conversation(self, conversation_id: str, tenant: str) -> bool:
+        if await self._conversations.get_conversation(conversation_id, tenant) is not None:
+            await self._delete_owner(owner_key(conversation_id))
         return await self._conversations.delete_conversation(conversation_id, tenant)
 
     async def conversation_items(
@@ -350,7 +455,8 @@ class BlobbedStore(Store, ConversationStore):
         record: StoredResponse | None = None,
     ) -> StoredConversation | None:
         return await self._conversations.append_conversation_items(
-            conversation_id, tenant, await self._out(items), token=token, length=length,
+            conversation_id, tenant, await self._items_out(conversation_id, items),
+            token=token, length=length,
             param=param, record=await self._record_out(record))
 
     async def release_conversation(self, conversation_id: str, token: str, *,
@@ -383,6 +489,9 @@ class BlobbedStore(Store, ConversationStore):
     async def delete_conversation_item(
         self, conversation_id: str, tenant: str, item_id: str
     ) -> tuple[StoredConversation, bool] | None:
+        found = await self._conversations.get_conversation_item(conversation_id, tenant, item_id)
+        if found is not None and found[1] is not None:
+            await self._delete_owner(owner_key(conversation_id, item_id))
         return await self._conversations.delete_conversation_item(
             conversation_id, tenant, item_id)
 
