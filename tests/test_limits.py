@@ -1,7 +1,9 @@
 """Per-key limits (issue 34.2): requests and tokens per window and a token budget, from
 GATEWAY_LIMITS; past one, OpenAI's 429 with its x-ratelimit-* headers and retry-after, and
 openai-python's retry succeeds after the reset; two gateway processes sharing one DynamoDB
-table enforce one limit; the WebSocket's creates are limited too."""
+table enforce one limit; the WebSocket's creates are limited too. Tokens are reserved before
+the upstream is called (a burst never passes the limit; a request larger than it never
+reaches the upstream) and settled to what was spent."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import pytest
 from openai import OpenAI
 from websockets.sync.client import connect
 
-from responses_gateway.api.limits import duration
+from responses_gateway.api.limits import duration, estimate_of
 from responses_gateway.config import Settings, SettingsError, settings_from_env
 from responses_gateway.limits import parse_limits
 from tests.helpers.gateway_process import GatewayProcess
@@ -28,6 +30,7 @@ from tests.helpers.scripted_upstream import ScriptedUpstream
 
 KEY = "sk-limited-key-0123456789"
 OTHER = "sk-other-key-0123456789"
+ADMIN = "admin-key-0123456789abcdef"
 TENANT = "t_" + hashlib.sha256(KEY.encode()).hexdigest()[:32]
 
 
@@ -53,10 +56,11 @@ def store(request: pytest.FixtureRequest, tmp_path: Path,
 
 
 def gateway(upstream: ScriptedUpstream, tmp_path: Path, limits: dict[str, object],
-            store: str | None = None) -> GatewayServer:
+            store: str | None = None, *, admin: bool = False) -> GatewayServer:
     return GatewayServer(Settings(
         upstream_url=upstream.base_url, store=store or f"sqlite:{tmp_path / 'g.db'}",
         api_keys=(KEY, OTHER), limits=parse_limits(json.dumps(limits)),
+        admin_keys=(ADMIN,) if admin else (),
     ))
 
 
@@ -100,42 +104,128 @@ def test_openai_python_retries_after_the_reset(upstream: ScriptedUpstream,
                                                tmp_path: Path) -> None:
     with gateway(upstream, tmp_path,
                  {"default": {"requests_per_minute": 2, "window_seconds": 3}}) as gw:
-        at_window_start(3, need=2.5)
+        # Warm (the gateway's and the SDK's first-call imports), so the burst fits a window.
+        OpenAI(base_url=gw.base_url, api_key=OTHER).responses.create(model="m", input="warm")
         no_retry = OpenAI(base_url=gw.base_url, api_key=KEY, max_retries=0)
+        retrying = OpenAI(base_url=gw.base_url, api_key=KEY, max_retries=3)
+        at_window_start(3, need=2.8)
         no_retry.responses.create(model="m", input="one")
         no_retry.responses.create(model="m", input="two")
         with pytest.raises(openai.RateLimitError) as refused:
             no_retry.responses.create(model="m", input="three")
         assert refused.value.response.headers["x-ratelimit-remaining-requests"] == "0"
         started = time.monotonic()
-        retrying = OpenAI(base_url=gw.base_url, api_key=KEY, max_retries=3)
         response = retrying.responses.create(model="m", input="four")
         assert response.status == "completed"
         assert time.monotonic() - started >= 1.5  # it waited for the next window
 
 
-def test_tokens_per_minute_and_the_budget(upstream: ScriptedUpstream, tmp_path: Path,
-                                          store: str) -> None:
-    with gateway(upstream, tmp_path, {"default": {"tokens_per_minute": 5},
+def test_tokens_are_reserved_at_admission_and_settled_to_usage(
+    upstream: ScriptedUpstream, tmp_path: Path, store: str
+) -> None:
+    """A create reserves its estimate before the upstream sees it; its real usage replaces the
+    estimate when it is counted, so the next one is judged by what was spent."""
+    with gateway(upstream, tmp_path, {"default": {"tokens_per_minute": 20},
                                       TENANT: {"tokens_per_minute": 0,
-                                               "tokens_per_period": 5, "period": "day"}},
+                                               "tokens_per_period": 20, "period": "day"}},
                  store) as gw:
         at_window_start(60)
         first = create(gw.base_url, OTHER)
-        assert first.status_code == 200
+        assert first.status_code == 200, first.text
         spent = first.json()["usage"]["total_tokens"]
-        assert spent > 5
-        second = create(gw.base_url, OTHER)  # the window's tokens are counted as it ends
-        assert second.status_code == 429
-        assert second.json()["error"]["type"] == "tokens"
-        assert second.headers["x-ratelimit-limit-tokens"] == "5"
-        assert second.headers["x-ratelimit-remaining-tokens"] == "0"
-        # The budget: one response spends past it, the next is OpenAI's insufficient_quota.
+        estimate = estimate_of(upstream.requests[-1])
+        assert spent < estimate and 2 * spent + estimate > 20 >= spent + estimate
+        # Its answer's headers: the window as it was admitted (its estimate reserved).
+        assert first.headers["x-ratelimit-limit-tokens"] == "20"
+        assert first.headers["x-ratelimit-remaining-tokens"] == str(20 - estimate)
+        second = create(gw.base_url, OTHER)  # fits only because the first was settled
+        assert second.status_code == 200, second.text
+        assert second.headers["x-ratelimit-remaining-tokens"] == str(20 - spent - estimate)
+        seen = len(upstream.requests)
+        third = create(gw.base_url, OTHER)
+        assert third.status_code == 429
+        error = third.json()["error"]
+        assert (error["type"], error["code"]) == ("tokens", "rate_limit_exceeded")
+        assert error["message"].startswith("Rate limit reached for m with this key on tokens "
+                                           f"per min (TPM): Limit 20, Used {2 * spent}, "
+                                           f"Requested {estimate}. Please try again in ")
+        assert third.headers["x-ratelimit-remaining-tokens"] == str(20 - 2 * spent)
+        assert 1 <= int(third.headers["retry-after"]) <= 60
+        assert len(upstream.requests) == seen  # refused before the upstream
+        # The budget the same way: OpenAI's insufficient_quota once the estimate cannot fit.
+        assert create(gw.base_url).status_code == 200
         assert create(gw.base_url).status_code == 200
         over = create(gw.base_url)
         assert over.status_code == 429
         assert over.json()["error"]["code"] == "insufficient_quota"
-        assert over.headers["x-ratelimit-limit-tokens"] == "5"
+        assert f"used {2 * spent}, requested {estimate}" in over.json()["error"]["message"]
+        assert over.headers["x-ratelimit-limit-tokens"] == "20"
+        assert len(upstream.requests) == seen + 2
+
+
+def test_a_request_larger_than_the_limit_never_reaches_the_upstream(
+    upstream: ScriptedUpstream, tmp_path: Path, store: str
+) -> None:
+    with gateway(upstream, tmp_path, {"default": {"tokens_per_minute": 50}}, store) as gw:
+        seen = len(upstream.requests)
+        answer = httpx.post(gw.base_url + "/responses",
+                            json={"model": "m", "input": "word " * 200},
+                            headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
+        assert answer.status_code == 429
+        error = answer.json()["error"]
+        assert (error["type"], error["code"], error["param"]) == (
+            "tokens", "rate_limit_exceeded", None)
+        requested = int(error["message"].split("Requested ")[1].split(".")[0])
+        assert requested > 250  # 1,000 characters of input
+        assert error["message"] == (
+            "Request too large for m with this key on tokens per min (TPM): Limit 50, "
+            f"Requested {requested}. The input or output tokens must be reduced in order to "
+            "run successfully.")
+        assert answer.headers["x-ratelimit-limit-tokens"] == "50"
+        assert answer.headers["x-ratelimit-remaining-tokens"] == "50"  # nothing was counted
+        # The output it allows counts too: a small input with a large max_output_tokens.
+        capped = httpx.post(gw.base_url + "/responses",
+                            json={"model": "m", "input": "hi", "max_output_tokens": 64},
+                            headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
+        assert capped.status_code == 429
+        assert "Request too large" in capped.json()["error"]["message"]
+        assert len(upstream.requests) == seen
+        assert create(gw.base_url).status_code == 200  # a small one still passes
+
+
+def test_a_concurrent_burst_never_passes_the_tokens_limit(
+    upstream: ScriptedUpstream, tmp_path: Path, store: str
+) -> None:
+    """Many creates at once against a small tokens-per-minute limit: each reserves its
+    estimate atomically, so those admitted together never spend more than the limit, and the
+    window keeps exactly what they spent."""
+    limit = 100
+    with gateway(upstream, tmp_path, {"default": {"tokens_per_minute": limit}}, store,
+                 admin=True) as gw:
+        at_window_start(60, need=20)
+        seen = len(upstream.requests)
+
+        def one(n: int) -> httpx.Response:
+            return httpx.post(gw.base_url + "/responses",
+                              json={"model": "m", "input": f"burst {n}",
+                                    "max_output_tokens": 16},
+                              headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
+
+        with ThreadPoolExecutor(12) as pool:
+            answers = list(pool.map(one, range(24)))
+        admitted = [a for a in answers if a.status_code == 200]
+        refused = [a for a in answers if a.status_code != 200]
+        assert refused and all(a.status_code == 429 for a in refused)
+        assert {a.json()["error"]["type"] for a in refused} == {"tokens"}
+        estimate = estimate_of(upstream.requests[-1])
+        assert len(admitted) >= limit // estimate  # reservations alone admit this many
+        spent = sum(a.json()["usage"]["total_tokens"] for a in admitted)
+        assert spent <= limit
+        assert len(upstream.requests) - seen == len(admitted)  # no refused one went upstream
+        counts = httpx.get(gw.base_url + "/admin/limits",
+                           headers={"Authorization": f"Bearer {ADMIN}"}).json()
+        window = next(k for k in counts["keys"] if k["api_key_id"] == TENANT)["window"]
+        assert window["tokens"] == spent  # every reservation settled to what was spent
 
 
 def test_websocket_creates_are_limited(upstream: ScriptedUpstream, tmp_path: Path) -> None:

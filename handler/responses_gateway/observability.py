@@ -229,14 +229,15 @@ class RequestContext:
 class ResponseMetrics:
     """One response's timings; reported once, when its job closes."""
 
-    __slots__ = ("content", "done", "entry", "ledger", "model", "started", "stored", "tenant",
-                 "ttft_ms", "waiting")
+    __slots__ = ("content", "done", "entry", "ledger", "model", "reserved", "started", "stored",
+                 "tenant", "ttft_ms", "waiting")
 
     def __init__(self, response: str, model: str, *, stream: bool, content: Any = None,
                  tenant: str | None = None, ledger: UsageStore | None = None,
-                 stored: bool = False) -> None:
+                 stored: bool = False, reserved: Any = None) -> None:
         self.tenant = tenant  # with ``ledger``: the response's usage is counted (account())
         self.ledger = ledger
+        self.reserved = reserved  # the tokens its key's limits reserved (store/usage.py)
         self.stored = stored
         self.entry: UsageEntry | None = None
         self.started = time.perf_counter()
@@ -309,10 +310,11 @@ class ResponseMetrics:
         entry, self.entry = self.entry, None
         if entry is None or self.ledger is None:
             return
+        from responses_gateway.store.usage import settlement
+
         settings: Settings | None = _state.get("settings")
-        limits = settings.limits if settings is not None else None
-        rule = limits.for_tenant(entry.tenant) if limits is not None else None
-        windows = rule.windows(entry.finished_at) if rule is not None and rule.any else None
+        entry, windows = settlement(entry, settings.limits if settings is not None else None,
+                                    self.reserved)
         try:
             await self.ledger.record(entry, windows)
         except Exception:

@@ -3,21 +3,32 @@ store/usage.py, shared by every process on the store) before anything goes upstr
 limit it is OpenAI's 429 ``rate_limit_exceeded`` with the ``x-ratelimit-*`` headers and
 ``retry-after`` (the openai SDKs wait that long and retry).
 
+Tokens are reserved before the upstream is called: once the request is rendered, its estimate
+(token_estimate.py, plus the output cap it sets) is counted in the key's window and budget
+period if it fits in what is left, atomically, so concurrent requests cannot all pass; the
+response's real usage replaces it when it is counted (store/usage.py ``settlement``). An
+estimate larger than a limit is OpenAI's "Request too large" 429.
+
 The rules are GATEWAY_LIMITS (limits.py). No rule, no store call.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import TYPE_CHECKING, Any
 
 from responses_gateway.errors import GatewayError
 
+logger = logging.getLogger("responses_gateway")
+
 if TYPE_CHECKING:  # loaded with GATEWAY_LIMITS, and the ledger with the first request
+    from collections.abc import Awaitable, Callable
+
     from responses_gateway.limits import Limits, Rule, Windows
-    from responses_gateway.store.base import Store
-    from responses_gateway.store.usage import Counts
+    from responses_gateway.store.base import Store, StoredResponse
+    from responses_gateway.store.usage import Counts, UsageEntry
 
 
 async def admit(store: Store, limits: Limits | None, tenant: str) -> dict[str, str]:
@@ -36,6 +47,75 @@ async def admit(store: Store, limits: Limits | None, tenant: str) -> dict[str, s
     if not counts.admitted:
         raise _refusal(rule, windows, counts, now, headers)
     return headers
+
+
+async def reserve(store: Store, limits: Limits | None, tenant: str, tokens: int,
+                  model: str) -> tuple[dict[str, Any] | None, dict[str, str]]:
+    """Reserve ``tokens`` (a call's estimate) in ``tenant``'s token window and budget: the
+    reservation (its JSON form, for ``settlement``; None when no token limit applies) and the
+    ``x-ratelimit-*`` headers; the 429 when the estimate does not fit in what is left."""
+    rule = limits.for_tenant(tenant) if limits is not None else None
+    if rule is None or not (rule.tokens_per_minute or rule.tokens_per_period):
+        return None, {}
+    ledger = store.usage_store()
+    if ledger is None:
+        return None, {}
+    from responses_gateway.store.usage import Reservation
+
+    now = time.time()
+    windows = rule.windows(now)
+    tokens = max(0, tokens)
+    if ((rule.tokens_per_minute and tokens > rule.tokens_per_minute)
+            or (rule.tokens_per_period and tokens > rule.tokens_per_period)):
+        counts = await ledger.counts(tenant, windows)
+        raise _too_large(rule, tokens, model, rate_headers(rule, windows, counts, now))
+    counts = await ledger.reserve(tenant, rule.caps, windows, tokens)
+    headers = rate_headers(rule, windows, counts, now)
+    if not counts.admitted:
+        raise _refusal(rule, windows, counts, now, headers, requested=tokens, model=model)
+    return Reservation(tokens, windows).to_json(), headers
+
+
+def reserver(store: Store, limits: Limits | None, tenant: str, headers: dict[str, str]
+             ) -> Callable[[StoredResponse], Awaitable[dict[str, Any] | None]] | None:
+    """``Gateway.new_job``'s ``reserve`` for a key's create: the rendered request's estimate
+    reserved (its headers merged into ``headers``, the answer's); None without token limits."""
+    rule = limits.for_tenant(tenant) if limits is not None else None
+    if rule is None or not (rule.tokens_per_minute or rule.tokens_per_period):
+        return None
+
+    async def reserve_record(record: StoredResponse) -> dict[str, Any] | None:
+        reserved, more = await reserve(store, limits, tenant, estimate_of(record.request["chat"]),
+                                       record.response.get("model") or "")
+        headers.update(more)
+        return reserved
+
+    return reserve_record
+
+
+def estimate_of(chat: dict[str, Any]) -> int:
+    """What a chat request may spend, as OpenAI's limits count it: its input's estimate
+    (token_estimate.py) plus the output cap it sets, if any."""
+    from responses_gateway.token_estimate import estimate_chat
+
+    cap = chat.get("max_completion_tokens") or chat.get("max_tokens")
+    return estimate_chat(chat) + (cap if isinstance(cap, int) and cap > 0 else 0)
+
+
+async def count(store: Store, limits: Limits | None, entry: UsageEntry,
+                reserved: dict[str, Any] | None) -> None:
+    """Count a call that is not a response (a compaction, a token count) in the ledger, its
+    reservation settled; a failed write is logged, never the call's failure."""
+    ledger = store.usage_store()
+    if ledger is None:
+        return
+    from responses_gateway.store.usage import settlement
+
+    entry, windows = settlement(entry, limits, reserved)
+    try:
+        await ledger.record(entry, windows)
+    except Exception:
+        logger.exception("could not record the usage of %s", entry.response_id)
 
 
 def with_headers(response: Any, headers: dict[str, str]) -> Any:
@@ -98,14 +178,15 @@ def duration(seconds: float) -> str:
 
 
 def _refusal(rule: Rule, windows: Windows, counts: Counts, now: float,
-             headers: dict[str, str]) -> GatewayError:
+             headers: dict[str, str], *, requested: int = 1, model: str = "") -> GatewayError:
     if counts.refused_by == "budget":
         wait = max(1, math.ceil((windows.period_end or now) - now))
         return GatewayError(
             429,
             f"You exceeded this key's token budget for the {rule.period} "
-            f"({rule.tokens_per_period} tokens, used {counts.budget_tokens}; "
-            "GATEWAY_LIMITS tokens_per_period).",
+            f"({rule.tokens_per_period} tokens, used {counts.budget_tokens}"
+            + (f", requested {requested}" if requested > 1 else "")
+            + "; GATEWAY_LIMITS tokens_per_period).",
             type="insufficient_quota", code="insufficient_quota",
             headers={**headers, "retry-after": str(wait)},
         )
@@ -116,8 +197,34 @@ def _refusal(rule: Rule, windows: Windows, counts: Counts, now: float,
         what, limit, used = "requests per min (RPM)", rule.requests_per_minute, counts.requests
     return GatewayError(
         429,
-        f"Rate limit reached for this key on {what}: Limit {limit}, Used {used}, "
-        f"Requested 1. Please try again in {wait}s.",
+        f"Rate limit reached for {_whom(model)} on {what}: Limit {limit}, Used {used}, "
+        f"Requested {requested}. Please try again in {wait}s.",
         type=counts.refused_by or "requests", code="rate_limit_exceeded",
         headers={**headers, "retry-after": str(wait)},
     )
+
+
+def _too_large(rule: Rule, requested: int, model: str, headers: dict[str, str]
+               ) -> GatewayError:
+    """OpenAI's 429 for a request no window could hold (no retry-after: waiting cannot help;
+    the SDKs still retry a 429, and get it again)."""
+    if rule.tokens_per_minute and requested > rule.tokens_per_minute:
+        return GatewayError(
+            429,
+            f"Request too large for {_whom(model)} on tokens per min (TPM): Limit "
+            f"{rule.tokens_per_minute}, Requested {requested}. The input or output tokens "
+            "must be reduced in order to run successfully.",
+            type="tokens", code="rate_limit_exceeded", headers=headers,
+        )
+    return GatewayError(
+        429,
+        f"Request too large for this key's token budget for the {rule.period}: Limit "
+        f"{rule.tokens_per_period}, Requested {requested}. The input or output tokens must "
+        "be reduced in order to run successfully.",
+        type="insufficient_quota", code="insufficient_quota", headers=headers,
+    )
+
+
+def _whom(model: str) -> str:
+    """OpenAI names the model and the organization; the gateway, the model and the key."""
+    return f"{model} with this key" if model else "this key"

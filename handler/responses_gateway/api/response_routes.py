@@ -36,12 +36,15 @@ async def create_response(request: Request) -> Response:
     body = await json_body(request)
     # The key's limits before anything else runs (api/limits.py): a 429 past one.
     rate = await limits.admit(gateway.store, gateway.settings.limits, tenant)
-    return limits.with_headers(await _create(request, gateway, tenant, body), rate)
+    return limits.with_headers(await _create(request, gateway, tenant, body, rate), rate)
 
 
-async def _create(request: Request, gateway: Gateway, tenant: str, body: Any) -> Response:
+async def _create(request: Request, gateway: Gateway, tenant: str, body: Any,
+                  rate: dict[str, str]) -> Response:
+    # Its tokens are reserved once it is rendered, before the upstream sees it (a 429 here).
+    reserve = limits.reserver(gateway.store, gateway.settings.limits, tenant, rate)
     async with ClientWatch(request) as left:  # a client that leaves stops a compaction
-        job = await gateway.new_job(body, tenant, client_left=left)
+        job = await gateway.new_job(body, tenant, client_left=left, reserve=reserve)
     if job.record.background:
         await background.start(gateway, job)
         if not job.backend_request.stream:

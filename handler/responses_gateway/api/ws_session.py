@@ -222,9 +222,11 @@ class Session:
         job: Job | None = None
         try:
             # The key's limits first (api/limits.py).
-            await limits.admit(self.gateway.store, self.gateway.settings.limits, self.tenant)
-            job = await self.gateway.new_job(body, self.tenant, cached=self.remembered,
-                                             generate=create.generate)
+            settings = self.gateway.settings
+            await limits.admit(self.gateway.store, settings.limits, self.tenant)
+            job = await self.gateway.new_job(
+                body, self.tenant, cached=self.remembered, generate=create.generate,
+                reserve=limits.reserver(self.gateway.store, settings.limits, self.tenant, {}))
             await job.ready()
         except GatewayError as exc:
             if job is not None:

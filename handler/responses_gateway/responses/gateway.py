@@ -13,7 +13,7 @@ tools built (an MCP server listed). What it returns, a :class:`~.job.Job`, runs 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from responses_gateway.vectors.service import VectorStores
 
 BackendFactory = Callable[[str], Backend]
+#: api/limits.py's token reservation for a record about to run (its JSON form, or None)
+Reserve = Callable[[StoredResponse], Awaitable[dict[str, Any] | None]]
 
 
 class Gateway:
@@ -83,12 +85,15 @@ class Gateway:
     async def new_job(
         self, body: Any, tenant: str, *, cached: Mapping[str, StoredResponse] | None = None,
         generate: bool = True, client_left: Departure | None = None,
+        reserve: Reserve | None = None,
     ) -> Job:
         """Validate and translate a create body; every client mistake raises a 4xx here.
 
         ``cached``: responses a WebSocket connection holds, found before the store (they may
         be ``store: false``). ``generate=False``: a warm-up, the model is not called.
         ``client_left``: resolves when the HTTP client leaves (stops a compaction, fitting/).
+        ``reserve``: counts the request's estimated tokens against its key's limits before
+        the upstream sees it (api/limits.py; its 429 is raised here, nothing held after it).
         """
         started = time.time()  # the response's deadline counts from here (compaction too)
         req = parse_create_request(body, hosted_tools=self.settings.hosted_tools,
@@ -110,6 +115,15 @@ class Gateway:
             record = self._record(req, tenant, items, route.backend, fitted, catalog, tools)
             if turn is not None:
                 await turn.lock(record)  # the request is ready: hold the conversation till it ends
+            if reserve is not None and generate and record.request["model_runs"] is not False:
+                try:
+                    reserved = await reserve(record)
+                except BaseException:
+                    if turn is not None:
+                        await turn.release()
+                    raise
+                if reserved is not None:  # settled when the response is counted
+                    record.request["reserved"] = reserved
         except BaseException:
             if tools is not None:
                 await tools.aclose()

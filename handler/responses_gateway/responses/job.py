@@ -100,6 +100,7 @@ class Job:
         self.metrics = ResponseMetrics(
             record.id, record.response.get("model") or "", stream=stream, content=chat,
             tenant=record.tenant, ledger=gateway.store.usage_store(), stored=store,
+            reserved=record.request.get("reserved"),
         )
         self.chunks: AsyncIterator[list[Chunk]] | None = None  # this model turn's upstream
         self._first: asyncio.Future[list[Chunk]] | None = None

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from responses_gateway.limits import Caps, Windows
+from responses_gateway.limits import Caps, Limits, Windows
 
 HOUR = 3600
 DAY = 86400
@@ -45,10 +45,14 @@ class UsageEntry:
     background: bool = False
     counts: dict[str, int] = field(default_factory=dict)  # COUNTERS
     tool_calls: dict[str, int] = field(default_factory=dict)  # by item type
+    #: what the call was: a response, or a compaction or token count (api/context_routes.py)
+    endpoint: str = "responses"
+    #: tokens reserved at admission (Reservation): the windows get ``tokens - reserved``
+    reserved: int = 0
 
     @classmethod
     def of(cls, response: dict[str, Any], *, tenant: str, model: str, status: str,
-           stored: bool = False) -> UsageEntry:
+           stored: bool = False, endpoint: str = "responses") -> UsageEntry:
         usage = response.get("usage") or {}
         tools: dict[str, int] = {}
         for item in response.get("output") or ():
@@ -76,12 +80,19 @@ class UsageEntry:
                 "image_generations": tools.get("image_generation_call", 0),
             },
             tool_calls=tools,
+            endpoint=endpoint,
         )
 
     @property
     def tokens(self) -> int:
         """What the rate limits and the budget count: input plus output tokens."""
         return self.counts.get("input_tokens", 0) + self.counts.get("output_tokens", 0)
+
+    @property
+    def unreserved(self) -> int:
+        """What recording adds to the windows: the real tokens less those reserved (negative
+        when the estimate was high: the difference goes back)."""
+        return self.tokens - self.reserved
 
     @property
     def hour(self) -> int:
@@ -93,7 +104,7 @@ class UsageEntry:
             "id": self.response_id, "created_at": self.created_at, "api_key_id": self.tenant,
             "model": self.model, "status": self.status, "stored": self.stored,
             "background": self.background, "usage": dict(self.counts),
-            "tool_calls": dict(self.tool_calls),
+            "tool_calls": dict(self.tool_calls), "endpoint": self.endpoint,
         }
 
 
@@ -110,6 +121,40 @@ class UsageRow:
     model: str
     counts: dict[str, int]
     tool_calls: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Tokens counted in a key's windows when a call was admitted (api/limits.py), before the
+    upstream saw it; its usage is settled in the same windows when it ends. Kept in a
+    response's record (``request["reserved"]``), so a background worker settles it too."""
+
+    tokens: int
+    windows: Windows
+
+    def to_json(self) -> dict[str, Any]:
+        w = self.windows
+        return {"tokens": self.tokens, "window_seconds": w.window_seconds, "window": w.window,
+                "period_key": w.period_key, "period_end": w.period_end}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Reservation | None:
+        if not isinstance(data, dict) or not isinstance(data.get("tokens"), int):
+            return None
+        return cls(data["tokens"], Windows(int(data.get("window_seconds") or 60),
+                                           data.get("window"), data.get("period_key"),
+                                           data.get("period_end")))
+
+
+def settlement(entry: UsageEntry, limits: Limits | None, reserved: Any = None
+               ) -> tuple[UsageEntry, Windows | None]:
+    """The entry to record and the windows its tokens go to: those of its reservation (its
+    estimate replaced by what it spent), else the key's windows as it ended (None: no limit)."""
+    reservation = Reservation.from_json(reserved)
+    if reservation is not None:
+        return replace(entry, reserved=reservation.tokens), reservation.windows
+    rule = limits.for_tenant(entry.tenant) if limits is not None else None
+    return entry, rule.windows(entry.finished_at) if rule is not None and rule.any else None
 
 
 @dataclass(slots=True)
@@ -135,6 +180,12 @@ class UsageStore(ABC):
     async def admit(self, tenant: str, caps: Caps, windows: Windows) -> Counts:
         """Count one request in the key's window unless a cap is reached (then nothing is
         counted and ``refused_by`` says which); the counts as they are after."""
+
+    @abstractmethod
+    async def reserve(self, tenant: str, caps: Caps, windows: Windows, tokens: int) -> Counts:
+        """Count ``tokens`` (a call's estimate) in the key's window and period unless that
+        would pass the tokens-per-window cap or the budget (then nothing is counted and
+        ``refused_by`` says which); the counts as they are after."""
 
     @abstractmethod
     async def counts(self, tenant: str, windows: Windows) -> Counts:
@@ -175,6 +226,15 @@ def refusal(counts: Counts, caps: Caps) -> str | None:
     if caps.requests and counts.requests >= caps.requests:
         return "requests"
     if caps.tokens and counts.tokens >= caps.tokens:
+        return "tokens"
+    return None
+
+
+def over(counts: Counts, caps: Caps, tokens: int) -> str | None:
+    """Which token cap ``tokens`` more would pass: the budget first, then the window's."""
+    if caps.budget and counts.budget_tokens + tokens > caps.budget:
+        return "budget"
+    if caps.tokens and counts.tokens + tokens > caps.tokens:
         return "tokens"
     return None
 

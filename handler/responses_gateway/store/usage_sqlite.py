@@ -25,6 +25,7 @@ from responses_gateway.store.usage import (
     UsageRow,
     UsageStore,
     Windows,
+    over,
     refusal,
 )
 
@@ -134,8 +135,8 @@ class SQLiteUsage(UsageStore):
                 + ", tool_calls = excluded.tool_calls",
                 (*key, *values, orjson.dumps(tools).decode()),
             )
-            if windows is not None and entry.tokens:
-                _add_tokens(c, entry.tenant, windows, entry.tokens)
+            if windows is not None and entry.unreserved:
+                _add_tokens(c, entry.tenant, windows, entry.unreserved)
             return True
 
         return await self._run(write)
@@ -158,6 +159,20 @@ class SQLiteUsage(UsageStore):
             return counts
 
         return await self._run(admit)
+
+    async def reserve(self, tenant: str, caps: Caps, windows: Windows, tokens: int) -> Counts:
+        def reserve(c: sqlite3.Connection) -> Counts:
+            counts = _counts(c, tenant, windows)
+            refused = over(counts, caps, tokens)
+            if refused is not None:
+                counts.admitted, counts.refused_by = False, refused
+                return counts
+            _add_tokens(c, tenant, windows, tokens)
+            counts.tokens += tokens if windows.window is not None else 0
+            counts.budget_tokens += tokens if windows.period_key is not None else 0
+            return counts
+
+        return await self._run(reserve)
 
     async def counts(self, tenant: str, windows: Windows) -> Counts:
         return await self._run(lambda c: _counts(c, tenant, windows))

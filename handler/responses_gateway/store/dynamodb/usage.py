@@ -36,6 +36,7 @@ from responses_gateway.store.usage import (
     UsageStore,
     Windows,
     day_of,
+    over,
     refusal,
 )
 
@@ -93,8 +94,8 @@ class DynamoDBUsage(_Table, UsageStore):
                 "ExpressionAttributeValues": values,
             }},
         ]
-        if windows is not None and entry.tokens:
-            tokens = {":n": _n(entry.tokens)}
+        if windows is not None and entry.unreserved:
+            tokens = {":n": _n(entry.unreserved)}
             if windows.window is not None:
                 end = (windows.window + 1) * windows.window_seconds
                 actions.append({"Update": {
@@ -163,6 +164,48 @@ class DynamoDBUsage(_Table, UsageStore):
         counts.tokens = int(item.get("tokens", {}).get("N", 0))
         return counts
 
+    async def reserve(self, tenant: str, caps: Caps, windows: Windows, tokens: int) -> Counts:
+        return await asyncio.to_thread(self._reserve, tenant, caps, windows, tokens)
+
+    def _reserve(self, tenant: str, caps: Caps, windows: Windows, tokens: int) -> Counts:
+        """One conditional ``ADD`` per counter (the window's, the period's), in one
+        transaction when both are kept: each holds only while the tokens fit under its cap
+        (``tokens <= cap - n``: a condition cannot add), so concurrent calls never pass it."""
+        updates = []
+        if windows.window is not None:
+            end = (windows.window + 1) * windows.window_seconds + _WINDOW_GRACE
+            updates.append(_reserving(self.table_name, _window_key(tenant, windows), tokens,
+                                      caps.tokens, end))
+        if windows.period_key is not None:
+            end = (windows.period_end or int(time.time())) + _BUDGET_GRACE
+            updates.append(_reserving(self.table_name,
+                                      _budget_key(tenant, windows.period_key), tokens,
+                                      caps.budget, end))
+        try:
+            if len(updates) == 2:
+                self._call("transact_write_items",
+                           TransactItems=[{"Update": u} for u in updates])
+            elif updates:  # one counter: its new value comes back with the update
+                item = self._call("update_item", ReturnValues="ALL_NEW",
+                                  **updates[0])["Attributes"]
+                tokens_now = int(item.get("tokens", {}).get("N", 0))
+                if windows.window is not None:
+                    return Counts(requests=int(item.get("requests", {}).get("N", 0)),
+                                  tokens=tokens_now)
+                return Counts(budget_tokens=tokens_now)
+        except _ConditionFailed:
+            seen = self._read_counts(tenant, windows)
+            seen.admitted = False
+            seen.refused_by = over(seen, caps, tokens) or "tokens"
+            return seen
+        return self._read_counts(tenant, windows)
+
+    def _read_counts(self, tenant: str, windows: Windows) -> Counts:
+        counts = self._window(tenant, windows) if windows.window is not None else Counts()
+        if windows.period_key is not None:
+            counts.budget_tokens = self._tokens(_budget_key(tenant, windows.period_key))
+        return counts
+
     def _tokens(self, key: dict[str, Any]) -> int:
         item = self._call("get_item", TableName=self.table_name, Key=key,
                           ConsistentRead=True).get("Item") or {}
@@ -176,13 +219,7 @@ class DynamoDBUsage(_Table, UsageStore):
                       tokens=int(item.get("tokens", {}).get("N", 0)))
 
     async def counts(self, tenant: str, windows: Windows) -> Counts:
-        def read() -> Counts:
-            counts = self._window(tenant, windows) if windows.window is not None else Counts()
-            if windows.period_key is not None:
-                counts.budget_tokens = self._tokens(_budget_key(tenant, windows.period_key))
-            return counts
-
-        return await asyncio.to_thread(read)
+        return await asyncio.to_thread(self._read_counts, tenant, windows)
 
     async def buckets(self, start: int, end: int) -> list[UsageRow]:
         def read() -> list[UsageRow]:
@@ -277,6 +314,20 @@ class DynamoDBUsage(_Table, UsageStore):
 
     async def aclose(self) -> None:
         """The client is the response store's: it closes it."""
+
+
+def _reserving(table: str, key: dict[str, Any], tokens: int, cap: int, expires: int
+               ) -> dict[str, Any]:
+    """An ``UpdateItem``'s arguments adding ``tokens`` to a counter while under ``cap``."""
+    update: dict[str, Any] = {
+        "TableName": table, "Key": key, "UpdateExpression": "ADD tokens :n SET #e = :e",
+        "ExpressionAttributeNames": {"#e": TTL_ATTRIBUTE},
+        "ExpressionAttributeValues": {":n": _n(tokens), ":e": _n(expires)},
+    }
+    if cap:
+        update["ConditionExpression"] = "attribute_not_exists(tokens) OR tokens <= :room"
+        update["ExpressionAttributeValues"][":room"] = _n(cap - tokens)
+    return update
 
 
 def _conversation(item: dict[str, Any]) -> dict[str, Any]:
