@@ -8,6 +8,8 @@ as the provider does (401/403), so the adapter is tested against the wire, not a
     with SearchProvider("brave", key="k") as fake:
         fake.base_url        # what GATEWAY_WEB_SEARCH_URL would be
         fake.requests        # (method, path, query params, headers, JSON body) received
+        fake.on_search = f   # f(seen) runs as each search arrives, before it is answered
+                             # (script the model's next turn: the search precedes it)
 
 Results are ``RESULTS`` (three pages on example.com/org) unless ``results=`` says otherwise;
 ``fail_with=503`` answers that status.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +84,7 @@ class SearchProvider:
         self.fail_with = fail_with
         self.delay = delay
         self.requests: list[Seen] = []
+        self.on_search: Callable[[Seen], None] | None = None
         routes = {
             "searxng": [Route("/search", self._searxng, methods=["GET", "POST"])],
             "tavily": [Route("/search", self._tavily, methods=["POST"])],
@@ -110,6 +114,8 @@ class SearchProvider:
         seen = Seen(request.method, request.url.path, dict(request.query_params),
                     {k.lower(): v for k, v in request.headers.items()}, body)
         self.requests.append(seen)
+        if self.on_search is not None:
+            self.on_search(seen)
         if self.delay:
             import asyncio
 
