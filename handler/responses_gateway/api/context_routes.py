@@ -5,6 +5,11 @@ parser, so the same 400s); the work is in responses/fitting/ (``gateway.fitting`
 bounded there and stopped when its client leaves (api/client_watch.py). Their paths come
 before ``/v1/responses/{response_id}`` in the router and answer every method, so neither
 ``compact`` nor ``input_tokens`` is ever taken for a response id (a GET is a 405).
+
+Both call the upstream (summarising turns; a backend's token count), so both pass the key's
+limits at the door and are counted in the usage ledger like a response (api/limits.py): a
+compaction's estimated tokens are reserved before its first summarising call and settled to
+what the calls spent, whatever its outcome; a token count is a request that spends no tokens.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from responses_gateway import ids
+from responses_gateway.api import limits
 from responses_gateway.api.client_watch import ClientWatch
 from responses_gateway.api.common import JSON, gateway_of, json_body, tenant_of
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
@@ -66,6 +73,12 @@ async def compact_response(request: Request) -> Response:
     tenant = tenant_of(request)
     gateway = gateway_of(request)
     body = _subset(await json_body(request), COMPACT_FIELDS)
+    rate = await limits.admit(gateway.store, gateway.settings.limits, tenant)
+    return limits.with_headers(await _compact(request, gateway, tenant, body, rate), rate)
+
+
+async def _compact(request: Request, gateway: Gateway, tenant: str, body: dict[str, Any],
+                   rate: dict[str, str]) -> Response:
     if body.get("model") is None:
         raise missing_parameter("model")
     req = parse_create_request(body)
@@ -76,9 +89,28 @@ async def compact_response(request: Request) -> Response:
             "Nothing to compact: give 'input' or a 'previous_response_id' with items.",
             param="input")
     route = gateway.settings.route(req.model)
-    async with ClientWatch(request) as left:  # a client that leaves stops the summarising
-        result = await gateway.fitting.compact(req, route, items, tenant, left=left)
-    return JSON(compaction.response_of(result))
+    chat = gateway.fitting.render(req, route, items, tenant).chat
+    reserved, headers = await limits.reserve(
+        gateway.store, gateway.settings.limits, tenant, limits.estimate_of(chat), req.model)
+    rate.update(headers)
+    answer: dict[str, Any] = {"id": ids.new_id(ids.RESPONSE), "usage": {}}
+    status = "failed"
+    try:
+        async with ClientWatch(request) as left:  # a client that leaves stops the summarising
+            result = await gateway.fitting.compact(req, route, items, tenant, left=left)
+        answer = compaction.response_of(result)
+        status = "completed"
+    finally:  # counted whatever the outcome; the reservation is settled
+        await _count(gateway, tenant, req.model, answer, status, "responses/compact", reserved)
+    return JSON(answer)
+
+
+async def _count(gateway: Gateway, tenant: str, model: str, answer: dict[str, Any],
+                 status: str, endpoint: str, reserved: dict[str, Any] | None) -> None:
+    from responses_gateway.store.usage import UsageEntry
+
+    entry = UsageEntry.of(answer, tenant=tenant, model=model, status=status, endpoint=endpoint)
+    await limits.count(gateway.store, gateway.settings.limits, entry, reserved)
 
 
 async def count_input_tokens(request: Request) -> Response:
@@ -86,6 +118,11 @@ async def count_input_tokens(request: Request) -> Response:
     tenant = tenant_of(request)
     gateway = gateway_of(request)
     body = _subset(await json_body(request), COUNT_FIELDS)
+    rate = await limits.admit(gateway.store, gateway.settings.limits, tenant)
+    return limits.with_headers(await _count_tokens(gateway, tenant, body), rate)
+
+
+async def _count_tokens(gateway: Gateway, tenant: str, body: dict[str, Any]) -> Response:
     body.setdefault("model", "")  # optional here: then the default backend's estimate
     req = parse_create_request(body)
     items = await gateway.resolve_references(normalize_input(req), tenant)
@@ -96,4 +133,7 @@ async def count_input_tokens(request: Request) -> Response:
     else:
         fitted = gateway.fitting.render(req, route, items, tenant)
     counted = await gateway.fitting.count(route, fitted.chat)
+    # A request to the key's usage; counting spends no tokens (OpenAI does not bill it).
+    await _count(gateway, tenant, req.model, {"id": ids.new_id(ids.RESPONSE)}, "completed",
+                 "responses/input_tokens", None)
     return JSON({"object": "response.input_tokens", "input_tokens": counted.tokens})
