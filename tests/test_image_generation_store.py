@@ -21,8 +21,7 @@ import boto3
 import pytest
 from openai import OpenAI
 
-from responses_gateway.store.base import StoredResponse, StoreUnavailable
-from responses_gateway.store.base import StoredConversation
+from responses_gateway.store.base import StoredConversation, StoredResponse, StoreUnavailable
 from responses_gateway.store.blobs import MARK, BlobbedStore, DirectoryBlobs, MemoryBlobs
 from responses_gateway.store.sqlite import SQLiteStore
 from responses_gateway.tools.image_generation.backends import forget_backends

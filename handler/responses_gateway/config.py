@@ -74,6 +74,8 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
                        get("GATEWAY_ROUTES") or ""),
         context_windows=_parsed("GATEWAY_CONTEXT_WINDOWS", parse_windows,
                                 get("GATEWAY_CONTEXT_WINDOWS") or ""),
+        vision_models=tuple(m.strip() for m in (get("GATEWAY_VISION_MODELS") or "").split(",")
+                            if m.strip()),
         connect_timeout=seconds("GATEWAY_CONNECT_TIMEOUT", cls.connect_timeout),
         read_timeout=seconds("GATEWAY_READ_TIMEOUT", cls.read_timeout),
         max_response_seconds=seconds("GATEWAY_MAX_RESPONSE_SECONDS",

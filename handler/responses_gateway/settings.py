@@ -36,6 +36,9 @@ class Settings:
     routes: Any = None  # backends/route_config.py Routes (GATEWAY_ROUTES), or None
     # Context windows by model name (GATEWAY_CONTEXT_WINDOWS): what truncation fits into.
     context_windows: dict[str, int] = field(default_factory=dict)
+    # Chat models that read images (GATEWAY_VISION_MODELS: names or * patterns, !name for no),
+    # over what the backend knows: a generated image goes back to them as an image part.
+    vision_models: tuple[str, ...] = ()
     connect_timeout: float = 10.0
     read_timeout: float = 300.0
     # Longest a response may run, start to terminal event: a function URL's Lambda stops at

@@ -24,6 +24,8 @@ what it has and callers never ask which backend they hold:
 - ``count_tokens``: the exact input tokens of a chat body, where the upstream counts;
 - ``context_window``: how many tokens a backend model reads;
 - ``reasoning_input``: how reasoning goes back upstream in history (translate/to_chat.py);
+- ``takes_images``: whether a backend model reads image parts (a generated image goes back
+  to it as one; GATEWAY_VISION_MODELS overrules it);
 - ``list_models``: the upstream's models, as OpenAI model objects.
 
 A new backend is one module with a class that has ``from_settings``, registered by one line in
@@ -82,6 +84,10 @@ class Backend(Protocol):
         leave it out; ``configured`` is the operator's ``GATEWAY_REASONING_INPUT``."""
         ...
 
+    def takes_images(self, model: str) -> bool | None:
+        """Whether a backend model reads image parts; None: this backend cannot say."""
+        ...
+
     async def list_models(self) -> list[dict[str, Any]]:
         """The upstream's models as OpenAI model objects (``id``, ``object``, ``created``,
         ``owned_by``); raises UpstreamError when the upstream cannot say."""
@@ -115,6 +121,9 @@ class BaseBackend:
 
     def reasoning_input(self, configured: str | None) -> str | None:
         return configured
+
+    def takes_images(self, model: str) -> bool | None:
+        return None
 
     async def list_models(self) -> list[dict[str, Any]]:
         return []

@@ -296,6 +296,11 @@ class Router(BaseBackend):
         answers = {r.backend.reasoning_input(configured) for r in self.deployments}
         return answers.pop() if len(answers) == 1 else configured
 
+    def takes_images(self, model: str) -> bool | None:
+        """True only when every deployment reads images (any of them may serve the turn)."""
+        answers = {r.backend.takes_images(r.deployment.model) for r in self.deployments}
+        return answers.pop() if len(answers) == 1 else (False if False in answers else None)
+
     async def list_models(self) -> list[dict[str, Any]]:
         return []
 

@@ -52,5 +52,8 @@ class _TracedBackend:
     def reasoning_input(self, configured: str | None) -> str | None:
         return self._inner.reasoning_input(configured)
 
+    def takes_images(self, model: str) -> bool | None:
+        return self._inner.takes_images(model)
+
     async def list_models(self) -> list[dict[str, Any]]:
         return await self._inner.list_models()

@@ -61,6 +61,7 @@ class Gateway:
         self.served_tools = served_tool_types(settings)
         self.fitting = fit.Fitting(backend_for, sealer, windows=settings.context_windows,
                                    reasoning_input=settings.reasoning_input,
+                                   vision=settings.vision_models,
                                    limits=CompactionLimits(
                                        calls=settings.max_compaction_calls,
                                        input_bytes=settings.max_compaction_input_bytes,

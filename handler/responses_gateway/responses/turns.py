@@ -31,6 +31,7 @@ import orjson
 from responses_gateway.backends.base import BackendRequest, Chunk
 from responses_gateway.observability import ResponseMetrics
 from responses_gateway.responses.deadline import Deadline
+from responses_gateway.settings import Route
 from responses_gateway.tools.catalog import catalog_of
 from responses_gateway.tools.registry import SERVER_KINDS, ServerTools
 from responses_gateway.tools.server import ServerCall
@@ -74,6 +75,13 @@ class TurnLoop:
         asked = job.response.get("max_tool_calls")
         self.call_limit = (settings.max_tool_calls if asked is None
                            else min(asked, settings.max_tool_calls))
+
+    def _takes_images(self) -> bool:
+        """Whether the model reads images: a generated one goes back to it as an image part
+        in the next turn (fitting/vision.py), as it does in a later response."""
+        job = self.job
+        route = Route(job.record.request["backend"], str(job.backend_request.body["model"]))
+        return bool(job.gateway.fitting.takes_images(job.response.get("model") or "", route))
 
     @property
     def exhausted(self) -> bool:
@@ -200,6 +208,7 @@ class TurnLoop:
             items, catalog=catalog_of(translator.options.tools or {}),
             reasoning_input=job.reasoning_input,
             unseal=partial(job.gateway.sealer.unseal, tenant=job.record.tenant),
+            images=self._takes_images(),
         )
         body = job.backend_request.body
         messages = body["messages"] = list(body["messages"])  # the record's own stays as it was

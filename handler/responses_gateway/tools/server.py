@@ -201,6 +201,9 @@ class HistoryCall:
     spec: ToolSpec
     arguments: str
     output: str
+    #: an image the call made (a data URL), sent after the output to a model that reads
+    #: images (translate/to_chat.py); others read ``output`` alone
+    image: str | None = None
 
 
 class HistoryReader(Protocol):

@@ -25,6 +25,10 @@ The body is OpenAI's own form (``max_completion_tokens``, ``content: null`` besi
   message (a shell call's output chunks and an apply_patch result as JSON, a computer
   screenshot as an image in the ``user`` message after the tool messages). The tools a
   ``tool_search_output`` loaded are offered to the model from then on.
+- Items of tools the gateway runs go back as their tool's reader says (a call and its text);
+  an image one made (``image_generation_call``) follows the tool messages in a ``user``
+  message, as a screenshot does, when the model reads images (``images``), else its text
+  note alone.
 - The newest ``compaction`` item stands for the items before it (all but ``system`` /
   ``developer`` messages and the user messages it kept) and becomes a user message giving its
   sealed summary (translate/compaction_items.py, docs/compaction.md).
@@ -92,6 +96,7 @@ def to_chat_request(
     catalog: ToolCatalog | None = None,
     omit: Collection[int] = (),
     output_items: Sequence[dict[str, Any]] = (),
+    images: bool = False,
 ) -> dict[str, Any]:
     """Build the chat body. ``items`` is the whole conversation, this turn's input last.
 
@@ -103,14 +108,16 @@ def to_chat_request(
     indexes of ``items`` left out (``truncation``);
     ``output_items``: items this response made before the model runs (a compaction item),
     after the input. The newest compaction item stands for what came before it
-    (translate/compaction_items.py).
+    (translate/compaction_items.py). ``images``: the model reads images, so an image a server
+    tool made goes back as an image part (else its text note alone).
     """
     catalog = catalog if catalog is not None else ToolCatalog()
     chat_tools = _catalog_tools(req, catalog)
     _loaded_tools([*items, *output_items], catalog)
     current = 0 if req.input is None else 1 if isinstance(req.input, str) else len(req.input)
     builder = _Messages(reasoning_input, unseal, first_current=len(items) - current,
-                        catalog=catalog, history=items, known_calls=_call_ids(items))
+                        catalog=catalog, history=items, known_calls=_call_ids(items),
+                        images=images)
     sources = message_params if message_params is not None else []
     if req.instructions:
         builder.messages.append({"role": "system", "content": req.instructions})
@@ -325,6 +332,7 @@ class _Messages:
         "_details",
         "_first_current",
         "_history",
+        "_images",
         "_known_calls",
         "_media",
         "_readers",
@@ -338,9 +346,10 @@ class _Messages:
     def __init__(
         self, reasoning_field: str | None, unseal: Unseal | None, first_current: int,
         catalog: ToolCatalog, history: Sequence[dict[str, Any]] = (),
-        known_calls: Collection[str] | None = None,
+        known_calls: Collection[str] | None = None, images: bool = False,
     ):
         self.messages: list[dict[str, Any]] = []
+        self._images = images  # the model reads images: a server tool's go back as parts
         self._catalog = catalog
         self._history = history  # every item rendered: a server tool reads its own among them
         self._known_calls = known_calls  # call ids an output may answer (None: not checked)
@@ -526,6 +535,9 @@ class _Messages:
                        call.arguments)
         self._tool_results.append(
             {"role": "tool", "tool_call_id": call.call_id, "content": call.output})
+        if call.image is not None and self._images:  # as a computer screenshot goes back
+            self._media.extend([{"type": "text", "text": f"Image made by {call.call_id}:"},
+                                {"type": "image_url", "image_url": {"url": call.image}}])
 
     def _function_call_output(self, index: int, item: dict[str, Any]) -> None:
         self._close_assistant()
@@ -629,13 +641,13 @@ class _Messages:
 
 def turn_messages(
     items: Sequence[dict[str, Any]], *, catalog: ToolCatalog, reasoning_input: str | None,
-    unseal: Unseal | None,
+    unseal: Unseal | None, images: bool = False,
 ) -> list[dict[str, Any]]:
     """One model turn's output items (text, reasoning, the items of the server tools the
     gateway ran) as the chat messages the next turn sends after the ones before (the turn
     loop: responses/turns.py)."""
     builder = _Messages(reasoning_input, unseal, first_current=0, catalog=catalog,
-                        history=items)
+                        history=items, images=images)
     for index, item in enumerate(items):
         builder.add(index, item)
     return builder.finish()

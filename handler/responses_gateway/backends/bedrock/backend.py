@@ -198,6 +198,9 @@ class BedrockBackend(BaseBackend):
     async def context_window(self, model: str) -> int | None:
         return models.context_window(model)
 
+    def takes_images(self, model: str) -> bool | None:
+        return models.takes_images(model)
+
     async def count_tokens(self, body: dict[str, Any]) -> int | None:
         """``CountTokens`` on the Converse request :meth:`stream` would send."""
         if remote_media(body):

@@ -97,6 +97,23 @@ CONTEXT_WINDOWS: dict[str, int] = {
 }
 
 
+#: Model families that read images through Converse, by the start of the base model id, from
+#: Bedrock's model cards; what starts with an entry of :data:`TEXT_ONLY` does not.
+VISION = ("anthropic.claude-3", "anthropic.claude-opus-4", "anthropic.claude-sonnet-4",
+          "anthropic.claude-haiku-4", "amazon.nova-lite", "amazon.nova-pro",
+          "amazon.nova-premier", "amazon.nova-2-lite", "meta.llama3-2-11b", "meta.llama3-2-90b",
+          "meta.llama4", "mistral.pixtral")
+TEXT_ONLY = ("anthropic.claude-3-5-haiku",)
+
+
+def takes_images(model: str) -> bool | None:
+    """True for a documented vision family (profiles and ARNs resolved); None: not known to."""
+    base = model_info(model).base
+    if base.startswith(VISION) and not base.startswith(TEXT_ONLY):
+        return True
+    return None
+
+
 def context_window(model: str) -> int | None:
     """The documented window of ``model``'s family (profiles and ARNs resolved); None if
     the family is not in :data:`CONTEXT_WINDOWS`."""

@@ -32,7 +32,7 @@ from typing import Any
 from responses_gateway.backends.base import Backend
 from responses_gateway.config import Route
 from responses_gateway.errors import GatewayError, invalid_request
-from responses_gateway.responses.fitting import compaction, tokens
+from responses_gateway.responses.fitting import compaction, tokens, vision
 from responses_gateway.responses.fitting.cuts import Cuts
 from responses_gateway.responses.fitting.limits import CompactionLimits, Departure
 from responses_gateway.responses.fitting.windows import ContextWindows
@@ -75,7 +75,7 @@ class Fitting:
     ``windows``: the operator's context windows by model name (``GATEWAY_CONTEXT_WINDOWS``);
     ``reasoning_input``: the operator's ``GATEWAY_REASONING_INPUT``, which each backend may
     overrule (``Backend.reasoning_input``); ``limits``: what one compaction may cost
-    (limits.py).
+    (limits.py); ``vision``: ``GATEWAY_VISION_MODELS`` (vision.py: which models read images).
     """
 
     def __init__(
@@ -86,8 +86,10 @@ class Fitting:
         windows: Mapping[str, int],
         reasoning_input: str | None,
         limits: CompactionLimits | None = None,
+        vision: Sequence[str] = (),
     ) -> None:
         self._backend_for = backend_for
+        self._vision = tuple(vision)
         self._sealer = sealer
         self._reasoning_input = reasoning_input
         self.limits = limits or CompactionLimits()
@@ -96,6 +98,11 @@ class Fitting:
     def reasoning_input(self, backend_kind: str) -> str | None:
         """How reasoning goes back upstream in history for the backend of that kind."""
         return self._backend_for(backend_kind).reasoning_input(self._reasoning_input)
+
+    def takes_images(self, client_model: str, route: Route) -> bool:
+        """Whether the route's model reads images (a generated image goes back as one)."""
+        return vision.takes_images(self._vision, client_model, route.model,
+                                   self._backend_for(route.backend))
 
     async def fit(
         self,
@@ -193,7 +200,8 @@ class Fitting:
         tenant: str, new_catalog: Callable[[], Any] | None,
     ) -> Callable[..., Fitted]:
         return partial(_render, req, route, items, partial(self._sealer.unseal, tenant=tenant),
-                       self.reasoning_input(route.backend), new_catalog)
+                       self.reasoning_input(route.backend), new_catalog,
+                       images=self.takes_images(req.model, route))
 
 
 def _render(
@@ -204,6 +212,7 @@ def _render(
     reasoning_input: str | None,
     new_catalog: Callable[[], Any] | None,
     *,
+    images: bool = False,
     omit: Collection[int] = (),
     output_items: Sequence[dict[str, Any]] = (),
 ) -> Fitted:
@@ -211,7 +220,7 @@ def _render(
     extra = {"catalog": new_catalog()} if new_catalog is not None else {}
     chat = to_chat_request(req, items, model=route.model, reasoning_input=reasoning_input,
                            unseal=unseal, message_params=params, omit=omit,
-                           output_items=output_items, **extra)
+                           output_items=output_items, images=images, **extra)
     return Fitted(chat, params, list(output_items), extra.get("catalog"))
 
 

@@ -13,8 +13,10 @@ Edits across turns: the latest image in the conversation (an ``image_generation_
 a result in the previous response, the conversation or this input; or a data-URL
 ``input_image`` the user sent) is what an edit changes, as OpenAI does.
 
-How an image reads to the model later: a text note (the call, the prompt it drew, "the image
-was shown to the user"), since a chat tool result carries text only.
+How an image reads to the model later: its call (the prompt it drew) with a text note ("the
+image was shown to the user") as the tool result, and, for a model that reads images
+(responses/fitting/vision.py), the image itself as an image part after it (a chat tool result
+carries text only); the same in the next turn of this response and in later ones.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from responses_gateway.tools.image_generation.backends.base import (
     ImageFailure,
     Partial,
 )
-from responses_gateway.tools.image_generation.params import ImageParams, image_bytes
+from responses_gateway.tools.image_generation.params import MEDIA_TYPES, ImageParams, image_bytes
 from responses_gateway.tools.server import (
     Event,
     HistoryCall,
@@ -224,8 +226,8 @@ def latest_image(items: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 class ImageHistory:
-    """``image_generation_call`` items as the model reads them: its call, and a note of what
-    was drawn (or why not). The image itself is not sent back (a chat tool result is text)."""
+    """``image_generation_call`` items as the model reads them: its call, a note of what was
+    drawn (or why not), and the image as a data URL for a model that reads images."""
 
     def read(self, item: Mapping[str, Any], param: str) -> HistoryCall | None:
         call_id = item.get("id")
@@ -233,7 +235,9 @@ class ImageHistory:
             raise invalid_request("An 'image_generation_call' item needs an 'id'.", param=param)
         prompt = item.get("revised_prompt")
         arguments = orjson.dumps({"prompt": prompt if isinstance(prompt, str) else ""}).decode()
-        if item.get("status") == "failed" or not item.get("result"):
+        image = None
+        result = item.get("result")
+        if item.get("status") == "failed" or not isinstance(result, str) or not result:
             error = item.get("error")
             reason = error.get("message") if isinstance(error, Mapping) else None
             output = f"No image was made{': ' + str(reason) if reason else '.'}"
@@ -241,5 +245,7 @@ class ImageHistory:
             size = item.get("size")
             output = (f"An image{' of ' + str(size) if size else ''} was generated and shown "
                       f"to the user (image_generation_call {call_id}).")
-        return HistoryCall(call_id, ToolSpec(KIND, FUNCTION, None), arguments, output)
+            media = MEDIA_TYPES.get(str(item.get("output_format")), "image/png")
+            image = f"data:{media};base64,{result}"
+        return HistoryCall(call_id, ToolSpec(KIND, FUNCTION, None), arguments, output, image)
 
