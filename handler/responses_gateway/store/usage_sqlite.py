@@ -1,17 +1,21 @@
 """The usage ledger in the response store's SQLite file (store/usage.py says what it keeps).
 
 A connection of its own, in the store's WAL file; every step is one ``BEGIN IMMEDIATE``
-transaction, so processes sharing the file count one limit. Calls run in a thread: a usage
-write never holds the event loop while another process writes.
+transaction, so processes sharing the file count one limit. As the store does
+(store/sqlite.py), a step runs on the event loop when the file is free (``synchronous =
+NORMAL``: a WAL commit does not wait for the disk) and in a thread, waiting, when another
+process holds it: a usage write never holds the event loop while another process writes. Every
+response makes one; in a thread each cost ~5x the CPU. The WAL is checkpointed in that thread
+every ``CHECKPOINT_EVERY`` steps (SQLite's own checkpoint would sync the file on the loop).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import orjson
@@ -30,6 +34,10 @@ from responses_gateway.store.usage import (
 )
 
 T = TypeVar("T")
+logger = logging.getLogger("responses_gateway")
+_BUSY_SECONDS = 10  # how long a step waits, in its thread, for another process's write
+_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+CHECKPOINT_EVERY = 500
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS usage_buckets (
@@ -72,7 +80,9 @@ class SQLiteUsage(UsageStore):
     def __init__(self, path: str) -> None:
         self.path = path
         self._conn: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one step at a time uses the connection
+        self._steps = 0
+        self._checkpoint: asyncio.Future[None] | None = None
 
     @classmethod
     def of(cls, path: str) -> SQLiteUsage:
@@ -82,33 +92,74 @@ class SQLiteUsage(UsageStore):
                 ledger = _instances[path] = cls(path)
             return ledger
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            if self._conn is None:
-                conn = sqlite3.connect(self.path, isolation_level=None, timeout=10,
-                                       check_same_thread=False)
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.executescript(_SCHEMA)
-                self._conn = conn
-            conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+    def _connect(self) -> sqlite3.Connection:
+        """The connection, opened (and the schema made) on first use, in the thread."""
+        if self._conn is None:
+            conn = sqlite3.connect(self.path, isolation_level=None, timeout=_BUSY_SECONDS,
+                                   check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA wal_autocheckpoint = 0")  # see CHECKPOINT_EVERY
+            conn.executescript(_SCHEMA)
+            conn.execute("PRAGMA busy_timeout = 0")  # a busy file sends a step to the thread
+            self._conn = conn
+        return self._conn
+
+    @staticmethod
+    def _step(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn`` in one transaction; IMMEDIATE takes the write lock first (read-check-write)."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = fn(conn)
             conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:  # a failed COMMIT too: never leave a transaction open
+                conn.execute("ROLLBACK")
+            raise
+        return result
+
+    def _failed(self, exc: sqlite3.Error) -> StoreUnavailable:
+        return StoreUnavailable(f"The usage ledger ({self.path}) failed: {exc}")
+
+    def _waiting(self, fn: Callable[[sqlite3.Connection], T] | None) -> T | None:
+        """In a thread: ``fn`` as one step (None: a WAL checkpoint), waiting for the file."""
+        try:
+            with self._lock:
+                if fn is None and self._conn is None:
+                    return None  # closed: nothing to checkpoint
+                conn = self._connect()
+                conn.execute(f"PRAGMA busy_timeout = {_BUSY_SECONDS * 1000}")
+                try:
+                    if fn is None:
+                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                        return None
+                    return self._step(conn, fn)
+                finally:
+                    conn.execute("PRAGMA busy_timeout = 0")
+        except sqlite3.Error as exc:
+            raise self._failed(exc) from exc
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        def call() -> T:
+        self._steps += 1
+        if self._steps % CHECKPOINT_EVERY == 0 and self._checkpoint is None:
+            self._checkpoint = asyncio.ensure_future(asyncio.to_thread(self._waiting, None))
+            self._checkpoint.add_done_callback(self._checkpointed)
+        conn = self._conn
+        if conn is not None and self._lock.acquire(blocking=False):
             try:
-                with self._tx() as conn:
-                    return fn(conn)
+                return self._step(conn, fn)
             except sqlite3.Error as exc:
-                raise StoreUnavailable(f"The usage ledger ({self.path}) failed: {exc}") from exc
+                if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in _BUSY:
+                    raise self._failed(exc) from exc
+                # busy (rolled back, or never begun): the thread runs it again, waiting
+            finally:
+                self._lock.release()
+        return await asyncio.to_thread(self._waiting, fn)  # type: ignore[return-value]
 
-        return await asyncio.to_thread(call)
+    def _checkpointed(self, done: asyncio.Future[None]) -> None:
+        self._checkpoint = None
+        if not done.cancelled() and done.exception() is not None:
+            logger.warning("WAL checkpoint of %s failed", self.path, exc_info=done.exception())
 
     async def record(self, entry: UsageEntry, windows: Windows | None) -> bool:
         def write(c: sqlite3.Connection) -> bool:
@@ -213,17 +264,34 @@ class SQLiteUsage(UsageStore):
 
         return await self._run(read)
 
-    async def conversations(self, limit: int, after: str | None = None
-                            ) -> list[dict[str, Any]]:
+    async def conversations(self, limit: int, after: str | None = None,
+                            tenant: str | None = None) -> list[dict[str, Any]]:
+        """In the order of DynamoDB's index (store/dynamodb_schema.py): tenant, then id, on
+        the conversations table's (tenant, id) index."""
+
         def read(c: sqlite3.Connection) -> list[dict[str, Any]]:
             exists = c.execute("SELECT 1 FROM sqlite_master WHERE name = 'conversations'")
             if exists.fetchone() is None:
+                if after is not None:
+                    raise LookupError(after)
                 return []
-            rows = c.execute(
-                "SELECT id, tenant, created_at, metadata FROM conversations WHERE id > ?"
-                " ORDER BY id LIMIT ?", (after or "", limit),
-            ).fetchall()
-            return [_conversation(r) for r in rows]
+            sql = "SELECT id, tenant, created_at, metadata FROM conversations WHERE 1"
+            args: list[Any] = []
+            if tenant is not None:
+                sql += " AND tenant = ?"
+                args.append(tenant)
+            if after is not None:
+                owner = tenant
+                if owner is None:
+                    row = c.execute("SELECT tenant FROM conversations WHERE id = ?",
+                                    (after,)).fetchone()
+                    if row is None:
+                        raise LookupError(after)
+                    owner = row[0]
+                sql += " AND (tenant > ? OR (tenant = ? AND id > ?))"
+                args += [owner, owner, after]
+            sql += " ORDER BY tenant, id LIMIT ?"
+            return [_conversation(r) for r in c.execute(sql, (*args, limit))]
 
         return await self._run(read)
 
@@ -239,6 +307,8 @@ class SQLiteUsage(UsageStore):
         return await self._run(read)
 
     async def aclose(self) -> None:
+        if self._checkpoint is not None:
+            await asyncio.wait({self._checkpoint})
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
