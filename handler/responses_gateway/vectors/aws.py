@@ -273,6 +273,11 @@ class AWSVectorEngine:
                 and (batch_id is None or r.get("batch_id") == batch_id)]
         return _page(rows, "file_id", order, after, before, limit)
 
+    async def completed_files(self, tenant: str, store_id: str) -> dict[str, dict[str, Any]]:
+        return {r["file_id"]: {"filename": r["filename"], "attributes": r.get("attributes")}
+                for r in await self._rows(_files_pk(tenant, store_id), "F#")
+                if r["status"] == "completed"}
+
     async def update_file(self, tenant: str, store_id: str, file_id: str,
                           changes: dict[str, Any], *, only_status: str | None = None) -> bool:
         return await self._update(_files_pk(tenant, store_id), "F#" + file_id, changes,

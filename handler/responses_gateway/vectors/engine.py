@@ -46,6 +46,11 @@ class VectorEngine(Protocol):
         order: str, after: str | None, before: str | None, limit: int,
     ) -> tuple[list[dict[str, Any]], bool]: ...
 
+    async def completed_files(self, tenant: str, store_id: str) -> dict[str, dict[str, Any]]:
+        """The store's completed files (what a search reads): file id -> ``{filename,
+        attributes}``."""
+        ...
+
     async def update_file(self, tenant: str, store_id: str, file_id: str,
                           changes: dict[str, Any], *, only_status: str | None = None) -> bool:
         """Change a file's row; with ``only_status``, only while it has that status."""

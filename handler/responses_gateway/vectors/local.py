@@ -181,6 +181,14 @@ class LocalVectorEngine:
         return await self.db.run(lambda c: _page(
             c, "vs_files", "file_id", tuple(where), args, order, after, before, limit))
 
+    async def completed_files(self, tenant: str, store_id: str) -> dict[str, dict[str, Any]]:
+        return await self.db.run(lambda c: {
+            file_id: {"filename": filename, "attributes": orjson.loads(attributes)
+                      if attributes else None}
+            for file_id, filename, attributes in c.execute(
+                "SELECT file_id, filename, attributes FROM vs_files WHERE tenant = ? AND "
+                "store_id = ? AND status = 'completed'", (tenant, store_id))})
+
     async def update_file(self, tenant: str, store_id: str, file_id: str,
                           changes: dict[str, Any], *, only_status: str | None = None) -> bool:
         """Change a file's row; with ``only_status``, only while it has that status."""

@@ -245,7 +245,7 @@ class VectorStores:
             return {"object": "vector_store.search_results.page", "search_query": queries,
                     "data": [r for r in found if r["score"] >= ranking.score_threshold],
                     "has_more": False, "next_page": None}
-        files = await self._searchable(tenant, store_id)
+        files = await self.engine.completed_files(tenant, store_id)
         allowed = {fid for fid, row in files.items()
                    if keep is None or keep(row["attributes"] or {})}
         results: list[dict[str, Any]] = []
@@ -270,18 +270,6 @@ class VectorStores:
         await self.engine.update_store(tenant, store_id, {"last_active_at": now()})
         return {"object": "vector_store.search_results.page", "search_query": queries,
                 "data": results, "has_more": False, "next_page": None}
-
-    async def _searchable(self, tenant: str, store_id: str) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
-        after = None
-        while True:
-            rows, more = await self.engine.files_page(
-                tenant, store_id, status="completed", batch_id=None, order="asc", after=after,
-                before=None, limit=1000)
-            out.update((r["file_id"], r) for r in rows)
-            if not more:
-                return out
-            after = rows[-1]["file_id"]
 
     def _knowledge_base(self, tenant: str, store_id: str) -> KnowledgeBase | None:
         return self.knowledge_bases.get(tenant, store_id) if self.knowledge_bases else None
