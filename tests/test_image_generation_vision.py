@@ -122,6 +122,17 @@ def test_vision_model_sees_the_image_in_the_next_turn_and_later(
     assert image_parts(chained) == [f"data:image/jpeg;base64,{blob.read_text()}"]
 
 
+def test_a_conversation_shows_its_image(client: OpenAI, upstream: ScriptedUpstream) -> None:
+    conversation = client.conversations.create()
+    drawn = image_call(check_response(client.responses.create(
+        model="vision-m", instructions=drawing("a boat", "conv-shown-1"), input="Draw.",
+        tools=TOOLS, conversation=conversation.id)))
+    check_response(client.responses.create(
+        model="vision-m", input="[[script:text]] conv-shown-2", conversation=conversation.id))
+    [body] = requests_with(upstream, "conv-shown-2")
+    assert image_parts(body) == [f"data:image/png;base64,{drawn['result']}"]
+
+
 def test_a_model_that_does_not_read_images_gets_the_note(
         client: OpenAI, upstream: ScriptedUpstream) -> None:
     for model in ("m", "vision-blind"):
