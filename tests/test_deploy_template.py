@@ -147,9 +147,10 @@ def test_table_matches_the_store_schema(template: dict[str, Any]) -> None:
     assert props["BillingMode"] == expected["BillingMode"] == "PAY_PER_REQUEST"
     assert props["TimeToLiveSpecification"] == dynamodb_schema.ttl_specification()
     assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
-    # No secondary index: the store has none either.
-    assert not set(props) & {"GlobalSecondaryIndexes", "LocalSecondaryIndexes"}
-    assert not set(expected) & {"GlobalSecondaryIndexes", "LocalSecondaryIndexes"}
+    # The same global secondary indexes (the admin list of conversations), no local ones.
+    assert props["GlobalSecondaryIndexes"] == expected["GlobalSecondaryIndexes"]
+    assert [i["IndexName"] for i in props["GlobalSecondaryIndexes"]] == ["conversations"]
+    assert "LocalSecondaryIndexes" not in props
 
 
 def test_api_function_runs_under_the_lambda_web_adapter(template: dict[str, Any]) -> None:
@@ -225,6 +226,10 @@ def test_permissions_are_least_privilege(template: dict[str, Any]) -> None:
         assert "ManagedPolicyArns" in template["Resources"][role]["Properties"]
     by_sid = {s["Sid"]: s for s in statements}
     assert by_sid["ResponsesTable"]["Resource"] == {"Fn::GetAtt": ["ResponsesTable", "Arn"]}
+    assert by_sid["ResponsesTableIndexes"]["Action"] == "dynamodb:Query"
+    assert by_sid["ResponsesTableIndexes"]["Resource"] == {
+        "Fn::Sub": "${ResponsesTable.Arn}/index/*"}
+    assert "dynamodb:Scan" not in by_sid["ResponsesTable"]["Action"]
     assert all(a.startswith("dynamodb:") for a in by_sid["ResponsesTable"]["Action"])
     assert by_sid["StartWorker"] == {
         "Sid": "StartWorker", "Effect": "Allow", "Action": "lambda:InvokeFunction",

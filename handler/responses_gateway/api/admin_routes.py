@@ -226,13 +226,20 @@ def scrubbed(response: dict[str, Any]) -> dict[str, Any]:
 
 
 async def list_conversations(request: Request) -> Response:
+    """Conversations of every key, or of ``api_key_id`` only, by key then id (an index
+    query on DynamoDB); ``after`` is the ``last_id`` of the page before."""
     ledger = admin(request)
     params = request.query_params
     limit = int_param(params.get("limit"), "limit", 20)
     if not 1 <= limit <= 100:
         raise invalid_request("Invalid 'limit': expected a value between 1 and 100.",
                               param="limit", code="integer_out_of_range")
-    rows = await ledger.conversations(limit + 1, params.get("after"))
+    after = params.get("after") or None
+    try:
+        rows = await ledger.conversations(limit + 1, after, params.get("api_key_id") or None)
+    except LookupError:
+        raise invalid_request(f"Invalid 'after': no conversation '{(after or '')[:64]}'.",
+                              param="after") from None
     page = rows[:limit]
     return JSON({
         "object": "list", "data": page,

@@ -98,6 +98,7 @@ CREATE TABLE IF NOT EXISTS conversations (
     item_count INTEGER NOT NULL DEFAULT 0,
     byte_count INTEGER NOT NULL DEFAULT 0
 );
+CREATE INDEX IF NOT EXISTS conversations_by_tenant ON conversations (tenant, id);
 CREATE TABLE IF NOT EXISTS conversation_items (
     conversation_id TEXT NOT NULL,
     pos INTEGER NOT NULL,

@@ -206,9 +206,11 @@ class UsageStore(ABC):
         """One response's log row (its tenant, to read it from the response store)."""
 
     @abstractmethod
-    async def conversations(self, limit: int, after: str | None = None
-                            ) -> list[dict[str, Any]]:
-        """Conversations of every tenant (id, tenant, created_at, metadata), by id."""
+    async def conversations(self, limit: int, after: str | None = None,
+                            tenant: str | None = None) -> list[dict[str, Any]]:
+        """Conversations (id, tenant, created_at, metadata) of every tenant, or of ``tenant``
+        only, by tenant then id, those after the conversation ``after``; a LookupError when
+        ``after`` is no conversation (its tenant places it)."""
 
     @abstractmethod
     async def conversation(self, conversation_id: str) -> dict[str, Any] | None:

@@ -26,6 +26,7 @@ from responses_gateway.store.dynamodb.codec import (
     _s,
 )
 from responses_gateway.store.dynamodb.responses import _Responses
+from responses_gateway.store.dynamodb_schema import conversation_index_keys
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,7 @@ class _Conversations(_Responses):
             TableName=self.table_name,
             Item={
                 **self._conv_key(conv.id),
+                **conversation_index_keys(conv.tenant, conv.id),  # the admin list's index
                 "tenant": _s(conv.tenant),
                 "created": _n(conv.created_at),
                 "meta": _s(orjson.dumps(conv.metadata).decode()),

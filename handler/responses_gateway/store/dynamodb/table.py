@@ -4,6 +4,7 @@ left unprocessed, and ``create_table`` (``responses-gateway store init``)."""
 
 from __future__ import annotations
 
+import copy
 import random
 import threading
 import time
@@ -19,7 +20,15 @@ from responses_gateway.store.dynamodb.codec import (
     _n,
     _s,
 )
-from responses_gateway.store.dynamodb_schema import table_definition, ttl_specification
+from responses_gateway.store.dynamodb_schema import (
+    ATTRIBUTE_DEFINITIONS,
+    CONVERSATION_INDEX_PK,
+    CONVERSATION_INDEX_SK,
+    GLOBAL_SECONDARY_INDEXES,
+    conversation_index_keys,
+    table_definition,
+    ttl_specification,
+)
 
 
 def make_client(max_attempts: int = 5) -> Any:
@@ -54,6 +63,9 @@ def create_table(table_name: str, client: Any = None) -> bool:
     client.get_waiter("table_exists").wait(
         TableName=table_name, WaiterConfig={"Delay": 1, "MaxAttempts": 120}
     )
+    if not created:  # a table made before its indexes: add them, and put what they list in
+        _add_indexes(client, table_name)
+        backfill_conversation_index(client, table_name)
     try:
         client.update_time_to_live(
             TableName=table_name, TimeToLiveSpecification=ttl_specification()
@@ -63,6 +75,59 @@ def create_table(table_name: str, client: Any = None) -> bool:
             raise
     return created
 
+
+
+def _add_indexes(client: Any, table_name: str) -> None:
+    """Create the table's missing global secondary indexes, one at a time as DynamoDB asks,
+    waiting until each is active."""
+    for index in GLOBAL_SECONDARY_INDEXES:
+        while True:
+            table = client.describe_table(TableName=table_name)["Table"]
+            status = {i["IndexName"]: i.get("IndexStatus", "ACTIVE")
+                      for i in table.get("GlobalSecondaryIndexes") or []}
+            if status.get(index["IndexName"]) == "ACTIVE":
+                break
+            if index["IndexName"] not in status:
+                client.update_table(
+                    TableName=table_name,
+                    AttributeDefinitions=[dict(a) for a in ATTRIBUTE_DEFINITIONS],
+                    GlobalSecondaryIndexUpdates=[{"Create": copy.deepcopy(index)}],
+                )
+            time.sleep(1)
+
+
+def backfill_conversation_index(client: Any, table_name: str) -> int:
+    """Give conversations written before the conversations index its keys (one Scan of the
+    table, an update per conversation); how many were updated. ``store init`` runs it on an
+    existing table."""
+    kwargs: dict[str, Any] = {
+        "TableName": table_name,
+        "FilterExpression": "sk = :c AND attribute_not_exists(#p)",
+        "ProjectionExpression": "pk, tenant",
+        "ExpressionAttributeNames": {"#p": CONVERSATION_INDEX_PK},
+        "ExpressionAttributeValues": {":c": _s(CONVERSATION)},
+    }
+    updated = 0
+    while True:
+        page = client.scan(**kwargs)
+        for item in page.get("Items", []):
+            keys = conversation_index_keys(item["tenant"]["S"], item["pk"]["S"])
+            try:
+                client.update_item(
+                    TableName=table_name, Key={"pk": item["pk"], "sk": _s(CONVERSATION)},
+                    UpdateExpression="SET #p = :p, #s = :s",
+                    ConditionExpression="attribute_exists(pk)",  # deleted since: leave it
+                    ExpressionAttributeNames={"#p": CONVERSATION_INDEX_PK,
+                                              "#s": CONVERSATION_INDEX_SK},
+                    ExpressionAttributeValues={":p": keys[CONVERSATION_INDEX_PK],
+                                               ":s": keys[CONVERSATION_INDEX_SK]},
+                )
+                updated += 1
+            except client.exceptions.ConditionalCheckFailedException:
+                pass
+        if "LastEvaluatedKey" not in page:
+            return updated
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
 class _Table:

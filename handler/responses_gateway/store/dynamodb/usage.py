@@ -23,9 +23,16 @@ from typing import Any
 
 import orjson
 
-from responses_gateway.store.dynamodb.codec import _ConditionFailed, _n, _s
+from responses_gateway.store.dynamodb.codec import CONVERSATION, _ConditionFailed, _n, _s
 from responses_gateway.store.dynamodb.table import _Table
-from responses_gateway.store.dynamodb_schema import TTL_ATTRIBUTE
+from responses_gateway.store.dynamodb_schema import (
+    CONVERSATION_INDEX,
+    CONVERSATION_INDEX_PK,
+    CONVERSATION_INDEX_SK,
+    CONVERSATIONS,
+    TTL_ATTRIBUTE,
+    conversation_index_keys,
+)
 from responses_gateway.store.usage import (
     COUNTERS,
     DAY,
@@ -279,35 +286,54 @@ class DynamoDBUsage(_Table, UsageStore):
 
         return await asyncio.to_thread(read)
 
-    async def conversations(self, limit: int, after: str | None = None
-                            ) -> list[dict[str, Any]]:
-        """A Scan of the table (no index holds conversations across tenants): an admin's
-        occasional look, read capacity in proportion to the table's size."""
+    async def conversations(self, limit: int, after: str | None = None,
+                            tenant: str | None = None) -> list[dict[str, Any]]:
+        """A Query of the conversations index (store/dynamodb_schema.py): read units in
+        proportion to the page, one key's conversations by their key's prefix."""
 
         def read() -> list[dict[str, Any]]:
-            found = []
+            condition = "#p = :p"
+            values: dict[str, Any] = {":p": _s(CONVERSATIONS)}
+            if tenant is not None:
+                condition += " AND begins_with(#s, :t)"
+                values[":t"] = _s(f"{tenant}#")
             kwargs: dict[str, Any] = {
-                "TableName": self.table_name, "FilterExpression": "sk = :c",
-                "ExpressionAttributeValues": {":c": _s("C")},
+                "TableName": self.table_name, "IndexName": CONVERSATION_INDEX,
+                "KeyConditionExpression": condition, "ExpressionAttributeValues": values,
+                "ExpressionAttributeNames": {"#p": CONVERSATION_INDEX_PK,
+                                             **({"#s": CONVERSATION_INDEX_SK}
+                                                if tenant is not None else {})},
             }
-            while True:
-                page = self._call("scan", **kwargs)
-                for item in page.get("Items", []):
-                    conv_id = item["pk"]["S"]
-                    if after is None or conv_id > after:
-                        found.append(_conversation(item))
+            if after is not None:
+                owner = tenant if tenant is not None else self._owner(after)
+                kwargs["ExclusiveStartKey"] = {
+                    "pk": _s(after), "sk": _s(CONVERSATION),
+                    **conversation_index_keys(owner, after)}
+            found: list[dict[str, Any]] = []
+            while len(found) < limit:
+                page = self._call("query", Limit=limit - len(found), **kwargs)
+                found += [_conversation(item) for item in page.get("Items", [])]
                 if "LastEvaluatedKey" not in page:
                     break
                 kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-            found.sort(key=lambda c: c["id"])
-            return found[:limit]
+            return found
 
         return await asyncio.to_thread(read)
+
+    def _owner(self, conversation_id: str) -> str:
+        """The tenant of a conversation: where it sits in the index (LookupError if none)."""
+        item = self._call("get_item", TableName=self.table_name,
+                          Key={"pk": _s(conversation_id), "sk": _s(CONVERSATION)},
+                          ProjectionExpression="tenant").get("Item")
+        if item is None:
+            raise LookupError(conversation_id)
+        return item["tenant"]["S"]
 
     async def conversation(self, conversation_id: str) -> dict[str, Any] | None:
         def read() -> dict[str, Any] | None:
             item = self._call("get_item", TableName=self.table_name, ConsistentRead=True,
-                              Key={"pk": _s(conversation_id), "sk": _s("C")}).get("Item")
+                              Key={"pk": _s(conversation_id), "sk": _s(CONVERSATION)}
+                              ).get("Item")
             return None if item is None else _conversation(item)
 
         return await asyncio.to_thread(read)
