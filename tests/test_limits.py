@@ -228,6 +228,40 @@ def test_a_concurrent_burst_never_passes_the_tokens_limit(
         assert window["tokens"] == spent  # every reservation settled to what was spent
 
 
+def test_a_background_response_settles_its_reservation(
+    upstream: ScriptedUpstream, tmp_path: Path, store: str
+) -> None:
+    """The reservation travels in the record: the worker that runs it (here in-process)
+    replaces the estimate with what the response spent."""
+    with gateway(upstream, tmp_path, {"default": {"tokens_per_minute": 1000}}, store,
+                 admin=True) as gw:
+        at_window_start(60, need=15)
+        client = OpenAI(base_url=gw.base_url, api_key=KEY, max_retries=0)
+        raw = client.responses.with_raw_response.create(model="m", input="in the background",
+                                                        background=True)
+        started = raw.parse()
+        reserved = 1000 - int(raw.headers["x-ratelimit-remaining-tokens"])
+        assert reserved > 0  # counted at admission, before the worker ran it
+        response = started
+        deadline = time.monotonic() + 20
+        while response.status in ("queued", "in_progress") and time.monotonic() < deadline:
+            time.sleep(0.1)
+            response = client.responses.retrieve(started.id)
+        assert response.status == "completed"
+        assert response.usage is not None
+        assert reserved == estimate_of(upstream.requests[-1])
+        spent = response.usage.total_tokens
+        assert spent != reserved
+        for _ in range(50):  # counted as the worker's terminal write lands
+            counts = httpx.get(gw.base_url + "/admin/limits",
+                               headers={"Authorization": f"Bearer {ADMIN}"}).json()
+            window = next(k for k in counts["keys"] if k["api_key_id"] == TENANT)["window"]
+            if window["tokens"] == spent:
+                break
+            time.sleep(0.1)
+        assert window["tokens"] == spent
+
+
 def test_websocket_creates_are_limited(upstream: ScriptedUpstream, tmp_path: Path) -> None:
     with gateway(upstream, tmp_path, {"default": {"requests_per_minute": 1}}) as gw:
         at_window_start(60)
