@@ -89,10 +89,13 @@ async def _compact(request: Request, gateway: Gateway, tenant: str, body: dict[s
             "Nothing to compact: give 'input' or a 'previous_response_id' with items.",
             param="input")
     route = gateway.settings.route(req.model)
-    chat = gateway.fitting.render(req, route, items, tenant).chat
-    reserved, headers = await limits.reserve(
-        gateway.store, gateway.settings.limits, tenant, limits.estimate_of(chat), req.model)
-    rate.update(headers)
+    reserved = None
+    if limits.counts_tokens(gateway.settings.limits, tenant):  # what its calls will read
+        chat = gateway.fitting.render(req, route, items, tenant).chat
+        reserved, headers = await limits.reserve(
+            gateway.store, gateway.settings.limits, tenant, limits.estimate_of(chat),
+            req.model)
+        rate.update(headers)
     answer: dict[str, Any] = {"id": ids.new_id(ids.RESPONSE), "usage": {}}
     status = "failed"
     try:

@@ -80,8 +80,7 @@ def reserver(store: Store, limits: Limits | None, tenant: str, headers: dict[str
              ) -> Callable[[StoredResponse], Awaitable[dict[str, Any] | None]] | None:
     """``Gateway.new_job``'s ``reserve`` for a key's create: the rendered request's estimate
     reserved (its headers merged into ``headers``, the answer's); None without token limits."""
-    rule = limits.for_tenant(tenant) if limits is not None else None
-    if rule is None or not (rule.tokens_per_minute or rule.tokens_per_period):
+    if not counts_tokens(limits, tenant):
         return None
 
     async def reserve_record(record: StoredResponse) -> dict[str, Any] | None:
@@ -91,6 +90,12 @@ def reserver(store: Store, limits: Limits | None, tenant: str, headers: dict[str
         return reserved
 
     return reserve_record
+
+
+def counts_tokens(limits: Limits | None, tenant: str) -> bool:
+    """Whether ``tenant`` has a token limit (its calls' tokens are then reserved)."""
+    rule = limits.for_tenant(tenant) if limits is not None else None
+    return rule is not None and bool(rule.tokens_per_minute or rule.tokens_per_period)
 
 
 def estimate_of(chat: dict[str, Any]) -> int:
