@@ -274,7 +274,11 @@ class BlobbedStore(Store, ConversationStore):
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def health_store(self) -> Any:  # the base class's None would hide the inner store's
+    # The base class's defaults (None) would hide the inner store's: forwarded by name.
+    def usage_store(self) -> Any:
+        return self._inner.usage_store()
+
+    def health_store(self) -> Any:
         return self._inner.health_store()
 
     @property
