@@ -231,3 +231,45 @@ def test_parts_are_removed_after_complete(alice: OpenAI, gateway: GatewayServer)
     assert _part_ids(gateway, upload.id) == []
     assert done.file is not None
     alice.files.delete(done.file.id)
+
+
+@pytest.fixture(scope="module")
+def large_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
+    with gateway_on("aws", tmp_path_factory.mktemp("large"), max_file_bytes=32 << 20,
+                    max_upload_part_bytes=8 << 20) as server:
+        yield server
+
+
+@pytest.mark.parametrize("sizes, s3_parts", [
+    ((6 << 20, 6 << 20, 1 << 20), 3),  # each large part copied inside S3, the tail sent
+    ((1 << 20, 6 << 20, 2 << 20), 2),  # a small part first: read and sent with the next
+])
+def test_s3_assembles_a_large_upload_with_a_multipart_upload(
+        large_s3: GatewayServer, sizes: tuple[int, ...], s3_parts: int) -> None:
+    """On S3 the parts become the File through one multipart upload (UploadPartCopy for
+    parts of 5 MiB or more), not by reading every part into memory: the object's ETag is a
+    multipart one with the number of parts S3 was given."""
+    data = b"".join(bytes([i + 65]) * size for i, size in enumerate(sizes))
+    with OpenAI(base_url=large_s3.base_url, api_key="sk-x", max_retries=0) as client:
+        upload = client.uploads.create(bytes=len(data), filename="big.bin",
+                                       mime_type="application/octet-stream",
+                                       purpose="assistants")
+        parts, offset = [], 0
+        for size in sizes:
+            parts.append(client.uploads.parts.create(upload.id,
+                                                     data=data[offset:offset + size]).id)
+            offset += size
+        done = client.uploads.complete(upload.id, part_ids=parts,
+                                       md5=hashlib.md5(data).hexdigest())
+        assert done.status == "completed" and done.file is not None
+        assert done.file.bytes == len(data)
+        assert client.files.content(done.file.id).read() == data
+        blobs = large_s3.app.state.uploads.blobs
+        listed = blobs.client.list_objects_v2(Bucket=blobs.bucket)
+        key = next(o["Key"] for o in listed.get("Contents", [])
+                   if o["Key"].endswith("/" + done.file.id))
+        etag = blobs.client.head_object(Bucket=blobs.bucket, Key=key)["ETag"].strip('"')
+        assert etag.endswith(f"-{s3_parts}"), etag
+        assert not any(o["Key"].startswith("uploads/") for o in blobs.client.list_objects_v2(
+            Bucket=blobs.bucket).get("Contents", []))
+        client.files.delete(done.file.id)

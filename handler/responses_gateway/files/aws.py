@@ -16,6 +16,7 @@ from responses_gateway.files.models import COMPLETING, PENDING, FileRecord, Uplo
 from responses_gateway.files.store import Blobs, FileRecords, TenantFull, UploadRecords
 
 USAGE = "U"
+MIN_PART = 5 * 1024 * 1024  # S3: every part of a multipart upload but the last is this or more
 
 
 def _pk(tenant: str) -> dict[str, str]:
@@ -267,3 +268,54 @@ class S3Blobs(Blobs):
                                                Delete={"Objects": keys, "Quiet": True})
 
         await asyncio.to_thread(run)
+
+    async def size(self, key: str) -> int | None:
+        def head() -> int | None:
+            try:
+                return int(self.client.head_object(Bucket=self.bucket, Key=key)["ContentLength"])
+            except self.client.exceptions.ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                    return None
+                raise
+
+        return await asyncio.to_thread(head)
+
+    async def join(self, keys: list[str], target: str) -> None:
+        await asyncio.to_thread(self._join, keys, target)
+
+    def _join(self, keys: list[str], target: str) -> None:
+        """One multipart upload: a source of 5 MiB or more is copied inside S3
+        (UploadPartCopy), smaller ones are read and sent together until they make a part of
+        5 MiB (S3's least but for the last part), so memory holds at most about one part."""
+        s3 = self.client
+        upload = s3.create_multipart_upload(Bucket=self.bucket, Key=target)["UploadId"]
+        parts: list[dict[str, Any]] = []
+        pending = bytearray()
+
+        def send(data: bytes) -> None:
+            answer = s3.upload_part(Bucket=self.bucket, Key=target, UploadId=upload,
+                                    PartNumber=len(parts) + 1, Body=data)
+            parts.append({"PartNumber": len(parts) + 1, "ETag": answer["ETag"]})
+
+        try:
+            for key in keys:
+                size = int(s3.head_object(Bucket=self.bucket, Key=key)["ContentLength"])
+                if not pending and size >= MIN_PART:
+                    answer = s3.upload_part_copy(
+                        Bucket=self.bucket, Key=target, UploadId=upload,
+                        PartNumber=len(parts) + 1,
+                        CopySource={"Bucket": self.bucket, "Key": key})
+                    parts.append({"PartNumber": len(parts) + 1,
+                                  "ETag": answer["CopyPartResult"]["ETag"]})
+                    continue
+                pending += s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+                if len(pending) >= MIN_PART:
+                    send(bytes(pending))
+                    pending.clear()
+            if pending or not parts:
+                send(bytes(pending))
+            s3.complete_multipart_upload(Bucket=self.bucket, Key=target, UploadId=upload,
+                                         MultipartUpload={"Parts": parts})
+        except BaseException:
+            s3.abort_multipart_upload(Bucket=self.bucket, Key=target, UploadId=upload)
+            raise

@@ -243,3 +243,30 @@ class DiskBlobs(Blobs):
 
         folder = self._path(prefix.rstrip("/"))
         await asyncio.to_thread(shutil.rmtree, folder, True)
+
+    async def size(self, key: str) -> int | None:
+        try:
+            return (await asyncio.to_thread(self._path(key).stat)).st_size
+        except FileNotFoundError:
+            return None
+
+    async def join(self, keys: list[str], target: str) -> None:
+        await asyncio.to_thread(self._join, [self._path(k) for k in keys], self._path(target))
+
+    @staticmethod
+    def _join(sources: list[Path], path: Path) -> None:
+        """The sources copied in order into a temporary file, renamed into place."""
+        import shutil
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".upload-")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                for source in sources:
+                    with source.open("rb") as part:
+                        shutil.copyfileobj(part, out, 1 << 20)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise

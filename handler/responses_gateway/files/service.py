@@ -40,13 +40,31 @@ class Files:
         self, tenant: str, filename: str, data: bytes, purpose: str,
         expires_after: int | None = None,
     ) -> FileRecord:
-        self.check_size(len(data))
+        record = self._new(tenant, filename, len(data), purpose, expires_after)
+        await self.blobs.put(record.blob_key, data)
+        return await self._register(record)
+
+    async def create_joined(
+        self, tenant: str, filename: str, size: int, parts: list[str], purpose: str,
+        expires_after: int | None = None,
+    ) -> FileRecord:
+        """A File of ``size`` bytes made of the blobs ``parts`` (an Upload's), joined by the
+        blob store without reading them all into memory."""
+        record = self._new(tenant, filename, size, purpose, expires_after)
+        await self.blobs.join(parts, record.blob_key)
+        return await self._register(record)
+
+    def _new(self, tenant: str, filename: str, size: int, purpose: str,
+             expires_after: int | None) -> FileRecord:
+        self.check_size(size)
         now = int(time.time())
-        record = FileRecord(
-            id=ids.new_id(ids.FILE), tenant=tenant, filename=filename, bytes=len(data),
+        return FileRecord(
+            id=ids.new_id(ids.FILE), tenant=tenant, filename=filename, bytes=size,
             purpose=purpose, created_at=now,
             expires_at=now + expires_after if expires_after is not None else None)
-        await self.blobs.put(record.blob_key, data)
+
+    async def _register(self, record: FileRecord) -> FileRecord:
+        """The record of bytes already written (removed again when it cannot be added)."""
         try:
             await self.records.add(record, self.limits.tenant_bytes)
         except TenantFull as full:

@@ -66,6 +66,15 @@ class Blobs(ABC):
     async def delete_prefix(self, prefix: str) -> None:
         """Delete every blob whose key starts with ``prefix`` (which ends with ``/``)."""
 
+    @abstractmethod
+    async def size(self, key: str) -> int | None:
+        """The blob's length in bytes, None when there is none (its bytes are not read)."""
+
+    @abstractmethod
+    async def join(self, keys: list[str], target: str) -> None:
+        """Write the blobs ``keys`` one after the other as the blob ``target`` without
+        holding them all in memory (an Upload's parts becoming its File)."""
+
     async def aclose(self) -> None:
         return None
 

@@ -4,9 +4,11 @@ OpenAI's SDKs do (``client.uploads.upload_file_chunked``).
 An Upload declares its size; each part's bytes are kept as a blob under
 ``uploads/<tenant>/<upload id>/<part id>`` (:func:`part_key`) and counted on the Upload's
 record in one conditional write, so parts never pass the declared size. Completing claims the
-Upload (pending -> completing, so two completes cannot make two files), joins the named parts
-in order, checks the size and ``md5``, and makes the File through :class:`~.service.Files`
-(its bounds apply); the parts are removed. An Upload expires an hour after it was created.
+Upload (pending -> completing, so two completes cannot make two files), checks the named
+parts' sizes and ``md5``, and makes the File through :class:`~.service.Files` (its bounds
+apply) with the blob store joining the parts in order (a file on disk; in S3 a multipart
+upload copying each part, never all parts in memory); the parts are removed. An Upload
+expires an hour after it was created.
 """
 
 from __future__ import annotations
@@ -132,13 +134,13 @@ class Uploads:
             raise invalid_request(f"Upload {upload_id} is already being completed.",
                                   param="upload_id", code="upload_in_progress")
         try:
-            data = await self._joined(tenant, upload_id, part_ids, record.bytes)
-            if md5 and hashlib.md5(data, usedforsecurity=False).hexdigest() != md5.lower():
+            keys = await self._checked_parts(tenant, upload_id, part_ids, record.bytes)
+            if md5 and await self._md5(keys) != md5.lower():
                 raise invalid_request(
                     "The md5 checksum of the uploaded parts does not match the 'md5' given.",
                     param="md5", code="md5_mismatch")
-            file = await self.files.create(tenant, record.filename, data, record.purpose,
-                                           record.file_expires_after)
+            file = await self.files.create_joined(tenant, record.filename, record.bytes, keys,
+                                                  record.purpose, record.file_expires_after)
         except BaseException:
             await self.records.settle(upload_id, tenant, PENDING, None)
             raise
@@ -156,24 +158,32 @@ class Uploads:
         await self.blobs.delete_prefix(part_key(tenant, upload_id, ""))
         return replace(record, status=CANCELLED)
 
-    async def _joined(self, tenant: str, upload_id: str, part_ids: list[str],
-                      declared: int) -> bytes:
-        pieces: list[bytes] = []
+    async def _checked_parts(self, tenant: str, upload_id: str, part_ids: list[str],
+                             declared: int) -> list[str]:
+        """The parts' blob keys, each present and together of the declared size (their
+        sizes are read, not their bytes)."""
+        keys: list[str] = []
         total = 0
         for part_id in part_ids:
-            piece = await self.blobs.get(part_key(tenant, upload_id, part_id))
-            if piece is None:
+            key = part_key(tenant, upload_id, part_id)
+            size = await self.blobs.size(key)
+            if size is None:
                 raise invalid_request(f"No such part '{part_id}' in Upload {upload_id}.",
                                       param="part_ids", code="invalid_value")
-            total += len(piece)
-            if total > declared:
-                break
-            pieces.append(piece)
+            total += size
+            keys.append(key)
         if total != declared:
             raise invalid_request(
                 f"The parts listed hold {total} bytes, but the Upload was created with "
                 f"bytes={declared}; they must match.", param="part_ids", code="bytes_mismatch")
-        return b"".join(pieces)
+        return keys
+
+    async def _md5(self, keys: list[str]) -> str:
+        """The md5 of the parts joined, one part in memory at a time."""
+        digest = hashlib.md5(usedforsecurity=False)
+        for key in keys:
+            digest.update(await self.blobs.get(key) or b"")
+        return digest.hexdigest()
 
     async def _get(self, tenant: str, upload_id: str) -> UploadRecord:
         record = await self.records.get(upload_id, tenant)
