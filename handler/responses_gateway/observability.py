@@ -527,6 +527,15 @@ class _TracedStore(Store, ConversationStore):
         async with subsegment("store.renew_lease"):
             return await self._inner.renew_lease(response_id, lease_until)
 
+    async def put_tool_reads(self, tenant: str, response_id: str, reads: dict[str, str], *,
+                             expires_at: int | None = None) -> None:
+        async with subsegment("store.put_tool_reads"):
+            await self._inner.put_tool_reads(tenant, response_id, reads, expires_at=expires_at)
+
+    async def get_tool_reads(self, tenant: str, call_ids: list[str]) -> dict[str, str]:
+        async with subsegment("store.get_tool_reads"):
+            return await self._inner.get_tool_reads(tenant, call_ids)
+
     def check_input_items(self, items: list[dict[str, Any]]) -> None:
         self._inner.check_input_items(items)
 

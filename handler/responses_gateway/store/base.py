@@ -1,11 +1,12 @@
 """The store interface every implementation honours (and the one test suite runs against).
 
-A stored response is one record plus two ordered lists hanging off it:
+A stored response is one record plus what hangs off it:
 
 - the record: the Response object as last written, the validated create body (what a background
   worker needs to run it), the tenant, the previous_response_id link, the lease;
 - its input items, in order, each with an id (``input_items`` listing, ``item_reference``);
-- its event log, in sequence order (background stream resume).
+- its event log, in sequence order (background stream resume);
+- what its server tools' calls gave the model (``put_tool_reads``), by tenant and call id.
 
 Status transitions are conditional writes: a cancelled response never becomes completed.
 All methods are async; implementations that block run their calls in a thread.
@@ -252,6 +253,20 @@ class Store(_Bounded, ABC):
     @abstractmethod
     async def renew_lease(self, response_id: str, lease_until: float) -> bool:
         """Extend a running worker's lease; False if the response is no longer running."""
+
+    @abstractmethod
+    async def put_tool_reads(
+        self, tenant: str, response_id: str, reads: dict[str, str], *,
+        expires_at: int | None = None,
+    ) -> None:
+        """Keep what the server tools' calls of a response gave the model (``reads``: call id
+        -> text; web_search's pages, file_search's passages), so a later request in any
+        process gives it back. Deleted with the response, expiring with it (``expires_at``,
+        else the store's retention from now)."""
+
+    @abstractmethod
+    async def get_tool_reads(self, tenant: str, call_ids: list[str]) -> dict[str, str]:
+        """The kept reads of these calls (one batch), this tenant's only."""
 
     def check_input_items(self, items: list[dict[str, Any]]) -> None:
         """Raise GatewayError 400 if the input can never be stored (over the bound of one

@@ -108,6 +108,16 @@ CREATE TABLE IF NOT EXISTS conversation_items (
 ) WITHOUT ROWID;
 CREATE UNIQUE INDEX IF NOT EXISTS conversation_items_by_id
     ON conversation_items (conversation_id, item_id);
+-- What a response's server-tool calls gave the model, by call id: visible while the response
+-- is (alive, this tenant's), deleted with it.
+CREATE TABLE IF NOT EXISTS tool_reads (
+    tenant TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    response_id TEXT NOT NULL,
+    text TEXT NOT NULL,
+    PRIMARY KEY (tenant, call_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS tool_reads_by_response ON tool_reads (response_id);
 """
 
 
@@ -195,6 +205,7 @@ class SQLiteStore(Store, ConversationStore):
         expired = "SELECT id FROM responses WHERE expires_at IS NOT NULL AND expires_at <= ?"
         c.execute(f"DELETE FROM items WHERE response_id IN ({expired})", (now,))
         c.execute(f"DELETE FROM events WHERE response_id IN ({expired})", (now,))
+        c.execute(f"DELETE FROM tool_reads WHERE response_id IN ({expired})", (now,))
         c.execute("DELETE FROM responses WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))
 
     @contextmanager
@@ -364,7 +375,8 @@ class SQLiteStore(Store, ConversationStore):
             ).fetchone()
             if row is None or row[0] != tenant:
                 return False
-            for table, column in (("items", "response_id"), ("events", "response_id")):
+            for table, column in (("items", "response_id"), ("events", "response_id"),
+                                  ("tool_reads", "response_id")):
                 c.execute(f"DELETE FROM {table} WHERE {column} = ?", (response_id,))
             c.execute("DELETE FROM responses WHERE id = ?", (response_id,))
         return _alive(row[1], time.time())  # an expired record was already "not there"
@@ -389,6 +401,36 @@ class SQLiteStore(Store, ConversationStore):
             for item_id, item in rows:
                 if item_id not in found:
                     found[item_id] = orjson.loads(item)
+        return found
+
+    async def put_tool_reads(
+        self, tenant: str, response_id: str, reads: dict[str, str], *,
+        expires_at: int | None = None,
+    ) -> None:
+        if reads:  # they expire with their response's row (read through it)
+            await self._run(self._put_reads, tenant, response_id, reads)
+
+    def _put_reads(self, tenant: str, response_id: str, reads: dict[str, str]) -> None:
+        with self._tx() as c:
+            c.executemany("INSERT OR REPLACE INTO tool_reads VALUES (?, ?, ?, ?)",
+                          [(tenant, k, response_id, v) for k, v in reads.items()])
+
+    async def get_tool_reads(self, tenant: str, call_ids: list[str]) -> dict[str, str]:
+        return await self._run(self._get_reads, tenant, list(dict.fromkeys(call_ids)))
+
+    def _get_reads(self, tenant: str, call_ids: list[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        now = int(time.time())
+        for start in range(0, len(call_ids), 500):  # under SQLite's bound-variable limit
+            chunk = call_ids[start : start + 500]
+            rows = self._conn.execute(  # type: ignore[union-attr]
+                "SELECT t.call_id, t.text FROM tool_reads t JOIN responses r"
+                " ON r.id = t.response_id AND r.tenant = t.tenant"
+                f" WHERE t.tenant = ? AND t.call_id IN ({','.join('?' * len(chunk))})"
+                " AND (r.expires_at IS NULL OR r.expires_at > ?)",
+                (tenant, *chunk, now),
+            ).fetchall()
+            found.update(rows)
         return found
 
     async def update_response(

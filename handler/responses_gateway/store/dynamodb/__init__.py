@@ -4,12 +4,13 @@ The item layout and why it serves each access pattern is in docs/store.md. In sh
 ``pk = <response id>`` holds the record ``R``, the input items ``R#IN#<idx>``, the parts of a
 request or response too large to sit in the record (``R#RQ#<n>``, ``R#RS#<n>``) and the event
 batches ``EV#<last seq>``; partition ``ITEM#<tenant>#<item id>`` points at the responses holding
-that item (``item_reference``); partition ``pk = <conversation id>`` holds a conversation. Every
-response item carries ``expires_at`` (TTL).
+that item (``item_reference``); partition ``READ#<tenant>#<call id>`` holds what a server tool's
+call gave the model; partition ``pk = <conversation id>`` holds a conversation. Every response
+item carries ``expires_at`` (TTL).
 
 One module per concern, each a layer of the one class: ``codec`` (packing, keys, limits),
 ``table`` (client, retries, batches), ``responses``, ``conversations``, ``turns`` (the turn
-lock and appends), ``events`` (the background event log).
+lock and appends), ``events`` (the background event log), ``tool_reads``.
 
 boto3 is imported on first use (cold start); blocking calls run in threads. Throttling and
 transient errors are retried by botocore's standard mode; what still fails raises
@@ -24,13 +25,14 @@ from responses_gateway.store.base import ConversationStore, Store
 from responses_gateway.store.dynamodb.codec import INPUT_ITEM_LIMIT, _pack
 from responses_gateway.store.dynamodb.events import _Events
 from responses_gateway.store.dynamodb.table import create_table, make_client
+from responses_gateway.store.dynamodb.tool_reads import _ToolReads
 
 if TYPE_CHECKING:
     from responses_gateway.store.dynamodb.health import DynamoDBHealth
     from responses_gateway.store.dynamodb.usage import DynamoDBUsage
 
 
-class DynamoDBStore(_Events, Store, ConversationStore):
+class DynamoDBStore(_ToolReads, _Events, Store, ConversationStore):
     """Responses and conversations in one DynamoDB table (layout in docs/store.md)."""
 
     _usage: DynamoDBUsage | None = None

@@ -36,6 +36,7 @@ from responses_gateway.store.dynamodb.codec import (
     _unpack,
 )
 from responses_gateway.store.dynamodb.table import _Table
+from responses_gateway.store.dynamodb.tool_reads import read_keys
 from responses_gateway.store.dynamodb_schema import TTL_ATTRIBUTE
 
 log = logging.getLogger(__name__)
@@ -224,7 +225,8 @@ class _Responses(_Table):
         }
         keys = [{"pk": _s(_pointer_pk(tenant, i)), "sk": _s(response_id)} for i in item_ids]
         try:
-            keys += self._partition_keys(response_id)
+            partition = self._partition_keys(response_id)
+            keys += partition + read_keys(tenant, partition)  # its tool reads (tool_reads.py)
             self._batch_write([{"DeleteRequest": {"Key": key}} for key in keys])
         except StoreUnavailable:  # invisible leftovers; TTL removes them
             log.warning("could not remove all items of deleted response %s", response_id)
