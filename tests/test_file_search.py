@@ -348,3 +348,11 @@ def test_a_later_turn_reads_the_earlier_search(alice: OpenAI, upstream: Scripted
     answer = next(m for m in later if m.get("role") == "tool")
     # The kept results are what the model reads (and what context fitting counts).
     assert "From 'volcano.md':\nVolcanoes: magma rises" in answer["content"]
+
+
+def test_input_tokens_accepts_the_tool(alice: OpenAI, library: dict[str, str]) -> None:
+    """``input_tokens`` reads a body as a create does: a hosted tool the gateway runs is not
+    "not supported" there (it was a 400)."""
+    counted = alice.responses.input_tokens.count(
+        model="scripted-model", input="how does basalt form?", tools=[tool(library)])
+    assert counted.input_tokens > 0

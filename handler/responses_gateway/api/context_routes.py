@@ -49,6 +49,12 @@ def _subset(body: Any, fields: tuple[str, ...]) -> dict[str, Any]:
     return {k: body[k] for k in fields if k in body}
 
 
+def _parsed(gateway: Gateway, body: dict[str, Any]) -> CreateResponseRequest:
+    """The body read as a create reads it: hosted tools the gateway runs are accepted."""
+    return parse_create_request(body, hosted_tools=gateway.settings.hosted_tools,
+                                served=gateway.served_tools)
+
+
 def _only_post(request: Request) -> None:
     if request.method != "POST":
         raise GatewayError(
@@ -81,7 +87,7 @@ async def _compact(request: Request, gateway: Gateway, tenant: str, body: dict[s
                    rate: dict[str, str]) -> Response:
     if body.get("model") is None:
         raise missing_parameter("model")
-    req = parse_create_request(body)
+    req = _parsed(gateway, body)
     items = await gateway.resolve_references(normalize_input(req), tenant)
     items = await _conversation_items(gateway, req, tenant) + items
     if not items:
@@ -127,7 +133,7 @@ async def count_input_tokens(request: Request) -> Response:
 
 async def _count_tokens(gateway: Gateway, tenant: str, body: dict[str, Any]) -> Response:
     body.setdefault("model", "")  # optional here: then the default backend's estimate
-    req = parse_create_request(body)
+    req = _parsed(gateway, body)
     items = await gateway.resolve_references(normalize_input(req), tenant)
     items = await _conversation_items(gateway, req, tenant) + items
     route = gateway.settings.route(req.model)
