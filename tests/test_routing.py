@@ -426,3 +426,25 @@ def test_the_response_reports_the_service_tier_the_upstream_says() -> None:
                      "service_tier": "flex"})
     translator.finish()
     assert response["service_tier"] == "flex"
+
+
+@pytest.mark.parametrize(("breakpoint_", "param", "says"), [
+    ({"mode": "implicit"}, "prompt_cache_breakpoint.mode", "'implicit'"),
+    ("yes", "prompt_cache_breakpoint", "expected an object"),
+    ({"ttl": "30m"}, "prompt_cache_breakpoint.mode", "Missing required parameter"),
+    ({"mode": "explicit", "ttl": "1h"}, "prompt_cache_breakpoint.ttl", "'1h'"),
+])
+def test_a_malformed_breakpoint_is_a_400(client: OpenAI, breakpoint_: Any, param: str,
+                                         says: str) -> None:
+    """A part's ``prompt_cache_breakpoint`` is read as OpenAI types it (``mode`` "explicit",
+    ``ttl`` optional); anything else is OpenAI's 400 naming it, not silently ignored."""
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model="down", input=[{"role": "developer", "content": [
+            {"type": "input_text", "text": "Rules.",
+             "prompt_cache_breakpoint": breakpoint_}]}])  # type: ignore[typeddict-unknown-key]
+    error = raised.value.body
+    assert isinstance(error, dict)
+    assert error["param"] == f"input[0].content[0].{param}"
+    assert says in error["message"]

@@ -27,10 +27,20 @@ from responses_gateway.translate.request_errors import quoted
 # --- content parts -------------------------------------------------------------------------
 
 
+class PromptCacheBreakpoint(BaseModel):
+    """A part's ``prompt_cache_breakpoint``: the end of a reusable prefix (docs/routing.md);
+    without ``ttl`` it has the request's ``prompt_cache_options.ttl``."""
+
+    model_config = ITEM_CONFIG
+    mode: Literal["explicit"]
+    ttl: Literal["30m", "12h"] | None = None
+
+
 class InputText(BaseModel):
     model_config = ITEM_CONFIG
     type: Literal["input_text"]
     text: str
+    prompt_cache_breakpoint: PromptCacheBreakpoint | None = None
 
 
 class InputImage(BaseModel):
@@ -39,6 +49,7 @@ class InputImage(BaseModel):
     image_url: str | None = None
     file_id: str | None = None
     detail: Literal["low", "high", "auto", "original"] | None = None
+    prompt_cache_breakpoint: PromptCacheBreakpoint | None = None
 
 
 class InputFile(BaseModel):
@@ -48,6 +59,7 @@ class InputFile(BaseModel):
     file_url: str | None = None
     file_id: str | None = None
     filename: str | None = None
+    prompt_cache_breakpoint: PromptCacheBreakpoint | None = None
 
 
 class OutputText(BaseModel):
