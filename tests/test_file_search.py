@@ -346,8 +346,11 @@ def test_a_later_turn_reads_the_earlier_search(alice: OpenAI, upstream: Scripted
     assert json.loads(asked[0]["tool_calls"][0]["function"]["arguments"]) == {
         "queries": [QUESTION]}
     answer = next(m for m in later if m.get("role") == "tool")
-    # The kept results are what the model reads (and what context fitting counts).
-    assert "From 'volcano.md':\nVolcanoes: magma rises" in answer["content"]
+    # The passages the model read then, kept with the response, are what it reads again.
+    read = next(m for b in upstream.requests if "conv-1" in str(b["messages"])
+                for m in b["messages"] if m.get("role") == "tool")["content"]
+    assert "[^1] from 'volcano.md'" in read and "Volcanoes: magma rises" in read
+    assert answer["content"] == read
 
 
 def test_input_tokens_accepts_the_tool(alice: OpenAI, library: dict[str, str]) -> None:

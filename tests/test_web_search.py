@@ -293,11 +293,12 @@ def test_what_the_model_read_is_bounded() -> None:
 
     kept = ReadOutputs()
     for n in range(5):
-        kept.keep(f"ws_{n}", "é" * 50, most_bytes=250)  # 100 UTF-8 bytes each
-    assert [kept.get(f"ws_{n}") is not None for n in range(5)] == [False] * 3 + [True] * 2
-    kept.keep("ws_big", "x" * 1000, most_bytes=250)  # the newest stays: the next turn reads it
-    assert kept.get("ws_big") and kept.get("ws_4") is None
-    call = WebSearchHistory().read(
+        kept.keep("t", f"ws_{n}", "é" * 50, most_bytes=250)  # 100 UTF-8 bytes each
+    assert [kept.get("t", f"ws_{n}") is not None for n in range(5)] == [False] * 3 + [True] * 2
+    assert kept.get("another tenant", "ws_4") is None  # by tenant and call id
+    kept.keep("t", "ws_big", "x" * 1000, most_bytes=250)  # the newest stays
+    assert kept.get("t", "ws_big") and kept.get("t", "ws_4") is None
+    call = WebSearchHistory({}).read(
         {"id": "ws_never_read_here", "type": "web_search_call", "status": "completed",
          "action": {"type": "search", "query": "q",
                     "sources": [{"type": "url", "url": "https://a.example/"}]}}, "input[0]")

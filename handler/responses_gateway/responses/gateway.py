@@ -26,6 +26,7 @@ from responses_gateway.responses.fitting.limits import CompactionLimits, Departu
 from responses_gateway.responses.job import Job, Persist
 from responses_gateway.responses.local_feed import LocalFeed
 from responses_gateway.store.base import Store, StoredResponse
+from responses_gateway.tools import reads as tool_reads
 from responses_gateway.tools.catalog import ToolCatalog
 from responses_gateway.tools.registry import ServerTools, served_tool_types
 from responses_gateway.translate.request_models import (
@@ -107,9 +108,12 @@ class Gateway:
         if turn is not None:  # ``conversation``: its items come before this turn's input
             earlier = turn.history
         route = self.settings.route(req.model)
+        # What the server tools' calls in it gave the model, this process's or the store's.
+        reads = await tool_reads.gather(self.store, tenant, earlier + items,
+                                        self.settings.max_tool_output_bytes)
         # Rendered, and compacted or truncated to the model's window as asked (fitting/).
         fitted = await self.fitting.fit(req, route, earlier + items, tenant,
-                                        new_catalog=ToolCatalog, left=client_left)
+                                        new_catalog=ToolCatalog, left=client_left, reads=reads)
         chat, catalog = fitted.chat, fitted.catalog
         tools = await self._server_tools(req, chat, catalog, earlier, items, tenant)
         try:

@@ -30,6 +30,7 @@ from responses_gateway.responses.deadline import Deadline
 from responses_gateway.responses.turns import TurnLoop
 from responses_gateway.store.base import CancelledError as StoreCancelled
 from responses_gateway.store.base import Store, StoredResponse, StoreUnavailable
+from responses_gateway.tools import reads as tool_reads
 from responses_gateway.tools.catalog import specs_from_record
 from responses_gateway.tools.registry import ServerTools
 from responses_gateway.tools.server import Rebuild, ServerCall
@@ -292,7 +293,11 @@ class Job:
         return events
 
     async def persist(self) -> None:
-        """Write the record before the terminal event leaves (or hand it to ``persist``)."""
+        """Write the record before the terminal event leaves (or hand it to ``persist``);
+        what the server tools' calls gave the model first (tools/reads.py)."""
+        if self.tools is not None:
+            await tool_reads.keep(self.gateway.store, self.record, self.tools, stored=self.store,
+                                  most_bytes=self.gateway.settings.max_tool_output_bytes)
         if self._persist is not None:
             await self._persist(self)
             return

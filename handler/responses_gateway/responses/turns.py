@@ -209,6 +209,7 @@ class TurnLoop:
             reasoning_input=job.reasoning_input,
             unseal=partial(job.gateway.sealer.unseal, tenant=job.record.tenant),
             images=self._takes_images(),
+            reads=job.tools.reads() if job.tools is not None else None,  # what the calls read
         )
         body = job.backend_request.body
         messages = body["messages"] = list(body["messages"])  # the record's own stays as it was

@@ -293,7 +293,8 @@ class McpServerTool(ServerTool):
     # -- history -------------------------------------------------------------------------------
 
     @classmethod
-    def history_reader(cls, items: Sequence[Mapping[str, Any]]) -> McpHistory:
+    def history_reader(cls, items: Sequence[Mapping[str, Any]],
+                       reads: Mapping[str, str]) -> McpHistory:
         return McpHistory(_denied(items))
 
 

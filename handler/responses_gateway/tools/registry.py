@@ -38,6 +38,9 @@ class Registration:
     #: a Settings field that must be set for the gateway to run it (else it stays hosted),
     #: or a test of the settings (file_search: vector stores on this storage)
     needs: str | Callable[[Any], bool] | None = None
+    #: its calls give the model text their items do not hold (``ServerTool.reads``), kept
+    #: for later requests (tools/reads.py)
+    keeps_reads: bool = False
 
 
 REGISTRATIONS: tuple[Registration, ...] = (
@@ -50,14 +53,14 @@ REGISTRATIONS: tuple[Registration, ...] = (
         "web_search", ("web_search", "web_search_2025_08_26", "web_search_preview",
                        "web_search_preview_2025_03_11"),
         ("web_search_call",), "responses_gateway.tools.web_search.tool:WebSearchTool",
-        needs="web_search_provider",
+        needs="web_search_provider", keeps_reads=True,
     ),
     Registration("image_generation", ("image_generation",), ("image_generation_call",),
                  "responses_gateway.tools.image_generation.tool:ImageGenerationTool",
                  needs="image_backend"),
     Registration("file_search", ("file_search",), ("file_search_call",),
                  "responses_gateway.tools.file_search.tool:FileSearchTool",
-                 needs=vector_stores_available),
+                 needs=vector_stores_available, keeps_reads=True),
 )
 
 #: ToolSpec kinds whose calls the gateway runs (the translator holds them for the turn loop).
@@ -66,6 +69,8 @@ SERVER_KINDS = frozenset(r.kind for r in REGISTRATIONS)
 SERVER_TOOL_TYPES = frozenset(t for r in REGISTRATIONS for t in r.tool_types)
 #: Item types that belong to a server tool (how they go back to the model: ``read_history``).
 SERVER_ITEM_TYPES = frozenset(t for r in REGISTRATIONS for t in r.item_types)
+#: Item types whose calls' reads are kept (tools/reads.py).
+READ_ITEM_TYPES = frozenset(t for r in REGISTRATIONS if r.keeps_reads for t in r.item_types)
 _BY_KIND = {r.kind: r for r in REGISTRATIONS}
 _BY_TOOL_TYPE = {t: r for r in REGISTRATIONS for t in r.tool_types}
 _BY_ITEM_TYPE = {t: r for r in REGISTRATIONS for t in r.item_types}
@@ -98,9 +103,12 @@ def tool_class(kind: str) -> type[ServerTool]:
     return cls
 
 
-def history_reader(item_type: str, items: Sequence[Mapping[str, Any]]) -> HistoryReader:
-    """The reader for a server tool's item of ``item_type`` within ``items``."""
-    return tool_class(_BY_ITEM_TYPE[item_type].kind).history_reader(items)
+def history_reader(
+    item_type: str, items: Sequence[Mapping[str, Any]], reads: Mapping[str, str]
+) -> HistoryReader:
+    """The reader for a server tool's item of ``item_type`` within ``items``; ``reads``: what
+    the calls among them gave the model, by call id."""
+    return tool_class(_BY_ITEM_TYPE[item_type].kind).history_reader(items, reads)
 
 
 def kind_of_item(item_type: str) -> str:
@@ -180,6 +188,13 @@ class ServerTools:
 
     def run(self, call: ServerCall, items: ItemWriter) -> AsyncIterator[list[Event]]:
         return self.by_kind[call.spec.kind].run(call, items)
+
+    def reads(self) -> dict[str, str]:
+        """What this response's calls gave the model, by call id (``ServerTool.reads``)."""
+        found: dict[str, str] = {}
+        for tool in self.by_kind.values():
+            found.update(tool.reads())
+        return found
 
     def annotate(self, text: str) -> list[dict[str, Any]]:
         """Every tool's annotations of a closing text part, in text order."""

@@ -5,7 +5,8 @@ when the model calls one, the turn loop (responses/turns.py) hands the call to t
 offered it (``run``) between two model turns, under the response's deadline and cancel. The
 tool writes its output items through an :class:`ItemWriter` (the translator: it owns ids,
 output indexes and sequence numbers for the whole response), and says how its items go back
-to the model in a later turn or request (``read_history``).
+to the model in a later turn or request (``history_reader``, with what the calls read:
+``reads``, kept by tools/reads.py).
 
 The loop knows the order (model turn, the calls, the next turn), ``max_tool_calls`` and the
 deadline; a tool knows its own items, events and failures. Adding a tool is one module with
@@ -154,41 +155,50 @@ class ServerTool:
         closes, each pointing at something this tool's calls returned; never invented."""
         return []
 
+    def reads(self) -> dict[str, str]:
+        """What this response's calls gave the model that their items do not hold (a page's
+        text, passages), by call id: the next model turn reads it, and it is kept for later
+        requests (tools/reads.py: in this process, and in the store with the response)."""
+        return {}
+
     # -- history (translate/to_chat.py): how this tool's items go back to the model ------------
 
     @classmethod
-    def history_reader(cls, items: Sequence[Mapping[str, Any]]) -> HistoryReader:
-        """A reader for this tool's items among ``items`` (a whole rendered conversation)."""
+    def history_reader(
+        cls, items: Sequence[Mapping[str, Any]], reads: Mapping[str, str]
+    ) -> HistoryReader:
+        """A reader for this tool's items among ``items`` (a whole rendered conversation);
+        ``reads``: what their calls gave the model, by call id, as far as it is kept (the
+        request's tenant's only: tools/reads.py)."""
         raise NotImplementedError
 
 
 class ReadOutputs:
-    """What the model read of a tool's calls in this process (text too long to keep in the
-    item: the next model turn reads it back; a tool may keep it past its response, so a later
-    request reads what was read, not only what the item says); bounded in entries and, with
-    ``most_bytes`` at ``keep``, in UTF-8 bytes, oldest forgotten first (the newest is always
-    kept: the next model turn reads it)."""
+    """What the model read of tools' calls, kept in this process past their responses, by
+    tenant and call id; bounded in entries and, with ``most_bytes`` at ``keep``, in UTF-8
+    bytes, oldest forgotten first (the newest is always kept)."""
 
     def __init__(self, most: int = 4096) -> None:
-        self._read: dict[str, str] = {}
+        self._read: dict[tuple[str, str], str] = {}
         self._most = most
         self._bytes = 0
 
-    def keep(self, item_id: str, output: str, most_bytes: int | None = None) -> None:
-        self.forget([item_id])
+    def keep(self, tenant: str, item_id: str, output: str, most_bytes: int | None = None
+             ) -> None:
+        self.forget(tenant, [item_id])
         size = len(output.encode())
         while self._read and (len(self._read) >= self._most or (
                 most_bytes is not None and self._bytes + size > most_bytes)):
             self._bytes -= len(self._read.pop(next(iter(self._read))).encode())
-        self._read[item_id] = output
+        self._read[tenant, item_id] = output
         self._bytes += size
 
-    def get(self, item_id: str) -> str | None:
-        return self._read.get(item_id)
+    def get(self, tenant: str, item_id: str) -> str | None:
+        return self._read.get((tenant, item_id))
 
-    def forget(self, item_ids: list[str]) -> None:
+    def forget(self, tenant: str, item_ids: list[str]) -> None:
         for item_id in item_ids:
-            gone = self._read.pop(item_id, None)
+            gone = self._read.pop((tenant, item_id), None)
             if gone is not None:
                 self._bytes -= len(gone.encode())
 

@@ -47,7 +47,7 @@ The body is OpenAI's own form (``max_completion_tokens``, ``content: null`` besi
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
@@ -97,6 +97,7 @@ def to_chat_request(
     omit: Collection[int] = (),
     output_items: Sequence[dict[str, Any]] = (),
     images: bool = False,
+    reads: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Build the chat body. ``items`` is the whole conversation, this turn's input last.
 
@@ -109,7 +110,8 @@ def to_chat_request(
     ``output_items``: items this response made before the model runs (a compaction item),
     after the input. The newest compaction item stands for what came before it
     (translate/compaction_items.py). ``images``: the model reads images, so an image a server
-    tool made goes back as an image part (else its text note alone).
+    tool made goes back as an image part (else its text note alone). ``reads``: what server
+    tools' calls among the items gave the model, by call id (tools/reads.py).
     """
     catalog = catalog if catalog is not None else ToolCatalog()
     chat_tools = _catalog_tools(req, catalog)
@@ -117,7 +119,7 @@ def to_chat_request(
     current = 0 if req.input is None else 1 if isinstance(req.input, str) else len(req.input)
     builder = _Messages(reasoning_input, unseal, first_current=len(items) - current,
                         catalog=catalog, history=items, known_calls=_call_ids(items),
-                        images=images)
+                        images=images, reads=reads)
     sources = message_params if message_params is not None else []
     if req.instructions:
         builder.messages.append({"role": "system", "content": req.instructions})
@@ -336,6 +338,7 @@ class _Messages:
         "_known_calls",
         "_media",
         "_readers",
+        "_reads",
         "_reasoning",
         "_reasoning_field",
         "_tool_results",
@@ -347,8 +350,10 @@ class _Messages:
         self, reasoning_field: str | None, unseal: Unseal | None, first_current: int,
         catalog: ToolCatalog, history: Sequence[dict[str, Any]] = (),
         known_calls: Collection[str] | None = None, images: bool = False,
+        reads: Mapping[str, str] | None = None,
     ):
         self.messages: list[dict[str, Any]] = []
+        self._reads = reads or {}  # what server tools' calls gave the model, by call id
         self._images = images  # the model reads images: a server tool's go back as parts
         self._catalog = catalog
         self._history = history  # every item rendered: a server tool reads its own among them
@@ -526,7 +531,8 @@ class _Messages:
         or nothing (the tool's bookkeeping)."""
         reader = self._readers.get(kind)
         if reader is None:
-            reader = self._readers[kind] = registry.history_reader(kind, self._history)
+            reader = self._readers[kind] = registry.history_reader(kind, self._history,
+                                                                   self._reads)
         call = reader.read(item, self.param(index))
         if call is None:
             return
@@ -641,13 +647,13 @@ class _Messages:
 
 def turn_messages(
     items: Sequence[dict[str, Any]], *, catalog: ToolCatalog, reasoning_input: str | None,
-    unseal: Unseal | None, images: bool = False,
+    unseal: Unseal | None, images: bool = False, reads: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """One model turn's output items (text, reasoning, the items of the server tools the
     gateway ran) as the chat messages the next turn sends after the ones before (the turn
     loop: responses/turns.py)."""
     builder = _Messages(reasoning_input, unseal, first_current=0, catalog=catalog,
-                        history=items, images=images)
+                        history=items, images=images, reads=reads)
     for index, item in enumerate(items):
         builder.add(index, item)
     return builder.finish()

@@ -16,6 +16,7 @@ quarter of it (the latest always), the others being in the summary.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -73,8 +74,10 @@ async def compact(
     window: int | None,
     limits: CompactionLimits | None = None,
     left: Departure | None = None,
+    reads: Mapping[str, str] | None = None,
 ) -> Compacted:
-    """Summarise ``items`` (the whole conversation, earlier compaction items included).
+    """Summarise ``items`` (the whole conversation, earlier compaction items included);
+    ``reads``: what server tools' calls among them gave the model (tools/reads.py).
 
     Within ``limits`` (limits.py): the input's size and the summarising calls its parts need
     are checked before the first call; the time it takes and its client leaving (``left``)
@@ -87,7 +90,7 @@ async def compact(
     parts = _parts(visible, window)
     limits.check_calls(len(parts), window)
     render = partial(to_chat_request, req, model=route.model, reasoning_input=reasoning_input,
-                     unseal=unseal)
+                     unseal=unseal, reads=reads)
     summariser = _Summariser(backend, render, tenant, window, limits)
     summary = await bounded(summariser.run(parts), limits, left)
     kept = _kept_users(visible, window)

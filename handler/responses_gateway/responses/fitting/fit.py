@@ -113,16 +113,19 @@ class Fitting:
         *,
         new_catalog: Callable[[], Any] | None = None,
         left: Departure | None = None,
+        reads: Mapping[str, str] | None = None,
     ) -> Fitted:
         """The chat body for ``items`` (history and this turn's input), fitted to the model.
         ``new_catalog`` makes the tool catalog each render fills (to_chat.py); ``left``: the
-        client's departure, which stops a foreground create's compaction (limits.py)."""
-        render = self._renderer(req, route, items, tenant, new_catalog)
+        client's departure, which stops a foreground create's compaction (limits.py);
+        ``reads``: what server tools' calls among the items gave the model (tools/reads.py)."""
+        render = self._renderer(req, route, items, tenant, new_catalog, reads)
         fitted = render()
         left = None if req.background else left  # a background response's compaction runs on
         window = await self.windows.window(req.model, route)
         if compaction_items.trigger_requested(req.input):
-            return await self._triggered(req, route, items, tenant, window, left, render)
+            return await self._triggered(req, route, items, tenant, window, left, render,
+                                         reads)
         entry = next((e for e in req.context_management or () if e.type == "compaction"), None)
         if entry is None and window is None:
             return fitted
@@ -134,7 +137,7 @@ class Fitting:
         if threshold is not None and estimate_chat(fitted.chat) * _SAFE_FACTOR > threshold:
             counted = await _count(backend, fitted)
             if counted.tokens > threshold and _compactable(items):
-                result = await self._compact(req, route, items, tenant, window, left)
+                result = await self._compact(req, route, items, tenant, window, left, reads)
                 fitted = render(output_items=[result.item])
                 fitted.usage = result.usage
                 counted = None
@@ -173,6 +176,7 @@ class Fitting:
     async def _triggered(
         self, req: CreateResponseRequest, route: Route, items: list[dict[str, Any]],
         tenant: str, window: int | None, left: Departure | None, render: Callable[..., Fitted],
+        reads: Mapping[str, str] | None = None,
     ) -> Fitted:
         """A create whose input ends with a ``compaction_trigger``: everything before it
         compacted now; the compaction item is the response's output, the model does not run."""
@@ -180,7 +184,7 @@ class Fitting:
             raise invalid_request(
                 "Nothing to compact: the 'compaction_trigger' item needs earlier input or a "
                 "'previous_response_id' or 'conversation' with items.", param="input")
-        result = await self._compact(req, route, items, tenant, window, left)
+        result = await self._compact(req, route, items, tenant, window, left, reads)
         fitted = render(output_items=[result.item])
         fitted.usage = result.usage
         fitted.model_runs = False
@@ -189,19 +193,21 @@ class Fitting:
     async def _compact(
         self, req: CreateResponseRequest, route: Route, items: list[dict[str, Any]],
         tenant: str, window: int | None, left: Departure | None,
+        reads: Mapping[str, str] | None = None,
     ) -> compaction.Compacted:
         return await compaction.compact(
             self._backend_for(route.backend), self._sealer, req, route, items, tenant,
             reasoning_input=self.reasoning_input(route.backend), window=window,
-            limits=self.limits, left=left)
+            limits=self.limits, left=left, reads=reads)
 
     def _renderer(
         self, req: CreateResponseRequest, route: Route, items: list[dict[str, Any]],
         tenant: str, new_catalog: Callable[[], Any] | None,
+        reads: Mapping[str, str] | None = None,
     ) -> Callable[..., Fitted]:
         return partial(_render, req, route, items, partial(self._sealer.unseal, tenant=tenant),
                        self.reasoning_input(route.backend), new_catalog,
-                       images=self.takes_images(req.model, route))
+                       images=self.takes_images(req.model, route), reads=reads)
 
 
 def _render(
@@ -215,12 +221,13 @@ def _render(
     images: bool = False,
     omit: Collection[int] = (),
     output_items: Sequence[dict[str, Any]] = (),
+    reads: Mapping[str, str] | None = None,
 ) -> Fitted:
     params: list[str] = []
     extra = {"catalog": new_catalog()} if new_catalog is not None else {}
     chat = to_chat_request(req, items, model=route.model, reasoning_input=reasoning_input,
                            unseal=unseal, message_params=params, omit=omit,
-                           output_items=output_items, images=images, **extra)
+                           output_items=output_items, images=images, reads=reads, **extra)
     return Fitted(chat, params, list(output_items), extra.get("catalog"))
 
 

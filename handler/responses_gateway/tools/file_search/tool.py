@@ -9,9 +9,11 @@ store, or none, is the 404 of the Vector Stores API), and searched with the same
 ``POST /v1/vector_stores/{id}/search``. A search that fails (the embedding model is down, the
 store was deleted meanwhile) is the item's ``failed`` status; the model reads why.
 
-What the model read (numbered passages, passages.py) stays with the response that searched
-(an in-process map emptied when the response ends); a later response reads an earlier call
-as its ``results`` when they were kept, else as a search to run again.
+What the model read (numbered passages, passages.py) is the response's ``reads``: the next
+model turn reads it, and tools/reads.py keeps it by tenant and ``file_search_call`` id, in this
+process and, for a stored response, in the store with it, so a later request in any process
+gives the model the same passages. An earlier call whose passages are not kept reads as its
+``results`` when the item has them, else as a search to run again.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from responses_gateway.tools.server import (
     Event,
     HistoryCall,
     ItemWriter,
-    ReadOutputs,
     Rebuild,
     RequestTools,
     Seal,
@@ -41,8 +42,6 @@ from responses_gateway.tools.server import (
 KIND = "file_search"
 FUNCTION = "file_search"
 MAX_QUERIES = 5
-# What the model read, by file_search_call id, while its response runs (see the docstring).
-_READ = ReadOutputs()
 
 
 class FileSearchTool(ServerTool):
@@ -54,7 +53,7 @@ class FileSearchTool(ServerTool):
         self.options = options
         self.stores = stores  # vectors.service.VectorStores
         self.citations = Citations()
-        self.made: list[str] = []  # file_search_call ids whose output is in _READ
+        self.read: dict[str, str] = {}  # what each call gave the model, by file_search_call id
 
     # -- building ------------------------------------------------------------------------------
 
@@ -139,18 +138,17 @@ class FileSearchTool(ServerTool):
         return self.citations.annotate(text)
 
     def _remember(self, item_id: str, output: str) -> None:
-        _READ.keep(item_id, output)
-        self.made.append(item_id)
+        self.read[item_id] = output
 
-    async def aclose(self) -> None:
-        _READ.forget(self.made)
-        self.made = []
+    def reads(self) -> dict[str, str]:
+        return self.read
 
     # -- history -------------------------------------------------------------------------------
 
     @classmethod
-    def history_reader(cls, items: Sequence[Mapping[str, Any]]) -> FileSearchHistory:
-        return FileSearchHistory()
+    def history_reader(cls, items: Sequence[Mapping[str, Any]],
+                       reads: Mapping[str, str]) -> FileSearchHistory:
+        return FileSearchHistory(reads)
 
 
 def _queries(arguments: str) -> list[str]:
@@ -167,15 +165,18 @@ def _queries(arguments: str) -> list[str]:
 
 
 class FileSearchHistory:
-    """A ``file_search_call`` as the model reads it: the call, and the passages it read (in
-    the response that searched, or from kept ``results``), else a search to run again."""
+    """A ``file_search_call`` as the model reads it: the call, and the passages it read
+    (``reads``, else its kept ``results``), else a search to run again."""
+
+    def __init__(self, reads: Mapping[str, str]) -> None:
+        self.reads = reads
 
     def read(self, item: Mapping[str, Any], param: str) -> HistoryCall | None:
         call_id, queries = item.get("id"), item.get("queries")
         if not isinstance(call_id, str) or not isinstance(queries, list):
             raise invalid_request(
                 "A 'file_search_call' item needs 'id' and 'queries'.", param=param)
-        output = _READ.get(call_id)
+        output = self.reads.get(call_id)
         if output is None:
             output = earlier_results(item.get("results")) or (
                 "This file search failed." if item.get("status") == "failed" else

@@ -170,7 +170,8 @@ class ImageGenerationTool(ServerTool):
     # -- history -------------------------------------------------------------------------------
 
     @classmethod
-    def history_reader(cls, items: Sequence[Mapping[str, Any]]) -> ImageHistory:
+    def history_reader(cls, items: Sequence[Mapping[str, Any]],
+                       reads: Mapping[str, str]) -> ImageHistory:
         return ImageHistory()
 
 

@@ -15,12 +15,13 @@ such link to a URL this response's calls returned becomes a ``url_citation`` ann
 spanning the link (translate/stream.py asks :meth:`WebSearchTool.annotate`); a link to
 anything else is left alone, so no citation is ever made up.
 
-What the model read (the numbered results, a page's text) is kept by ``web_search_call`` id in
-this process (tools/server.py ReadOutputs), past the response, at most
-``GATEWAY_MAX_TOOL_OUTPUT_BYTES`` of it, oldest forgotten first: a later request
-(``previous_response_id``, a conversation, the item given back in ``input``) gives the model
-back what it read. An item whose text this process no longer has (another process wrote it, or
-it was forgotten) reads as the search it was: its query, and its sources when kept.
+What the model read (the numbered results, a page's text) is the response's ``reads``: the
+next model turn reads it, and tools/reads.py keeps it by tenant and ``web_search_call`` id, in
+this process and, for a stored response, in the store with it: a later request
+(``previous_response_id``, a conversation, the item given back in ``input``) in any process
+gives the model back what it read. An item whose text is not kept (a ``store: false`` response
+of another process, or one deleted or expired) reads as the search it was: its query, and its
+sources when kept.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from responses_gateway.tools.server import (
     Event,
     HistoryCall,
     ItemWriter,
-    ReadOutputs,
     Rebuild,
     RequestTools,
     Seal,
@@ -66,8 +66,6 @@ SEARCH, OPEN, FIND = "web_search", "open_page", "find_in_page"
 CONTEXT = {"low": (3, 300, 4_000), "medium": (6, 800, 12_000), "high": (10, 2_000, 32_000)}
 CITE = ("Cite the sources you use as Markdown links with their exact URL, e.g. "
         "[Title](https://example.com/page).")
-# What the model read, by web_search_call id, past its response (see the docstring).
-_READ = ReadOutputs()
 _LINK_LABEL = re.compile(r"\[([^\[\]\n]{1,500})\]\(")
 
 
@@ -117,6 +115,7 @@ class WebSearchTool(ServerTool):
         self.settings = settings
         self.sources: dict[str, str] = {}  # url -> title, every source this response returned
         self.pages: dict[str, pages.Page] = {}
+        self.read: dict[str, str] = {}  # what each call gave the model, by web_search_call id
         self._client: Any = None
         self._provider: Provider | None = None
 
@@ -277,7 +276,10 @@ class WebSearchTool(ServerTool):
         return self._client
 
     def _remember(self, item_id: str, output: str) -> None:
-        _READ.keep(item_id, output, most_bytes=self.settings.max_tool_output_bytes)
+        self.read[item_id] = output
+
+    def reads(self) -> dict[str, str]:
+        return self.read
 
     async def aclose(self) -> None:
         client, self._client = self._client, None
@@ -305,8 +307,9 @@ class WebSearchTool(ServerTool):
     # -- history -------------------------------------------------------------------------------
 
     @classmethod
-    def history_reader(cls, items: Sequence[Mapping[str, Any]]) -> WebSearchHistory:
-        return WebSearchHistory()
+    def history_reader(cls, items: Sequence[Mapping[str, Any]],
+                       reads: Mapping[str, str]) -> WebSearchHistory:
+        return WebSearchHistory(reads)
 
 
 def _known_url(text: str, at: int, sources: Mapping[str, str]) -> str | None:
@@ -338,8 +341,11 @@ def _arguments(text: str) -> dict[str, Any]:
 
 
 class WebSearchHistory:
-    """A ``web_search_call`` as the model reads it: the call, and what it read (kept in this
-    process), else what the item says was done."""
+    """A ``web_search_call`` as the model reads it: the call, and what it read (``reads``),
+    else what the item says was done."""
+
+    def __init__(self, reads: Mapping[str, str]) -> None:
+        self.reads = reads
 
     def read(self, item: Mapping[str, Any], param: str) -> HistoryCall | None:
         call_id, action = item.get("id"), item.get("action")
@@ -356,7 +362,7 @@ class WebSearchHistory:
                                      "pattern": action.get("pattern") or ""}
         else:
             return None
-        output = _READ.get(call_id)
+        output = self.reads.get(call_id)
         if output is None:
             output = _summary(item, action)
         return HistoryCall(call_id, ToolSpec(KIND, name), orjson.dumps(arguments).decode(),

@@ -1,0 +1,78 @@
+"""What server tools' calls gave the model, kept past their response (issues 30, 31).
+
+A ``web_search_call`` or ``file_search_call`` item says what was done (the query, the
+sources); the text the model read (the results, a page, the passages) is the tool's ``reads``
+(tools/server.py). When a response ends, :func:`keep` keeps them by tenant and call id in this
+process (bounded, oldest forgotten first) and, for a stored response, in the store with it
+(``Store.put_tool_reads``: deleted and expiring with the response; nothing for ``store:
+false``, as OpenAI keeps nothing then). Before a request's history is rendered, :func:`gather`
+finds the reads of the calls it holds (``previous_response_id`` chain, conversation, items
+given back in ``input``): this process's first, the rest in one store call, the request's
+tenant's only, so a follow-up in another process (another Lambda instance, the background
+worker, a restarted gateway) gives the model back what it read.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from responses_gateway.store.base import Store, StoredResponse, StoreUnavailable
+from responses_gateway.tools.registry import READ_ITEM_TYPES, ServerTools
+from responses_gateway.tools.server import ReadOutputs
+
+logger = logging.getLogger("responses_gateway")
+#: Reads kept in this process, by (tenant, call id).
+KEPT = ReadOutputs()
+
+
+async def gather(
+    store: Store | None, tenant: str, items: Iterable[Mapping[str, Any]],
+    most_bytes: int | None = None,
+) -> dict[str, str]:
+    """The reads of the server-tool calls among ``items`` that are kept, by call id; what
+    this process lacks is asked of ``store`` in one call (and kept here, within
+    ``most_bytes``). No call among them, no store call."""
+    wanted = list(dict.fromkeys(
+        item["id"] for item in items
+        if isinstance(item, Mapping) and item.get("type") in READ_ITEM_TYPES
+        and isinstance(item.get("id"), str)))
+    found: dict[str, str] = {}
+    missing = []
+    for call_id in wanted:
+        text = KEPT.get(tenant, call_id)
+        if text is None:
+            missing.append(call_id)
+        else:
+            found[call_id] = text
+    if missing and store is not None:
+        fetched = await store.get_tool_reads(tenant, missing)
+        for call_id, text in fetched.items():
+            KEPT.keep(tenant, call_id, text, most_bytes)
+        found.update(fetched)
+    return found
+
+
+async def keep(
+    store: Store, record: StoredResponse, tools: ServerTools | None, *, stored: bool,
+    most_bytes: int | None = None,
+) -> None:
+    """A response's reads kept as it is persisted (before its record is written): in this
+    process, and with a stored response in ``store``. A response that ran no server tool's
+    call costs nothing. A store failure here is logged and the response goes on (a later
+    request in another process then reads the items' summaries)."""
+    reads = tools.reads() if tools is not None else None
+    if not reads:
+        return
+    for call_id, text in reads.items():
+        KEPT.keep(record.tenant, call_id, text, most_bytes)
+    if not stored:
+        return
+    try:
+        await store.put_tool_reads(record.tenant, record.id, dict(reads),
+                                   expires_at=record.expires_at)
+    except StoreUnavailable as exc:
+        logger.warning("the tool reads of response %s (%d calls) were not stored: %s; a later "
+                       "request in another process reads their items' summaries",
+                       record.id, len(reads), exc.detail)
