@@ -75,7 +75,7 @@ class _ToolReads(_Table):
                          "np": _n(len(chunks)), "resp": _s(response_id), TTL_ATTRIBUTE: ttl})
             rows.append({"pk": _s(response_id), "sk": _s(f"{MARK}{call_id}#{len(chunks)}"),
                          TTL_ATTRIBUTE: ttl})
-        self._batch_put(rows)  # a head after its parts: never one whose parts are not there
+        self._batch_put(rows)  # before the record (Job.persist): its readers find them whole
 
     async def get_tool_reads(self, tenant: str, call_ids: list[str]) -> dict[str, str]:
         wanted = list(dict.fromkeys(call_ids))
