@@ -230,3 +230,18 @@ def test_a_background_response_keeps_its_reads(
         check_response(alice.responses.create(
             model="m", input=later("ws-after-background"), previous_response_id=response.id))
     assert tool_result(upstream, "ws-after-background", call["id"]) == read
+
+
+def test_input_tokens_count_what_the_model_would_read(
+        gateways: tuple[GatewayServer, GatewayServer], upstream: ScriptedUpstream,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``POST /v1/responses/input_tokens`` renders the history as a create does: the results
+    the call read (from the store, in another gateway), not the item's summary."""
+    one, two = gateways
+    _first, call, read = searched(one, upstream, "ws-count")
+    given: Any = [call, {"role": "user", "content": "and then?"}]
+    forget(monkeypatch)
+    with client(two) as alice, client(two, KEY_B) as bob:
+        theirs = bob.responses.input_tokens.count(model="m", input=given).input_tokens
+        ours = alice.responses.input_tokens.count(model="m", input=given).input_tokens
+    assert len(read) > 4 * len(GONE) and ours > theirs + 20

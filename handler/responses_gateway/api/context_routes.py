@@ -27,6 +27,7 @@ from responses_gateway.errors import GatewayError, invalid_request, missing_para
 from responses_gateway.responses import conversations, history
 from responses_gateway.responses.fitting import compaction
 from responses_gateway.responses.gateway import Gateway
+from responses_gateway.tools import reads as tool_reads
 from responses_gateway.translate.request_models import (
     CreateResponseRequest,
     normalize_input,
@@ -90,6 +91,7 @@ async def _compact(request: Request, gateway: Gateway, tenant: str, body: dict[s
     req = _parsed(gateway, body)
     items = await gateway.resolve_references(normalize_input(req), tenant)
     items = await _conversation_items(gateway, req, tenant) + items
+    reads = await _reads(gateway, tenant, items)
     if not items:
         raise invalid_request(
             "Nothing to compact: give 'input' or a 'previous_response_id' with items.",
@@ -97,7 +99,7 @@ async def _compact(request: Request, gateway: Gateway, tenant: str, body: dict[s
     route = gateway.settings.route(req.model)
     reserved = None
     if limits.counts_tokens(gateway.settings.limits, tenant):  # what its calls will read
-        chat = gateway.fitting.render(req, route, items, tenant).chat
+        chat = gateway.fitting.render(req, route, items, tenant, reads).chat
         reserved, headers = await limits.reserve(
             gateway.store, gateway.settings.limits, tenant, limits.estimate_of(chat),
             req.model)
@@ -106,7 +108,8 @@ async def _compact(request: Request, gateway: Gateway, tenant: str, body: dict[s
     status = "failed"
     try:
         async with ClientWatch(request) as left:  # a client that leaves stops the summarising
-            result = await gateway.fitting.compact(req, route, items, tenant, left=left)
+            result = await gateway.fitting.compact(req, route, items, tenant, left=left,
+                                                   reads=reads)
         answer = compaction.response_of(result)
         status = "completed"
     finally:  # counted whatever the outcome; the reservation is settled
@@ -120,6 +123,12 @@ async def _count(gateway: Gateway, tenant: str, model: str, answer: dict[str, An
 
     entry = UsageEntry.of(answer, tenant=tenant, model=model, status=status, endpoint=endpoint)
     await limits.count(gateway.store, gateway.settings.limits, entry, reserved)
+
+
+async def _reads(gateway: Gateway, tenant: str, items: list[dict[str, Any]]) -> dict[str, str]:
+    """What server tools' calls among ``items`` gave the model, as a create reads it."""
+    return await tool_reads.gather(gateway.store, tenant, items,
+                                   gateway.settings.max_tool_output_bytes)
 
 
 async def count_input_tokens(request: Request) -> Response:
@@ -137,10 +146,11 @@ async def _count_tokens(gateway: Gateway, tenant: str, body: dict[str, Any]) -> 
     items = await gateway.resolve_references(normalize_input(req), tenant)
     items = await _conversation_items(gateway, req, tenant) + items
     route = gateway.settings.route(req.model)
+    reads = await _reads(gateway, tenant, items)
     if req.truncation == "auto":  # what the model would read after truncation
-        fitted = await gateway.fitting.fit(req, route, items, tenant)
+        fitted = await gateway.fitting.fit(req, route, items, tenant, reads=reads)
     else:
-        fitted = gateway.fitting.render(req, route, items, tenant)
+        fitted = gateway.fitting.render(req, route, items, tenant, reads)
     counted = await gateway.fitting.count(route, fitted.chat)
     # A request to the key's usage; counting spends no tokens (OpenAI does not bill it).
     await _count(gateway, tenant, req.model, {"id": ids.new_id(ids.RESPONSE)}, "completed",

@@ -155,19 +155,20 @@ class Fitting:
         return await _truncate(render, items, fitted, counted, budget, window, backend)
 
     def render(
-        self, req: CreateResponseRequest, route: Route, items: list[dict[str, Any]], tenant: str
+        self, req: CreateResponseRequest, route: Route, items: list[dict[str, Any]], tenant: str,
+        reads: Mapping[str, str] | None = None,
     ) -> Fitted:
         """The chat body for ``items`` as they are, neither compacted nor truncated."""
-        return self._renderer(req, route, items, tenant, None)()
+        return self._renderer(req, route, items, tenant, None, reads)()
 
     async def compact(
         self, req: CreateResponseRequest, route: Route, items: list[dict[str, Any]],
-        tenant: str, *, left: Departure | None = None,
+        tenant: str, *, left: Departure | None = None, reads: Mapping[str, str] | None = None,
     ) -> compaction.Compacted:
         """``items`` summarised into one compaction item (``POST /v1/responses/compact``);
         ``left``: the client's departure, which stops it."""
         return await self._compact(req, route, items, tenant,
-                                   await self.windows.window(req.model, route), left)
+                                   await self.windows.window(req.model, route), left, reads)
 
     async def count(self, route: Route, chat: dict[str, Any]) -> tokens.Count:
         """The input tokens of a rendered chat body for the route's backend."""
