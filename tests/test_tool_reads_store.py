@@ -124,3 +124,47 @@ async def test_a_read_past_one_dynamodb_item_is_kept_whole(
     assert await two.get_tool_reads("t", calls) == reads
     assert await two.delete(record.id, "t")
     assert await two.get_tool_reads("t", calls) == {}
+
+
+class _Untouchable:
+    """A store any call to which fails the test."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the store was asked: {name}")
+
+
+class _Tools:
+    def __init__(self, reads: dict[str, str]) -> None:
+        self._reads = reads
+
+    def reads(self) -> dict[str, str]:
+        return self._reads
+
+
+async def test_no_store_call_without_server_tool_calls() -> None:
+    from responses_gateway.tools import reads as tool_reads
+
+    store: Any = _Untouchable()
+    record = _record("t", [])
+    await tool_reads.keep(store, record, None, stored=True)
+    await tool_reads.keep(store, record, _Tools({}), stored=True)  # tools, no call ran
+    await tool_reads.keep(store, record, _Tools({_id("ws_"): "text"}), stored=False)
+    items = [{"type": "message", "role": "user", "content": "hi"},
+             {"id": _id("mcp_"), "type": "mcp_call", "name": "x", "arguments": "{}"}]
+    assert await tool_reads.gather(store, "t", items) == {}
+
+
+async def test_a_failed_write_is_logged_and_the_response_goes_on(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from responses_gateway.store.base import StoreUnavailable
+    from responses_gateway.tools import reads as tool_reads
+
+    class Down:
+        async def put_tool_reads(self, *args: Any, **kwargs: Any) -> None:
+            raise StoreUnavailable("table gone")
+
+    record = _record("t", [])
+    call = _id("ws_")
+    await tool_reads.keep(Down(), record, _Tools({call: "text"}), stored=True)  # type: ignore[arg-type]
+    assert f"the tool reads of 1 call(s) of response {record.id} were not stored" in caplog.text
+    assert tool_reads.KEPT.get("t", call) == "text"  # this process still has them

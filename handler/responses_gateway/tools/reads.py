@@ -73,6 +73,6 @@ async def keep(
         await store.put_tool_reads(record.tenant, record.id, dict(reads),
                                    expires_at=record.expires_at)
     except StoreUnavailable as exc:
-        logger.warning("the tool reads of response %s (%d calls) were not stored: %s; a later "
-                       "request in another process reads their items' summaries",
-                       record.id, len(reads), exc.detail)
+        logger.warning("the tool reads of %d call(s) of response %s were not stored: %s; a "
+                       "later request in another process reads their items' summaries",
+                       len(reads), record.id, exc.detail)
