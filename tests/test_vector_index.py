@@ -1,7 +1,6 @@
 """The local engine's sqlite-vec index (vectors/vec_index.py): chunks land in a vec0 table of
 their dimension in the engine's own database, a search scans only its store's partition and
-the files filters select (or, when they leave few chunks, those chunks exactly), and the
-exact float32 rescoring gives numpy's exact answer."""
+the files filters select, and the exact float32 rescoring gives numpy's exact answer."""
 
 from __future__ import annotations
 
@@ -51,12 +50,7 @@ def _exact(vectors: np.ndarray, query: np.ndarray, allowed: set[int], limit: int
     return [f"chunk {i // PER_FILE}-{i % PER_FILE}" for i in order[:limit]]
 
 
-@pytest.mark.parametrize("exact_chunks", [0, 20_000])
-def test_search_matches_exact_scores_with_and_without_filters(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exact_chunks: int) -> None:
-    """Filtered searches through vec0's metadata constraint (no exact scan allowed) and
-    through the exact scan of the few chunks a filter leaves give the same, exact answer."""
-    monkeypatch.setattr("responses_gateway.vectors.local.EXACT_CHUNKS", exact_chunks)
+def test_search_matches_exact_scores_with_and_without_filters(tmp_path: Path) -> None:
     vectors = _vectors(1, FILES * PER_FILE)
     other = _vectors(2, FILES * PER_FILE)
     queries = _vectors(3, 12)

@@ -52,7 +52,6 @@ END;
 CREATE TABLE IF NOT EXISTS vs_embeddings (key TEXT PRIMARY KEY, vector BLOB NOT NULL);
 """
 _WORD = re.compile(r"\w+", re.UNICODE)
-EXACT_CHUNKS = 20_000  # filters leaving at most this many chunks: an exact scan of those
 JSON_COLUMNS = ("metadata", "expires_after", "last_error", "attributes", "chunking")
 
 
@@ -310,10 +309,8 @@ class LocalVectorEngine:
                               "AND status = 'completed'", (tenant, store_id)).fetchone()[0]
         narrowed = sorted(files) if len(files) < completed else None
         near: set[int] = set()
-        few = narrowed is not None and _chunk_count(c, tenant, store_id, narrowed) <= EXACT_CHUNKS
         for unit in units:
-            near.update(_exact_nearest(c, tenant, store_id, unit, limit, narrowed) if few else
-                        vec_index.candidates(c, tenant, store_id, unit, limit, narrowed))
+            near.update(vec_index.candidates(c, tenant, store_id, unit, limit, narrowed))
         keyword: dict[int, float] = {}
         words = _WORD.findall(text)
         if want_text and words:
@@ -345,41 +342,6 @@ class LocalVectorEngine:
 
     async def aclose(self) -> None:
         self.db.close()
-
-
-def _chunk_count(c: sqlite3.Connection, tenant: str, store_id: str, files: list[str]) -> int:
-    total = 0
-    for i in range(0, len(files), 500):
-        part = files[i:i + 500]
-        total += c.execute(f"SELECT COUNT(*) FROM vs_chunks WHERE tenant = ? AND store_id = ? "
-                           f"AND file_id IN ({','.join('?' * len(part))})",
-                           [tenant, store_id, *part]).fetchone()[0]
-    return total
-
-
-def _exact_nearest(c: sqlite3.Connection, tenant: str, store_id: str, unit: Any, limit: int,
-                   files: list[str]) -> list[int]:
-    """The ``limit`` nearest chunks of ``files`` by an exact scan of their float32 vectors
-    (filters that leave few chunks: cheaper than vec0's metadata constraint over the whole
-    store, whose cost grows with the number of files it names)."""
-    import numpy as np
-
-    ids: list[int] = []
-    blobs: list[bytes] = []
-    for i in range(0, len(files), 500):
-        part = files[i:i + 500]
-        for cid, blob in c.execute(
-                f"SELECT id, vector FROM vs_chunks WHERE tenant = ? AND store_id = ? AND "
-                f"file_id IN ({','.join('?' * len(part))}) AND length(vector) = ?",
-                [tenant, store_id, *part, 4 * len(unit)]):
-            ids.append(cid)
-            blobs.append(blob)
-    if not ids:
-        return []
-    sims = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), -1) @ unit
-    top = np.argsort(-sims)[:limit] if len(ids) <= limit else \
-        np.argpartition(-sims, limit)[:limit]
-    return [ids[int(i)] for i in top]
 
 
 def database_path(store_path: str) -> str:
