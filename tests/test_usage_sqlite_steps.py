@@ -83,25 +83,27 @@ def test_a_step_waits_in_a_thread_while_another_process_writes(tmp_path: Path) -
 
 def test_the_ledgers_wal_is_checkpointed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """SQLite's own checkpoint is off on the ledger's connection (it would sync the file on
-    the loop): the ledger's thread checkpoints, so a WAL of ledger writes alone stays small."""
+    the loop): the ledger's thread checkpoints, so a WAL of ledger writes alone stays small;
+    the ledger (one per file in a process) goes on doing so under a later event loop."""
     monkeypatch.setattr(usage_sqlite, "CHECKPOINT_EVERY", 20)
     path = tmp_path / "g.db"
 
-    async def main() -> int:
+    async def main(first: int) -> int:
         store = SQLiteStore(str(path))
         ledger = store.usage_store()
         largest = 0
-        for n in range(600):
+        for n in range(first, first + 600):
             assert await ledger.record(entry(n), None)
             if n % 10 == 0:
                 await asyncio.sleep(0.01)  # a checkpoint's thread gets its turn
             largest = max(largest, Path(str(path) + "-wal").stat().st_size)
-        assert await totals(ledger) == (600, 3000)
+        assert await totals(ledger) == (first + 600, (first + 600) * 5)
         await ledger.aclose()
         await store.aclose()
         return largest
 
-    largest = asyncio.run(main())
     # 600 writes of a few pages each, never checkpointed, pass 4 MB; checkpointed every 20
     # the WAL is reused from its start and stays near 20 writes' worth.
-    assert largest < 1_000_000, largest
+    for first in (0, 600):  # one asyncio.run each, as Mangum runs each Lambda call
+        largest = asyncio.run(main(first))
+        assert largest < 1_000_000, (first, largest)

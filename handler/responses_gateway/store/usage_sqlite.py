@@ -82,7 +82,7 @@ class SQLiteUsage(UsageStore):
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()  # one step at a time uses the connection
         self._steps = 0
-        self._checkpoint: asyncio.Future[None] | None = None
+        self._checkpointing = False  # a checkpoint is queued or running in a thread
 
     @classmethod
     def of(cls, path: str) -> SQLiteUsage:
@@ -121,18 +121,13 @@ class SQLiteUsage(UsageStore):
     def _failed(self, exc: sqlite3.Error) -> StoreUnavailable:
         return StoreUnavailable(f"The usage ledger ({self.path}) failed: {exc}")
 
-    def _waiting(self, fn: Callable[[sqlite3.Connection], T] | None) -> T | None:
-        """In a thread: ``fn`` as one step (None: a WAL checkpoint), waiting for the file."""
+    def _waiting(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """In a thread: ``fn`` as one step, waiting for the file."""
         try:
             with self._lock:
-                if fn is None and self._conn is None:
-                    return None  # closed: nothing to checkpoint
                 conn = self._connect()
                 conn.execute(f"PRAGMA busy_timeout = {_BUSY_SECONDS * 1000}")
                 try:
-                    if fn is None:
-                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                        return None
                     return self._step(conn, fn)
                 finally:
                     conn.execute("PRAGMA busy_timeout = 0")
@@ -141,9 +136,9 @@ class SQLiteUsage(UsageStore):
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         self._steps += 1
-        if self._steps % CHECKPOINT_EVERY == 0 and self._checkpoint is None:
-            self._checkpoint = asyncio.ensure_future(asyncio.to_thread(self._waiting, None))
-            self._checkpoint.add_done_callback(self._checkpointed)
+        if self._steps % CHECKPOINT_EVERY == 0 and not self._checkpointing:
+            self._checkpointing = True
+            asyncio.get_running_loop().run_in_executor(None, self._checkpoint)
         conn = self._conn
         if conn is not None and self._lock.acquire(blocking=False):
             try:
@@ -154,12 +149,19 @@ class SQLiteUsage(UsageStore):
                 # busy (rolled back, or never begun): the thread runs it again, waiting
             finally:
                 self._lock.release()
-        return await asyncio.to_thread(self._waiting, fn)  # type: ignore[return-value]
+        return await asyncio.to_thread(self._waiting, fn)
 
-    def _checkpointed(self, done: asyncio.Future[None]) -> None:
-        self._checkpoint = None
-        if not done.cancelled() and done.exception() is not None:
-            logger.warning("WAL checkpoint of %s failed", self.path, exc_info=done.exception())
+    def _checkpoint(self) -> None:
+        """In a thread: copy the WAL into the database file (a passive checkpoint never waits
+        for a writer). Closed meanwhile: nothing to do."""
+        try:
+            with self._lock:
+                if self._conn is not None:
+                    self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error:
+            logger.warning("WAL checkpoint of %s failed", self.path, exc_info=True)
+        finally:
+            self._checkpointing = False
 
     async def record(self, entry: UsageEntry, windows: Windows | None) -> bool:
         def write(c: sqlite3.Connection) -> bool:
@@ -307,9 +309,7 @@ class SQLiteUsage(UsageStore):
         return await self._run(read)
 
     async def aclose(self) -> None:
-        if self._checkpoint is not None:
-            await asyncio.wait({self._checkpoint})
-        with self._lock:
+        with self._lock:  # a checkpoint running in its thread ends first
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
