@@ -1,5 +1,6 @@
-"""Search latency of the local vector store engine (SQLite + sqlite-vec + FTS5) at 10k and
-100k chunks of 384 dimensions, filters included, and what a stored chunk costs (issue 35).
+"""Search latency of the local vector store engine (SQLite + sqlite-vec + FTS5, with the
+in-process matrix cache of vectors/matrix_cache.py) at 10k and 100k chunks of 384 dimensions,
+filters included, and what a stored chunk costs (issue 35).
 
     python3 benchmarks/vector_search.py [--sizes 10000,100000] [--queries 200]
 
@@ -17,9 +18,14 @@ Target: p50 under 50 ms at 100k chunks, filters included. Beside each wall-clock
 process's CPU time per query (p50): on a shared machine the wall clock includes waiting for a
 core, the CPU time does not.
 
-Memory per chunk: the engine's database bytes divided by the chunks it holds (the engine keeps
-no vectors in the process: they are read from SQLite per query), and the process's resident
-set growth while searching the largest store.
+The cases run warm (the store's matrix in the cache). ``cold`` is the first search after the
+store changed (a write bumps its generation; here the cache is emptied): the matrix is loaded
+from SQLite then. ``sqlite-vec only`` is the engine with the cache off
+(``GATEWAY_VECTOR_CACHE_BYTES=0``, and what a store larger than the cache gets): vec0's int8
+scan and the exact rescoring.
+
+Memory per chunk: the engine's database bytes divided by the chunks it holds, the cache's
+bytes per chunk, and the process's resident set growth while searching the largest store.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from responses_gateway.vectors.ingest import Chunk
 from responses_gateway.vectors.local import LocalVectorEngine, database_path
+from responses_gateway.vectors.matrix_cache import MatrixCache
 from responses_gateway.vectors.service import VectorStores
 
 DIMS = 384
@@ -108,6 +115,21 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 
+async def _timed(stores: VectorStores, embedder: QueryVectors, query: np.ndarray,
+                 body: dict[str, Any]) -> tuple[float, float, dict[str, Any]]:
+    embedder.next = [query.tolist()]
+    began, began_cpu = time.perf_counter(), time.process_time()
+    page = await stores.search(TENANT, "vs_bench", body)
+    return time.perf_counter() - began, time.process_time() - began_cpu, page
+
+
+def _line(name: str, times: list[float], cpu: list[float], note: str = "") -> None:
+    p50 = statistics.median(times) * 1000
+    p95 = statistics.quantiles(times, n=20)[-1] * 1000 if len(times) > 1 else p50
+    print(f"  {name:34s} p50 {p50:6.1f} ms  p95 {p95:6.1f} ms  (CPU p50 "
+          f"{statistics.median(cpu) * 1000:5.1f} ms){note}")
+
+
 async def measure(size: int, queries: int, tmp: str) -> None:
     rng = np.random.default_rng(size)
     common = rng.normal(size=DIMS).astype(np.float32)
@@ -127,6 +149,17 @@ async def measure(size: int, queries: int, tmp: str) -> None:
     print(f"\n{size} chunks of {DIMS} dims ({size // PER_FILE} files): written in {took:.1f} s,"
           f" database {disk / size:.0f} bytes per chunk")
     rss_before = _rss_mb()
+    cache_bytes = engine.cache.max_bytes
+    times, cpu = [], []
+    for _ in range(5):
+        engine.cache = MatrixCache(cache_bytes)
+        took, took_cpu, _ = await _timed(stores, embedder, vectors[rng.integers(0, size)],
+                                         {"query": "w1", "max_num_results": 10})
+        times.append(took)
+        cpu.append(took_cpu)
+    _line("cold (matrix loaded), no filter", times, cpu)
+    print(f"  cache: {engine.cache.used / size:.0f} bytes per chunk "
+          f"({engine.cache.used / 2**20:.0f} MB)")
     for name, extra in CASES.items():
         times: list[float] = []
         cpu: list[float] = []
@@ -135,25 +168,34 @@ async def measure(size: int, queries: int, tmp: str) -> None:
             target = rng.integers(0, size)
             query = vectors[target] + rng.normal(size=DIMS).astype(np.float32) * 0.05
             query /= np.linalg.norm(query)
-            embedder.next = [query.tolist()]
             text = " ".join(words[w] for w in rng.integers(0, len(words), 4))
-            began, began_cpu = time.perf_counter(), time.process_time()
-            page = await stores.search(TENANT, "vs_bench", {
+            took, took_cpu, page = await _timed(stores, embedder, query, {
                 "query": text, "max_num_results": 10, **extra})
             if q >= 10:  # warm-up
-                times.append(time.perf_counter() - began)
-                cpu.append(time.process_time() - began_cpu)
+                times.append(took)
+                cpu.append(took_cpu)
             if not extra and q < 60:
                 exact = {int(i) for i in np.argsort(-(vectors @ query))[:10]}
                 got = {where[r["content"][0]["text"]] for r in page["data"]}
                 recall.append(len(got & exact) / 10)
-        p50 = statistics.median(times) * 1000
-        p95 = statistics.quantiles(times, n=20)[-1] * 1000
-        note = f", recall@10 {statistics.mean(recall):.3f}" if recall else ""
-        print(f"  {name:34s} p50 {p50:6.1f} ms  p95 {p95:6.1f} ms  (CPU p50 "
-              f"{statistics.median(cpu) * 1000:5.1f} ms){note}")
+        _line(name, times, cpu, f", recall@10 {statistics.mean(recall):.3f}" if recall else "")
     print(f"  process resident set grew {_rss_mb() - rss_before:.1f} MB while searching "
           f"(max RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB)")
+    engine.cache = MatrixCache(0)
+    times, cpu, recall = [], [], []
+    for q in range(min(queries, 50) + 5):
+        target = rng.integers(0, size)
+        query = vectors[target] + rng.normal(size=DIMS).astype(np.float32) * 0.05
+        query /= np.linalg.norm(query)
+        took, took_cpu, page = await _timed(stores, embedder, query,
+                                            {"query": "w1", "max_num_results": 10})
+        if q >= 5:
+            times.append(took)
+            cpu.append(took_cpu)
+            exact = {int(i) for i in np.argsort(-(vectors @ query))[:10]}
+            recall.append(len({where[r["content"][0]["text"]] for r in page["data"]} & exact)
+                          / 10)
+    _line("sqlite-vec only (cache off)", times, cpu, f", recall@10 {statistics.mean(recall):.3f}")
     await stores.aclose()
 
 

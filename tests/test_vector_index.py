@@ -1,6 +1,8 @@
-"""The local engine's sqlite-vec index (vectors/vec_index.py): chunks land in a vec0 table of
-their dimension in the engine's own database, a search scans only its store's partition and
-the files filters select, and the exact float32 rescoring gives numpy's exact answer."""
+"""The local engine's sqlite-vec index (vectors/vec_index.py) and its in-process matrix cache
+(vectors/matrix_cache.py): chunks land in a vec0 table of their dimension in the engine's own
+database; a search scans the store's cached matrix (or, without the cache, only its store's
+vec0 partition and the files filters select) and gives numpy's exact answer; the cache follows
+the store's generation, so another engine's writes are seen, and stays within its bound."""
 
 from __future__ import annotations
 
@@ -27,9 +29,9 @@ def _vectors(seed: int, count: int) -> np.ndarray:
     return (data / np.linalg.norm(data, axis=1, keepdims=True)).astype(np.float32)
 
 
-async def _filled(path: str, tenant: str, store_id: str, vectors: np.ndarray
-                  ) -> LocalVectorEngine:
-    engine = LocalVectorEngine(path)
+async def _filled(path: str, tenant: str, store_id: str, vectors: np.ndarray,
+                  cache_bytes: int = 1 << 30) -> LocalVectorEngine:
+    engine = LocalVectorEngine(path, cache_bytes)
     await engine.add_store(tenant, {"id": store_id, "created_at": 1, "name": "x",
                                     "metadata": {}, "expires_after": None,
                                     "last_active_at": 1})
@@ -50,7 +52,9 @@ def _exact(vectors: np.ndarray, query: np.ndarray, allowed: set[int], limit: int
     return [f"chunk {i // PER_FILE}-{i % PER_FILE}" for i in order[:limit]]
 
 
-def test_search_matches_exact_scores_with_and_without_filters(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cache_bytes", [1 << 30, 0], ids=["cache", "sqlite-vec"])
+def test_search_matches_exact_scores_with_and_without_filters(tmp_path: Path,
+                                                              cache_bytes: int) -> None:
     vectors = _vectors(1, FILES * PER_FILE)
     other = _vectors(2, FILES * PER_FILE)
     queries = _vectors(3, 12)
@@ -59,7 +63,7 @@ def test_search_matches_exact_scores_with_and_without_filters(tmp_path: Path) ->
         path = str(tmp_path / "gateway.db")
         engine = await _filled(path, "t1", "vs_a", vectors)
         await engine.aclose()
-        engine = await _filled(path, "t1", "vs_b", other)  # another store, same table
+        engine = await _filled(path, "t1", "vs_b", other, cache_bytes)  # same vec0 table
         try:
             everything = {f"file-{f}" for f in range(FILES)}
             for q, query in enumerate(queries):
@@ -74,6 +78,7 @@ def test_search_matches_exact_scores_with_and_without_filters(tmp_path: Path) ->
                     assert fid == f"file-{f}"
                     assert sim == pytest.approx(float(vectors[f * PER_FILE + i] @ query),
                                                 abs=1e-5)
+            assert bool(engine.cache.keys()) == bool(cache_bytes)
         finally:
             await engine.aclose()
 
@@ -128,5 +133,118 @@ def test_another_tenants_store_is_never_a_candidate(tmp_path: Path) -> None:
             assert all(fid != "file-3" for _, fid, _, _, _ in found)
         finally:
             await engine.aclose()
+
+    asyncio.run(run())
+
+
+def _ranked(found: list[tuple[int, str, str, float, float]]) -> list[str]:
+    return [text for _, _, text, _, _ in sorted(found, key=lambda c: -c[3])]
+
+
+def test_a_write_by_another_engine_is_seen_by_a_cached_search(tmp_path: Path) -> None:
+    """Two engines (two processes) on one database: the reader's cached matrix is dropped when
+    the writer replaces or removes a file, since the write bumps the store's generation."""
+    vectors = _vectors(6, FILES * PER_FILE)
+    fresh = _vectors(7, PER_FILE)
+    query = fresh[3]
+
+    async def run() -> None:
+        path = str(tmp_path / "gateway.db")
+        reader = await _filled(path, "t1", "vs_a", vectors)
+        writer = LocalVectorEngine(path)
+        every = {f"file-{f}" for f in range(FILES)}
+        try:
+            before = await reader.search("t1", "vs_a", [query.tolist()], "", every, False, 10)
+            assert _ranked(before) == _exact(vectors, query, set(range(FILES)), 10)
+            assert reader.cache.keys() == [("t1", "vs_a", DIMS)]
+            # the writer replaces file-0's chunks: the query's own vector is now one of them
+            assert await writer.add_files("t1", [{
+                "store_id": "vs_a", "file_id": "file-0", "filename": "0.txt", "created_at": 1,
+                "attributes": None, "chunking": {}, "batch_id": None, "lease_until": 0}], 0)
+            assert await writer.write_chunks("t1", "vs_a", "file-0", [
+                Chunk(i, f"new {i}", f"new-{i}", fresh[i].tolist()) for i in range(PER_FILE)], 1)
+            after = await reader.search("t1", "vs_a", [query.tolist()], "", every, False, 10)
+            merged = np.concatenate([fresh, vectors[PER_FILE:]])
+            expected = [f"new {t.split('-')[1]}" if t.startswith("chunk 0-") else t
+                        for t in _exact(merged, query, set(range(FILES)), 10)]
+            assert _ranked(after) == expected and expected[0] == "new 3"
+            # the writer removes files: the reader never returns their chunks, and still
+            # returns ten (a stale matrix would name rows that are gone)
+            for f in range(1, 6):
+                assert await writer.remove_file("t1", "vs_a", f"file-{f}")
+            gone = await reader.search("t1", "vs_a", [vectors[PER_FILE + 1].tolist()], "",
+                                       every, False, 10)
+            assert len(gone) == 10
+            assert not {fid for _, fid, _, _, _ in gone} & {f"file-{f}" for f in range(1, 6)}
+            survivors = np.concatenate([fresh, vectors[6 * PER_FILE:]])
+            texts = [f"new {i}" for i in range(PER_FILE)] + [
+                f"chunk {i // PER_FILE}-{i % PER_FILE}" for i in range(6 * PER_FILE, FILES *
+                                                                      PER_FILE)]
+            sims = survivors @ vectors[PER_FILE + 1]
+            assert _ranked(gone) == [texts[int(i)] for i in np.argsort(-sims)[:10]]
+        finally:
+            await reader.aclose()
+            await writer.aclose()
+
+    asyncio.run(run())
+
+
+def test_every_write_to_a_store_bumps_its_generation_in_its_transaction(tmp_path: Path) -> None:
+    vectors = _vectors(8, FILES * PER_FILE)
+
+    async def run() -> None:
+        engine = await _filled(str(tmp_path / "gateway.db"), "t1", "vs_a", vectors)
+
+        async def version() -> int:
+            row = await engine.store("t1", "vs_a")
+            assert row is not None
+            return int(row["version"])
+
+        try:
+            start = await version()
+            assert start == 1 + FILES  # add_files, then one write_chunks per file
+            assert await engine.remove_file("t1", "vs_a", "file-0")
+            assert await version() == start + 1
+            assert not await engine.remove_file("t1", "vs_a", "file-0")  # nothing to remove
+            await engine.add_files("t1", [{
+                "store_id": "vs_a", "file_id": "file-0", "filename": "0.txt", "created_at": 1,
+                "attributes": None, "chunking": {}, "batch_id": None, "lease_until": 0}], 0)
+            assert await version() == start + 3
+        finally:
+            await engine.aclose()
+
+    asyncio.run(run())
+
+
+def test_the_cache_keeps_within_its_bound_least_recently_searched_first(tmp_path: Path) -> None:
+    per_store = FILES * PER_FILE * (4 * DIMS + 12)
+
+    async def run() -> None:
+        path = str(tmp_path / "gateway.db")
+        stores = {name: _vectors(10 + n, FILES * PER_FILE)
+                  for n, name in enumerate(("vs_a", "vs_b", "vs_c"))}
+        for name, vectors in stores.items():
+            await (await _filled(path, "t1", name, vectors)).aclose()
+        engine = LocalVectorEngine(path, per_store * 2 + 100)  # two stores fit, not three
+        every = {f"file-{f}" for f in range(FILES)}
+        query = _vectors(20, 1)[0]
+        try:
+            for name in ("vs_a", "vs_b", "vs_a", "vs_c"):
+                found = await engine.search("t1", name, [query.tolist()], "", every, False, 10)
+                assert _ranked(found) == _exact(stores[name], query, set(range(FILES)), 10)
+                assert engine.cache.used <= engine.cache.max_bytes
+            # vs_b was the least recently searched when vs_c came in
+            assert engine.cache.keys() == [("t1", "vs_a", DIMS), ("t1", "vs_c", DIMS)]
+            assert engine.cache.used == 2 * per_store
+        finally:
+            await engine.aclose()
+        # a store larger than the bound is searched by sqlite-vec, exactly, and not kept
+        small = LocalVectorEngine(path, per_store - 1)
+        try:
+            found = await small.search("t1", "vs_b", [query.tolist()], "", every, False, 10)
+            assert _ranked(found) == _exact(stores["vs_b"], query, set(range(FILES)), 10)
+            assert small.cache.keys() == [] and small.cache.used == 0
+        finally:
+            await small.aclose()
 
     asyncio.run(run())

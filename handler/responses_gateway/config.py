@@ -160,6 +160,7 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
                                     cls.max_upload_part_bytes),
         max_vector_store_files=count("GATEWAY_MAX_VECTOR_STORE_FILES",
                                      cls.max_vector_store_files),
+        vector_cache_bytes=count("GATEWAY_VECTOR_CACHE_BYTES", cls.vector_cache_bytes),
         embedding_url=_upstream_url(get("GATEWAY_EMBEDDING_URL"))
         if get("GATEWAY_EMBEDDING_URL") else None,
         embedding_api_key=secret("GATEWAY_EMBEDDING_API_KEY"),

@@ -121,6 +121,8 @@ class Settings:
     max_tenant_file_bytes: int = 10 * 1024 * 1024 * 1024
     max_upload_part_bytes: int = 64 * 1024 * 1024  # one part of the Uploads API (OpenAI's)
     max_vector_store_files: int = 10_000
+    # bytes of searched stores' vectors the local engine keeps in memory (vectors/matrix_cache)
+    vector_cache_bytes: int = 256 * 1024 * 1024
     embedding_url: str | None = None  # OpenAI-compatible /v1 base; unset: GATEWAY_UPSTREAM_URL
     embedding_api_key: str | None = field(default=None, repr=False)
     embedding_model: str = "text-embedding-3-small"

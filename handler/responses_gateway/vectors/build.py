@@ -72,7 +72,7 @@ def _engine(settings: Any, target: str) -> VectorEngine:
     if settings.store.startswith("sqlite"):
         from responses_gateway.vectors.local import LocalVectorEngine
 
-        return LocalVectorEngine(target or "gateway.db")
+        return LocalVectorEngine(target or "gateway.db", settings.vector_cache_bytes)
     from responses_gateway.vectors.aws import AWSVectorEngine
 
     assert settings.vector_bucket

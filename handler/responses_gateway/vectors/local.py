@@ -3,7 +3,9 @@
 (``vector_stores``, ``vs_files``, ``vs_batches``), the chunks with their vectors (float32,
 unit length, ``vs_chunks``), the sqlite-vec index over them (:mod:`.vec_index`), SQLite's FTS5
 index over the chunk text for the keyword half of hybrid search, and the embedding cache
-(``vs_embeddings``: model+text -> vector).
+(``vs_embeddings``: model+text -> vector). A search uses the in-process copy of the store's
+vectors (:mod:`.matrix_cache`) while the store's ``version``, bumped with every change to its
+chunks, says it is current; sqlite-vec otherwise.
 
 The database is opened with sqlean (a second SQLite library: SQLite's own guidance is that two
 copies of SQLite in one process must not open the same file, since closing one drops the
@@ -21,7 +23,7 @@ from typing import Any
 import orjson
 
 from responses_gateway.files.local import SQLiteDatabase
-from responses_gateway.vectors import vec_index
+from responses_gateway.vectors import matrix_cache, vec_index
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS vector_stores (
@@ -51,6 +53,7 @@ CREATE TRIGGER IF NOT EXISTS vs_chunks_ad AFTER DELETE ON vs_chunks BEGIN
 END;
 CREATE TABLE IF NOT EXISTS vs_embeddings (key TEXT PRIMARY KEY, vector BLOB NOT NULL);
 """
+DEFAULT_CACHE_BYTES = 256 * 1024 * 1024  # GATEWAY_VECTOR_CACHE_BYTES
 _WORD = re.compile(r"\w+", re.UNICODE)
 JSON_COLUMNS = ("metadata", "expires_after", "last_error", "attributes", "chunking")
 
@@ -80,8 +83,9 @@ def _json(value: Any) -> str | None:
 class LocalVectorEngine:
     """The catalog and the index of the local engine (one SQLite database)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.db = SQLiteDatabase(database_path(path), _SCHEMA, connect=vec_index.connect)
+        self.cache = matrix_cache.MatrixCache(cache_bytes)
 
     # -- stores ---------------------------------------------------------------------------
 
@@ -158,6 +162,7 @@ class LocalVectorEngine:
                     (tenant, store_id, r["file_id"], r["filename"], r["created_at"],
                      _json(r["attributes"]), _json(r["chunking"]), r.get("batch_id"),
                      r["lease_until"]))
+            _bump(c, tenant, store_id)
             return True
 
         return await self.db.run(write, write=True)
@@ -205,6 +210,7 @@ class LocalVectorEngine:
                              "file_id = ?", (tenant, store_id, file_id)).rowcount
             c.execute("DELETE FROM vs_chunks WHERE tenant = ? AND store_id = ? AND file_id = ?",
                       (tenant, store_id, file_id))
+            _bump(c, tenant, store_id)
             return bool(gone)
 
         return await self.db.run(write, write=True)
@@ -282,6 +288,7 @@ class LocalVectorEngine:
             c.execute("UPDATE vs_files SET status = 'completed', usage_bytes = ?, "
                       "last_error = NULL WHERE tenant = ? AND store_id = ? AND file_id = ?",
                       (usage, tenant, store_id, file_id))
+            _bump(c, tenant, store_id)
             return True
 
         return await self.db.run(write, write=True)
@@ -296,8 +303,14 @@ class LocalVectorEngine:
                      ) -> list[tuple[int, str, str, float, float]]:
         """Candidates ``(chunk id, file id, text, best cosine similarity, keyword score)``
         among ``files``: the ``limit`` best by vector, and the ``limit`` best by keywords."""
-        return await self.db.run(lambda c: self._search(
-            c, tenant, store_id, queries, text, files, want_text, limit))
+        def read(c: sqlite3.Connection) -> list[tuple[int, str, str, float, float]]:
+            c.execute("BEGIN")  # one snapshot: the generation read is that of the rows read
+            try:
+                return self._search(c, tenant, store_id, queries, text, files, want_text, limit)
+            finally:
+                c.execute("COMMIT")
+
+        return await self.db.run(read)
 
     def _search(self, c: sqlite3.Connection, tenant: str, store_id: str,
                 queries: list[list[float]], text: str, files: set[str], want_text: bool,
@@ -305,12 +318,21 @@ class LocalVectorEngine:
         import numpy as np
 
         units = [_as_array(_unit_blob(q)) for q in queries]
-        completed = c.execute("SELECT COUNT(*) FROM vs_files WHERE tenant = ? AND store_id = ? "
-                              "AND status = 'completed'", (tenant, store_id)).fetchone()[0]
-        narrowed = sorted(files) if len(files) < completed else None
         near: set[int] = set()
-        for unit in units:
-            near.update(vec_index.candidates(c, tenant, store_id, unit, limit, narrowed))
+        narrowed: list[str] | bool | None = False  # vec0's file constraint, read when needed
+        for dims in sorted({len(u) for u in units}):
+            group = [u for u in units if len(u) == dims]
+            entry = self._matrix(c, tenant, store_id, dims)
+            if entry is not None:
+                near.update(entry.nearest(group, files, limit))
+                continue
+            if narrowed is False:
+                completed = c.execute(
+                    "SELECT COUNT(*) FROM vs_files WHERE tenant = ? AND store_id = ? AND "
+                    "status = 'completed'", (tenant, store_id)).fetchone()[0]
+                narrowed = sorted(files) if len(files) < completed else None
+            for unit in group:
+                near.update(vec_index.candidates(c, tenant, store_id, unit, limit, narrowed))
         keyword: dict[int, float] = {}
         words = _WORD.findall(text)
         if want_text and words:
@@ -340,8 +362,39 @@ class LocalVectorEngine:
         kept = {s[0] for s in by_vector} | set(keyword)
         return [s for s in scored if s[0] in kept]
 
+    def _matrix(self, c: sqlite3.Connection, tenant: str, store_id: str, dims: int
+                ) -> matrix_cache.StoreMatrix | None:
+        """The store's vectors of ``dims`` in memory, current as of this snapshot: the cached
+        copy, or loaded now when they fit the cache; None when they do not (sqlite-vec then)."""
+        if self.cache.max_bytes <= 0:
+            return None
+        row = c.execute("SELECT created_at, version FROM vector_stores WHERE tenant = ? AND "
+                        "id = ?", (tenant, store_id)).fetchone()
+        if row is None:
+            return None
+        key, generation = (tenant, store_id, dims), (int(row[0]), int(row[1]))
+        entry = self.cache.get(key, generation)
+        if entry is not None:
+            return entry
+        count = c.execute("SELECT COUNT(*) FROM vs_chunks WHERE tenant = ? AND store_id = ?",
+                          (tenant, store_id)).fetchone()[0]
+        if not self.cache.fits(count * (4 * dims + matrix_cache.ROW_EXTRA)):
+            return None
+        entry = matrix_cache.load(c.execute(
+            "SELECT id, file_id, vector FROM vs_chunks WHERE tenant = ? AND store_id = ? "
+            "ORDER BY file_id, idx", (tenant, store_id)), count, dims, generation)
+        self.cache.put(key, entry)
+        return entry
+
     async def aclose(self) -> None:
         self.db.close()
+
+
+def _bump(c: sqlite3.Connection, tenant: str, store_id: str) -> None:
+    """A new generation of the store's chunks (in the transaction that changes them), so
+    every process drops its in-process copy of them."""
+    c.execute("UPDATE vector_stores SET version = version + 1 WHERE tenant = ? AND id = ?",
+              (tenant, store_id))
 
 
 def database_path(store_path: str) -> str:
