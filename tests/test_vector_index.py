@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from responses_gateway.vectors import matrix_cache
 from responses_gateway.vectors.ingest import Chunk
 from responses_gateway.vectors.local import LocalVectorEngine, database_path
 
@@ -141,12 +142,41 @@ def _ranked(found: list[tuple[int, str, str, float, float]]) -> list[str]:
     return [text for _, _, text, _, _ in sorted(found, key=lambda c: -c[3])]
 
 
-def test_a_write_by_another_engine_is_seen_by_a_cached_search(tmp_path: Path) -> None:
-    """Two engines (two processes) on one database: the reader's cached matrix is dropped when
-    the writer replaces or removes a file, since the write bumps the store's generation."""
+def _same_as_a_full_load(engine: LocalVectorEngine, path: str) -> None:
+    """The engine's cached matrix holds what loading the store now gives, row for row."""
+    cached = engine.cache.get(("t1", "vs_a", DIMS))
+    assert cached is not None
+    other = LocalVectorEngine(path)
+    try:
+        loaded = other._matrix(other.db.conn, "t1", "vs_a", DIMS)
+    finally:
+        other.db.close()
+    assert loaded is not None and loaded.generation == cached.generation
+    for entry in (cached, loaded):
+        entry.order = np.argsort(entry.ids)  # type: ignore[attr-defined]
+    a, b = cached.order, loaded.order  # type: ignore[attr-defined]
+    assert cached.ids[a].tolist() == loaded.ids[b].tolist()
+    assert [cached.files[i] for i in cached.file_of[a]] == \
+        [loaded.files[i] for i in loaded.file_of[b]]
+    assert np.array_equal(cached.matrix[a], loaded.matrix[b])
+
+
+def test_a_write_by_another_engine_is_seen_by_a_cached_search(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two engines (two processes) on one database: the reader's cached matrix is brought up
+    to date when the writer replaces or removes a file (the write bumps the store's
+    generation and logs the file), by reloading only that file's rows."""
     vectors = _vectors(6, FILES * PER_FILE)
     fresh = _vectors(7, PER_FILE)
     query = fresh[3]
+    loads: list[int] = []
+    load = matrix_cache.load
+
+    def counted(rows: Any, count: int, dims: int, generation: tuple[int, int]) -> Any:
+        loads.append(count)
+        return load(rows, count, dims, generation)
+
+    monkeypatch.setattr(matrix_cache, "load", counted)
 
     async def run() -> None:
         path = str(tmp_path / "gateway.db")
@@ -168,6 +198,9 @@ def test_a_write_by_another_engine_is_seen_by_a_cached_search(tmp_path: Path) ->
             expected = [f"new {t.split('-')[1]}" if t.startswith("chunk 0-") else t
                         for t in _exact(merged, query, set(range(FILES)), 10)]
             assert _ranked(after) == expected and expected[0] == "new 3"
+            assert loads == [FILES * PER_FILE, PER_FILE]  # the store once, then file-0 only
+            _same_as_a_full_load(reader, path)
+            loads.clear()
             # the writer removes files: the reader never returns their chunks, and still
             # returns ten (a stale matrix would name rows that are gone)
             for f in range(1, 6):
@@ -182,6 +215,8 @@ def test_a_write_by_another_engine_is_seen_by_a_cached_search(tmp_path: Path) ->
                                                                       PER_FILE)]
             sims = survivors @ vectors[PER_FILE + 1]
             assert _ranked(gone) == [texts[int(i)] for i in np.argsort(-sims)[:10]]
+            assert loads == [0]  # the removed files' rows dropped, none read
+            _same_as_a_full_load(reader, path)
         finally:
             await reader.aclose()
             await writer.aclose()

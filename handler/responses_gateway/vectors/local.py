@@ -51,9 +51,13 @@ CREATE TRIGGER IF NOT EXISTS vs_chunks_ai AFTER INSERT ON vs_chunks BEGIN
 CREATE TRIGGER IF NOT EXISTS vs_chunks_ad AFTER DELETE ON vs_chunks BEGIN
     INSERT INTO vs_chunks_fts(vs_chunks_fts, rowid, text) VALUES ('delete', old.id, old.text);
 END;
+CREATE TABLE IF NOT EXISTS vs_changes (
+    tenant TEXT NOT NULL, store_id TEXT NOT NULL, version INTEGER NOT NULL, file_id TEXT NOT NULL,
+    PRIMARY KEY (tenant, store_id, version, file_id));
 CREATE TABLE IF NOT EXISTS vs_embeddings (key TEXT PRIMARY KEY, vector BLOB NOT NULL);
 """
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024  # GATEWAY_VECTOR_CACHE_BYTES
+CHANGES_KEPT = 256  # generations whose changed files are logged (vs_changes)
 _WORD = re.compile(r"\w+", re.UNICODE)
 JSON_COLUMNS = ("metadata", "expires_after", "last_error", "attributes", "chunking")
 
@@ -131,7 +135,7 @@ class LocalVectorEngine:
         def write(c: sqlite3.Connection) -> bool:
             gone = c.execute("DELETE FROM vector_stores WHERE tenant = ? AND id = ?",
                              (tenant, store_id)).rowcount
-            for table in ("vs_files", "vs_batches", "vs_chunks"):
+            for table in ("vs_files", "vs_batches", "vs_chunks", "vs_changes"):
                 c.execute(f"DELETE FROM {table} WHERE tenant = ? AND store_id = ?",
                           (tenant, store_id))
             return bool(gone)
@@ -162,7 +166,7 @@ class LocalVectorEngine:
                     (tenant, store_id, r["file_id"], r["filename"], r["created_at"],
                      _json(r["attributes"]), _json(r["chunking"]), r.get("batch_id"),
                      r["lease_until"]))
-            _bump(c, tenant, store_id)
+            _bump(c, tenant, store_id, [r["file_id"] for r in rows])
             return True
 
         return await self.db.run(write, write=True)
@@ -210,7 +214,7 @@ class LocalVectorEngine:
                              "file_id = ?", (tenant, store_id, file_id)).rowcount
             c.execute("DELETE FROM vs_chunks WHERE tenant = ? AND store_id = ? AND file_id = ?",
                       (tenant, store_id, file_id))
-            _bump(c, tenant, store_id)
+            _bump(c, tenant, store_id, [file_id])
             return bool(gone)
 
         return await self.db.run(write, write=True)
@@ -288,7 +292,7 @@ class LocalVectorEngine:
             c.execute("UPDATE vs_files SET status = 'completed', usage_bytes = ?, "
                       "last_error = NULL WHERE tenant = ? AND store_id = ? AND file_id = ?",
                       (usage, tenant, store_id, file_id))
-            _bump(c, tenant, store_id)
+            _bump(c, tenant, store_id, [file_id])
             return True
 
         return await self.db.run(write, write=True)
@@ -373,9 +377,14 @@ class LocalVectorEngine:
         if row is None:
             return None
         key, generation = (tenant, store_id, dims), (int(row[0]), int(row[1]))
-        entry = self.cache.get(key, generation)
-        if entry is not None:
+        entry = self.cache.get(key)
+        if entry is not None and entry.generation == generation:
             return entry
+        if entry is not None:
+            entry = self._refreshed(c, key, entry, generation)
+            if entry is not None:
+                return entry
+        self.cache.drop(key)
         count = c.execute("SELECT COUNT(*) FROM vs_chunks WHERE tenant = ? AND store_id = ?",
                           (tenant, store_id)).fetchone()[0]
         if not self.cache.fits(count * (4 * dims + matrix_cache.ROW_EXTRA)):
@@ -386,15 +395,50 @@ class LocalVectorEngine:
         self.cache.put(key, entry)
         return entry
 
+    def _refreshed(self, c: sqlite3.Connection, key: tuple[str, str, int],
+                   entry: matrix_cache.StoreMatrix, generation: tuple[int, int]
+                   ) -> matrix_cache.StoreMatrix | None:
+        """``entry`` brought to ``generation`` by reloading the rows of the files changed
+        since, when the log holds every generation between and they are a few of the
+        store's files; None otherwise (the store is loaded again)."""
+        tenant, store_id, dims = key
+        since, now_at = entry.generation[1], generation[1]
+        if entry.generation[0] != generation[0] or not since < now_at <= since + CHANGES_KEPT:
+            return None
+        logged = c.execute("SELECT version, file_id FROM vs_changes WHERE tenant = ? AND "
+                           "store_id = ? AND version > ? AND version <= ?",
+                           (tenant, store_id, since, now_at)).fetchall()
+        if len({v for v, _ in logged}) != now_at - since:
+            return None
+        changed = {f for _, f in logged}
+        if len(changed) > max(16, len(entry.files) // 4):
+            return None
+        marks = ",".join("?" * len(changed))
+        count = c.execute(f"SELECT COUNT(*) FROM vs_chunks WHERE tenant = ? AND store_id = ? "
+                          f"AND file_id IN ({marks})", (tenant, store_id, *changed)).fetchone()[0]
+        fresh = matrix_cache.load(c.execute(
+            f"SELECT id, file_id, vector FROM vs_chunks WHERE tenant = ? AND store_id = ? AND "
+            f"file_id IN ({marks}) ORDER BY file_id, idx", (tenant, store_id, *changed)),
+            count, dims, generation)
+        entry = matrix_cache.refreshed(entry, changed, fresh)
+        return entry if self.cache.put(key, entry) else None
+
     async def aclose(self) -> None:
         self.db.close()
 
 
-def _bump(c: sqlite3.Connection, tenant: str, store_id: str) -> None:
-    """A new generation of the store's chunks (in the transaction that changes them), so
-    every process drops its in-process copy of them."""
-    c.execute("UPDATE vector_stores SET version = version + 1 WHERE tenant = ? AND id = ?",
-              (tenant, store_id))
+def _bump(c: sqlite3.Connection, tenant: str, store_id: str, file_ids: list[str]) -> None:
+    """A new generation of the store's chunks, in the transaction that changes those of
+    ``file_ids``: every process's in-process copy is then out of date, and the log of changed
+    files (the last :data:`CHANGES_KEPT` generations) says which of its rows to reload."""
+    row = c.execute("UPDATE vector_stores SET version = version + 1 WHERE tenant = ? AND id = ? "
+                    "RETURNING version", (tenant, store_id)).fetchone()
+    if row is None:
+        return
+    c.executemany("INSERT OR IGNORE INTO vs_changes (tenant, store_id, version, file_id) "
+                  "VALUES (?, ?, ?, ?)", [(tenant, store_id, row[0], f) for f in file_ids])
+    c.execute("DELETE FROM vs_changes WHERE tenant = ? AND store_id = ? AND version <= ?",
+              (tenant, store_id, row[0] - CHANGES_KEPT))
 
 
 def database_path(store_path: str) -> str:

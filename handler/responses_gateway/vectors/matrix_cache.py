@@ -6,6 +6,8 @@ same vectors costs ~15 ms. A searched store's vectors of one dimension are there
 as one matrix (rows -> chunk ids and file indexes), loaded from ``vs_chunks`` on its first
 search and used while the store's generation (its ``created_at`` and ``version``, bumped in the
 same transaction as every change to its chunks, by whichever process writes) is unchanged.
+Each bump also logs the files it changed (``vs_changes``), so a copy a few generations old is
+brought up to date by reloading only those files' rows (:func:`refreshed`), not the store.
 The bytes held are bounded; the least recently searched stores are dropped first, and a store
 larger than the bound is searched by sqlite-vec (the durable index) instead.
 """
@@ -72,7 +74,7 @@ def load(rows: Any, count: int, dims: int, generation: tuple[int, int]) -> Store
 
     width = 4 * dims
     matrix = np.empty((count, dims), dtype=np.float32)
-    flat = memoryview(matrix).cast("B")
+    flat = memoryview(matrix.reshape(-1).view(np.uint8)) if count else memoryview(b"")
     ids = np.empty(count, dtype=np.int64)
     file_of = np.empty(count, dtype=np.int32)
     index: dict[str, int] = {}
@@ -88,6 +90,30 @@ def load(rows: Any, count: int, dims: int, generation: tuple[int, int]) -> Store
                        matrix[:n] if n == count else matrix[:n].copy())
 
 
+def refreshed(entry: StoreMatrix, changed: set[str], fresh: StoreMatrix) -> StoreMatrix:
+    """``entry`` with the rows of the files ``changed`` replaced by ``fresh`` (their current
+    rows, of ``fresh.generation``): one copy of the kept rows, no read of them."""
+    import numpy as np
+
+    index = {f: i for i, f in enumerate(entry.files)}
+    gone = np.fromiter((f in changed for f in entry.files), dtype=bool, count=len(entry.files))
+    keep = ~gone[entry.file_of]
+    kept = int(keep.sum())
+    files = list(entry.files)
+    remap = np.empty(len(fresh.files), dtype=np.int32)
+    for i, f in enumerate(fresh.files):
+        remap[i] = index.setdefault(f, len(files))
+        if remap[i] == len(files):
+            files.append(f)
+    dims = entry.matrix.shape[1]
+    matrix = np.empty((kept + len(fresh.ids), dims), dtype=np.float32)
+    np.compress(keep, entry.matrix, axis=0, out=matrix[:kept])
+    matrix[kept:] = fresh.matrix
+    return StoreMatrix(fresh.generation, np.concatenate([entry.ids[keep], fresh.ids]),
+                       np.concatenate([entry.file_of[keep], remap[fresh.file_of]]), files,
+                       matrix)
+
+
 class MatrixCache:
     """Store matrices by ``(tenant, store id, dims)``, at most ``max_bytes`` in all (LRU)."""
 
@@ -97,17 +123,18 @@ class MatrixCache:
         self._entries: OrderedDict[tuple[str, str, int], StoreMatrix] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, str, int], generation: tuple[int, int]) -> StoreMatrix | None:
-        """The entry if it is of ``generation`` (an older one is dropped)."""
+    def get(self, key: tuple[str, str, int]) -> StoreMatrix | None:
+        """The entry, of whichever generation (the caller compares)."""
         with self._lock:
             entry = self._entries.get(key)
-            if entry is None:
-                return None
-            if entry.generation != generation:
-                self._drop(key)
-                return None
-            self._entries.move_to_end(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
             return entry
+
+    def drop(self, key: tuple[str, str, int]) -> None:
+        with self._lock:
+            if key in self._entries:
+                self._drop(key)
 
     def fits(self, nbytes: int) -> bool:
         return 0 < nbytes <= self.max_bytes
