@@ -22,8 +22,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from responses_gateway.api import app as app_module
-from responses_gateway.api.app import YOUNG_GENERATION_THRESHOLD, create_app
+from responses_gateway import collector
+from responses_gateway.api.app import create_app
+from responses_gateway.collector import YOUNG_GENERATION_THRESHOLD
 from responses_gateway.config import Settings
 from tests.helpers.scripted_upstream import DEFAULT_TEXT, ScriptedUpstream
 
@@ -204,7 +205,7 @@ def test_startup_freezes_what_it_built_and_collects_young_objects_less_often(
     app = create_app(Settings(upstream_url="http://127.0.0.1:9/v1",
                               store=f"sqlite:{tmp_path / 'gc.db'}"))
     before = gc.get_threshold()
-    monkeypatch.setattr(app_module, "_collector_tuned", False)  # as in a fresh process
+    monkeypatch.setattr(collector, "_tuned", False)  # as in a fresh process
     gc.unfreeze()
     gc.set_threshold(700, 10, 10)
 
@@ -228,3 +229,40 @@ def test_startup_freezes_what_it_built_and_collects_young_objects_less_often(
     assert young == YOUNG_GENERATION_THRESHOLD
     assert frozen > 1000  # the modules and services built at startup
     assert gone() is None  # collected: not frozen by the second startup
+
+
+def test_what_the_first_response_built_is_frozen_once_none_is_open(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What is built lazily at the first response (validators, clients, modules) is frozen
+    when the process first has no response open, after collecting: garbage is not kept."""
+    monkeypatch.setattr(collector, "_tuned", True)
+    monkeypatch.setattr(collector, "_settled", False)
+    monkeypatch.setattr(collector, "_open", 0)
+
+    class Built:
+        pass
+
+    def frozen(obj: object) -> bool:  # the permanent generation is in no generation's list
+        return gc.is_tracked(obj) and not any(o is obj for o in gc.get_objects())
+
+    try:
+        collector.response_opened()
+        collector.response_opened()
+        kept = Built()  # built by the first response, kept
+        cycle = Built()
+        cycle.me = cycle  # type: ignore[attr-defined]
+        gone = weakref.ref(cycle)
+        del cycle
+        collector.response_closed()
+        assert not frozen(kept)  # one response is still open
+        collector.response_closed()
+        assert frozen(kept)
+        assert gone() is None  # collected before the freeze
+        collector.response_opened()
+        later = Built()
+        collector.response_closed()
+        assert not frozen(later)  # once per process
+    finally:
+        gc.unfreeze()
+        gc.freeze()  # the suite's process stays frozen as its first gateway left it

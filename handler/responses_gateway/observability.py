@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from responses_gateway import collector
 from responses_gateway.ids import new_request_id, request_id
 from responses_gateway.status import TERMINAL_STATUSES
 from responses_gateway.store.base import (
@@ -247,6 +248,7 @@ class ResponseMetrics:
         self.done = False
         self.content = content if _state["debug_content"] else None
         response_id.set(response)
+        collector.response_opened()
 
     def first_content(self) -> None:
         """The first chunk that produced output (called once, by the job's event loop)."""
@@ -262,6 +264,7 @@ class ResponseMetrics:
         if self.done:
             return
         self.done = True
+        collector.response_closed()
         duration_ms = (time.perf_counter() - self.started) * 1000
         status = response.get("status") or ""
         error_type = None

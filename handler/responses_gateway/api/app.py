@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -15,6 +14,7 @@ from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
+from responses_gateway import collector
 from responses_gateway.api import (
     common,
     context_routes,
@@ -34,10 +34,6 @@ from responses_gateway.responses.gateway import Gateway
 from responses_gateway.responses.services import build_gateway
 
 logger = logging.getLogger("responses_gateway")
-# Young collections happen every this many container allocations (CPython's default: 700).
-# Streaming makes short-lived dicts and lists per event; collecting them ten times less often
-# took the collector from ~5% of the gateway's CPU under load to under 1%.
-YOUNG_GENERATION_THRESHOLD = 10_000
 
 
 async def _gateway_error(request: Request, exc: Exception) -> Response:
@@ -109,25 +105,6 @@ async def _dashboard(request: Request) -> Response:
     return serve(request)
 
 
-_collector_tuned = False
-
-
-def _tune_collector() -> None:
-    """What exists after the first startup (modules, clients, settings) lives as long as the
-    process: frozen, later collections skip it; and young collections come less often.
-
-    Once per process: Mangum runs the lifespan on every call, and freezing again would keep
-    whatever garbage the calls before had left.
-    """
-    global _collector_tuned
-    if _collector_tuned:
-        return
-    _collector_tuned = True
-    gc.freeze()
-    _, middle, old = gc.get_threshold()
-    gc.set_threshold(YOUNG_GENERATION_THRESHOLD, middle, old)
-
-
 def create_app(
     settings: Settings | None = None, gateway: Gateway | None = None, *,
     check_upstream: bool = False,
@@ -145,7 +122,7 @@ def create_app(
         app.state.gateway = gateway or build_gateway(settings)
         scrub_server_logs()  # after the server configured its loggers
         startup.log_summary(settings)
-        _tune_collector()
+        collector.tune()
         check = asyncio.ensure_future(startup.check_upstream(settings)) if check_upstream \
             else None
         try:
