@@ -1,7 +1,7 @@
 """What the entry points import (issue 21): cold start pays for every module, so what a request
 may not need — Bedrock, the `mcp` SDK, WebSocket support, Powertools, tokenizers, the openai
-SDK — loads on first use. Asserted on module names, in a fresh interpreter, not on time
-(benchmarks/cold_start.py prints the time).
+SDK, the create body's request models and pydantic itself — loads on first use. Asserted on
+module names, in a fresh interpreter, not on time (benchmarks/cold_start.py prints the time).
 """
 
 from __future__ import annotations
@@ -34,6 +34,17 @@ LAZY = (
 )
 #: Not imported with the embedded store either (only the DynamoDB store needs them).
 AWS_SDK = ("boto3", "botocore")
+#: The create body's validators (translate/request.py loads them on the first create): their
+#: classes cost a cold start more than the rest of an entry point.
+REQUEST_MODELS = (
+    "pydantic",
+    "pydantic_core",
+    "responses_gateway.translate.request_models",
+    "responses_gateway.translate.request_items",
+    "responses_gateway.translate.request_tools",
+    "responses_gateway.translate.request_base",
+    "responses_gateway.translate.request_errors",
+)
 
 PROBE = """
 import asyncio, json, sys
@@ -67,8 +78,8 @@ def test_the_streaming_entry_point_imports_nothing_a_request_may_not_need(
     tmp_path: Path,
 ) -> None:
     seen = _modules({"GATEWAY_STORE": f"sqlite:{tmp_path / 'g.db'}"}, started=True)
-    assert _loaded(seen["import"], LAZY + AWS_SDK) == []
-    assert _loaded(seen["started"], LAZY + AWS_SDK) == []  # services built, embedded store
+    assert _loaded(seen["import"], LAZY + AWS_SDK + REQUEST_MODELS) == []
+    assert _loaded(seen["started"], LAZY + AWS_SDK + REQUEST_MODELS) == []  # services built
 
 
 @pytest.mark.parametrize("lambda_env", [False, True])
@@ -83,5 +94,40 @@ def test_the_deployed_entry_point_loads_only_its_store(lambda_env: bool) -> None
     seen = _modules(env, started=True)
     assert _loaded(seen["import"], LAZY + AWS_SDK) == []  # nothing before the lifespan
     lazy = tuple(n for n in LAZY if not (lambda_env and n == "aws_lambda_powertools"))
-    assert _loaded(seen["started"], lazy) == []
+    assert _loaded(seen["started"], lazy + REQUEST_MODELS) == []
     assert "responses_gateway.store.dynamodb" in seen["started"]  # its client: on first use
+
+
+ENTRY_PROBE = """
+import json, sys
+import {module}
+imported = sorted(sys.modules)
+from responses_gateway.translate.request import parse_create_request
+parse_create_request({{"model": "m", "input": "hi",
+                      "tools": [{{"type": "function", "name": "f"}}]}})
+print(json.dumps({{"import": imported, "parsed": sorted(sys.modules)}}))
+"""
+
+
+@pytest.mark.parametrize("module", [
+    "responses_gateway.entry.lambda_buffered",  # builds its services at import
+    "responses_gateway.entry.lambda_worker",
+    "responses_gateway.entry.lambda_websocket",
+    "responses_gateway.entry.cli",  # ``serve`` then imports the streaming entry (above)
+])
+def test_no_entry_point_loads_the_request_models_before_a_create(module: str) -> None:
+    env = {
+        "GATEWAY_STORE": "dynamodb:entry-imports", "GATEWAY_WORKER_FUNCTION": "worker",
+        "AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x",
+        "AWS_LAMBDA_FUNCTION_NAME": "entry-imports", "POWERTOOLS_TRACE_DISABLED": "1",
+        "POWERTOOLS_METRICS_DISABLED": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", ENTRY_PROBE.format(module=module)],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "handler"), **env},
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert _loaded(seen["import"], REQUEST_MODELS) == []
+    assert set(REQUEST_MODELS) <= set(seen["parsed"])  # the names above are the real ones

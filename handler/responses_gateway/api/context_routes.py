@@ -14,7 +14,7 @@ what the calls spent, whatever its outcome; a token count is a request that spen
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -28,11 +28,10 @@ from responses_gateway.responses import conversations, history
 from responses_gateway.responses.fitting import compaction
 from responses_gateway.responses.gateway import Gateway
 from responses_gateway.tools import reads as tool_reads
-from responses_gateway.translate.request_models import (
-    CreateResponseRequest,
-    normalize_input,
-    parse_create_request,
-)
+from responses_gateway.translate.request import normalize_input, parse_create_request
+
+if TYPE_CHECKING:
+    from responses_gateway.translate.request_models import CreateResponseRequest
 
 #: Every method reaches these routes (only POST is allowed; the rest are 405s, not ids).
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]

@@ -13,7 +13,7 @@ from responses_gateway.api.common import JSON, gateway_of, json_body, page_param
 from responses_gateway.errors import invalid_request, missing_parameter
 from responses_gateway.responses import conversations
 from responses_gateway.store.base import ConversationStore, StoredConversation
-from responses_gateway.translate.request_models import MAX_ID_LENGTH
+from responses_gateway.translate.request_names import MAX_ID_LENGTH
 
 
 def _store(request: Request) -> ConversationStore:

@@ -24,7 +24,7 @@ from responses_gateway.errors import GatewayError, invalid_request, not_found
 from responses_gateway.responses import background
 from responses_gateway.responses.job import Job
 from responses_gateway.store.base import StoredResponse
-from responses_gateway.translate.request_models import MAX_ID_LENGTH
+from responses_gateway.translate.request_names import MAX_ID_LENGTH
 
 if TYPE_CHECKING:
     from responses_gateway.responses.gateway import Gateway

@@ -35,7 +35,7 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from responses_gateway import ids
 from responses_gateway.errors import GatewayError, invalid_request
@@ -48,14 +48,12 @@ from responses_gateway.store.base import (
     StoredResponse,
     TurnSettle,
 )
-from responses_gateway.translate.request_models import (
-    ENCRYPTED_REASONING,
-    INCLUDABLE,
-    CreateResponseRequest,
-    normalize_input,
-    parse_create_request,
-)
+from responses_gateway.translate.request import normalize_input, parse_create_request
+from responses_gateway.translate.request_names import ENCRYPTED_REASONING, INCLUDABLE
 from responses_gateway.translate.sealing import with_sealed_reasoning
+
+if TYPE_CHECKING:
+    from responses_gateway.translate.request_models import CreateResponseRequest
 
 logger = logging.getLogger("responses_gateway")
 CONVERSATION = "conv_"

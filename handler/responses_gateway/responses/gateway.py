@@ -29,16 +29,13 @@ from responses_gateway.store.base import Store, StoredResponse
 from responses_gateway.tools import reads as tool_reads
 from responses_gateway.tools.catalog import ToolCatalog
 from responses_gateway.tools.registry import ServerTools, served_tool_types
-from responses_gateway.translate.request_models import (
-    CreateResponseRequest,
-    normalize_input,
-    parse_create_request,
-)
+from responses_gateway.translate.request import normalize_input, parse_create_request
 from responses_gateway.translate.response_object import new_response
 from responses_gateway.translate.sealing import Sealer
 
 if TYPE_CHECKING:
     from responses_gateway.files.service import Files
+    from responses_gateway.translate.request_models import CreateResponseRequest
     from responses_gateway.vectors.service import VectorStores
 
 BackendFactory = Callable[[str], Backend]

@@ -11,11 +11,9 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import ConfigDict, Discriminator, Field, Tag
 
+from responses_gateway.translate.request_names import MAX_ID_LENGTH
+
 NAME_PATTERN = r"^[a-zA-Z0-9_-]+$"
-# Ids a client sends are store keys (DynamoDB: 1024 bytes per sort key, 2048 per partition
-# key); 200 characters of at most 4 UTF-8 bytes each leave room for the key's prefix. The
-# gateway's own ids are about 50.
-MAX_ID_LENGTH = 200
 
 # ``defer_build``: the validators are built on the first create, not at import. Building them
 # is about 35 ms, a fifth of a cold start, and the worker Lambda, the WebSocket API's connect

@@ -14,7 +14,11 @@ are re-exported here, so callers import from this one module:
   and the tagged-union helpers;
 - request_items.py: ``input``: content parts, input items, their normal form, their checks;
 - request_tools.py: ``tools`` and ``tool_choice``: models, echo, checks, hosted tools;
-- request_errors.py: pydantic's errors as OpenAI's 400s.
+- request_errors.py: pydantic's errors as OpenAI's 400s;
+- request_names.py: the constants code outside validation needs (id length, ``include``).
+
+Code that runs at an entry point's import calls request.py instead, which loads this module
+on the first create: building these classes is most of a cold start.
 """
 
 from __future__ import annotations
@@ -35,7 +39,6 @@ from pydantic_core import PydanticCustomError
 
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
 from responses_gateway.translate.request_base import (
-    MAX_ID_LENGTH,
     NAME_PATTERN,
     PARAMS_CONFIG,
     ItemId,
@@ -50,6 +53,12 @@ from responses_gateway.translate.request_errors import (
     unsupported,
 )
 from responses_gateway.translate.request_items import InputItem, check_input, normalize_items
+from responses_gateway.translate.request_names import (
+    ENCRYPTED_REASONING,
+    INCLUDABLE,
+    LOGPROBS,
+    MAX_ID_LENGTH,
+)
 from responses_gateway.translate.request_tools import (
     CustomTool,
     FunctionTool,
@@ -84,21 +93,6 @@ __all__ = [  # what other modules import from here
     "normalize_input",
     "parse_create_request",
 ]
-
-INCLUDABLE = frozenset(
-    {
-        "file_search_call.results",
-        "web_search_call.results",
-        "web_search_call.action.sources",
-        "message.input_image.image_url",
-        "computer_call_output.output.image_url",
-        "code_interpreter_call.outputs",
-        "reasoning.encrypted_content",
-        "message.output_text.logprobs",
-    }
-)
-LOGPROBS = "message.output_text.logprobs"
-ENCRYPTED_REASONING = "reasoning.encrypted_content"
 
 
 # --- text, reasoning, stream options -------------------------------------------------------

@@ -48,25 +48,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
 from responses_gateway.tools import client_tools, custom, registry
 from responses_gateway.tools.catalog import ToolCatalog
 from responses_gateway.tools.server import HistoryReader
 from responses_gateway.translate import compaction_items
-from responses_gateway.translate.request_models import (
-    CreateResponseRequest,
-    CustomTool,
-    FormatJsonObject,
-    FormatJsonSchema,
-    FunctionTool,
-    NamespaceTool,
-    ToolChoiceAllowed,
-    ToolChoiceCustom,
-    ToolChoiceFunction,
-)
-from responses_gateway.translate.request_tools import ToolChoiceHosted, chooses_served
+
+if TYPE_CHECKING:  # the request models load with the first create (translate/request.py)
+    from responses_gateway.translate.request_models import CreateResponseRequest
+    from responses_gateway.translate.request_tools import CustomTool, FunctionTool
 
 Unseal = Callable[[str], dict[str, Any]]
 
@@ -159,6 +151,13 @@ def _compaction_view(
 def _catalog_tools(req: CreateResponseRequest, catalog: ToolCatalog) -> list[dict[str, Any]]:
     """Every tool the model is offered, as chat functions, in the client's order. Plain
     functions claim their names first, so a flattened name can never take one."""
+    from responses_gateway.translate.request_tools import (
+        CustomTool,
+        FunctionTool,
+        NamespaceTool,
+        ToolChoiceAllowed,
+    )
+
     tools = req.tools or []
     for tool in tools:
         if isinstance(tool, FunctionTool):
@@ -207,12 +206,16 @@ def _client_choice(tool_type: str, catalog: ToolCatalog) -> str | None:
 def _loaded_tools(items: Sequence[dict[str, Any]], catalog: ToolCatalog) -> None:
     """Tools a client ``tool_search_output`` loaded: callable from then on, as OpenAI does
     (function, custom and namespace tools; a name already offered stays as it is)."""
+    from responses_gateway.translate.request_tools import CustomTool, FunctionTool, NamespaceTool
+
+    loadable: dict[Any, Any] = {
+        "function": FunctionTool, "custom": CustomTool, "namespace": NamespaceTool}
     for item in items:
         if not (isinstance(item, dict) and item.get("type") == "tool_search_output"
                 and item.get("execution", "client") == "client"):
             continue
         for tool in item.get("tools") or ():
-            model = _LOADABLE.get(tool.get("type")) if isinstance(tool, dict) else None
+            model = loadable.get(tool.get("type")) if isinstance(tool, dict) else None
             if model is None:
                 continue
             try:
@@ -228,13 +231,11 @@ def _loaded_tools(items: Sequence[dict[str, Any]], catalog: ToolCatalog) -> None
                     _add_member(catalog, member, namespace)
 
 
-_LOADABLE: dict[Any, Any] = {
-    "function": FunctionTool, "custom": CustomTool, "namespace": NamespaceTool}
-
-
 def _add_member(
     catalog: ToolCatalog, tool: FunctionTool | CustomTool, namespace: str | None
 ) -> None:
+    from responses_gateway.translate.request_tools import CustomTool
+
     if isinstance(tool, CustomTool):
         fmt = tool.format.model_dump() if tool.format is not None else None
         catalog.add_custom(tool.name, tool.description, fmt, namespace)
@@ -253,6 +254,14 @@ def _add_tools(
     body: dict[str, Any], req: CreateResponseRequest, chat_tools: list[dict[str, Any]],
     catalog: ToolCatalog,
 ) -> None:
+    from responses_gateway.translate.request_tools import (
+        ToolChoiceAllowed,
+        ToolChoiceCustom,
+        ToolChoiceFunction,
+        ToolChoiceHosted,
+        chooses_served,
+    )
+
     choice: Any = req.tool_choice
     if isinstance(choice, ToolChoiceAllowed):
         choice = choice.mode
@@ -293,6 +302,8 @@ _PASSTHROUGH = (
 
 
 def _add_options(body: dict[str, Any], req: CreateResponseRequest) -> None:
+    from responses_gateway.translate.request_models import FormatJsonObject, FormatJsonSchema
+
     for name in _PASSTHROUGH:
         value = getattr(req, name)
         if value is not None:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -32,10 +32,12 @@ from responses_gateway.responses.fitting.cuts import Cuts, cut_points
 from responses_gateway.responses.fitting.limits import CompactionLimits, Departure, bounded
 from responses_gateway.token_estimate import estimate
 from responses_gateway.translate import compaction_items
-from responses_gateway.translate.request_models import CreateResponseRequest
 from responses_gateway.translate.response_object import usage_from_chat
 from responses_gateway.translate.sealing import Sealer
 from responses_gateway.translate.to_chat import to_chat_request
+
+if TYPE_CHECKING:
+    from responses_gateway.translate.request_models import CreateResponseRequest
 
 SUMMARY_PROMPT = (
     "Context checkpoint. Write a summary of the conversation above for another model that "

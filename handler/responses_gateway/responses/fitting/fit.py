@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from responses_gateway.backends.base import Backend
 from responses_gateway.config import Route
@@ -38,9 +38,11 @@ from responses_gateway.responses.fitting.limits import CompactionLimits, Departu
 from responses_gateway.responses.fitting.windows import ContextWindows
 from responses_gateway.token_estimate import estimate, estimate_chat
 from responses_gateway.translate import compaction_items
-from responses_gateway.translate.request_models import CreateResponseRequest
 from responses_gateway.translate.sealing import Sealer
 from responses_gateway.translate.to_chat import client_param, to_chat_request
+
+if TYPE_CHECKING:
+    from responses_gateway.translate.request_models import CreateResponseRequest
 
 #: Share of the window ``context_management`` compacts past when ``compact_threshold`` is null.
 DEFAULT_THRESHOLD_SHARE = 0.8
