@@ -1,10 +1,10 @@
 """The create body as the rest of the gateway calls it: validation loaded on first use.
 
 :func:`parse_create_request` and :func:`normalize_input` are request_models.py's, imported on
-the first call: building the request models' classes (pydantic, some hundred models) is most
-of an entry point's cold import, and the worker Lambda, the WebSocket API's connect and
-disconnect and every route but create and its kin never validate a create body
-(tests/test_entry_imports.py). After the first call each costs one module lookup.
+the first call: pydantic and the request's 65 model classes are most of an entry point's
+cold import, and the worker Lambda, the WebSocket API's connect and disconnect and every
+route but create and its kin never validate a create body (tests/test_entry_imports.py).
+After the first call each costs one module lookup.
 """
 
 from __future__ import annotations
