@@ -29,6 +29,15 @@ def upstream() -> Iterator[object]:
 
 
 @pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[str]:
+    """moto in server mode on 127.0.0.1 (DynamoDB, S3, ...), one per module."""
+    from tests.helpers.moto_server import moto_server
+
+    with moto_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="module")
 def client(gateway: object) -> Iterator[object]:
     """The official openai client pointed at the module's gateway."""
     from tests.helpers.e2e import client_for

@@ -6,7 +6,6 @@ existed. One suite on SQLite and DynamoDB (moto over HTTP)."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,11 @@ from openai import OpenAI
 from responses_gateway.config import Settings
 from responses_gateway.store.dynamodb import create_table, make_client
 from tests.helpers.gateway_server import GatewayServer
-from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
+from tests.helpers.moto_server import (
+    create_dynamodb_table,
+    sqlite_or_dynamodb,
+    use_moto,
+)
 from tests.helpers.scripted_upstream import ScriptedUpstream
 
 KEYS = ("sk-conv-one-0123456789", "sk-conv-two-0123456789", "sk-conv-three-0123456789")
@@ -28,25 +31,9 @@ def tenant_of(key: str) -> str:
     return "t_" + hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[ScriptedUpstream]:
-    with ScriptedUpstream() as up:
-        yield up
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    with moto_server() as endpoint:
-        yield endpoint
-
-
 @pytest.fixture(params=["sqlite", "dynamodb"])
-def store(request: pytest.FixtureRequest, tmp_path: Path,
-          monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:{tmp_path / 'g.db'}"
-    use_moto(monkeypatch, request.getfixturevalue("moto_endpoint"))
-    return "dynamodb:" + create_dynamodb_table()
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return sqlite_or_dynamodb(request, tmp_path)
 
 
 def gateway(upstream: ScriptedUpstream, store: str) -> GatewayServer:

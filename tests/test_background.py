@@ -32,7 +32,7 @@ from responses_gateway.store.dynamodb import DynamoDBStore
 from responses_gateway.store.sqlite import SQLiteStore
 from tests.helpers.e2e import check_response, check_stream, sdk_events, split_frames
 from tests.helpers.gateway_server import GatewayServer
-from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
+from tests.helpers.moto_server import create_dynamodb_table, use_moto
 from tests.helpers.responses_validation import (
     TERMINAL_TYPES,
     events_from_sse,
@@ -58,18 +58,6 @@ def tag() -> str:
 
 
 # -- fixtures -------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[ScriptedUpstream]:
-    with ScriptedUpstream() as up:
-        yield up
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    with moto_server() as endpoint:
-        yield endpoint
 
 
 @dataclass

@@ -22,7 +22,7 @@ from openai.types.responses import ResponseCompactionItem
 from responses_gateway.translate.sealing import Sealer
 from tests.helpers.e2e import check_response, check_stream, client_for, e2e_settings, sdk_events
 from tests.helpers.gateway_server import GatewayServer
-from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
+from tests.helpers.moto_server import create_dynamodb_table, use_moto
 from tests.helpers.responses_validation import _validator
 from tests.helpers.scripted_upstream import ScriptedUpstream
 
@@ -314,12 +314,6 @@ def test_context_management_is_validated(client: OpenAI) -> None:
 
 
 # -- DynamoDB: the compaction item is stored and chained like any output item ----------------
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    with moto_server() as endpoint:
-        yield endpoint
 
 
 def test_dynamodb_store_chain_with_compaction(moto_endpoint: str, upstream: ScriptedUpstream,

@@ -34,7 +34,7 @@ from responses_gateway.sse import encode_event
 from responses_gateway.store.dynamodb import DynamoDBStore, make_client
 from tests.helpers.e2e import check_stream, e2e_settings, split_frames
 from tests.helpers.gateway_server import GatewayServer, free_port
-from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
+from tests.helpers.moto_server import create_dynamodb_table, use_moto
 from tests.helpers.responses_validation import (
     TERMINAL_TYPES,
     events_from_sse,
@@ -503,12 +503,6 @@ class _RawBody:
 
     def stream(self, **_: Any) -> Iterator[bytes]:
         yield self.body
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    with moto_server() as endpoint:
-        yield endpoint
 
 
 @pytest.fixture

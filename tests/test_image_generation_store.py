@@ -36,7 +36,6 @@ from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.image_servers import NOVA, FakeBedrockImages, colour_for, colour_of, png_info
 from tests.helpers.moto_server import (
     create_dynamodb_table,
-    moto_server,
     unique_table_name,
     use_moto,
 )
@@ -194,12 +193,6 @@ def test_background_retrieve_and_resume_carry_the_image(client: OpenAI,
 
 
 # -- DynamoDB and S3 on moto -------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    with moto_server() as endpoint:
-        yield endpoint
 
 
 @pytest.fixture

@@ -26,7 +26,6 @@ from responses_gateway.config import Settings, settings_from_env
 from responses_gateway.store.dynamodb import DynamoDBStore
 from tests.helpers.moto_server import (
     create_dynamodb_table,
-    moto_server,
     unique_table_name,
     use_moto,
 )
@@ -70,12 +69,6 @@ def load_event(name: str, response_id: str | None = None) -> dict[str, Any]:
 
 
 # -- fixtures -------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    with moto_server() as endpoint:
-        yield endpoint
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -25,7 +24,13 @@ from responses_gateway.config import Settings, SettingsError, settings_from_env
 from responses_gateway.limits import parse_limits
 from tests.helpers.gateway_process import GatewayProcess
 from tests.helpers.gateway_server import GatewayServer
-from tests.helpers.moto_server import aws_env, create_dynamodb_table, moto_server, use_moto
+from tests.helpers.moto_server import (
+    aws_env,
+    create_dynamodb_table,
+    moto_server,
+    sqlite_or_dynamodb,
+    use_moto,
+)
 from tests.helpers.scripted_upstream import ScriptedUpstream
 
 KEY = "sk-limited-key-0123456789"
@@ -34,25 +39,9 @@ ADMIN = "admin-key-0123456789abcdef"
 TENANT = "t_" + hashlib.sha256(KEY.encode()).hexdigest()[:32]
 
 
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[ScriptedUpstream]:
-    with ScriptedUpstream() as up:
-        yield up
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    with moto_server() as endpoint:
-        yield endpoint
-
-
 @pytest.fixture(params=["sqlite", "dynamodb"])
-def store(request: pytest.FixtureRequest, tmp_path: Path,
-          monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:{tmp_path / 'g.db'}"
-    use_moto(monkeypatch, request.getfixturevalue("moto_endpoint"))
-    return "dynamodb:" + create_dynamodb_table()
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return sqlite_or_dynamodb(request, tmp_path)
 
 
 def gateway(upstream: ScriptedUpstream, tmp_path: Path, limits: dict[str, object],

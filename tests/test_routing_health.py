@@ -26,16 +26,10 @@ from responses_gateway.errors import UpstreamError
 from responses_gateway.store.health import FORGET_AFTER, Health, HealthStore, SQLiteHealth
 from tests.helpers.e2e import client_for, e2e_settings
 from tests.helpers.gateway_server import GatewayServer
-from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
+from tests.helpers.moto_server import create_dynamodb_table, use_moto
 from tests.helpers.scripted_upstream import ScriptedUpstream
 
 ROUTE = "shared"
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    with moto_server() as endpoint:
-        yield endpoint
 
 
 @pytest.fixture(params=["sqlite", "dynamodb"])

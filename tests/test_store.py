@@ -36,7 +36,7 @@ from responses_gateway.store.dynamodb import (
 )
 from responses_gateway.store.dynamodb_schema import table_definition
 from responses_gateway.store.sqlite import SQLiteStore
-from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
+from tests.helpers.moto_server import create_dynamodb_table, use_moto
 from tests.helpers.store_calls import fail_next_append, fail_next_settle
 
 pytestmark = pytest.mark.anyio
@@ -54,12 +54,6 @@ WRITE_OPERATIONS = (
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Any:
-    with moto_server() as endpoint:
-        yield endpoint
 
 
 @pytest.fixture

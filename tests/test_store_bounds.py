@@ -26,7 +26,7 @@ from responses_gateway.store.base import (
 )
 from responses_gateway.store.dynamodb import DynamoDBStore
 from responses_gateway.store.sqlite import SQLiteStore
-from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
+from tests.helpers.moto_server import create_dynamodb_table, use_moto
 from tests.test_store import conversation, message, output_message, record
 
 pytestmark = pytest.mark.anyio
@@ -35,12 +35,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Any:
-    with moto_server() as endpoint:
-        yield endpoint
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 from responses_gateway.store.base import Store, StoredResponse
 from responses_gateway.store.dynamodb import DynamoDBStore
 from responses_gateway.store.sqlite import SQLiteStore
-from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
+from tests.helpers.moto_server import create_dynamodb_table, use_moto
 
 pytestmark = pytest.mark.anyio
 
@@ -25,12 +25,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Any:
-    with moto_server() as endpoint:
-        yield endpoint
 
 
 @pytest.fixture(params=["sqlite", "dynamodb"])

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,23 +17,11 @@ from responses_gateway.config import Settings
 from responses_gateway.responses.services import build_gateway
 from responses_gateway.store.usage import UsageEntry
 from tests.helpers.gateway_server import GatewayServer
-from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
+from tests.helpers.moto_server import create_dynamodb_table, use_moto
 from tests.helpers.scripted_upstream import ScriptedUpstream
 
 KEYS = ("sk-tenant-one-0123456789", "sk-tenant-two-0123456789")
 ADMIN = "admin-key-0123456789abcdef"
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[ScriptedUpstream]:
-    with ScriptedUpstream() as up:
-        yield up
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    with moto_server() as endpoint:
-        yield endpoint
 
 
 @pytest.fixture(params=["sqlite", "dynamodb"])

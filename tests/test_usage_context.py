@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,9 @@ from openai import OpenAI
 from responses_gateway.config import Settings
 from responses_gateway.limits import parse_limits
 from tests.helpers.gateway_server import GatewayServer
-from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
+from tests.helpers.moto_server import (
+    sqlite_or_dynamodb,
+)
 from tests.helpers.scripted_upstream import ScriptedUpstream
 
 KEY = "sk-context-key-0123456789"
@@ -33,25 +34,9 @@ def tenant_of(key: str) -> str:
     return "t_" + hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[ScriptedUpstream]:
-    with ScriptedUpstream() as up:
-        yield up
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    with moto_server() as endpoint:
-        yield endpoint
-
-
 @pytest.fixture(params=["sqlite", "dynamodb"])
-def store(request: pytest.FixtureRequest, tmp_path: Path,
-          monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:{tmp_path / 'g.db'}"
-    use_moto(monkeypatch, request.getfixturevalue("moto_endpoint"))
-    return "dynamodb:" + create_dynamodb_table()
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return sqlite_or_dynamodb(request, tmp_path)
 
 
 def gateway(upstream: ScriptedUpstream, store: str, limits: dict[str, Any]) -> GatewayServer:

@@ -119,3 +119,12 @@ def create_dynamodb_table(table_name: str | None = None) -> str:
     name = table_name or unique_table_name()
     create_table(name)
     return name
+
+
+def sqlite_or_dynamodb(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    """``GATEWAY_STORE`` for a test parametrized over both stores (``request.param``):
+    a SQLite file in ``tmp_path``, or a fresh table on the module's moto server."""
+    if request.param == "sqlite":
+        return f"sqlite:{tmp_path / 'g.db'}"
+    use_moto(request.getfixturevalue("monkeypatch"), request.getfixturevalue("moto_endpoint"))
+    return "dynamodb:" + create_dynamodb_table()
