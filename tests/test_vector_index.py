@@ -152,13 +152,13 @@ def _same_as_a_full_load(engine: LocalVectorEngine, path: str) -> None:
     finally:
         other.db.close()
     assert loaded is not None and loaded.generation == cached.generation
-    for entry in (cached, loaded):
-        entry.order = np.argsort(entry.ids)  # type: ignore[attr-defined]
-    a, b = cached.order, loaded.order  # type: ignore[attr-defined]
-    assert cached.ids[a].tolist() == loaded.ids[b].tolist()
-    assert [cached.files[i] for i in cached.file_of[a]] == \
-        [loaded.files[i] for i in loaded.file_of[b]]
-    assert np.array_equal(cached.matrix[a], loaded.matrix[b])
+
+    def rows(entry: matrix_cache.StoreMatrix) -> list[tuple[int, str, bytes]]:
+        return sorted((int(i), entry.files[f], m.tobytes()) for seg in entry.segments
+                      for i, f, m in zip(seg.ids, seg.file_of, seg.matrix, strict=True)
+                      if entry.files[f] is not None)
+
+    assert rows(cached) == rows(loaded) and len(loaded.segments) == 1
 
 
 def test_a_write_by_another_engine_is_seen_by_a_cached_search(
@@ -283,3 +283,100 @@ def test_the_cache_keeps_within_its_bound_least_recently_searched_first(tmp_path
             await small.aclose()
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("word", ["apple", "banana"], ids=["others-dominate", "store-only"])
+def test_the_keyword_half_is_the_best_bm25_among_the_stores_selected_files(
+        tmp_path: Path, word: str) -> None:
+    """FTS5 is one index over every store: the keyword candidates are the best by bm25 among
+    the searched store's selected files, whether the database's best matches are another
+    store's ("apple", heavy in vs_b) or the store's own ("banana", only in vs_a)."""
+    vectors = _vectors(30, FILES * PER_FILE)
+
+    async def run() -> None:
+        engine = LocalVectorEngine(str(tmp_path / "gateway.db"))
+        try:
+            for store_id, heavy in (("vs_a", 1), ("vs_b", 6)):
+                await engine.add_store("t1", {"id": store_id, "created_at": 1, "name": "x",
+                                              "metadata": {}, "expires_after": None,
+                                              "last_active_at": 1})
+                assert await engine.add_files("t1", [{
+                    "store_id": store_id, "file_id": f"file-{f}", "filename": f"{f}.txt",
+                    "created_at": 1, "attributes": None, "chunking": {}, "batch_id": None,
+                    "lease_until": 0} for f in range(FILES)], 0)
+                for f in range(FILES):
+                    chunks = []
+                    for i in range(PER_FILE):
+                        n = f * PER_FILE + i
+                        words = ["apple"] * (heavy + n % 5) + ["filler"] * (n % 89)
+                        if store_id == "vs_a" and n % 3 == 0:
+                            words += ["banana"] * (1 + n % 4)
+                        chunks.append(Chunk(i, f"chunk {f}-{i} " + " ".join(words),
+                                            f"k-{store_id}-{n}", vectors[n].tolist()))
+                    assert await engine.write_chunks("t1", store_id, f"file-{f}", chunks, 1)
+            allowed = {f"file-{f}" for f in range(FILES) if f % 4 == 1}
+            found = await engine.search("t1", "vs_a", [vectors[0].tolist()], word, allowed,
+                                        True, 5)
+            truth = await engine.db.run(lambda c: [r for r in c.execute(
+                "SELECT ch.file_id, -bm25(vs_chunks_fts) FROM vs_chunks_fts f JOIN vs_chunks ch"
+                " ON ch.id = f.rowid WHERE vs_chunks_fts MATCH ? AND ch.tenant = 't1' AND "
+                "ch.store_id = 'vs_a' ORDER BY bm25(vs_chunks_fts)", (f'"{word}"',))
+                if r[0] in allowed][:5])
+            assert len(truth) == 5
+            got = sorted((kw for _, fid, _, _, kw in found if kw > 0), reverse=True)
+            assert all(fid in allowed for _, fid, _, _, _ in found)
+            assert got == pytest.approx([s / truth[0][1] for _, s in truth])
+        finally:
+            await engine.aclose()
+
+    asyncio.run(run())
+
+
+def test_the_completed_files_a_process_keeps_follow_another_engines_writes(
+        tmp_path: Path) -> None:
+    """Attributes and statuses changed by another engine are seen by the next read of the
+    store's completed files (what filters select from); a lease renewal changes nothing."""
+    vectors = _vectors(40, FILES * PER_FILE)
+
+    async def run() -> None:
+        path = str(tmp_path / "gateway.db")
+        reader = await _filled(path, "t1", "vs_a", vectors)
+        writer = LocalVectorEngine(path)
+        try:
+            first = await reader.completed_files("t1", "vs_a")
+            assert len(first) == FILES and first["file-2"]["attributes"] is None
+            held = reader._files[("t1", "vs_a")]
+            assert await writer.update_file("t1", "vs_a", "file-2", {"lease_until": 99.0})
+            assert await reader.completed_files("t1", "vs_a") == first
+            assert reader._files[("t1", "vs_a")] is held  # kept: nothing searched changed
+            assert await writer.update_file("t1", "vs_a", "file-2", {"attributes": {"k": 1}})
+            assert (await reader.completed_files("t1", "vs_a"))["file-2"]["attributes"] == \
+                {"k": 1}
+            assert await writer.update_file("t1", "vs_a", "file-3", {"status": "failed"})
+            assert "file-3" not in await reader.completed_files("t1", "vs_a")
+            assert await writer.remove_file("t1", "vs_a", "file-4")
+            assert set(await reader.completed_files("t1", "vs_a")) == {
+                f"file-{f}" for f in range(FILES)} - {"file-3", "file-4"}
+        finally:
+            await reader.aclose()
+            await writer.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_database_made_before_files_version_gets_the_column(tmp_path: Path) -> None:
+    path = str(tmp_path / "gateway.db")
+    engine = LocalVectorEngine(path)
+    engine.db.call(lambda c: c.executescript(
+        "DROP TABLE vector_stores; CREATE TABLE vector_stores (tenant TEXT NOT NULL, id TEXT "
+        "NOT NULL, created_at INTEGER NOT NULL, name TEXT, description TEXT, metadata TEXT NOT "
+        "NULL, expires_after TEXT, last_active_at INTEGER NOT NULL, version INTEGER NOT NULL "
+        "DEFAULT 0, PRIMARY KEY (tenant, id));"))
+    engine.db.close()
+    engine = LocalVectorEngine(path)
+    try:
+        columns = engine.db.call(lambda c: [r[1] for r in c.execute(
+            "PRAGMA table_info(vector_stores)")])
+        assert "files_version" in columns
+    finally:
+        engine.db.close()

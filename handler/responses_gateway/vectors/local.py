@@ -18,6 +18,7 @@ import re
 import sqlite3
 import struct
 import time
+from collections import OrderedDict
 from typing import Any
 
 import orjson
@@ -29,7 +30,8 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS vector_stores (
     tenant TEXT NOT NULL, id TEXT NOT NULL, created_at INTEGER NOT NULL, name TEXT,
     description TEXT, metadata TEXT NOT NULL, expires_after TEXT, last_active_at INTEGER NOT NULL,
-    version INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (tenant, id));
+    version INTEGER NOT NULL DEFAULT 0, files_version INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, id));
 CREATE INDEX IF NOT EXISTS vector_stores_by_time ON vector_stores (tenant, created_at, id);
 CREATE TABLE IF NOT EXISTS vs_files (
     tenant TEXT NOT NULL, store_id TEXT NOT NULL, file_id TEXT NOT NULL, filename TEXT NOT NULL,
@@ -57,6 +59,7 @@ CREATE TABLE IF NOT EXISTS vs_changes (
 CREATE TABLE IF NOT EXISTS vs_embeddings (key TEXT PRIMARY KEY, vector BLOB NOT NULL);
 """
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024  # GATEWAY_VECTOR_CACHE_BYTES
+FILE_LISTS_KEPT = 64  # stores whose completed files a process keeps parsed
 CHANGES_KEPT = 256  # generations whose changed files are logged (vs_changes)
 _WORD = re.compile(r"\w+", re.UNICODE)
 JSON_COLUMNS = ("metadata", "expires_after", "last_error", "attributes", "chunking")
@@ -90,6 +93,10 @@ class LocalVectorEngine:
     def __init__(self, path: str, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.db = SQLiteDatabase(database_path(path), _SCHEMA, connect=vec_index.connect)
         self.cache = matrix_cache.MatrixCache(cache_bytes)
+        # (tenant, store id) -> (generation, its completed files): read per search, parsed once
+        self._files: OrderedDict[tuple[str, str], tuple[tuple[int, ...], dict[str, Any]]] = \
+            OrderedDict()
+        self.db.call(_add_files_version)
 
     # -- stores ---------------------------------------------------------------------------
 
@@ -191,12 +198,33 @@ class LocalVectorEngine:
             c, "vs_files", "file_id", tuple(where), args, order, after, before, limit))
 
     async def completed_files(self, tenant: str, store_id: str) -> dict[str, dict[str, Any]]:
-        return await self.db.run(lambda c: {
-            file_id: {"filename": filename, "attributes": orjson.loads(attributes)
-                      if attributes else None}
-            for file_id, filename, attributes in c.execute(
-                "SELECT file_id, filename, attributes FROM vs_files WHERE tenant = ? AND "
-                "store_id = ? AND status = 'completed'", (tenant, store_id))})
+        """The store's completed files (name, attributes), kept in the process while the
+        store's generation and ``files_version`` (bumped with every change to a file's
+        status, name or attributes) are those read: 2,000 files cost ~10 ms to read."""
+        def read(c: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+            c.execute("BEGIN")
+            try:
+                row = c.execute("SELECT created_at, version, files_version FROM vector_stores "
+                                "WHERE tenant = ? AND id = ?", (tenant, store_id)).fetchone()
+                generation = tuple(row) if row is not None else None
+                held = self._files.get((tenant, store_id))
+                if held is not None and held[0] == generation:
+                    self._files.move_to_end((tenant, store_id))
+                    return dict(held[1])
+                files = {file_id: {"filename": filename, "attributes": orjson.loads(attributes)
+                                   if attributes else None}
+                         for file_id, filename, attributes in c.execute(
+                    "SELECT file_id, filename, attributes FROM vs_files WHERE tenant = ? AND "
+                    "store_id = ? AND status = 'completed'", (tenant, store_id))}
+                if generation is not None:
+                    self._files[(tenant, store_id)] = (generation, files)
+                    while len(self._files) > FILE_LISTS_KEPT:
+                        self._files.popitem(last=False)
+                return dict(files)
+            finally:
+                c.execute("COMMIT")
+
+        return await self.db.run(read)
 
     async def update_file(self, tenant: str, store_id: str, file_id: str,
                           changes: dict[str, Any], *, only_status: str | None = None) -> bool:
@@ -204,9 +232,16 @@ class LocalVectorEngine:
         sets = ", ".join(f"{k} = ?" for k in changes)
         values = [_json(v) if k in JSON_COLUMNS else v for k, v in changes.items()]
         cond, extra = ("", []) if only_status is None else (" AND status = ?", [only_status])
-        return await self.db.run(lambda c: c.execute(
-            f"UPDATE vs_files SET {sets} WHERE tenant = ? AND store_id = ? AND file_id = ?"
-            f"{cond}", [*values, tenant, store_id, file_id, *extra]).rowcount > 0, write=True)
+
+        def write(c: sqlite3.Connection) -> bool:
+            done = c.execute(
+                f"UPDATE vs_files SET {sets} WHERE tenant = ? AND store_id = ? AND file_id = ?"
+                f"{cond}", [*values, tenant, store_id, file_id, *extra]).rowcount > 0
+            if done and set(changes) & {"status", "filename", "attributes"}:
+                _bump_files(c, tenant, store_id)
+            return done
+
+        return await self.db.run(write, write=True)
 
     async def remove_file(self, tenant: str, store_id: str, file_id: str) -> bool:
         def write(c: sqlite3.Connection) -> bool:
@@ -245,6 +280,7 @@ class LocalVectorEngine:
             c.execute("UPDATE vs_files SET status = 'cancelled' WHERE tenant = ? AND "
                       "store_id = ? AND batch_id = ? AND status = 'in_progress'",
                       (tenant, store_id, batch_id))
+            _bump_files(c, tenant, store_id)
 
         await self.db.run(write, write=True)
 
@@ -340,13 +376,7 @@ class LocalVectorEngine:
         keyword: dict[int, float] = {}
         words = _WORD.findall(text)
         if want_text and words:
-            match = " OR ".join('"' + w.replace('"', "") + '"' for w in words[:64])
-            rows = c.execute(
-                "SELECT f.rowid, -bm25(vs_chunks_fts) AS s, ch.file_id FROM vs_chunks_fts f "
-                "JOIN vs_chunks ch ON ch.id = f.rowid WHERE vs_chunks_fts MATCH ? AND "
-                "ch.tenant = ? AND ch.store_id = ? ORDER BY bm25(vs_chunks_fts) LIMIT ?",
-                (match, tenant, store_id, limit * 4)).fetchall()
-            rows = [r for r in rows if r[2] in files][:limit]
+            rows = _keyword_best(c, tenant, store_id, words, files, limit)
             top_score = max((r[1] for r in rows), default=0.0) or 1.0
             keyword = {r[0]: max(0.0, r[1] / top_score) for r in rows}
         chosen = near | set(keyword)
@@ -398,12 +428,15 @@ class LocalVectorEngine:
     def _refreshed(self, c: sqlite3.Connection, key: tuple[str, str, int],
                    entry: matrix_cache.StoreMatrix, generation: tuple[int, int]
                    ) -> matrix_cache.StoreMatrix | None:
-        """``entry`` brought to ``generation`` by reloading the rows of the files changed
-        since, when the log holds every generation between and they are a few of the
-        store's files; None otherwise (the store is loaded again)."""
+        """``entry`` brought to ``generation`` by reading the rows of the files changed since
+        (a new segment), when the log holds every generation between, they are a few of the
+        store's files and the entry has not gathered many segments or replaced rows; None
+        otherwise (the store is loaded again, in one segment)."""
         tenant, store_id, dims = key
         since, now_at = entry.generation[1], generation[1]
-        if entry.generation[0] != generation[0] or not since < now_at <= since + CHANGES_KEPT:
+        if entry.generation[0] != generation[0] or not since < now_at <= since + CHANGES_KEPT \
+                or len(entry.segments) >= matrix_cache.MAX_SEGMENTS \
+                or entry.dead > entry.rows // 4:
             return None
         logged = c.execute("SELECT version, file_id FROM vs_changes WHERE tenant = ? AND "
                            "store_id = ? AND version > ? AND version <= ?",
@@ -425,6 +458,56 @@ class LocalVectorEngine:
 
     async def aclose(self) -> None:
         self.db.close()
+
+
+def _bump_files(c: sqlite3.Connection, tenant: str, store_id: str) -> None:
+    """A file's status, name or attributes changed (its chunks did not): the processes'
+    copies of the completed files are out of date, their vector matrices are not."""
+    c.execute("UPDATE vector_stores SET files_version = files_version + 1 WHERE tenant = ? AND "
+              "id = ?", (tenant, store_id))
+
+
+def _add_files_version(c: sqlite3.Connection) -> None:
+    """A database made before ``files_version`` existed gets the column."""
+    columns = {r[1] for r in c.execute("PRAGMA table_info(vector_stores)")}
+    if "files_version" not in columns:
+        try:
+            c.execute("ALTER TABLE vector_stores ADD COLUMN files_version INTEGER NOT NULL "
+                      "DEFAULT 0")
+        except Exception as exc:  # another process added it first
+            if "duplicate column" not in str(exc):
+                raise
+
+
+def _keyword_best(c: sqlite3.Connection, tenant: str, store_id: str, words: list[str],
+                  files: set[str], limit: int) -> list[tuple[int, float]]:
+    """The ``limit`` chunks of ``files`` with the best bm25 for ``words``: first among the
+    database's best few (FTS5 alone, no join: half the cost when the store holds most of the
+    matches, and exact then, since their order is bm25's), else from the store's matches in
+    bm25's order."""
+    match = " OR ".join('"' + w.replace('"', "") + '"' for w in words[:64])
+    wanted = max(vec_index.MIN_CANDIDATES, vec_index.OVERSAMPLE * limit)
+    best = c.execute("SELECT rowid, -bm25(vs_chunks_fts) FROM vs_chunks_fts WHERE "
+                     "vs_chunks_fts MATCH ? ORDER BY rank LIMIT ?", (match, wanted)).fetchall()
+    if best:
+        ids = [r[0] for r in best]
+        ours = {cid for cid, t, s, file_id in c.execute(  # by rowid, not the store's index
+            f"SELECT id, tenant, store_id, file_id FROM vs_chunks WHERE id IN "
+            f"({','.join('?' * len(ids))})", ids) if (t, s) == (tenant, store_id)
+            and file_id in files}
+        kept = [(cid, score) for cid, score in best if cid in ours][:limit]
+        if len(kept) == limit or len(best) < wanted:
+            return kept
+    kept = []
+    for cid, score, file_id in c.execute(  # read in bm25's order until ``limit`` are kept
+            "SELECT f.rowid, -bm25(vs_chunks_fts), ch.file_id FROM vs_chunks_fts f JOIN "
+            "vs_chunks ch ON ch.id = f.rowid WHERE vs_chunks_fts MATCH ? AND ch.tenant = ? "
+            "AND ch.store_id = ? ORDER BY bm25(vs_chunks_fts)", (match, tenant, store_id)):
+        if file_id in files:
+            kept.append((cid, score))
+            if len(kept) == limit:
+                break
+    return kept
 
 
 def _bump(c: sqlite3.Connection, tenant: str, store_id: str, file_ids: list[str]) -> None:

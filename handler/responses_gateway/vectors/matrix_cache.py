@@ -7,7 +7,8 @@ as one matrix (rows -> chunk ids and file indexes), loaded from ``vs_chunks`` on
 search and used while the store's generation (its ``created_at`` and ``version``, bumped in the
 same transaction as every change to its chunks, by whichever process writes) is unchanged.
 Each bump also logs the files it changed (``vs_changes``), so a copy a few generations old is
-brought up to date by reloading only those files' rows (:func:`refreshed`), not the store.
+brought up to date by reading only those files' rows (:func:`refreshed`: a new segment; the
+replaced rows are left out by name until the store is loaded again).
 The bytes held are bounded; the least recently searched stores are dropped first, and a store
 larger than the bound is searched by sqlite-vec (the durable index) instead.
 """
@@ -23,43 +24,63 @@ from typing import Any
 # whose threads cost ~6 ms of wake-up on a busy 2-core machine (measured: 2k rows of 384
 # dims 0.4 against 7.5 ms, 10k 1.7 against 6 ms; from ~30k rows BLAS is ahead).
 EINSUM_MAX = 8_000_000
+MAX_SEGMENTS = 16  # past it (or a quarter of the rows replaced) the store is loaded again
 ROW_EXTRA = 12  # bytes per row beside the vector: its chunk id (int64) and file index (int32)
 
 
 @dataclass
-class StoreMatrix:
-    """One store's unit vectors of one dimension, as of ``generation``."""
+class Segment:
+    """Rows loaded together: a matrix and, per row, its chunk id and file index."""
 
-    generation: tuple[int, int]
-    ids: Any  # int64 chunk ids, one per row
-    file_of: Any  # int32 index into ``files``, one per row (a file's rows are adjacent)
-    files: list[str]
+    ids: Any  # int64 chunk ids
+    file_of: Any  # int32 index into ``StoreMatrix.files`` (a file's rows are adjacent)
     matrix: Any  # float32 (rows, dims)
 
     @property
     def nbytes(self) -> int:
         return int(self.matrix.nbytes + self.ids.nbytes + self.file_of.nbytes)
 
+
+@dataclass
+class StoreMatrix:
+    """One store's unit vectors of one dimension, as of ``generation``: the segment loaded
+    first, then one per refresh (a replaced file's old rows stay, under a ``None`` name)."""
+
+    generation: tuple[int, int]
+    files: list[str | None]  # file index -> file id; None: rows of a file replaced since
+    segments: list[Segment]
+    dead: int = 0  # rows under a None name
+
+    @property
+    def nbytes(self) -> int:
+        return sum(seg.nbytes for seg in self.segments)
+
+    @property
+    def rows(self) -> int:
+        return sum(len(seg.ids) for seg in self.segments)
+
     def nearest(self, units: list[Any], files: set[str], limit: int) -> list[int]:
         """The chunk ids of the ``limit`` rows with the best cosine (the best over ``units``)
         among the rows of ``files``: an exact scan."""
         import numpy as np
 
-        allowed = np.fromiter((f in files for f in self.files), dtype=bool, count=len(self.files))
-        if not allowed.any() or not len(self.ids):
+        allowed = np.fromiter((f is not None and f in files for f in self.files), dtype=bool,
+                              count=len(self.files))
+        if not allowed.any():
             return []
-        # runs of adjacent rows whose files are allowed: products over views, no copies
-        keep = np.concatenate(([False], allowed[self.file_of], [False]))
-        edges = np.flatnonzero(keep[1:] != keep[:-1])
-        runs = list(zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True))
-        sims = np.concatenate([self._sims(self.matrix[a:b], units) for a, b in runs])
-        ids = self.ids if len(runs) == 1 and runs[0] == (0, len(self.ids)) else \
-            np.concatenate([self.ids[a:b] for a, b in runs])
-        if len(sims) > limit:
-            best = np.argpartition(-sims, limit - 1)[:limit]
+        sims, ids = [], []
+        for seg in self.segments:  # products over views of the matrices, no copies
+            for a, b in _runs(allowed[seg.file_of]):
+                sims.append(self._sims(seg.matrix[a:b], units))
+                ids.append(seg.ids[a:b])
+        if not sims:
+            return []
+        every, chunk_ids = np.concatenate(sims), np.concatenate(ids)
+        if len(every) > limit:
+            best = np.argpartition(-every, limit - 1)[:limit]
         else:
-            best = np.arange(len(sims))
-        return [int(i) for i in ids[best]]
+            best = np.arange(len(every))
+        return [int(i) for i in chunk_ids[best]]
 
     @staticmethod
     def _sims(matrix: Any, units: list[Any]) -> Any:
@@ -73,6 +94,14 @@ class StoreMatrix:
         for unit in units[1:]:
             np.maximum(sims, product(unit), out=sims)
         return sims
+
+
+def _runs(mask: Any) -> list[tuple[int, int]]:
+    """``(start, end)`` of each run of adjacent true rows."""
+    import numpy as np
+
+    edges = np.flatnonzero(np.diff(np.concatenate(([False], mask, [False])).astype(np.int8)))
+    return list(zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True))
 
 
 def load(rows: Any, count: int, dims: int, generation: tuple[int, int]) -> StoreMatrix:
@@ -94,32 +123,31 @@ def load(rows: Any, count: int, dims: int, generation: tuple[int, int]) -> Store
         ids[n] = chunk_id
         file_of[n] = index.setdefault(file_id, len(index))
         n += 1
-    return StoreMatrix(generation, ids[:n].copy(), file_of[:n].copy(), list(index),
-                       matrix[:n] if n == count else matrix[:n].copy())
+    if n < count:
+        ids, file_of, matrix = ids[:n].copy(), file_of[:n].copy(), matrix[:n].copy()
+    return StoreMatrix(generation, list(index), [Segment(ids, file_of, matrix)])
 
 
 def refreshed(entry: StoreMatrix, changed: set[str], fresh: StoreMatrix) -> StoreMatrix:
     """``entry`` with the rows of the files ``changed`` replaced by ``fresh`` (their current
-    rows, of ``fresh.generation``): one copy of the kept rows, no read of them."""
+    rows, of ``fresh.generation``): the old rows are left out by name and ``fresh``'s are a
+    new segment, so nothing of ``entry`` is read or copied."""
     import numpy as np
 
-    index = {f: i for i, f in enumerate(entry.files)}
-    gone = np.fromiter((f in changed for f in entry.files), dtype=bool, count=len(entry.files))
-    keep = ~gone[entry.file_of]
-    kept = int(keep.sum())
     files = list(entry.files)
-    remap = np.empty(len(fresh.files), dtype=np.int32)
-    for i, f in enumerate(fresh.files):
-        remap[i] = index.setdefault(f, len(files))
-        if remap[i] == len(files):
-            files.append(f)
-    dims = entry.matrix.shape[1]
-    matrix = np.empty((kept + len(fresh.ids), dims), dtype=np.float32)
-    np.compress(keep, entry.matrix, axis=0, out=matrix[:kept])
-    matrix[kept:] = fresh.matrix
-    return StoreMatrix(fresh.generation, np.concatenate([entry.ids[keep], fresh.ids]),
-                       np.concatenate([entry.file_of[keep], remap[fresh.file_of]]), files,
-                       matrix)
+    index = {f: i for i, f in enumerate(files) if f is not None}
+    counts = sum(np.bincount(seg.file_of, minlength=len(files)) for seg in entry.segments)
+    dead = entry.dead
+    for f in changed:
+        i = index.pop(f, None)
+        if i is not None:
+            files[i] = None
+            dead += int(counts[i])
+    remap = np.arange(len(files), len(files) + len(fresh.files), dtype=np.int32)
+    files += fresh.files
+    segments = list(entry.segments) + [Segment(seg.ids, remap[seg.file_of], seg.matrix)
+                                       for seg in fresh.segments if len(seg.ids)]
+    return StoreMatrix(fresh.generation, files, segments, dead)
 
 
 class MatrixCache:
