@@ -19,6 +19,7 @@ import sqlite3
 import struct
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -97,6 +98,7 @@ class LocalVectorEngine:
         self._files: OrderedDict[tuple[str, str], tuple[tuple[int, ...], dict[str, Any]]] = \
             OrderedDict()
         self.db.call(_add_files_version)
+        self._pool: ThreadPoolExecutor | None = None  # the matrix scan beside FTS5
 
     # -- stores ---------------------------------------------------------------------------
 
@@ -360,11 +362,12 @@ class LocalVectorEngine:
         units = [_as_array(_unit_blob(q)) for q in queries]
         near: set[int] = set()
         narrowed: list[str] | bool | None = False  # vec0's file constraint, read when needed
+        scans: list[tuple[matrix_cache.StoreMatrix, list[Any]]] = []
         for dims in sorted({len(u) for u in units}):
             group = [u for u in units if len(u) == dims]
             entry = self._matrix(c, tenant, store_id, dims)
             if entry is not None:
-                near.update(entry.nearest(group, files, limit))
+                scans.append((entry, group))
                 continue
             if narrowed is False:
                 completed = c.execute(
@@ -374,11 +377,21 @@ class LocalVectorEngine:
             for unit in group:
                 near.update(vec_index.candidates(c, tenant, store_id, unit, limit, narrowed))
         keyword: dict[int, float] = {}
-        words = _WORD.findall(text)
-        if want_text and words:
-            rows = _keyword_best(c, tenant, store_id, words, files, limit)
-            top_score = max((r[1] for r in rows), default=0.0) or 1.0
-            keyword = {r[0]: max(0.0, r[1] / top_score) for r in rows}
+        words = _WORD.findall(text) if want_text else []
+
+        def scan() -> list[int]:
+            return [i for entry, group in scans for i in entry.nearest(group, files, limit)]
+
+        # with a keyword half too, the matrix scan (numpy) runs beside FTS5 (SQLite): both
+        # let go of the GIL, so the two halves take the longer one's time on two cores
+        scanning = self._scanner().submit(scan) if scans and words else None
+        try:
+            if words:
+                rows = _keyword_best(c, tenant, store_id, words, files, limit)
+                top_score = max((r[1] for r in rows), default=0.0) or 1.0
+                keyword = {r[0]: max(0.0, r[1] / top_score) for r in rows}
+        finally:
+            near.update(scanning.result() if scanning is not None else scan())
         chosen = near | set(keyword)
         if not chosen:
             return []
@@ -395,6 +408,11 @@ class LocalVectorEngine:
         by_vector = sorted((s for s in scored if s[0] in near), key=lambda s: -s[3])[:limit]
         kept = {s[0] for s in by_vector} | set(keyword)
         return [s for s in scored if s[0] in kept]
+
+    def _scanner(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="vector-scan")
+        return self._pool
 
     def _matrix(self, c: sqlite3.Connection, tenant: str, store_id: str, dims: int
                 ) -> matrix_cache.StoreMatrix | None:
@@ -457,6 +475,8 @@ class LocalVectorEngine:
         return entry if self.cache.put(key, entry) else None
 
     async def aclose(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
         self.db.close()
 
 
