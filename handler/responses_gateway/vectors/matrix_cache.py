@@ -1,11 +1,12 @@
 """The local engine's in-process copy of searched stores' vectors (``GATEWAY_VECTOR_CACHE_BYTES``).
 
 sqlite-vec's scan costs about 1 µs per row whatever the element type (its per-row work, not
-the arithmetic, dominates), so 100k chunks cost ~100 ms; one float32 matrix product over the
-same vectors costs ~15 ms. A searched store's vectors of one dimension are therefore kept here
-as one matrix (rows -> chunk ids and file indexes), loaded from ``vs_chunks`` on its first
-search and used while the store's generation (its ``created_at`` and ``version``, bumped in the
-same transaction as every change to its chunks, by whichever process writes) is unchanged.
+the arithmetic, dominates), so 100k chunks of 384 dimensions cost ~120 ms; one float32
+matrix-vector product over the same vectors (numpy, memory bound) ~20-40 ms of CPU. A
+searched store's vectors of one dimension are therefore kept here as a matrix (rows -> chunk
+ids and file indexes), loaded from ``vs_chunks`` on its first search and used while the
+store's generation (its ``created_at`` and ``version``, bumped in the same transaction as
+every change to its chunks, by whichever process writes) is unchanged.
 Each bump also logs the files it changed (``vs_changes``), so a copy a few generations old is
 brought up to date by reading only those files' rows (:func:`refreshed`: a new segment; the
 replaced rows are left out by name until the store is loaded again).
