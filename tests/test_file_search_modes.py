@@ -99,7 +99,7 @@ def test_websocket_searches_cites_and_continues(
         assert "[^1] from 'volcano.md'" in read["messages"][-1]["content"]
 
         # The next turn on the socket (store=false: the history is the socket's) reads the
-        # earlier call's passages from its results.
+        # earlier call's passages as the model read them.
         connection.response.create(model="m", input="ws-next: and then?", store=False,
                                    previous_response_id=response["id"],
                                    tools=[tool(library)])
@@ -111,7 +111,9 @@ def test_websocket_searches_cites_and_continues(
     assert asked["tool_calls"][0]["id"] == call["id"]
     [output] = [m for m in later if m.get("role") == "tool"]
     assert output["tool_call_id"] == call["id"]
-    assert "From 'volcano.md':\nVolcanoes: magma rises" in output["content"]
+    # What the model read then (kept by the call's id) is what it reads again.
+    assert "[^1] from 'volcano.md'" in output["content"]
+    assert "Volcanoes: magma rises" in output["content"]
 
 
 def test_websocket_unknown_store_is_an_error_event(gateway: GatewayServer,
@@ -152,8 +154,10 @@ def _searched(client: OpenAI, store: dict[str, str], marker: str) -> list[dict[s
 
 
 def _without_results(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{**i, "results": None} if i.get("type") == "file_search_call" else i
-            for i in items]
+    """The items with their searches' passages nowhere: no ``results``, and a call id the
+    gateway never ran (what a call read is kept by its id, and read back by it)."""
+    return [{**i, "results": None, "id": "fs_" + "0" * 48}
+            if i.get("type") == "file_search_call" else i for i in items]
 
 
 def _coherent(messages: list[dict[str, Any]]) -> None:
