@@ -256,3 +256,82 @@ def test_bedrock_vision_model_gets_an_image_block(
     blocks = [b for m in chained.body["messages"] for b in m["content"]]
     assert [b["image"]["source"]["bytes"] for b in blocks if "image" in b] == (
         [call["result"]] if reads else [])
+
+
+def _noise_png(width: int, height: int) -> bytes:
+    import io
+    import os
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.frombytes("RGB", (width, height), os.urandom(width * height * 3)).save(out, "PNG")
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("big", [True, False])
+def test_bedrock_gets_a_large_generated_image_within_its_limits(
+        bedrock_client: OpenAI, bedrock: FakeBedrock, big: bool) -> None:
+    """Converse refuses an image over 3.75 MB: a large generated PNG goes to the vision model
+    re-encoded (JPEG, same aspect ratio), in the next turn and chained; a small one as made."""
+    from responses_gateway.backends.bedrock.media import MAX_IMAGE_BYTES
+
+    drawn = _noise_png(1600, 1200) if big else _noise_png(160, 120)
+    assert (len(drawn) > MAX_IMAGE_BYTES) is big
+    with bedrock.lock:
+        bedrock.requests.clear()
+    bedrock.answer_with(NOVA, lambda body: {
+        "images": [base64.b64encode(drawn).decode()], "error": None})
+    try:
+        response = check_response(bedrock_client.responses.create(
+            model=LITE, input="Draw noise.", tools=TOOLS))
+        call = image_call(response)
+        assert base64.b64decode(call["result"]) == drawn  # the client gets the image as made
+        check_response(bedrock_client.responses.create(
+            model=LITE, input="What was it?", previous_response_id=response["id"]))
+    finally:
+        canvas = FakeBedrockImages()
+        bedrock.answer_with(NOVA, lambda body: canvas.answer(NOVA, body))
+    _, after_tool, chained = bedrock.requests_for(LITE)
+    for request in (after_tool, chained):
+        assert_valid_converse(request.body, request.operation)
+        [image] = [b["image"] for m in request.body["messages"] for b in m["content"]
+                   if "image" in b]
+        sent = image["source"]["bytes"]
+        if not big:
+            assert image == {"format": "png", "source": {"bytes": call["result"]}}
+            continue
+        assert image["format"] == "jpeg"
+        assert len(base64.b64decode(sent)) <= MAX_IMAGE_BYTES
+        kind, (width, height) = decoded(sent)
+        assert kind == "JPEG" and abs(width / height - 4 / 3) < 0.01
+    assert response["output"][-1]["content"][0]["text"] == (
+        "I was shown: ['jpeg']" if big else "I was shown: ['png']")
+
+
+def test_only_a_generated_image_is_refitted() -> None:
+    """The same large PNG: as a generated image (the line to_chat.py puts before it) it is
+    re-encoded; as the user's own image it goes as sent (Bedrock's answer stands). An image
+    over 8000 px a side is scaled down to 8000."""
+    from responses_gateway.backends.bedrock.media import MAX_IMAGE_SIDE, fit_generated
+    from responses_gateway.backends.bedrock.request import build_converse_request
+
+    big = _noise_png(1400, 1400)
+    url = "data:image/png;base64," + base64.b64encode(big).decode()
+    image = {"type": "image_url", "image_url": {"url": url}}
+
+    def sent(intro: str) -> bytes:
+        kwargs = build_converse_request({"model": LITE, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": intro}, image]}]}).kwargs
+        [block] = [b["image"] for b in kwargs["messages"][0]["content"] if "image" in b]
+        return bytes(block["source"]["bytes"])
+
+    assert sent("Here is my photo:") == big
+    refitted = sent("Image made by ig_123:")
+    assert refitted.startswith(b"\xff\xd8\xff") and len(refitted) < len(big)
+
+    wide = _noise_png(9000, 20)
+    data, declared = fit_generated(wide, "image/png")
+    assert declared == "image/jpeg"
+    kind, size = decoded(base64.b64encode(data).decode())
+    assert kind == "JPEG" and size == (MAX_IMAGE_SIDE, 18)

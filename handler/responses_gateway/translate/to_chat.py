@@ -553,6 +553,7 @@ class _Messages:
         self._tool_results.append(
             {"role": "tool", "tool_call_id": call.call_id, "content": call.output})
         if call.image is not None and self._images:  # as a computer screenshot goes back
+            # Bedrock knows a generated image by this line (backends/bedrock/media.py).
             self._media.extend([{"type": "text", "text": f"Image made by {call.call_id}:"},
                                 {"type": "image_url", "image_url": {"url": call.image}}])
 

@@ -3,14 +3,18 @@
 Bedrock only takes raw bytes plus a format enum (``png``/``jpeg``/``gif``/``webp`` for images;
 ``pdf``/``csv``/… for documents) and never fetches URLs; the format is taken from the bytes
 when they say it, else from the declared media type, and anything else is a 400 rather than a
-server-side ValidationException later.
+server-side ValidationException later. A generated image (image_generation) over Converse's
+image limits is re-encoded to fit (:func:`fit_generated`), as the vision model's next turn would
+otherwise fail on the gateway's own image; what a client sends is never altered.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import io
 import re
+import struct
 
 from responses_gateway.errors import GatewayError
 
@@ -36,6 +40,12 @@ DOCUMENT_FORMATS = {
     "text/x-markdown": "md",
 }
 _DOCUMENT_EXTENSIONS = frozenset(DOCUMENT_FORMATS.values())
+
+#: Converse refuses an image block over 3.75 MB or over 8000 px a side.
+MAX_IMAGE_BYTES = 3_750_000
+MAX_IMAGE_SIDE = 8000
+#: How translate/to_chat.py introduces an image the image_generation tool made.
+GENERATED_INTRO = "Image made by "
 
 
 def is_remote(url: object) -> bool:
@@ -94,6 +104,37 @@ def document_format(data: bytes, declared: str | None, filename: str | None, *, 
             code="invalid_value",
         )
     return fmt
+
+
+def fit_generated(data: bytes, declared: str | None) -> tuple[bytes, str | None]:
+    """A generated image as Converse takes it: unchanged when within its limits, else JPEG at
+    falling quality, then smaller (same aspect ratio), until it fits. Pillow loads only here."""
+    if (len(data) <= MAX_IMAGE_BYTES and data.startswith(b"\x89PNG\r\n\x1a\n")
+            and len(data) >= 24 and max(struct.unpack(">II", data[16:24])) <= MAX_IMAGE_SIDE):
+        return data, declared  # the PNG header says it fits: no Pillow
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as opened:
+            if len(data) <= MAX_IMAGE_BYTES and max(opened.size) <= MAX_IMAGE_SIDE:
+                return data, declared
+            opened.load()
+            image = opened.convert("RGBA")
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return data, declared  # not an image Pillow reads: Bedrock's own answer stands
+    flat = Image.new("RGB", image.size, (255, 255, 255))
+    flat.paste(image, mask=image.getchannel("A"))  # JPEG has no alpha: transparent is white
+    width, height = flat.size
+    scale = min(1.0, MAX_IMAGE_SIDE / max(width, height))
+    while True:
+        size = (max(1, round(width * scale)), max(1, round(height * scale)))
+        resized = flat if size == flat.size else flat.resize(size, Image.Resampling.LANCZOS)
+        for quality in (90, 80, 70, 60):
+            out = io.BytesIO()
+            resized.save(out, "JPEG", quality=quality)
+            if out.tell() <= MAX_IMAGE_BYTES:
+                return out.getvalue(), "image/jpeg"
+        scale *= 0.75
 
 
 def decode_data_url(url: str, *, param: str) -> tuple[str, bytes]:

@@ -107,7 +107,9 @@ class TurnBuilder:
                 if text.strip():
                     blocks.append({"text": text})
             elif kind == "image_url":
-                blocks.append(self._image(part.get("image_url"), p))
+                generated = bool(blocks) and str(blocks[-1].get("text", "")).startswith(
+                    media.GENERATED_INTRO)
+                blocks.append(self._image(part.get("image_url"), p, generated=generated))
             elif kind == "file":
                 blocks.append(self._file(part.get("file") or {}, p))
             elif kind == "input_audio":
@@ -176,7 +178,7 @@ class TurnBuilder:
 
     # -- media -----------------------------------------------------------------------------
 
-    def _image(self, image_url: Any, param: str) -> Block:
+    def _image(self, image_url: Any, param: str, *, generated: bool = False) -> Block:
         url = image_url.get("url") if isinstance(image_url, Mapping) else image_url
         param = f"{param}.image_url"
         if not isinstance(url, str) or not url:
@@ -189,6 +191,8 @@ class TurnBuilder:
         else:
             raise GatewayError(400, "Image URLs must be http(s) or data URLs.", param=param,
                                code="invalid_image_url")
+        if generated:  # the image_generation tool's, within Converse's limits
+            data, declared = media.fit_generated(data, declared)
         return self._image_block(data, declared, param)
 
     def _image_block(self, data: bytes, declared: str | None, param: str) -> Block:
