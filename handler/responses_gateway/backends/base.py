@@ -46,6 +46,12 @@ if TYPE_CHECKING:
 __all__ = ["Backend", "BackendRequest", "BaseBackend", "Chunk"]
 
 
+#: The text part translate/to_chat.py puts right before an image the gateway's own
+#: image_generation made, in a model turn's messages: a backend may treat that image as the
+#: gateway's (Bedrock re-encodes one over its size limits; a client's own image goes as sent).
+GENERATED_IMAGE_INTRO = "Image made by "
+
+
 @dataclass(slots=True)
 class BackendRequest:
     """A chat request on its way upstream, with what a backend may need beyond the body."""

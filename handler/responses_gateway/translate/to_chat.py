@@ -50,6 +50,7 @@ import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from responses_gateway.backends.base import GENERATED_IMAGE_INTRO
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
 from responses_gateway.tools import client_tools, custom, registry
 from responses_gateway.tools.catalog import ToolCatalog
@@ -553,8 +554,9 @@ class _Messages:
         self._tool_results.append(
             {"role": "tool", "tool_call_id": call.call_id, "content": call.output})
         if call.image is not None and self._images:  # as a computer screenshot goes back
-            # Bedrock knows a generated image by this line (backends/bedrock/media.py).
-            self._media.extend([{"type": "text", "text": f"Image made by {call.call_id}:"},
+            # A backend knows a generated image by this line (backends/base.py).
+            self._media.extend([{"type": "text",
+                                 "text": f"{GENERATED_IMAGE_INTRO}{call.call_id}:"},
                                 {"type": "image_url", "image_url": {"url": call.image}}])
 
     def _function_call_output(self, index: int, item: dict[str, Any]) -> None:

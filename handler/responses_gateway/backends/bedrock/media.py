@@ -16,6 +16,7 @@ import io
 import re
 import struct
 
+from responses_gateway.backends.base import GENERATED_IMAGE_INTRO
 from responses_gateway.errors import GatewayError
 
 IMAGE_FORMATS = {
@@ -45,7 +46,7 @@ _DOCUMENT_EXTENSIONS = frozenset(DOCUMENT_FORMATS.values())
 MAX_IMAGE_BYTES = 3_750_000
 MAX_IMAGE_SIDE = 8000
 #: How translate/to_chat.py introduces an image the image_generation tool made.
-GENERATED_INTRO = "Image made by "
+GENERATED_INTRO = GENERATED_IMAGE_INTRO
 
 
 def is_remote(url: object) -> bool:
