@@ -16,7 +16,7 @@ import pytest
 from openai import OpenAI
 
 from responses_gateway.tools import reads as tool_reads
-from responses_gateway.tools.server import ReadOutputs
+from responses_gateway.tools.reads import ReadOutputs
 from tests.helpers.e2e import check_response, e2e_settings
 from tests.helpers.embedding_server import EmbeddingServer
 from tests.helpers.file_storage import ENGINES, storage_settings

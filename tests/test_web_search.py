@@ -288,7 +288,7 @@ def test_later_requests_read_what_the_model_read(client: OpenAI,
 def test_what_the_model_read_is_bounded() -> None:
     """Kept past its response within GATEWAY_MAX_TOOL_OUTPUT_BYTES, oldest forgotten first;
     an item whose text is gone reads as the search it was."""
-    from responses_gateway.tools.server import ReadOutputs
+    from responses_gateway.tools.reads import ReadOutputs
     from responses_gateway.tools.web_search.tool import WebSearchHistory
 
     kept = ReadOutputs()

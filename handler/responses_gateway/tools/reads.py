@@ -20,9 +20,39 @@ from typing import Any
 
 from responses_gateway.store.base import Store, StoredResponse, StoreUnavailable
 from responses_gateway.tools.registry import READ_ITEM_TYPES, ServerTools
-from responses_gateway.tools.server import ReadOutputs
 
 logger = logging.getLogger("responses_gateway")
+
+
+class ReadOutputs:
+    """What the model read of tools' calls, kept in this process past their responses, by
+    tenant and call id; bounded in entries and, with ``most_bytes`` at ``keep``, in UTF-8
+    bytes, oldest forgotten first (the newest is always kept)."""
+
+    def __init__(self, most: int = 4096) -> None:
+        self._read: dict[tuple[str, str], str] = {}
+        self._most = most
+        self._bytes = 0
+
+    def keep(self, tenant: str, item_id: str, output: str, most_bytes: int | None = None
+             ) -> None:
+        self._drop((tenant, item_id))
+        size = len(output.encode())
+        while self._read and (len(self._read) >= self._most or (
+                most_bytes is not None and self._bytes + size > most_bytes)):
+            self._drop(next(iter(self._read)))
+        self._read[tenant, item_id] = output
+        self._bytes += size
+
+    def get(self, tenant: str, item_id: str) -> str | None:
+        return self._read.get((tenant, item_id))
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        gone = self._read.pop(key, None)
+        if gone is not None:
+            self._bytes -= len(gone.encode())
+
+
 #: Reads kept in this process, by (tenant, call id).
 KEPT = ReadOutputs()
 

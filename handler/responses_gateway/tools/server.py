@@ -173,36 +173,6 @@ class ServerTool:
         raise NotImplementedError
 
 
-class ReadOutputs:
-    """What the model read of tools' calls, kept in this process past their responses, by
-    tenant and call id; bounded in entries and, with ``most_bytes`` at ``keep``, in UTF-8
-    bytes, oldest forgotten first (the newest is always kept)."""
-
-    def __init__(self, most: int = 4096) -> None:
-        self._read: dict[tuple[str, str], str] = {}
-        self._most = most
-        self._bytes = 0
-
-    def keep(self, tenant: str, item_id: str, output: str, most_bytes: int | None = None
-             ) -> None:
-        self.forget(tenant, [item_id])
-        size = len(output.encode())
-        while self._read and (len(self._read) >= self._most or (
-                most_bytes is not None and self._bytes + size > most_bytes)):
-            self._bytes -= len(self._read.pop(next(iter(self._read))).encode())
-        self._read[tenant, item_id] = output
-        self._bytes += size
-
-    def get(self, tenant: str, item_id: str) -> str | None:
-        return self._read.get((tenant, item_id))
-
-    def forget(self, tenant: str, item_ids: list[str]) -> None:
-        for item_id in item_ids:
-            gone = self._read.pop((tenant, item_id), None)
-            if gone is not None:
-                self._bytes -= len(gone.encode())
-
-
 @dataclass(frozen=True, slots=True)
 class HistoryCall:
     """One of a tool's items as the model reads it: a call it made, and the answer."""

@@ -125,20 +125,17 @@ class FileSearchTool(ServerTool):
             found = await search(self.stores, options.tenant, options.vector_store_ids,
                                  options.search_body(queries), options.max_num_results)
         except GatewayError as failure:
-            self._remember(item_id, f"The file search failed: {failure.message} Go on "
-                                    f"without it, or try other queries.")
+            self.read[item_id] = (f"The file search failed: {failure.message} Go on without "
+                                  f"it, or try other queries.")
             yield items.end_tool_item("failed", None)
             return
-        self._remember(item_id, self.citations.read(queries, found))
+        self.read[item_id] = self.citations.read(queries, found)
         if options.include_results:
             item["results"] = [passage.result() for passage in found]
         yield items.end_tool_item("completed", "response.file_search_call.completed")
 
     def annotate(self, text: str) -> list[dict[str, Any]]:
         return self.citations.annotate(text)
-
-    def _remember(self, item_id: str, output: str) -> None:
-        self.read[item_id] = output
 
     def reads(self) -> dict[str, str]:
         return self.read

@@ -200,11 +200,11 @@ class WebSearchTool(ServerTool):
             else:
                 output = await self._find(action["url"], action["pattern"], context[2])
         except (ProviderError, pages.PageError) as failure:
-            self._remember(item_id, f"The {action['type'].replace('_', ' ')} failed: "
-                                    f"{failure} Go on without it, or try something else.")
+            self.read[item_id] = (f"The {action['type'].replace('_', ' ')} failed: {failure} "
+                                  f"Go on without it, or try something else.")
             yield items.end_tool_item("failed", None)
             return
-        self._remember(item_id, output)
+        self.read[item_id] = output
         yield items.end_tool_item("completed", "response.web_search_call.completed")
 
     async def _search(self, text: str, context: tuple[int, int, int]) -> tuple[str, list[str]]:
@@ -274,9 +274,6 @@ class WebSearchTool(ServerTool):
             self._client = httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(seconds),
                                              follow_redirects=False)
         return self._client
-
-    def _remember(self, item_id: str, output: str) -> None:
-        self.read[item_id] = output
 
     def reads(self) -> dict[str, str]:
         return self.read
