@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from typing import Any
 
+from responses_gateway.backends.bedrock.clients import LazyClient
 from responses_gateway.vectors.embeddings import EmbeddingError
 
 COHERE_BATCH = 96  # Cohere Embed's texts per request
@@ -37,24 +37,13 @@ class BedrockEmbedder:
             raise ValueError(f"GATEWAY_EMBEDDING_MODEL {model!r} is not a Bedrock embedding "
                              "model this gateway speaks (amazon.titan-embed-text-v2:0, "
                              "cohere.embed-*)")
-        self.region = region
-        self.endpoint_url = endpoint_url
         self.batch = max(1, batch)
-        self.max_retries = max_retries
-        self.timeout = timeout
-        self._client = client
-        self._lock = threading.Lock()
+        self._client = LazyClient(
+            "bedrock-runtime", client=client, region=region, endpoint_url=endpoint_url,
+            read_timeout=timeout, max_attempts=max_retries + 1, pool=max(10, self.batch))
 
     def client(self) -> Any:
-        with self._lock:
-            if self._client is None:
-                from responses_gateway.backends.bedrock.clients import make_client
-
-                self._client = make_client(
-                    "bedrock-runtime", region=self.region, endpoint_url=self.endpoint_url,
-                    read_timeout=self.timeout, max_attempts=self.max_retries + 1,
-                    pool=max(10, self.batch))
-            return self._client
+        return self._client.get()
 
     async def embed(self, texts: list[str], *, query: bool = False) -> list[list[float]]:
         if self.family == "cohere.embed":
@@ -107,6 +96,4 @@ class BedrockEmbedder:
             raise EmbeddingError("Bedrock's answer is not an embedding.") from None
 
     async def aclose(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            client.close()
+        self._client.close()

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from dataclasses import dataclass
 from typing import Any
 
+from responses_gateway.backends.bedrock.clients import LazyClient
 from responses_gateway.errors import GatewayError, invalid_request
 
 MAX_RESULTS = 100  # Retrieve's numberOfResults
@@ -87,11 +87,10 @@ class KnowledgeBases:
     def __init__(self, bases: dict[str, KnowledgeBase], *, region: str | None,
                  max_retries: int = 2, timeout: float = 120.0, client: Any = None) -> None:
         self.bases = bases
-        self.region = region
-        self.max_retries = max_retries
-        self.timeout = timeout
-        self._client = client
-        self._lock = threading.Lock()
+        # botocore reads AWS_ENDPOINT_URL_BEDROCK_AGENT_RUNTIME itself (tests)
+        self._client = LazyClient(
+            "bedrock-agent-runtime", client=client, region=region, endpoint_url=None,
+            read_timeout=timeout, max_attempts=max_retries + 1)
 
     def get(self, tenant: str, store_id: str) -> KnowledgeBase | None:
         kb = self.bases.get(store_id)
@@ -100,17 +99,7 @@ class KnowledgeBases:
         return kb
 
     def client(self) -> Any:
-        with self._lock:
-            if self._client is None:
-                import boto3
-                from botocore.config import Config
-
-                # botocore reads AWS_ENDPOINT_URL_BEDROCK_AGENT_RUNTIME itself (tests)
-                self._client = boto3.session.Session().client(
-                    "bedrock-agent-runtime", region_name=self.region, config=Config(
-                        read_timeout=self.timeout, user_agent_extra="responses-gateway",
-                        retries={"mode": "standard", "total_max_attempts": self.max_retries + 1}))
-            return self._client
+        return self._client.get()
 
     async def search(self, kb: KnowledgeBase, queries: list[str], limit: int,
                      filters: dict[str, Any] | None, hybrid: bool) -> list[dict[str, Any]]:
@@ -152,9 +141,7 @@ class KnowledgeBases:
         return list(answer.get("retrievalResults") or [])
 
     async def aclose(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            client.close()
+        self._client.close()
 
 
 def _result(hit: dict[str, Any]) -> dict[str, Any]:

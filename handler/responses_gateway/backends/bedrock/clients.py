@@ -6,6 +6,7 @@ boto3 is imported here, on the first client made: nothing at the gateway's start
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 
@@ -27,3 +28,25 @@ def make_client(
         options["connect_timeout"] = connect_timeout
     return boto3.session.Session().client(
         service, region_name=region, endpoint_url=endpoint_url, config=Config(**options))
+
+
+class LazyClient:
+    """A client of ``service`` made on its first use (the thread pool's threads share it)
+    with :func:`make_client`'s options, or the one given (tests); ``close`` lets it go."""
+
+    def __init__(self, service: str, *, client: Any = None, **options: Any) -> None:
+        self._service = service
+        self._options = options
+        self._client = client
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                self._client = make_client(self._service, **self._options)
+            return self._client
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()

@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
+from responses_gateway.backends.bedrock.clients import LazyClient
 from responses_gateway.tools.image_generation.backends.base import (
     Drawing,
     Drawn,
@@ -83,25 +83,13 @@ class BedrockImages(ImageBackend):
                  seed: int | None = None, client: Any = None) -> None:
         self.model_id = model_id
         self.family = family(model_id)
-        self.region = region
-        self.endpoint_url = endpoint_url
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
-        self.max_attempts = max_attempts
         self.seed = seed
-        self._client = client
-        self._lock = threading.Lock()
+        self._client = LazyClient(
+            "bedrock-runtime", client=client, region=region, endpoint_url=endpoint_url,
+            read_timeout=timeout, connect_timeout=connect_timeout, max_attempts=max_attempts)
 
     def client(self) -> Any:
-        with self._lock:
-            if self._client is None:
-                from responses_gateway.backends.bedrock.clients import make_client
-
-                self._client = make_client(
-                    "bedrock-runtime", region=self.region, endpoint_url=self.endpoint_url,
-                    read_timeout=self.timeout, connect_timeout=self.connect_timeout,
-                    max_attempts=self.max_attempts)
-            return self._client
+        return self._client.get()
 
     # -- what it can do ------------------------------------------------------------------------
 
@@ -183,9 +171,7 @@ class BedrockImages(ImageBackend):
         return answer if isinstance(answer, dict) else {}
 
     async def aclose(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            client.close()
+        self._client.close()
 
 
 def check_format(params: ImageParams, backend: str) -> None:
