@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ from openai import OpenAI
 from tests.helpers.embedding_server import EmbeddingServer
 from tests.helpers.gateway_server import GatewayServer
 
+from benchmarks import tool_overhead
 from responses_gateway.api.auth import OPEN_TENANT
 from responses_gateway.config import Settings
 from responses_gateway.files.build import build_files
@@ -87,14 +87,7 @@ def main() -> None:
                 client.vector_stores.files.upload_and_poll(
                     vector_store_id=store.id, file=(name, text.encode()), poll_interval_ms=50)
         bare, whole = asyncio.run(rounds(settings, store.id, calls))
-    extra = [w - b for b, w in zip(bare, whole, strict=True)]
-    ms = 1000
-    print(f"search alone     median {statistics.median(bare) * ms:.3f} ms")
-    print(f"file_search_call median {statistics.median(whole) * ms:.3f} ms")
-    median = statistics.median(extra) * ms
-    print(f"gateway's own    median {median:.3f} ms, p90 "
-          f"{statistics.quantiles(extra, n=10)[-1] * ms:.3f} ms per call (target < 2 ms)")
-    sys.exit(0 if median < 2 else 1)
+    sys.exit(tool_overhead.report(bare, whole, "search alone", "file_search_call"))
 
 
 if __name__ == "__main__":

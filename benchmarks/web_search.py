@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.helpers.search_providers import SearchProvider
 
+from benchmarks import tool_overhead
 from responses_gateway.config import Settings
 from responses_gateway.tools.catalog import ToolSpec
 from responses_gateway.tools.server import ServerCall
@@ -62,14 +62,7 @@ def main() -> None:
     calls = parser.parse_args().calls
     with SearchProvider("searxng") as fake:
         bare, whole = asyncio.run(rounds(fake, calls))
-    extra = [w - b for b, w in zip(bare, whole, strict=True)]
-    ms = 1000
-    print(f"provider alone  median {statistics.median(bare) * ms:.3f} ms")
-    print(f"web_search_call median {statistics.median(whole) * ms:.3f} ms")
-    median = statistics.median(extra) * ms
-    print(f"gateway's own   median {median:.3f} ms, p90 "
-          f"{statistics.quantiles(extra, n=10)[-1] * ms:.3f} ms per call (target < 2 ms)")
-    sys.exit(0 if median < 2 else 1)
+    sys.exit(tool_overhead.report(bare, whole, "provider alone", "web_search_call"))
 
 
 if __name__ == "__main__":
