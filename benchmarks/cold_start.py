@@ -5,8 +5,13 @@
 Each figure is the median (and min) over ``--runs`` fresh interpreters, all in this one run:
 
 - ``bare interpreter``: ``python -c pass``, wall time of the whole process;
+- ``framework floor``: asyncio, orjson and the Starlette modules the app uses, what any app on
+  this stack imports before its own code (the gateway's own share is the difference);
 - ``streaming entry``: ``import responses_gateway.api.app`` + ``create_app()``, timed inside the
   process (what uvicorn does before the Lambda Web Adapter's readiness check can pass);
+- ``streaming entry, no bytecode``: the same from a copy of the code without ``__pycache__``,
+  what Lambda paid at every cold start when our code shipped as source (it cannot write
+  bytecode into /var/task; ``sam build`` now compiles it: handler/Makefile);
 - ``streaming entry + uvicorn``: the same plus uvicorn with the event loop and HTTP parser it
   picks when they are installed, uvloop and httptools (run.sh's whole import);
 - ``streaming ready``: the above plus the app's lifespan startup (services built) under a
@@ -26,9 +31,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -54,9 +61,15 @@ print((time.perf_counter() - t0) * 1000)
 """
 
 UVICORN = "import uvicorn, uvloop, uvicorn.protocols.http.httptools_impl"
+FLOOR = ("import asyncio, orjson\nimport starlette.applications, starlette.datastructures, "
+         "starlette.exceptions, starlette.requests, starlette.responses, starlette.routing, "
+         "starlette.websockets")
+ENTRY = "from responses_gateway.api.app import create_app\napp = create_app()"
+NO_BYTECODE = {"PYTHONDONTWRITEBYTECODE": "1", "COLD_START_SOURCE_ONLY": "1"}
 CASES: dict[str, tuple[str, dict[str, str]]] = {
-    "streaming entry": (
-        "from responses_gateway.api.app import create_app\napp = create_app()", {}),
+    "framework floor": (FLOOR, {}),
+    "streaming entry": (ENTRY, {}),
+    "streaming entry, no bytecode": (ENTRY, NO_BYTECODE),
     "streaming entry + uvicorn": (
         f"{UVICORN}\nfrom responses_gateway.api.app import create_app\napp = create_app()",
         {}),
@@ -82,13 +95,17 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
 }
 
 
+SOURCE_ONLY = Path(tempfile.gettempdir()) / f"cold-start-source-{os.getpid()}"
+
+
 def child_env(extra: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("GATEWAY_", "AWS_", "POWERTOOLS_"))}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # Lambda runs from compiled bytecode too
     env.update(ENV)
     env.update(extra)
-    env["PYTHONPATH"] = str(ROOT / "handler")
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # Lambda runs from compiled bytecode too
+    source_only = env.pop("COLD_START_SOURCE_ONLY", None)
+    env["PYTHONPATH"] = str(SOURCE_ONLY if source_only else ROOT / "handler")
     return env
 
 
@@ -123,24 +140,40 @@ def main() -> int:
     parser.add_argument("--importtime", action="store_true")
     args = parser.parse_args()
 
+    shutil.rmtree(SOURCE_ONLY, ignore_errors=True)
+    shutil.copytree(ROOT / "handler" / "responses_gateway", SOURCE_ONLY / "responses_gateway",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    try:
+        return measure(args.runs, args.importtime)
+    finally:
+        shutil.rmtree(SOURCE_ONLY, ignore_errors=True)
+
+
+def measure(runs: int, importtime: bool) -> int:
     timed_ms(CASES["buffered handler"][0], {})  # warm the bytecode caches once
     results: dict[str, list[float]] = {"bare interpreter": []}
     results.update({name: [] for name in CASES})
-    for _ in range(args.runs):  # interleaved, so machine noise hits every case alike
+    for _ in range(runs):  # interleaved, so machine noise hits every case alike
         results["bare interpreter"].append(bare_start_ms())
         for name, (body, extra) in CASES.items():
             results[name].append(timed_ms(body, extra))
 
-    print(f"python {sys.version.split()[0]}, {args.runs} fresh interpreters per case")
+    print(f"python {sys.version.split()[0]}, {runs} fresh interpreters per case")
     print(f"{'':28}{'median ms':>10}{'min ms':>10}")
     for name, values in results.items():
         note = "  (process wall time)" if name == "bare interpreter" else ""
         print(f"{name:28}{statistics.median(values):10.1f}{min(values):10.1f}{note}")
+    own = [entry - floor for entry, floor in
+           zip(results["streaming entry"], results["framework floor"], strict=True)]
+    ratio = statistics.median(results["streaming entry"]) / statistics.median(
+        results["framework floor"])
+    print(f"the gateway's own share of the streaming entry (entry - floor, per run): "
+          f"{statistics.median(own):.1f} ms median; the entry is {ratio:.2f}x the floor")
     for name in ("streaming entry", "worker handler"):
         median = statistics.median(results[name])
         verdict = "under" if median <= TARGET_MS else "OVER"
         print(f"{name}: {median:.1f} ms median, {verdict} the {TARGET_MS:.0f} ms target")
-    if args.importtime:
+    if importtime:
         print("\nslowest imports of the streaming entry (cumulative us, own us):")
         for cumulative, own, name in slowest_imports():
             print(f"{cumulative:10d}{own:10d}  {name}")

@@ -392,13 +392,29 @@ def test_sam_build_without_containers(tmp_path: Path) -> None:
         assert (layer / package).is_dir(), f"{package} missing from the layer"
     native = glob.glob(str(layer / "pydantic_core" / "*.so"))
     assert native and all("aarch64" in n for n in native), native  # built for arm64
-    for function in ("ApiFunction", "WorkerFunction"):
+    for function in ("ApiFunction", "WorkerFunction", "WebSocketFunction"):
         code = build / function
         assert sorted(p.name for p in code.iterdir() if not p.name.startswith(".")) == [
             "responses_gateway", "run.sh"], "handler/ holds only our code"
+        _assert_compiled_for_the_runtime(code / "responses_gateway")
     assert os.access(build / "ApiFunction" / "run.sh", os.X_OK)
     built = (build / "template.yaml").read_text()
     assert "RESPONSE_STREAM" in built
+
+
+def _assert_compiled_for_the_runtime(package: Path) -> None:
+    """Every module ships its runtime's bytecode, loaded without a look at the source's mtime
+    (handler/Makefile): Lambda cannot write bytecode, so a module without it compiles at every
+    cold start."""
+    sources = sorted(package.rglob("*.py"))
+    assert len(sources) > 50
+    for source in sources:
+        compiled = source.parent / "__pycache__" / f"{source.stem}.cpython-312.pyc"
+        assert compiled.is_file(), f"{source} ships without its bytecode"
+        flags = int.from_bytes(compiled.read_bytes()[4:8], "little")
+        assert flags == 0b01, f"{compiled}: not an unchecked-hash .pyc (flags {flags})"
+    strays = [p for p in package.rglob("*.pyc") if ".cpython-312." not in p.name]
+    assert not strays, f"bytecode of another Python shipped: {strays[:3]}"
 
 
 def test_the_buffered_entry_point_is_importable_from_the_built_layout() -> None:
