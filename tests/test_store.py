@@ -20,7 +20,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from responses_gateway.errors import GatewayError
-from responses_gateway.store import sqlite as sqlite_store
+from responses_gateway.store import sqlite_file
 from responses_gateway.store.base import (
     CancelledError,
     Store,
@@ -635,7 +635,7 @@ async def test_sqlite_calls_after_close_are_store_unavailable(tmp_path: Path) ->
 async def test_sqlite_checkpoints_the_wal_into_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_store, "CHECKPOINT_EVERY", 10)
+    monkeypatch.setattr(sqlite_file, "CHECKPOINT_EVERY", 10)
     path = tmp_path / "wal.db"
     store = SQLiteStore(str(path))
     empty = path.stat().st_size
@@ -927,7 +927,7 @@ def count_database_writes(store: Any) -> list[str]:
         if sql.startswith("BEGIN IMMEDIATE"):
             calls.append(sql)
 
-    store._conn.set_trace_callback(statement)
+    store._file.conn.set_trace_callback(statement)
     return calls
 
 

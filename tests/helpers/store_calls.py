@@ -38,14 +38,14 @@ class DatabaseCalls:
         if is_dynamodb(self.store):
             self.store.client.meta.events.register("before-call.dynamodb.*", self._request)
         else:
-            self.store._conn.set_trace_callback(self._statement)
+            self.store._file.conn.set_trace_callback(self._statement)
         return self
 
     def __exit__(self, *_: Any) -> None:
         if is_dynamodb(self.store):
             self.store.client.meta.events.unregister("before-call.dynamodb.*", self._request)
         else:
-            self.store._conn.set_trace_callback(None)
+            self.store._file.conn.set_trace_callback(None)
 
     def _request(self, model: Any, **_: Any) -> None:
         self.calls[model.name] += 1
@@ -136,7 +136,7 @@ def fail_next_append(store: Any) -> Iterator[Callable[[], bool]]:
             return sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_OK
 
-    conn = store._conn
+    conn = store._file.conn
     conn.set_authorizer(authorize)
     try:
         yield lambda: bool(failed)

@@ -1,27 +1,18 @@
 """Embedded store: one SQLite file, no AWS account needed (``GATEWAY_STORE=sqlite:PATH``).
 
-A call runs right on the event loop's thread when the database is free at once, which is
-nearly always: handing a call to a thread and back costs more CPU than the call itself (a put
-is ~70 µs; the hand-off ~100-170 µs on two cores). The loop never waits for the database,
-though: a call that finds it busy (another process writing the file, or the store's thread
-using the connection) goes to the store's one thread, which waits up to ``busy_timeout``.
-WAL checkpoints, which sync the file, also run on that thread. Across processes sharing the
-file, WAL mode lets readers run beside the writer and ``BEGIN IMMEDIATE`` makes every
-read-check-write atomic.
+How the file is opened and called lives in store/sqlite_file.py: a call runs on the event loop
+while the file is free (a put is ~70 µs, less than a thread hop), in the file's thread while
+another process writes it; checkpoints run in that thread; every read-check-write is one
+``BEGIN IMMEDIATE`` transaction. The file is opened, and its schema made, at construction, so
+a bad path fails at startup.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import functools
-import logging
 import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
@@ -39,6 +30,7 @@ from responses_gateway.store.base import (
     StoreUnavailable,
     TurnSettle,
 )
+from responses_gateway.store.sqlite_file import SQLiteFile
 
 if TYPE_CHECKING:
     from responses_gateway.store.health import HealthStore
@@ -46,11 +38,6 @@ if TYPE_CHECKING:
 
 DEFAULT_PATH = "./gateway.db"
 RUNNING_STATUSES = (QUEUED, IN_PROGRESS)  # the order the SQL placeholders take
-CHECKPOINT_EVERY = 500  # calls between WAL checkpoints (SQLite's own would run on the loop)
-_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-
-logger = logging.getLogger("responses_gateway.store")
-
 T = TypeVar("T")
 # A record as rows: its ``responses`` row and its ``items`` rows (see ``_record_rows``).
 _RecordRows = tuple[tuple[Any, ...], list[tuple[Any, ...]]]
@@ -156,14 +143,9 @@ class SQLiteStore(Store, ConversationStore):
         self.path = path
         self._limits = limits
         self._retention_s = None if retention_days is None else retention_days * 86400
-        self._busy_timeout_ms = busy_timeout_ms
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
-        self._conn: sqlite3.Connection | None = None
-        self._lock = threading.Lock()  # one thread at a time uses the connection
-        self._calls = 0
-        self._checkpointer: sqlite3.Connection | None = None  # the store's thread's own
         # Open (and create the schema) now, so a bad path fails at startup, not on a request.
-        self._executor.submit(self._guarded, self._open).result()
+        self._file = SQLiteFile(path, name="The response store", schema=_SCHEMA,
+                                prepare=self._prepare, busy_timeout_ms=busy_timeout_ms)
 
     def usage_store(self) -> UsageStore:
         """The usage ledger's tables in this file (store/usage_sqlite.py)."""
@@ -179,24 +161,13 @@ class SQLiteStore(Store, ConversationStore):
 
     # -- plumbing ----------------------------------------------------------------------------
 
-    def _open(self) -> None:
-        """On the store's thread, so it waits for another process as long as any call may."""
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute("PRAGMA wal_autocheckpoint = 0")  # see _checkpoint
-        self._conn = conn
-        with self._tx() as c:
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    c.execute(statement)
-            columns = {row[1] for row in c.execute("PRAGMA table_info(conversations)")}
-            if "item_count" not in columns:
-                for statement in _COUNT_COLUMNS:
-                    c.execute(statement)
-            self._purge_expired(c)
-        conn.execute("PRAGMA busy_timeout = 0")  # from now on a busy file means "use the thread"
+    def _prepare(self, c: sqlite3.Connection) -> None:
+        """On open, in the schema's transaction: an older file's columns, expired rows gone."""
+        columns = {row[1] for row in c.execute("PRAGMA table_info(conversations)")}
+        if "item_count" not in columns:
+            for statement in _COUNT_COLUMNS:
+                c.execute(statement)
+        self._purge_expired(c)
 
     @staticmethod
     def _purge_expired(c: sqlite3.Connection) -> None:
@@ -208,75 +179,11 @@ class SQLiteStore(Store, ConversationStore):
         c.execute(f"DELETE FROM tool_reads WHERE response_id IN ({expired})", (now,))
         c.execute("DELETE FROM responses WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))
 
-    @contextmanager
-    def _tx(self, mode: str = "IMMEDIATE") -> Iterator[sqlite3.Connection]:
-        """A transaction; IMMEDIATE takes the write lock first so read-check-write is atomic."""
-        conn = self._conn
-        assert conn is not None, "store is closed"
-        conn.execute(f"BEGIN {mode}")
-        try:
-            yield conn
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:  # a failed COMMIT too: never leave a transaction open
-                conn.execute("ROLLBACK")
-            raise
-
-    def _guarded(self, fn: Callable[..., T], *args: Any) -> T:
-        try:
-            return fn(*args)
-        except sqlite3.Error as e:
-            raise self._failed(e) from e
-
-    def _failed(self, e: sqlite3.Error | None = None) -> StoreUnavailable:
-        what = "is closed." if e is None else f"failed: {e}"
-        return StoreUnavailable(f"The response store ({self.path}) {what}")
+    def _tx(self, mode: str = "IMMEDIATE") -> AbstractContextManager[sqlite3.Connection]:
+        return self._file.tx(mode)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        if self._conn is None:
-            raise self._failed()
-        self._calls += 1
-        if self._calls % CHECKPOINT_EVERY == 0:
-            self._executor.submit(self._checkpoint)
-        if self._lock.acquire(blocking=False):
-            try:
-                return fn(*args)
-            except sqlite3.Error as e:
-                if getattr(e, "sqlite_errorcode", 0) & 0xFF not in _BUSY:
-                    raise self._failed(e) from e
-                # busy: rolled back (or never begun); the store's thread runs it again, waiting
-            finally:
-                self._lock.release()
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._executor, functools.partial(self._waiting, fn, *args)
-        )
-
-    def _waiting(self, fn: Callable[..., T], *args: Any) -> T:
-        """On the store's thread: ``fn``, waiting up to ``busy_timeout`` for the database."""
-        with self._lock:
-            conn = self._conn
-            if conn is None:
-                raise self._failed()
-            self._guarded(conn.execute, f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-            try:
-                return self._guarded(fn, *args)
-            finally:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("PRAGMA busy_timeout = 0")
-
-    def _checkpoint(self) -> None:
-        """Copy the WAL into the database file, on the store's thread and its own connection:
-        a checkpoint syncs the file, which must not hold up the event loop, and a passive one
-        lets the loop's calls go on beside it."""
-        if self._conn is None:
-            return
-        try:
-            if self._checkpointer is None:
-                self._checkpointer = sqlite3.connect(self.path, isolation_level=None)
-            self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        except sqlite3.Error:
-            logger.warning("WAL checkpoint of %s failed", self.path, exc_info=True)
+        return await self._file.run(fn, *args)
 
     # -- Store -------------------------------------------------------------------------------
 
@@ -392,7 +299,7 @@ class SQLiteStore(Store, ConversationStore):
         for start in range(0, len(item_ids), 500):  # stay under SQLite's bound-variable limit
             chunk = item_ids[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            rows = self._conn.execute(  # type: ignore[union-attr]
+            rows = self._file.conn.execute(
                 "SELECT i.item_id, i.item FROM items i JOIN responses r ON r.id = i.response_id"
                 f" WHERE i.tenant = ? AND i.item_id IN ({marks})"
                 " AND (r.expires_at IS NULL OR r.expires_at > ?)",
@@ -423,7 +330,7 @@ class SQLiteStore(Store, ConversationStore):
         now = int(time.time())
         for start in range(0, len(call_ids), 500):  # under SQLite's bound-variable limit
             chunk = call_ids[start : start + 500]
-            rows = self._conn.execute(  # type: ignore[union-attr]
+            rows = self._file.conn.execute(
                 "SELECT t.call_id, t.text FROM tool_reads t JOIN responses r"
                 " ON r.id = t.response_id AND r.tenant = t.tenant"
                 f" WHERE t.tenant = ? AND t.call_id IN ({','.join('?' * len(chunk))})"
@@ -528,7 +435,7 @@ class SQLiteStore(Store, ConversationStore):
         return await self._run(self._read_events, response_id, after)
 
     def _read_events(self, response_id: str, after: int) -> list[dict[str, Any]]:
-        rows = self._conn.execute(  # type: ignore[union-attr]
+        rows = self._file.conn.execute(
             "SELECT e.event FROM events e JOIN responses r ON r.id = e.response_id"
             " WHERE e.response_id = ? AND e.seq > ?"
             " AND (r.expires_at IS NULL OR r.expires_at > ?) ORDER BY e.seq",
@@ -887,13 +794,4 @@ class SQLiteStore(Store, ConversationStore):
         return conv, True
 
     async def aclose(self) -> None:
-        if self._conn is not None:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._close)
-        self._executor.shutdown(wait=False)
-
-    def _close(self) -> None:
-        with self._lock:
-            for conn in (self._conn, self._checkpointer):
-                if conn is not None:
-                    conn.close()
-            self._conn = self._checkpointer = None
+        await self._file.aclose()
