@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from responses_gateway.store import usage_sqlite
+from responses_gateway.store import sqlite_file, usage_sqlite
 from responses_gateway.store.sqlite import SQLiteStore
 from responses_gateway.store.usage import UsageEntry
 
@@ -29,26 +30,18 @@ async def totals(ledger: usage_sqlite.SQLiteUsage) -> tuple[int, int]:
             sum(r.counts["output_tokens"] for r in rows))
 
 
-def test_steps_run_on_the_loop_while_the_file_is_free(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_steps_run_on_the_loop_while_the_file_is_free(tmp_path: Path) -> None:
     async def main() -> None:
         store = SQLiteStore(str(tmp_path / "g.db"))
         ledger = store.usage_store()
         assert isinstance(ledger, usage_sqlite.SQLiteUsage)
         assert await ledger.record(entry(0), None)  # opens the connection (in the thread)
-        hops: list[object] = []
-        real = asyncio.to_thread
-
-        async def counted(fn, *args):  # type: ignore[no-untyped-def]
-            hops.append(fn)
-            return await real(fn, *args)
-
-        monkeypatch.setattr(usage_sqlite.asyncio, "to_thread", counted)
+        threads: set[int] = set()
+        ledger._file.conn.set_trace_callback(lambda _: threads.add(threading.get_ident()))
         for n in range(1, 21):
             assert await ledger.record(entry(n), None)
         assert not await ledger.record(entry(5), None)  # counted once, as before
-        assert hops == []
+        assert threads == {threading.get_ident()}  # every statement on the loop's thread
         assert await totals(ledger) == (21, 105)
         await ledger.aclose()
         await store.aclose()
@@ -85,7 +78,7 @@ def test_the_ledgers_wal_is_checkpointed(tmp_path: Path, monkeypatch: pytest.Mon
     """SQLite's own checkpoint is off on the ledger's connection (it would sync the file on
     the loop): the ledger's thread checkpoints, so a WAL of ledger writes alone stays small;
     the ledger (one per file in a process) goes on doing so under a later event loop."""
-    monkeypatch.setattr(usage_sqlite, "CHECKPOINT_EVERY", 20)
+    monkeypatch.setattr(sqlite_file, "CHECKPOINT_EVERY", 20)
     path = tmp_path / "g.db"
 
     async def main(first: int) -> int:

@@ -1,18 +1,13 @@
 """The usage ledger in the response store's SQLite file (store/usage.py says what it keeps).
 
-A connection of its own, in the store's WAL file; every step is one ``BEGIN IMMEDIATE``
-transaction, so processes sharing the file count one limit. As the store does
-(store/sqlite.py), a step runs on the event loop when the file is free (``synchronous =
-NORMAL``: a WAL commit does not wait for the disk) and in a thread, waiting, when another
-process holds it: a usage write never holds the event loop while another process writes. Every
-response makes one; in a thread each cost ~5x the CPU. The WAL is checkpointed in that thread
-every ``CHECKPOINT_EVERY`` steps (SQLite's own checkpoint would sync the file on the loop).
+A connection of its own, in the store's WAL file, opened on first use; every step is one
+``BEGIN IMMEDIATE`` transaction, so processes sharing the file count one limit. Every response
+makes one, so, as the store's calls do, a step runs on the event loop while the file is free
+and in the file's thread, waiting, while another process writes it (store/sqlite_file.py).
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -20,7 +15,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from responses_gateway.store.base import StoreUnavailable
+from responses_gateway.store.sqlite_file import SQLiteFile
 from responses_gateway.store.usage import (
     COUNTERS,
     Caps,
@@ -34,10 +29,7 @@ from responses_gateway.store.usage import (
 )
 
 T = TypeVar("T")
-logger = logging.getLogger("responses_gateway")
 _BUSY_SECONDS = 10  # how long a step waits, in its thread, for another process's write
-_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-CHECKPOINT_EVERY = 500
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS usage_buckets (
@@ -79,10 +71,8 @@ class SQLiteUsage(UsageStore):
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._conn: sqlite3.Connection | None = None
-        self._lock = threading.Lock()  # one step at a time uses the connection
-        self._steps = 0
-        self._checkpointing = False  # a checkpoint is queued or running in a thread
+        self._file = SQLiteFile(path, name="The usage ledger", schema=_SCHEMA,
+                                busy_timeout_ms=_BUSY_SECONDS * 1000, lazy=True)
 
     @classmethod
     def of(cls, path: str) -> SQLiteUsage:
@@ -92,76 +82,8 @@ class SQLiteUsage(UsageStore):
                 ledger = _instances[path] = cls(path)
             return ledger
 
-    def _connect(self) -> sqlite3.Connection:
-        """The connection, opened (and the schema made) on first use, in the thread."""
-        if self._conn is None:
-            conn = sqlite3.connect(self.path, isolation_level=None, timeout=_BUSY_SECONDS,
-                                   check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute("PRAGMA wal_autocheckpoint = 0")  # see CHECKPOINT_EVERY
-            conn.executescript(_SCHEMA)
-            conn.execute("PRAGMA busy_timeout = 0")  # a busy file sends a step to the thread
-            self._conn = conn
-        return self._conn
-
-    @staticmethod
-    def _step(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """``fn`` in one transaction; IMMEDIATE takes the write lock first (read-check-write)."""
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            result = fn(conn)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:  # a failed COMMIT too: never leave a transaction open
-                conn.execute("ROLLBACK")
-            raise
-        return result
-
-    def _failed(self, exc: sqlite3.Error) -> StoreUnavailable:
-        return StoreUnavailable(f"The usage ledger ({self.path}) failed: {exc}")
-
-    def _waiting(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """In a thread: ``fn`` as one step, waiting for the file."""
-        try:
-            with self._lock:
-                conn = self._connect()
-                conn.execute(f"PRAGMA busy_timeout = {_BUSY_SECONDS * 1000}")
-                try:
-                    return self._step(conn, fn)
-                finally:
-                    conn.execute("PRAGMA busy_timeout = 0")
-        except sqlite3.Error as exc:
-            raise self._failed(exc) from exc
-
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        self._steps += 1
-        if self._steps % CHECKPOINT_EVERY == 0 and not self._checkpointing:
-            self._checkpointing = True
-            asyncio.get_running_loop().run_in_executor(None, self._checkpoint)
-        conn = self._conn
-        if conn is not None and self._lock.acquire(blocking=False):
-            try:
-                return self._step(conn, fn)
-            except sqlite3.Error as exc:
-                if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in _BUSY:
-                    raise self._failed(exc) from exc
-                # busy (rolled back, or never begun): the thread runs it again, waiting
-            finally:
-                self._lock.release()
-        return await asyncio.to_thread(self._waiting, fn)
-
-    def _checkpoint(self) -> None:
-        """In a thread: copy the WAL into the database file (a passive checkpoint never waits
-        for a writer). Closed meanwhile: nothing to do."""
-        try:
-            with self._lock:
-                if self._conn is not None:
-                    self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        except sqlite3.Error:
-            logger.warning("WAL checkpoint of %s failed", self.path, exc_info=True)
-        finally:
-            self._checkpointing = False
+        return await self._file.run(self._file.transaction, fn)
 
     async def record(self, entry: UsageEntry, windows: Windows | None) -> bool:
         def write(c: sqlite3.Connection) -> bool:
@@ -309,10 +231,7 @@ class SQLiteUsage(UsageStore):
         return await self._run(read)
 
     async def aclose(self) -> None:
-        with self._lock:  # a checkpoint running in its thread ends first
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        await self._file.aclose()
 
 
 def _conversation(row: tuple[Any, ...]) -> dict[str, Any]:
