@@ -26,6 +26,8 @@ class Route:
 
 @dataclass(frozen=True)
 class Settings:
+    """Every setting, read once at start; frozen, so no request can change another's."""
+
     backend: str = "openai"
     upstream_url: str = "http://127.0.0.1:11434/v1"
     upstream_api_key: str | None = field(default=None, repr=False)  # secrets stay out of logs

@@ -158,6 +158,9 @@ class _Bounded:
 
 @dataclass(slots=True)
 class StoredResponse:
+    """One response as every store keeps it: what retrieve, resume and a later
+    ``previous_response_id`` read back."""
+
     id: str
     tenant: str
     response: dict[str, Any]  # the Response object as the API returns it
@@ -329,6 +332,9 @@ class ConversationFull(GatewayError):
 
 @dataclass(slots=True)
 class StoredConversation:
+    """A conversation's record without its items: its counters bound it, its lock orders
+    turns."""
+
     id: str
     tenant: str
     created_at: int

@@ -31,6 +31,8 @@ from responses_gateway.vectors.build import vector_stores_available
 
 @dataclass(frozen=True, slots=True)
 class Registration:
+    """One server tool as the registry knows it before its module is imported."""
+
     kind: str  # ToolSpec.kind of the functions it offers the model
     tool_types: tuple[str, ...]  # the request's tools[].type values it serves
     item_types: tuple[str, ...]  # the output (and input) item types it makes

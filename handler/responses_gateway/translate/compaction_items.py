@@ -43,6 +43,8 @@ Opener = Callable[..., dict[str, Any]]
 
 @dataclass(frozen=True, slots=True)
 class Opened:
+    """A compaction item's sealed content, opened: the summary and the kept messages' keys."""
+
     summary: str
     keep: tuple[str, ...]
 

@@ -59,6 +59,8 @@ _DROPPED_OPTIONS = ("response_format", "logprobs", "top_logprobs", "parallel_too
 
 @dataclass
 class Compacted:
+    """A compaction's result: the window that replaces the history, and what it cost."""
+
     window: list[dict[str, Any]]  # the kept user messages, then ``item``
     item: dict[str, Any]  # the compaction item
     usage: dict[str, Any] = field(default_factory=dict)  # Responses usage of the summarising

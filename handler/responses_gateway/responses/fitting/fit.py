@@ -63,6 +63,8 @@ def context_length_exceeded(tokens_used: int, window: int) -> GatewayError:
 
 @dataclass
 class Fitted:
+    """A conversation fitted to its route: the chat body to send, and what fitting made."""
+
     chat: dict[str, Any]
     message_params: list[str]
     output_items: list[dict[str, Any]] = field(default_factory=list)

@@ -32,6 +32,8 @@ Departure = asyncio.Future[None]
 
 @dataclass(frozen=True, slots=True)
 class CompactionLimits:
+    """What one compaction may cost: summarising calls, input bytes, time."""
+
     calls: int = 16  # GATEWAY_MAX_COMPACTION_CALLS
     input_bytes: int = 20 * 1024 * 1024  # GATEWAY_MAX_COMPACTION_INPUT_BYTES
     seconds: float = 0.0  # GATEWAY_MAX_RESPONSE_SECONDS

@@ -20,6 +20,8 @@ logger = logging.getLogger("responses_gateway")
 
 @dataclass(frozen=True, slots=True)
 class Count:
+    """Input tokens, and whether the backend counted them or the gateway estimated."""
+
     tokens: int
     exact: bool  # the backend counted (else: the estimate)
 
