@@ -20,7 +20,6 @@ import pytest
 from botocore.exceptions import ClientError
 
 from responses_gateway.errors import GatewayError
-from responses_gateway.store import sqlite_file
 from responses_gateway.store.base import (
     CancelledError,
     Store,
@@ -630,26 +629,6 @@ async def test_sqlite_calls_after_close_are_store_unavailable(tmp_path: Path) ->
         await store.get("resp_x", "tenant-a")
     with pytest.raises(StoreUnavailable):
         await store.put(record())
-
-
-async def test_sqlite_checkpoints_the_wal_into_the_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(sqlite_file, "CHECKPOINT_EVERY", 10)
-    path = tmp_path / "wal.db"
-    store = SQLiteStore(str(path))
-    empty = path.stat().st_size
-    records = [record(inputs=[message(words(4000, seed))]) for seed in range(30)]
-    for r in records:
-        await store.put(r)
-    deadline = time.monotonic() + 5
-    while path.stat().st_size < empty + 30 * 2000 and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert path.stat().st_size >= empty + 30 * 2000  # the records reached the file itself
-    for r in records:
-        got = await store.get(r.id, r.tenant)
-        assert got is not None and got.input_items == r.input_items
-    await store.aclose()
 
 
 def test_sqlite_unusable_path_is_store_unavailable(tmp_path: Path) -> None:
