@@ -13,17 +13,18 @@ only counts. The router reads a route's records at most once every few seconds, 
 background once it has a view, so a request whose first deployment answers makes no store call.
 
 :class:`SQLiteHealth` keeps the records in the SQLite store's file (a table of its own, a
-connection of its own); store/dynamodb/health.py in the DynamoDB table.
+connection of its own, run as the store's calls are: store/sqlite_file.py);
+store/dynamodb/health.py in the DynamoDB table.
 """
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+
+from responses_gateway.store.sqlite_file import SQLiteFile
 
 #: A record whose last failure is older than this is forgotten (TTL).
 FORGET_AFTER = 3600.0
@@ -84,51 +85,33 @@ class SQLiteHealth(HealthStore):
 
     def __init__(self, path: str, *, busy_timeout_ms: int = 5000) -> None:
         self.path = path
-        self._busy_timeout_ms = busy_timeout_ms
-        self._conn: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-            conn.execute(_SCHEMA)
-            self._conn = conn
-        return self._conn
+        self._file = SQLiteFile(path, name="The deployment health records", schema=_SCHEMA,
+                                busy_timeout_ms=busy_timeout_ms, lazy=True)
 
     async def read(self, route: str) -> dict[str, Health]:
-        return await asyncio.to_thread(self._read, route, time.time())
+        return await self._file.run(self._read, route, time.time())
 
     def _read(self, route: str, now: float) -> dict[str, Health]:
-        with self._lock:
-            rows = self._connection().execute(
-                "SELECT deployment, failures, until FROM route_health"
-                " WHERE route = ? AND expires_at > ?", (route, now)).fetchall()
+        rows = self._file.conn.execute(
+            "SELECT deployment, failures, until FROM route_health"
+            " WHERE route = ? AND expires_at > ?", (route, now)).fetchall()
         return {name: Health(failures, until) for name, failures, until in rows}
 
     async def failed(self, route: str, deployment: str, until: float) -> Health:
-        return await asyncio.to_thread(self._failed, route, deployment, until, time.time())
+        return await self._file.run(self._failed, route, deployment, until, time.time())
 
     def _failed(self, route: str, deployment: str, until: float, now: float) -> Health:
         expires = max(until, now) + FORGET_AFTER
-        with self._lock:
-            conn = self._connection()
-            conn.execute("DELETE FROM route_health WHERE expires_at <= ?", (now,))
-            failures, until = conn.execute(
-                _FAILED, (route, deployment, until, expires, now)).fetchone()
-        return Health(failures, until)
+
+        def count(c: sqlite3.Connection) -> Health:
+            c.execute("DELETE FROM route_health WHERE expires_at <= ?", (now,))
+            return Health(*c.execute(_FAILED, (route, deployment, until, expires, now)).fetchone())
+
+        return self._file.transaction(count)
 
     async def cleared(self, route: str, deployment: str) -> None:
-        await asyncio.to_thread(self._cleared, route, deployment)
-
-    def _cleared(self, route: str, deployment: str) -> None:
-        with self._lock:
-            self._connection().execute(
-                "DELETE FROM route_health WHERE route = ? AND deployment = ?",
-                (route, deployment))
+        await self._file.run(self._file.call, lambda c: c.execute(
+            "DELETE FROM route_health WHERE route = ? AND deployment = ?", (route, deployment)))
 
     async def aclose(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        await self._file.aclose()
