@@ -93,18 +93,18 @@ def test_vectors_live_in_a_vec0_table_of_their_own_database(tmp_path: Path) -> N
         path = str(tmp_path / "gateway.db")
         engine = await _filled(path, "t1", "vs_a", vectors)
         try:
-            count = await engine.db.run(lambda c: c.execute(
+            count = await engine.db.run(engine.db.call, lambda c: c.execute(
                 f"SELECT COUNT(*) FROM vs_vec_{DIMS}").fetchone()[0])
             assert count == FILES * PER_FILE
             assert await engine.remove_file("t1", "vs_a", "file-0")
-            count = await engine.db.run(lambda c: c.execute(
+            count = await engine.db.run(engine.db.call, lambda c: c.execute(
                 f"SELECT COUNT(*) FROM vs_vec_{DIMS}").fetchone()[0])
             assert count == (FILES - 1) * PER_FILE
             found = await engine.search("t1", "vs_a", [vectors[0].tolist()], "",
                                         {f"file-{f}" for f in range(FILES)}, False, 5)
             assert found and all(fid != "file-0" for _, fid, _, _, _ in found)
             assert await engine.delete_store("t1", "vs_a")
-            count = await engine.db.run(lambda c: c.execute(
+            count = await engine.db.run(engine.db.call, lambda c: c.execute(
                 f"SELECT COUNT(*) FROM vs_vec_{DIMS}").fetchone()[0])
             assert count == 0
         finally:
@@ -317,7 +317,7 @@ def test_the_keyword_half_is_the_best_bm25_among_the_stores_selected_files(
             allowed = {f"file-{f}" for f in range(FILES) if f % 4 == 1}
             found = await engine.search("t1", "vs_a", [vectors[0].tolist()], word, allowed,
                                         True, 5)
-            truth = await engine.db.run(lambda c: [r for r in c.execute(
+            truth = await engine.db.run(engine.db.call, lambda c: [r for r in c.execute(
                 "SELECT ch.file_id, -bm25(vs_chunks_fts) FROM vs_chunks_fts f JOIN vs_chunks ch"
                 " ON ch.id = f.rowid WHERE vs_chunks_fts MATCH ? AND ch.tenant = 't1' AND "
                 "ch.store_id = 'vs_a' ORDER BY bm25(vs_chunks_fts)", (f'"{word}"',))

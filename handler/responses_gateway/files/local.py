@@ -1,6 +1,7 @@
 """Files on this machine: bytes in a folder beside the SQLite store (``gateway.db.files/``),
 records in that SQLite database (table ``files``, ``file_usage`` per tenant, and ``uploads``
-for the Uploads API)."""
+for the Uploads API), run as the store's calls are (store/sqlite_file.py: a few rows each, on
+the event loop while the file is free, in the file's thread while another process writes)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,11 @@ import contextlib
 import os
 import sqlite3
 import tempfile
-import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 from responses_gateway.files.models import COMPLETING, PENDING, FileRecord, UploadRecord
 from responses_gateway.files.store import Blobs, FileRecords, TenantFull, UploadRecords
-
-T = TypeVar("T")
+from responses_gateway.store.sqlite_file import SQLiteFile, connect
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
@@ -36,52 +33,24 @@ CREATE TABLE IF NOT EXISTS uploads (
 _COLUMNS = "id, tenant, filename, bytes, purpose, created_at, expires_at"
 
 
-class SQLiteDatabase:
-    """One connection used by one thread at a time, calls run off the event loop."""
+BUSY_TIMEOUT_MS = 30_000  # how long a call waits, in the file's thread, for another writer
 
-    def __init__(self, path: str, schema: str,
-                 connect: Callable[[str], sqlite3.Connection] | None = None) -> None:
-        """``connect``: another sqlite3-compatible module's connection (the vector engine's,
-        with sqlite-vec loaded); by default the standard library's."""
-        self.path = path
-        self._lock = threading.Lock()
-        if connect is None:
-            self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
-                                        timeout=30)
-            self.conn.row_factory = sqlite3.Row
-        else:
-            self.conn = connect(path)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.executescript(schema)
 
-    def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        with self._lock:
-            return fn(self.conn)
+def _rows(path: str) -> sqlite3.Connection:
+    """The standard connection, rows readable by column name."""
+    conn = connect(path)
+    conn.row_factory = sqlite3.Row
+    return conn
 
-    def tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """``fn`` in one write transaction (BEGIN IMMEDIATE: writers queue, readers go on)."""
-        with self._lock:
-            self.conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = fn(self.conn)
-            except BaseException:
-                self.conn.execute("ROLLBACK")
-                raise
-            self.conn.execute("COMMIT")
-            return result
 
-    async def run(self, fn: Callable[[sqlite3.Connection], T], *, write: bool = False) -> T:
-        return await asyncio.to_thread(self.tx if write else self.call, fn)
-
-    def close(self) -> None:
-        with self._lock:
-            self.conn.close()
+def _records(path: str) -> SQLiteFile:
+    return SQLiteFile(path, name="The file records", schema=_SCHEMA, connect=_rows,
+                      busy_timeout_ms=BUSY_TIMEOUT_MS)
 
 
 class SQLiteFileRecords(FileRecords):
     def __init__(self, path: str) -> None:
-        self.db = SQLiteDatabase(path, _SCHEMA)
+        self.db = _records(path)
 
     async def add(self, record: FileRecord, tenant_limit: int) -> None:
         def write(c: sqlite3.Connection) -> None:
@@ -94,7 +63,7 @@ class SQLiteFileRecords(FileRecords):
             c.execute("INSERT INTO file_usage (tenant, bytes) VALUES (?, ?) ON CONFLICT(tenant) "
                       "DO UPDATE SET bytes = bytes + excluded.bytes", (record.tenant, record.bytes))
 
-        await self.db.run(write, write=True)
+        await self.db.run(self.db.transaction, write)
 
     async def get(self, file_id: str, tenant: str) -> FileRecord | None:
         def read(c: sqlite3.Connection) -> FileRecord | None:
@@ -102,7 +71,7 @@ class SQLiteFileRecords(FileRecords):
                             (tenant, file_id)).fetchone()
             return FileRecord.from_row(dict(row)) if row else None
 
-        return await self.db.run(read)
+        return await self.db.run(self.db.call, read)
 
     async def page(
         self, tenant: str, *, purpose: str | None, order: str, after: str | None, limit: int,
@@ -125,7 +94,7 @@ class SQLiteFileRecords(FileRecords):
             ).fetchall()
             return [FileRecord.from_row(dict(r)) for r in rows[:limit]], len(rows) > limit
 
-        return await self.db.run(read)
+        return await self.db.run(self.db.call, read)
 
     async def remove(self, file_id: str, tenant: str) -> FileRecord | None:
         def write(c: sqlite3.Connection) -> FileRecord | None:
@@ -138,13 +107,13 @@ class SQLiteFileRecords(FileRecords):
                       (row["bytes"], tenant))
             return FileRecord.from_row(dict(row))
 
-        return await self.db.run(write, write=True)
+        return await self.db.run(self.db.transaction, write)
 
     async def used_bytes(self, tenant: str) -> int:
-        return await self.db.run(lambda c: _used(c, tenant))
+        return await self.db.run(self.db.call, lambda c: _used(c, tenant))
 
     async def aclose(self) -> None:
-        self.db.close()
+        await self.db.aclose()
 
 
 def _used(c: sqlite3.Connection, tenant: str) -> int:
@@ -154,21 +123,21 @@ def _used(c: sqlite3.Connection, tenant: str) -> int:
 
 class SQLiteUploadRecords(UploadRecords):
     def __init__(self, path: str) -> None:
-        self.db = SQLiteDatabase(path, _SCHEMA)
+        self.db = _records(path)
 
     async def add(self, record: UploadRecord) -> None:
         row = record.to_row()
-        await self.db.run(lambda c: c.execute(
+        await self.db.run(self.db.transaction, lambda c: c.execute(
             f"INSERT INTO uploads ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-            list(row.values())), write=True)
+            list(row.values())))
 
     async def get(self, upload_id: str, tenant: str) -> UploadRecord | None:
-        row = await self.db.run(lambda c: c.execute(
+        row = await self.db.run(self.db.call, lambda c: c.execute(
             "SELECT * FROM uploads WHERE tenant = ? AND id = ?", (tenant, upload_id)).fetchone())
         return UploadRecord.from_row(dict(row)) if row else None
 
     async def _change(self, sql: str, args: list[object]) -> bool:
-        return await self.db.run(lambda c: c.execute(sql, args).rowcount > 0, write=True)
+        return await self.db.run(self.db.transaction, lambda c: c.execute(sql, args).rowcount > 0)
 
     async def add_part(self, upload_id: str, tenant: str, size: int, now: float) -> bool:
         return await self._change(
@@ -194,7 +163,7 @@ class SQLiteUploadRecords(UploadRecords):
             "status = ? AND expires_at > ?", [tenant, upload_id, PENDING, now])
 
     async def aclose(self) -> None:
-        self.db.close()
+        await self.db.aclose()
 
 
 class DiskBlobs(Blobs):

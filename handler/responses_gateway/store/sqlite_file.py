@@ -237,16 +237,18 @@ class SQLiteFile:
     # -- closing -----------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Close the connection once the file's thread is done with what it was given."""
-        executor, self._executor = self._executor, None
-        if executor is None:
-            self._close()
-            return
-        await asyncio.get_running_loop().run_in_executor(executor, self._close)
-        executor.shutdown(wait=False)
+        """:meth:`close`, once the file's thread is done with what it was given."""
+        if self._executor is not None:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self.close)
+        else:
+            self.close()
 
-    def _close(self) -> None:
+    def close(self) -> None:
+        """Close the connection (after a call holding it ends) and let the thread go."""
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False)

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from responses_gateway.files.local import SQLiteDatabase
+from responses_gateway.store.sqlite_file import SQLiteFile
 from responses_gateway.vectors import matrix_cache, vec_index
 
 _SCHEMA = """
@@ -92,26 +92,26 @@ class LocalVectorEngine:
     """The catalog and the index of the local engine (one SQLite database)."""
 
     def __init__(self, path: str, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
-        self.db = SQLiteDatabase(database_path(path), _SCHEMA, connect=vec_index.connect)
+        self.db = SQLiteFile(database_path(path), name="The vector stores", schema=_SCHEMA,
+                             prepare=_add_files_version, connect=vec_index.connect,
+                             busy_timeout_ms=30_000)
         self.cache = matrix_cache.MatrixCache(cache_bytes)
         # (tenant, store id) -> (generation, its completed files): read per search, parsed once
         self._files: OrderedDict[tuple[str, str], tuple[tuple[int, ...], dict[str, Any]]] = \
             OrderedDict()
-        self.db.call(_add_files_version)
         self._pool: ThreadPoolExecutor | None = None  # the matrix scan beside FTS5
 
     # -- stores ---------------------------------------------------------------------------
 
     async def add_store(self, tenant: str, row: dict[str, Any]) -> None:
-        await self.db.run(lambda c: c.execute(
+        await self.db.run_in_thread(self.db.transaction, lambda c: c.execute(
             "INSERT INTO vector_stores (tenant, id, created_at, name, description, metadata, "
             "expires_after, last_active_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (tenant, row["id"], row["created_at"], row["name"], row.get("description"),
-             _json(row["metadata"]), _json(row["expires_after"]), row["last_active_at"])),
-            write=True)
+             _json(row["metadata"]), _json(row["expires_after"]), row["last_active_at"])))
 
     async def store(self, tenant: str, store_id: str) -> dict[str, Any] | None:
-        return await self.db.run(lambda c: _row(c.execute(
+        return await self.db.run_in_thread(self.db.call, lambda c: _row(c.execute(
             "SELECT * FROM vector_stores WHERE tenant = ? AND id = ?", (tenant, store_id)
         ).fetchone()))
 
@@ -126,19 +126,19 @@ class LocalVectorEngine:
                 usage += used or 0
             return statuses, usage
 
-        return await self.db.run(read)
+        return await self.db.run_in_thread(self.db.call, read)
 
     async def stores_page(self, tenant: str, order: str, after: str | None,
                           before: str | None, limit: int) -> tuple[list[dict[str, Any]], bool]:
-        return await self.db.run(lambda c: _page(
+        return await self.db.run_in_thread(self.db.call, lambda c: _page(
             c, "vector_stores", "id", ("tenant = ?",), [tenant], order, after, before, limit))
 
     async def update_store(self, tenant: str, store_id: str, changes: dict[str, Any]) -> None:
         sets = ", ".join(f"{k} = ?" for k in changes)
         values = [_json(v) if k in JSON_COLUMNS else v for k, v in changes.items()]
-        await self.db.run(lambda c: c.execute(
+        await self.db.run_in_thread(self.db.transaction, lambda c: c.execute(
             f"UPDATE vector_stores SET {sets} WHERE tenant = ? AND id = ?",
-            [*values, tenant, store_id]), write=True)
+            [*values, tenant, store_id]))
 
     async def delete_store(self, tenant: str, store_id: str) -> bool:
         def write(c: sqlite3.Connection) -> bool:
@@ -149,7 +149,7 @@ class LocalVectorEngine:
                           (tenant, store_id))
             return bool(gone)
 
-        return await self.db.run(write, write=True)
+        return await self.db.run_in_thread(self.db.transaction, write)
 
     # -- files and batches ------------------------------------------------------------------
 
@@ -178,10 +178,10 @@ class LocalVectorEngine:
             _bump(c, tenant, store_id, [r["file_id"] for r in rows])
             return True
 
-        return await self.db.run(write, write=True)
+        return await self.db.run_in_thread(self.db.transaction, write)
 
     async def file(self, tenant: str, store_id: str, file_id: str) -> dict[str, Any] | None:
-        return await self.db.run(lambda c: _row(c.execute(
+        return await self.db.run_in_thread(self.db.call, lambda c: _row(c.execute(
             "SELECT * FROM vs_files WHERE tenant = ? AND store_id = ? AND file_id = ?",
             (tenant, store_id, file_id)).fetchone()))
 
@@ -196,7 +196,7 @@ class LocalVectorEngine:
         if batch_id:
             where.append("batch_id = ?")
             args.append(batch_id)
-        return await self.db.run(lambda c: _page(
+        return await self.db.run_in_thread(self.db.call, lambda c: _page(
             c, "vs_files", "file_id", tuple(where), args, order, after, before, limit))
 
     async def completed_files(self, tenant: str, store_id: str) -> dict[str, dict[str, Any]]:
@@ -226,7 +226,7 @@ class LocalVectorEngine:
             finally:
                 c.execute("COMMIT")
 
-        return await self.db.run(read)
+        return await self.db.run_in_thread(self.db.call, read)
 
     async def update_file(self, tenant: str, store_id: str, file_id: str,
                           changes: dict[str, Any], *, only_status: str | None = None) -> bool:
@@ -243,7 +243,7 @@ class LocalVectorEngine:
                 _bump_files(c, tenant, store_id)
             return done
 
-        return await self.db.run(write, write=True)
+        return await self.db.run_in_thread(self.db.transaction, write)
 
     async def remove_file(self, tenant: str, store_id: str, file_id: str) -> bool:
         def write(c: sqlite3.Connection) -> bool:
@@ -254,12 +254,12 @@ class LocalVectorEngine:
             _bump(c, tenant, store_id, [file_id])
             return bool(gone)
 
-        return await self.db.run(write, write=True)
+        return await self.db.run_in_thread(self.db.transaction, write)
 
     async def add_batch(self, tenant: str, store_id: str, batch_id: str, created: int) -> None:
-        await self.db.run(lambda c: c.execute(
+        await self.db.run_in_thread(self.db.transaction, lambda c: c.execute(
             "INSERT INTO vs_batches (tenant, store_id, id, created_at, status) VALUES "
-            "(?, ?, ?, ?, 'in_progress')", (tenant, store_id, batch_id, created)), write=True)
+            "(?, ?, ?, ?, 'in_progress')", (tenant, store_id, batch_id, created)))
 
     async def batch(self, tenant: str, store_id: str, batch_id: str
                     ) -> tuple[dict[str, Any], dict[str, int]] | None:
@@ -273,7 +273,7 @@ class LocalVectorEngine:
                 "batch_id = ? GROUP BY status", (tenant, store_id, batch_id)).fetchall())
             return dict(row), counts
 
-        return await self.db.run(read)
+        return await self.db.run_in_thread(self.db.call, read)
 
     async def cancel_batch(self, tenant: str, store_id: str, batch_id: str) -> None:
         def write(c: sqlite3.Connection) -> None:
@@ -284,11 +284,11 @@ class LocalVectorEngine:
                       (tenant, store_id, batch_id))
             _bump_files(c, tenant, store_id)
 
-        await self.db.run(write, write=True)
+        await self.db.run_in_thread(self.db.transaction, write)
 
     async def stale_files(self, now: float) -> list[dict[str, Any]]:
         """Files left ``in_progress`` by a process that stopped (their lease ran out)."""
-        return await self.db.run(lambda c: [_row(r) for r in c.execute(
+        return await self.db.run_in_thread(self.db.call, lambda c: [_row(r) for r in c.execute(
             "SELECT * FROM vs_files WHERE status = 'in_progress' AND lease_until < ?", (now,))])
 
     # -- chunks -----------------------------------------------------------------------------
@@ -303,7 +303,7 @@ class LocalVectorEngine:
                 found.update((k, unpack(v)) for k, v in rows)
             return found
 
-        return await self.db.run(read)
+        return await self.db.run_in_thread(self.db.call, read)
 
     async def write_chunks(self, tenant: str, store_id: str, file_id: str,
                            chunks: list[Any], usage: int) -> bool:
@@ -333,10 +333,10 @@ class LocalVectorEngine:
             _bump(c, tenant, store_id, [file_id])
             return True
 
-        return await self.db.run(write, write=True)
+        return await self.db.run_in_thread(self.db.transaction, write)
 
     async def file_text(self, tenant: str, store_id: str, file_id: str) -> list[str]:
-        return await self.db.run(lambda c: [r[0] for r in c.execute(
+        return await self.db.run_in_thread(self.db.call, lambda c: [r[0] for r in c.execute(
             "SELECT text FROM vs_chunks WHERE tenant = ? AND store_id = ? AND file_id = ? "
             "ORDER BY idx", (tenant, store_id, file_id))])
 
@@ -352,7 +352,7 @@ class LocalVectorEngine:
             finally:
                 c.execute("COMMIT")
 
-        return await self.db.run(read)
+        return await self.db.run_in_thread(self.db.call, read)
 
     def _search(self, c: sqlite3.Connection, tenant: str, store_id: str,
                 queries: list[list[float]], text: str, files: set[str], want_text: bool,
@@ -477,7 +477,7 @@ class LocalVectorEngine:
     async def aclose(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False)
-        self.db.close()
+        await self.db.aclose()
 
 
 def _bump_files(c: sqlite3.Connection, tenant: str, store_id: str) -> None:
