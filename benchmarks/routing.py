@@ -33,7 +33,8 @@ from responses_gateway.backends.base import Backend, BackendRequest, BaseBackend
 from responses_gateway.backends.openai_compat import OpenAICompatBackend
 from responses_gateway.backends.route_config import Deployment
 from responses_gateway.backends.router import Router
-from responses_gateway.store.health import HealthStore, SQLiteHealth
+from responses_gateway.store.health import HealthStore
+from responses_gateway.store.health_sqlite import SQLiteHealth
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True,
         "stream_options": {"include_usage": True}}

@@ -23,7 +23,8 @@ from responses_gateway.backends.base import BackendRequest, BaseBackend
 from responses_gateway.backends.route_config import Deployment, parse_routes
 from responses_gateway.backends.router import Router
 from responses_gateway.errors import UpstreamError
-from responses_gateway.store.health import FORGET_AFTER, Health, HealthStore, SQLiteHealth
+from responses_gateway.store.health import FORGET_AFTER, Health, HealthStore
+from responses_gateway.store.health_sqlite import SQLiteHealth
 from tests.helpers.e2e import client_for, e2e_settings
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.moto_server import create_dynamodb_table, use_moto

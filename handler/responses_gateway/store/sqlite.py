@@ -155,7 +155,7 @@ class SQLiteStore(Store, ConversationStore):
 
     def health_store(self) -> HealthStore:
         """Routed deployments' health in this file (store/health.py)."""
-        from responses_gateway.store.health import SQLiteHealth
+        from responses_gateway.store.health_sqlite import SQLiteHealth
 
         return SQLiteHealth(self.path)
 
