@@ -1,15 +1,17 @@
 """One local SQLite file as the gateway uses it: opened, run, checkpointed and closed one way.
 
 The response store (store/sqlite.py), the usage ledger (store/usage_sqlite.py), routed
-deployments' health (store/health.py), the file records (files/local.py) and the vector engine
-(vectors/local.py) each keep their tables in a local SQLite file through a :class:`SQLiteFile`.
+deployments' health (store/health_sqlite.py), the file records (files/local.py) and the vector
+engine (vectors/local.py) each keep their tables in a local SQLite file through a
+:class:`SQLiteFile`.
 
 Opening: WAL (readers run beside the writer, across processes too), ``synchronous = NORMAL``
 (a WAL commit does not wait for the disk), SQLite's own checkpoint off (it would sync the file
-in whichever thread commits: the event loop's), then the caller's schema script and its
-``prepare`` (migrations) in one ``BEGIN IMMEDIATE`` transaction, waiting for another process as
-long as any call may. Every read-check-write is one ``BEGIN IMMEDIATE`` transaction
-(:meth:`SQLiteFile.tx`), so processes sharing the file agree.
+in whichever thread commits: the event loop's), then the caller's schema script (``CREATE ...
+IF NOT EXISTS``) and, in one ``BEGIN IMMEDIATE`` transaction, its ``prepare`` (migrations, a
+purge), all waiting for another process's write as long as any call may. Every
+read-check-write is one ``BEGIN IMMEDIATE`` transaction (:meth:`SQLiteFile.tx`), so processes
+sharing the file agree.
 
 Running, two ways:
 
@@ -64,7 +66,8 @@ def _busy(e: sqlite3.Error) -> bool:
 
 
 class SQLiteFile:
-    """One connection to one SQLite file, used by one thread at a time, and the file's thread.
+    """One connection to one SQLite file (one thread at a time holds it) and the one thread
+    that waits for the file when it is busy.
 
     ``name`` says whose file it is in errors ("The usage ledger (PATH)"). ``lazy``: opened on
     first use (in the file's thread) and again after :meth:`aclose`; otherwise opened now, so
