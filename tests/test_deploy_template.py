@@ -373,6 +373,9 @@ def test_sam_build_without_containers(tmp_path: Path) -> None:
     if python is None:
         pytest.skip(f"no {RUNTIME} interpreter here: `sam build` without a container needs the "
                     "function's runtime; the layer is checked by the test above instead")
+    if shutil.which("make") is None:
+        pytest.skip("no make here: `sam build` without a container builds the functions with "
+                    "handler/Makefile")
     env = aws_env()
     env["PATH"] = os.path.dirname(python) + os.pathsep + env.get("PATH", "")
     env.pop("PYENV_VERSION", None)
