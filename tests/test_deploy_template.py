@@ -400,6 +400,7 @@ def test_sam_build_without_containers(tmp_path: Path) -> None:
         assert sorted(p.name for p in code.iterdir() if not p.name.startswith(".")) == [
             "responses_gateway", "run.sh"], "handler/ holds only our code"
         _assert_compiled_for_the_runtime(code / "responses_gateway")
+    _assert_loaded_without_source(python, build / "ApiFunction")
     assert os.access(build / "ApiFunction" / "run.sh", os.X_OK)
     built = (build / "template.yaml").read_text()
     assert "RESPONSE_STREAM" in built
@@ -418,6 +419,19 @@ def _assert_compiled_for_the_runtime(package: Path) -> None:
         assert flags == 0b01, f"{compiled}: not an unchecked-hash .pyc (flags {flags})"
     strays = [p for p in package.rglob("*.pyc") if ".cpython-312." not in p.name]
     assert not strays, f"bytecode of another Python shipped: {strays[:3]}"
+
+
+def _assert_loaded_without_source(python: str, code: Path) -> None:
+    """The runtime imports the built package from its bytecode alone: a source that can no
+    longer be run (and is newer than its .pyc) is never read."""
+    for name in ("__init__.py", "status.py"):
+        (code / "responses_gateway" / name).write_text("raise ImportError('read the source')\n")
+    result = subprocess.run(
+        [python, "-c", "import responses_gateway.status as s; print(s.__name__)"],
+        capture_output=True, text=True, cwd="/", timeout=60,
+        env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(code)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "responses_gateway.status"
 
 
 def test_the_buffered_entry_point_is_importable_from_the_built_layout() -> None:
