@@ -39,6 +39,15 @@ DUMMY_AWS = {
     "AWS_SHARED_CREDENTIALS_FILE": "/dev/null", "AWS_EC2_METADATA_DISABLED": "true",
 }
 IMAGE_KEY = "sk-image-server-secret-123456"
+# What OpenAI's responses carry before any hosted tool ran (a gpt-5.5 recording: every family
+# reported, with zero counts).
+ZERO_TOOL_USAGE = {
+    "image_gen": {
+        "input_tokens": 0, "input_tokens_details": {"image_tokens": 0, "text_tokens": 0},
+        "output_tokens": 0, "output_tokens_details": {"image_tokens": 0, "text_tokens": 0},
+        "total_tokens": 0},
+    "web_search": {"num_requests": 0},
+}
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +146,8 @@ def test_draw_then_make_it_night(client: OpenAI, upstream: ScriptedUpstream,
     assert (call["size"], call["quality"], call["output_format"], call["background"],
             call["action"]) == ("1024x1536", "high", "png", "opaque", "generate")
     assert call["revised_prompt"] == "a lighthouse"
+    # Bedrock's image models report no tokens: the call counts none (OpenAI's zeros stay).
+    assert first["tool_usage"] == ZERO_TOOL_USAGE
     width, height, colour = png_info(base64.b64decode(call["result"]))
     assert (width, height, colour) == (1024, 1536, colour_for("a lighthouse"))
     sent = bedrock_images.invocations[-1]
@@ -270,6 +281,15 @@ def test_openai_server_partial_images_and_edit(openai_client: OpenAI,
     first = events[-1]["response"]
     call = image_call(first)
     assert call["status"] == "completed" and call["size"] == "1024x1024"
+    assert events[0]["response"]["tool_usage"] == ZERO_TOOL_USAGE  # response.created
+    # The image server's tokens, as its completed event reported them; no web search.
+    assert first["tool_usage"] == {
+        "image_gen": {"input_tokens": 5, "input_tokens_details": {"image_tokens": 0,
+                                                                  "text_tokens": 0},
+                      "output_tokens": 100, "output_tokens_details": {"image_tokens": 0,
+                                                                      "text_tokens": 0},
+                      "total_tokens": 105},
+        "web_search": {"num_requests": 0}}
     sent = images_server.calls[-1]
     assert sent.path == "/v1/images/generations"
     assert sent.headers["Authorization"] == f"Bearer {IMAGE_KEY}"
@@ -279,6 +299,10 @@ def test_openai_server_partial_images_and_edit(openai_client: OpenAI,
         model="m", input=draw("make it night", "oa-2", edit=True),
         tools=[{"type": "image_generation"}], previous_response_id=first["id"]))
     edited = image_call(night)
+    usage = night["tool_usage"]["image_gen"]
+    assert (usage["input_tokens"], usage["output_tokens"], usage["total_tokens"],
+            usage["input_tokens_details"]) == (7, 100, 107, {"image_tokens": 2,
+                                                            "text_tokens": 5})
     sent = images_server.calls[-1]
     assert sent.path == "/v1/images/edits"
     assert sent.files["image"] == base64.b64decode(call["result"])

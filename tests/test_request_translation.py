@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionMessageParam
-from openai.types.responses import ResponseItem
+from openai.types.responses import FunctionTool, ResponseItem
 from pydantic import TypeAdapter, ValidationError
 
 from responses_gateway.errors import GatewayError
@@ -22,6 +22,7 @@ from responses_gateway.translate.request_models import (
     normalize_input,
     parse_create_request,
 )
+from responses_gateway.translate.response_object import new_response
 from responses_gateway.translate.sealing import Sealer
 from responses_gateway.translate.to_chat import to_chat_request
 from tests.helpers.responses_validation import sdk_validate_response, spec_validate_response
@@ -706,6 +707,29 @@ CALC = {
             set(),
         ),
         (
+            "openai-gpt55-reasoning-text-then-function-call-phase.sse",
+            {
+                "input": "x",
+                "instructions": "Briefly narrate what you are about to do before calling each "
+                                "tool.",
+                "tools": [
+                    {
+                        "type": "function",
+                        "name": "get_capital",
+                        "parameters": {
+                            "additionalProperties": False,
+                            "properties": {"country": {"type": "string"}},
+                            "required": ["country"],
+                            "type": "object",
+                        },
+                        "strict": True,
+                    }
+                ],
+            },
+            # gpt-5.5's own defaults: reasoning effort, cache retention, top_p
+            {"reasoning", "prompt_cache_retention", "top_p"},
+        ),
+        (
             "azure-gpt51-function-call.jsonl",
             {
                 "input": "x",
@@ -732,12 +756,31 @@ def test_echo_matches_what_openai_echoes(
 ) -> None:
     recorded = fixture_response(fixture)
     echo = parse(**body).echo()
+    if not any("output_schema" in tool for tool in recorded.get("tools") or ()):
+        # OpenAI echoes a function's output_schema since 2026 (the gpt-5.5 recording);
+        # the older recordings predate it.
+        for tool in echo["tools"]:
+            tool.pop("output_schema", None)
     compared = 0
     for key, value in echo.items():
         if key in recorded and key not in model_specific | {"model"}:
             assert value == recorded[key], key
             compared += 1
     assert compared >= 18
+
+
+def test_function_output_schema_and_defer_loading_are_echoed() -> None:
+    tool = {"type": "function", "name": "f", "parameters": {"type": "object"},
+            "output_schema": {"type": "object", "properties": {"ok": {"type": "boolean"}}},
+            "defer_loading": True}
+    [echoed] = parse(input="x", tools=[tool]).echo()["tools"]
+    assert echoed == {"type": "function", "description": None, "name": "f",
+                      "output_schema": tool["output_schema"], "parameters": {"type": "object"},
+                      "strict": True, "defer_loading": True}
+    assert FunctionTool.model_validate(echoed).output_schema == tool["output_schema"]
+    # No tool search hides it here: the model is offered the function.
+    assert [t["function"]["name"] for t in chat({"input": "q", "tools": [tool]})["tools"]] == [
+        "f"]
 
 
 def test_echo_defaults_and_sdk_and_spec_validity() -> None:
@@ -750,6 +793,15 @@ def test_echo_defaults_and_sdk_and_spec_validity() -> None:
     assert echo["truncation"] == "disabled" and echo["metadata"] == {}
     assert echo["store"] is True and echo["background"] is False
     resp = response_from_echo(echo)
+    sdk_validate_response(resp)
+    spec_validate_response(resp)
+    resp = new_response(echo, response_id="resp_" + "0" * 48, created_at=1)
+    # As OpenAI's newest recording has them: no moderation, and every hosted tool family's
+    # usage at zero until a call the gateway runs counts something.
+    recorded = fixture_response("openai-gpt55-reasoning-text-then-function-call-phase.sse")
+    assert resp["moderation"] is None is recorded["moderation"]
+    assert resp["tool_usage"] == recorded["tool_usage"]
+    assert list(resp).index("tool_usage") == list(resp).index("tool_choice") + 1
     sdk_validate_response(resp)
     spec_validate_response(resp)
 
@@ -790,7 +842,8 @@ def test_echo_of_set_fields() -> None:
     )
     echo = req.echo()
     assert echo["tools"] == [
-        {"type": "function", "description": "d", "name": "f", "parameters": None, "strict": False}
+        {"type": "function", "description": "d", "name": "f", "output_schema": None,
+         "parameters": None, "strict": False}
     ]
     assert echo["tool_choice"] == {
         "type": "allowed_tools",

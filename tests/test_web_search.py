@@ -97,6 +97,8 @@ def test_search_streams_events_and_cites(client: OpenAI, upstream: ScriptedUpstr
                                     "end_index": start + len(link), "url": CITED["url"],
                                     "title": CITED["title"]}]
     assert response["tools"][0]["type"] == "web_search"
+    assert response["tool_usage"]["web_search"] == {"num_requests": 1}  # one search ran
+    assert response["tool_usage"]["image_gen"]["total_tokens"] == 0
     # The provider was asked; the model got the results, numbered with URLs, next turn.
     asked = [r for r in provider.requests if r.params.get("q") == "rust edition"]
     assert asked and asked[-1].headers["authorization"] == f"Bearer {KEY}"
@@ -126,6 +128,7 @@ def test_open_page_and_find_in_page(client: OpenAI, upstream: ScriptedUpstream,
     [call] = web_search_items(response)
     assert call["action"] == {"type": "open_page", "url": url}
     assert call["status"] == "completed"
+    assert response["tool_usage"]["web_search"] == {"num_requests": 0}  # a page, no search
     read = [b for b in upstream.requests if "open" in str(b["messages"])][-1]["messages"][-1]
     assert "# The edition guide" in read["content"] and "var secret" not in read["content"]
     part = response["output"][-1]["content"][0]

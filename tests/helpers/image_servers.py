@@ -498,8 +498,10 @@ class _ImagesHandler(BaseHTTPRequestHandler):
             return
         self._json(200, {"created": 1, "data": [{"b64_json": final, "revised_prompt":
                                                  "Revised: " + fields["prompt"]}], **used,
-                         "usage": {"input_tokens": 5, "output_tokens": 100,
-                                   "total_tokens": 105}})
+                         "usage": {"input_tokens": 7, "output_tokens": 100,
+                                   "total_tokens": 107,
+                                   "input_tokens_details": {"image_tokens": 2,
+                                                            "text_tokens": 5}}})
 
     def _json(self, status: int, payload: Any) -> None:
         body = json.dumps(payload).encode()

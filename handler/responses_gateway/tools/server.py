@@ -53,7 +53,7 @@ class ServerCall:
     """A call the model made to a server tool's function, or one a tool runs unasked (a
     call the client approved in its previous request runs before the model)."""
 
-    __slots__ = ("arguments", "call_id", "extra", "fragments", "pauses", "spec")
+    __slots__ = ("arguments", "call_id", "extra", "fragments", "pauses", "spec", "usage")
 
     def __init__(
         self, call_id: str, spec: ToolSpec, arguments: str, extra: dict[str, Any] | None = None,
@@ -68,6 +68,9 @@ class ServerCall:
         #: set by the tool: the response ends after this turn and waits for the client
         #: (an approval request); the model is not asked again
         self.pauses = False
+        #: set by the tool: what the call counts in the response's ``tool_usage`` (a search
+        #: run: ``{"web_search": {"num_requests": 1}}``; an image's tokens under ``image_gen``)
+        self.usage: dict[str, Any] | None = None
 
 
 @dataclass

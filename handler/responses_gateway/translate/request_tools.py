@@ -30,6 +30,8 @@ class FunctionTool(BaseModel):
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+    output_schema: dict[str, Any] | None = None  # echoed; the chat function has no place for it
+    defer_loading: bool | None = None  # echoed; no tool search here hides it, so it is offered
 
 
 class FormatGrammar(BaseModel):
@@ -322,15 +324,19 @@ def _echo_tool(tool: BaseModel) -> dict[str, Any]:
     if isinstance(tool, FunctionTool):
         # Responses function tools are strict unless the client says otherwise (OpenAI
         # echoes true).
-        return {
+        echoed: dict[str, Any] = {
             "type": "function",
             "description": tool.description,
             "name": tool.name,
+            "output_schema": tool.output_schema,
             "parameters": tool.parameters,
             "strict": True if tool.strict is None else tool.strict,
         }
+        if tool.defer_loading is not None:
+            echoed["defer_loading"] = tool.defer_loading
+        return echoed
     if isinstance(tool, CustomTool):
-        echoed: dict[str, Any] = {"type": "custom", "name": tool.name}
+        echoed = {"type": "custom", "name": tool.name}
         if tool.description is not None:
             echoed["description"] = tool.description
         echoed["format"] = (
@@ -362,8 +368,10 @@ def _echo_tool(tool: BaseModel) -> dict[str, Any]:
 
 def _echo_member(tool: BaseModel) -> dict[str, Any]:
     echoed = _echo_tool(tool)
-    if isinstance(tool, FunctionTool) and tool.strict is None:
-        echoed.pop("strict")  # namespace members echo what was sent (NamespaceTool's shape)
+    if isinstance(tool, FunctionTool):  # namespace members echo what was sent
+        for name in ("strict", "output_schema"):
+            if getattr(tool, name) is None:
+                echoed.pop(name)
     return echoed
 
 

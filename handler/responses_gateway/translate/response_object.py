@@ -20,6 +20,7 @@ _DEFAULTS: tuple[tuple[str, Any], ...] = (
     ("max_output_tokens", None),
     ("max_tool_calls", None),
     ("model", ""),
+    ("moderation", None),
     ("output", None),
     ("parallel_tool_calls", True),
     ("presence_penalty", 0.0),
@@ -33,6 +34,7 @@ _DEFAULTS: tuple[tuple[str, Any], ...] = (
     ("temperature", 1.0),
     ("text", None),
     ("tool_choice", "auto"),
+    ("tool_usage", None),
     ("tools", None),
     ("top_logprobs", 0),
     ("top_p", 1.0),
@@ -65,7 +67,42 @@ def new_response(
         response["text"] = {"format": {"type": "text"}, "verbosity": "medium"}
     if response["reasoning"] is None:
         response["reasoning"] = {"effort": None, "summary": None}
+    if response["tool_usage"] is None:
+        response["tool_usage"] = zero_tool_usage()
     return response
+
+
+def zero_tool_usage() -> dict[str, Any]:
+    """``tool_usage`` before any call of a tool the gateway runs: OpenAI reports every family
+    with zero counts, not nothing. The calls add theirs (:func:`sum_usage`)."""
+    return {
+        "image_gen": {
+            "input_tokens": 0,
+            "input_tokens_details": {"image_tokens": 0, "text_tokens": 0},
+            "output_tokens": 0,
+            "output_tokens_details": {"image_tokens": 0, "text_tokens": 0},
+            "total_tokens": 0,
+        },
+        "web_search": {"num_requests": 0},
+    }
+
+
+def sum_usage(before: dict[str, Any] | None, usage: dict[str, Any] | None) -> dict[str, Any]:
+    """Two usage objects as one: every count added up, nested objects alike (the model turns
+    of one response; the tool calls of its ``tool_usage``)."""
+    if before is None or usage is None:
+        return dict(before or usage or {})
+    total: dict[str, Any] = {}
+    for key in before.keys() | usage.keys():
+        a, b = before.get(key), usage.get(key)
+        if isinstance(a, dict) or isinstance(b, dict):
+            total[key] = sum_usage(a if isinstance(a, dict) else None,
+                                   b if isinstance(b, dict) else None)
+        elif isinstance(a, int) or isinstance(b, int):
+            total[key] = (a if isinstance(a, int) else 0) + (b if isinstance(b, int) else 0)
+        else:
+            total[key] = b if b is not None else a
+    return total
 
 
 def usage_from_chat(usage: dict[str, Any]) -> dict[str, Any]:

@@ -48,7 +48,11 @@ from responses_gateway.translate.item_kinds import SERVER as _SERVER
 from responses_gateway.translate.item_kinds import TEXT as _TEXT
 from responses_gateway.translate.item_kinds import TOOL_ITEM as _TOOL_ITEM
 from responses_gateway.translate.item_kinds import TranslationError
-from responses_gateway.translate.response_object import response_error, usage_from_chat
+from responses_gateway.translate.response_object import (
+    response_error,
+    sum_usage,
+    usage_from_chat,
+)
 from responses_gateway.translate.stream_calls import CallItems, _Call
 from responses_gateway.translate.stream_reasoning import ReasoningItems
 from responses_gateway.translate.stream_repeat import _Repeat
@@ -79,7 +83,6 @@ class TranslateOptions:
     tools: dict[str, ToolSpec] | None = None  # chat function name -> what it stands for
     #: annotations for a text part as it closes (server tools' citations: tools/server.py)
     annotate: Callable[[str], list[dict[str, Any]]] | None = None
-
 
 
 class ResponseTranslator(CallItems, ReasoningItems):
@@ -402,7 +405,7 @@ class ResponseTranslator(CallItems, ReasoningItems):
         self._close(out, "completed")
         self._close_pending_calls(out)
         if self._usage is not None:
-            self._usage_before = _sum_usage(self._usage_before, usage_from_chat(self._usage))
+            self._usage_before = sum_usage(self._usage_before, usage_from_chat(self._usage))
         self._usage = None
         self._calls_by_index = {}
         self._calls_by_id = {}
@@ -428,7 +431,7 @@ class ResponseTranslator(CallItems, ReasoningItems):
     def _set_usage(self) -> None:
         usage = usage_from_chat(self._usage) if self._usage is not None else None
         if self._usage_before is not None:
-            usage = _sum_usage(self._usage_before, usage)
+            usage = sum_usage(self._usage_before, usage)
         if usage is not None:
             self.response["usage"] = usage
 
@@ -591,7 +594,13 @@ class ResponseTranslator(CallItems, ReasoningItems):
         """Responses usage of work done for this response beside its model turns (a
         compaction's summarising calls): counted in the response's ``usage``."""
         if usage:
-            self._usage_before = _sum_usage(self._usage_before, usage)
+            self._usage_before = sum_usage(self._usage_before, usage)
+
+    def add_tool_usage(self, usage: dict[str, Any] | None) -> None:
+        """What a call of a tool the gateway runs reports (a search, an image's tokens):
+        counted in the response's ``tool_usage``, as OpenAI counts its hosted tools'."""
+        if usage:
+            self.response["tool_usage"] = sum_usage(self.response.get("tool_usage"), usage)
 
     def _add_item(self, item: dict[str, Any], out: list[Event]) -> None:
         output = self.response["output"]
@@ -775,27 +784,6 @@ class ResponseTranslator(CallItems, ReasoningItems):
         return self.fail(str(code), f"Upstream error: {message}")
 
 
-
-
-
-
-def _sum_usage(before: dict[str, Any] | None, usage: dict[str, Any] | None) -> dict[str, Any]:
-    """Responses usage of several model turns: every count added up."""
-    if before is None or usage is None:
-        return dict(before or usage or {})
-    total: dict[str, Any] = {}
-    for key in before.keys() | usage.keys():
-        a, b = before.get(key), usage.get(key)
-        if isinstance(a, dict) or isinstance(b, dict):
-            total[key] = _sum_usage(a if isinstance(a, dict) else None,
-                                    b if isinstance(b, dict) else None)
-        elif isinstance(a, int) or isinstance(b, int):
-            total[key] = (a if isinstance(a, int) else 0) + (b if isinstance(b, int) else 0)
-        else:
-            total[key] = b if b is not None else a
-    return total
-
-
 def _has_other_call_parts(get: Callable[[str], Any]) -> bool:
     return bool(
         get("content") or get("reasoning_content") or get("reasoning")
@@ -834,6 +822,3 @@ def _fill_bytes(entry: dict[str, Any]) -> None:
     if entry.get("bytes").__class__ is not list:
         token = entry.get("token")
         entry["bytes"] = list(token.encode()) if token.__class__ is str else []
-
-
-

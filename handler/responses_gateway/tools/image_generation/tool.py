@@ -155,6 +155,8 @@ class ImageGenerationTool(ServerTool):
                             output_format=params.output_format, quality=params.quality,
                             size=params.size)]
                     continue
+                if step.usage:
+                    call.usage = {"image_gen": step.usage}
                 yield _completed(items, step, drawing.action)
                 self.source = step.b64  # a later call in this response edits this one
                 return

@@ -61,6 +61,9 @@ KIND = "web_search"
 TOOL_TYPES = ("web_search", "web_search_2025_08_26", "web_search_preview",
               "web_search_preview_2025_03_11")
 SOURCES = "web_search_call.action.sources"
+#: what a search counts in the response's ``tool_usage`` (OpenAI counts searches, not the
+#: opening of a page or a find in it)
+SEARCHED: dict[str, Any] = {"web_search": {"num_requests": 1}}
 SEARCH, OPEN, FIND = "web_search", "open_page", "find_in_page"
 # search_context_size: results per search, characters per result, characters of a page
 CONTEXT = {"low": (3, 300, 4_000), "medium": (6, 800, 12_000), "high": (10, 2_000, 32_000)}
@@ -190,6 +193,7 @@ class WebSearchTool(ServerTool):
         try:
             if name == SEARCH:
                 output, sources = await self._search(action["query"], context)
+                call.usage = SEARCHED  # a search the provider answered; pages are not counted
                 if self.options.include_sources:
                     item["action"]["sources"] = [{"type": "url", "url": u} for u in sources]
             elif not self.options.live:  # not offered; a model may still name it

@@ -50,6 +50,9 @@ class Drawn:
     output_format: str
     background: str
     revised_prompt: str | None = None
+    #: the image model's tokens as the Images API reports them (``image_usage``); None when
+    #: it reports none (Bedrock's models): the call then counts nothing in ``tool_usage``
+    usage: dict[str, Any] | None = None
 
 
 class ImageFailure(Exception):
@@ -65,6 +68,31 @@ class ImageFailure(Exception):
 
     def to_error(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message, "param": None, "type": self.type}
+
+
+_COUNTS = ("input_tokens", "output_tokens", "total_tokens")
+_DETAILS = ("image_tokens", "text_tokens")
+
+
+def image_usage(reported: Any) -> dict[str, Any] | None:
+    """An Images API ``usage`` as ``tool_usage.image_gen`` counts it: its token counts and
+    their image/text details, each a non-negative integer (anything else from the image
+    server is left out); None when it reported no tokens."""
+    if not isinstance(reported, dict):
+        return None
+    usage: dict[str, Any] = _counts(reported, _COUNTS)
+    if not usage:
+        return None
+    for name in ("input_tokens_details", "output_tokens_details"):
+        details = reported.get(name)
+        if isinstance(details, dict) and (kept := _counts(details, _DETAILS)):
+            usage[name] = kept
+    return usage
+
+
+def _counts(reported: dict[str, Any], names: tuple[str, ...]) -> dict[str, int]:
+    return {name: value for name in names
+            if type(value := reported.get(name)) is int and value >= 0}
 
 
 def unsupported(params: ImageParams, field: str, value: Any, backend: str, why: str = ""

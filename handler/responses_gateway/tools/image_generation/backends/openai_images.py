@@ -22,6 +22,7 @@ from responses_gateway.tools.image_generation.backends.base import (
     ImageBackend,
     ImageFailure,
     Partial,
+    image_usage,
 )
 from responses_gateway.tools.image_generation.params import MEDIA_TYPES
 
@@ -151,7 +152,8 @@ class OpenAIImages(ImageBackend):
         return Drawn(b64, size=used("size", params.size), quality=used("quality", params.quality),
                      output_format=used("output_format", params.output_format),
                      background=used("background", params.background),
-                     revised_prompt=first.get("revised_prompt") or drawing.prompt)
+                     revised_prompt=first.get("revised_prompt") or drawing.prompt,
+                     usage=image_usage(answer.get("usage")))
 
     def _http_failure(self, response: httpx.Response) -> ImageFailure:
         try:
