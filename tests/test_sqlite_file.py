@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from responses_gateway.ids import request_id
 from responses_gateway.store import sqlite_file
 from responses_gateway.store.base import StoreUnavailable
 from responses_gateway.store.sqlite_file import SQLiteFile
@@ -139,4 +140,66 @@ async def test_checkpoints_run_in_the_files_thread(
     assert path.stat().st_size > empty + 50 * 4000  # the rows reached the file itself
     wal = Path(str(path) + "-wal").stat().st_size
     assert wal < 20 * 8192, wal  # started over after a checkpoint, not 60 rows long
+    await db.aclose()
+
+
+async def test_an_error_in_the_thread_quotes_the_callers_request_id(tmp_path: Path) -> None:
+    db = SQLiteFile(str(tmp_path / "f.db"), name="The test file", store="test store",
+                    schema=SCHEMA)
+    token = request_id.set("req_in_the_thread")
+    try:
+        with pytest.raises(StoreUnavailable) as raised:
+            await db.run_in_thread(db.call, lambda c: c.execute("SELECT * FROM missing"))
+    finally:
+        request_id.reset(token)
+    assert raised.value.message.startswith("The test store is unavailable right now.")
+    assert "quoting request id req_in_the_thread" in raised.value.message
+    await db.aclose()
+
+
+async def test_a_call_made_before_close_does_not_open_the_file_again(tmp_path: Path) -> None:
+    path = str(tmp_path / "f.db")
+    db = SQLiteFile(path, name="The test file", schema=SCHEMA, lazy=True)
+    await db.run(db.transaction, insert(1))
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # the next write waits in the file's thread
+    queued = asyncio.ensure_future(db.run(db.transaction, insert(2)))
+    await asyncio.sleep(0.05)
+    closing = asyncio.ensure_future(db.aclose())
+    await asyncio.sleep(0.05)
+    blocker.execute("ROLLBACK")
+    await queued  # it held the connection before the close: it ran
+    await closing
+    assert db._conn is None  # closed, and nothing opened it again
+    await db.run(db.transaction, insert(3))  # a call made after the close opens it again
+    assert db._conn is not None
+    await db.aclose()
+    blocker.close()
+    assert rows(path) == 3
+
+
+async def test_a_call_queued_behind_the_close_is_refused_not_reopening(tmp_path: Path) -> None:
+    path = str(tmp_path / "f.db")
+    db = SQLiteFile(path, name="The test file", schema=SCHEMA, lazy=True)
+    await db.run(db.transaction, insert(1))
+    pool = db._pool()
+    generation = db._generation
+    await db.aclose()  # the close ran; a call handed over before it now reaches the thread
+    with pytest.raises(StoreUnavailable) as raised:
+        await asyncio.get_running_loop().run_in_executor(
+            None, db._waiting, generation, db.transaction, insert(2))
+    assert raised.value.detail.endswith("is closed.")
+    assert db._conn is None and pool is not db._executor
+    assert rows(path) == 1
+
+
+@pytest.mark.parametrize("autocheckpoint", [False, True])
+async def test_which_checkpoints_a_file_gets(tmp_path: Path, autocheckpoint: bool) -> None:
+    db = SQLiteFile(str(tmp_path / "f.db"), name="The test file", schema=SCHEMA,
+                    autocheckpoint=autocheckpoint)
+    pages = await db.run(db.call, lambda c: c.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+    # SQLite's own (1000 pages) only where every call runs in the thread; ours always
+    assert pages == (1000 if autocheckpoint else 0)
+    limit = await db.run(db.call, lambda c: c.execute("PRAGMA journal_size_limit").fetchone()[0])
+    assert limit == sqlite_file.WAL_SIZE_LIMIT  # a burst's WAL is truncated afterwards
     await db.aclose()

@@ -45,21 +45,22 @@ class StoreUnavailable(GatewayError):
     """A store call failed for good (retries spent, database locked): end the response failed.
 
     ``detail`` (endpoints, table names, ARNs, file paths) goes to the log only; the client is
-    told that the store is unavailable and which request to quote.
+    told which store is unavailable (``store``: "response store", "file store", …) and which
+    request to quote.
     """
 
-    def __init__(self, detail: str) -> None:
+    def __init__(self, detail: str, *, store: str = "response store") -> None:
         rid = request_id.get()
         quote = f", quoting request id {rid}" if rid else ""
         super().__init__(
             503,
-            "The response store is unavailable right now. You can retry your request; if the "
+            f"The {store} is unavailable right now. You can retry your request; if the "
             f"error persists, tell the gateway's operator{quote}.",
             type="server_error",
             code="store_unavailable",
         )
         self.detail = detail
-        logger.error("response store unavailable (request %s): %s", rid, detail)
+        logger.error("%s unavailable (request %s): %s", store, rid, detail)
 
 
 class ResponseTooLarge(StoreUnavailable):

@@ -37,7 +37,8 @@ class SQLiteHealth(HealthStore):
 
     def __init__(self, path: str, *, busy_timeout_ms: int = 5000) -> None:
         self.path = path
-        self._file = SQLiteFile(path, name="The deployment health records", schema=_SCHEMA,
+        self._file = SQLiteFile(path, name="The deployment health records",
+                                store="routing health store", schema=_SCHEMA,
                                 busy_timeout_ms=busy_timeout_ms, lazy=True)
 
     async def read(self, route: str) -> dict[str, Health]:

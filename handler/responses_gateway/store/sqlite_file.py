@@ -27,7 +27,11 @@ Running, two ways:
   and numpy), which must not hold the loop even on a free file.
 
 Every :data:`CHECKPOINT_EVERY` calls a passive WAL checkpoint runs on that thread, so it does
-not sync the file on the loop; calls meanwhile take the thread too.
+not sync the file on the loop; calls meanwhile take the thread too. A file whose calls all run
+in the thread (``autocheckpoint``: the vector engine's large chunk writes) keeps SQLite's own
+checkpoint as well, which never runs on the loop there and keeps its WAL small between ours.
+``journal_size_limit`` truncates the WAL after a checkpoint, so a burst leaves no large file.
+Calls in the thread run in the caller's context (the request id that errors quote).
 An ``sqlite3`` error becomes :class:`StoreUnavailable` naming the caller's file ("The response
 store (PATH) failed: ..."); the detail goes to the log, never to the client.
 """
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import logging
 import sqlite3
@@ -48,6 +53,7 @@ from typing import Any, TypeVar
 from responses_gateway.store.base import StoreUnavailable
 
 CHECKPOINT_EVERY = 500  # calls between WAL checkpoints (read when counted: tests lower it)
+WAL_SIZE_LIMIT = 64 * 1024 * 1024  # bytes the WAL file is truncated to after a checkpoint
 _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 logger = logging.getLogger("responses_gateway.store")
@@ -69,7 +75,8 @@ class SQLiteFile:
     """One connection to one SQLite file (one thread at a time holds it) and the one thread
     that waits for the file when it is busy.
 
-    ``name`` says whose file it is in errors ("The usage ledger (PATH)"). ``lazy``: opened on
+    ``name`` says whose file it is in the log ("The usage ledger (PATH)"), ``store`` in the
+    client's error ("The usage ledger is unavailable right now"). ``lazy``: opened on
     first use (in the file's thread) and again after :meth:`aclose`; otherwise opened now, so
     a bad path fails at startup, and closed for good by :meth:`aclose`. ``connect`` makes a
     connection (the vector engine's loads sqlite-vec through sqlean; its errors are not
@@ -81,14 +88,20 @@ class SQLiteFile:
         path: str,
         *,
         name: str,
+        store: str = "response store",
         schema: str = "",
         prepare: Callable[[Connection], None] | None = None,
         busy_timeout_ms: int = 10_000,
         connect: Callable[[str], Connection] = connect,
         lazy: bool = False,
+        autocheckpoint: bool = False,
     ) -> None:
         self.path = path
         self.name = name
+        self.store = store
+        self._autocheckpoint = autocheckpoint
+        #: bumped by :meth:`aclose`: a call made before it may not open the file again
+        self._generation = 0
         self._schema = schema
         self._prepare = prepare
         self._busy_timeout_ms = int(busy_timeout_ms)
@@ -114,7 +127,7 @@ class SQLiteFile:
 
     def failed(self, e: sqlite3.Error | None = None) -> StoreUnavailable:
         what = "is closed." if e is None else f"failed: {e}"
-        return StoreUnavailable(f"{self.name} ({self.path}) {what}")
+        return StoreUnavailable(f"{self.name} ({self.path}) {what}", store=self.store)
 
     def _guarded(self, fn: Callable[..., T], *args: Any) -> T:
         try:
@@ -130,7 +143,9 @@ class SQLiteFile:
             conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute("PRAGMA wal_autocheckpoint = 0")  # see _checkpoint_now
+            if not self._autocheckpoint:
+                conn.execute("PRAGMA wal_autocheckpoint = 0")  # see _checkpoint_now
+            conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
             if self._schema:
                 conn.executescript(self._schema)
             self._conn = conn
@@ -205,15 +220,16 @@ class SQLiteFile:
 
     async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._pool(), functools.partial(self._waiting, fn, *args)
-        )
+        context = contextvars.copy_context()  # the request id an error quotes
+        return await loop.run_in_executor(self._pool(), functools.partial(
+            context.run, self._waiting, self._generation, fn, *args))
 
-    def _waiting(self, fn: Callable[..., T], *args: Any) -> T:
-        """On the file's thread: ``fn``, waiting up to ``busy_timeout`` for the database."""
+    def _waiting(self, generation: int, fn: Callable[..., T], *args: Any) -> T:
+        """On the file's thread: ``fn``, waiting up to ``busy_timeout`` for the database. A
+        lazy file opens again for a call made after :meth:`aclose`, not one made before."""
         with self._lock:
             if self._conn is None:
-                if not self._lazy:
+                if not self._lazy or generation != self._generation:
                     raise self.failed()
                 self._guarded(self._open)
             conn = self.conn
@@ -240,18 +256,31 @@ class SQLiteFile:
     # -- closing -----------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """:meth:`close`, once the file's thread is done with what it was given."""
-        if self._executor is not None:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self.close)
-        else:
-            self.close()
+        """Close the connection once the file's thread is done with what it was given. The
+        thread is let go here, on the loop, so no call can be handed to it after it stopped
+        taking them; a call made meanwhile gets a thread of its own (and a lazy file opens
+        again for it)."""
+        self._generation += 1
+        executor, self._executor = self._executor, None
+        if executor is None:
+            self._close_connection()
+            return
+        try:
+            await asyncio.get_running_loop().run_in_executor(executor, self._close_connection)
+        finally:
+            executor.shutdown(wait=False)
 
     def close(self) -> None:
-        """Close the connection (after a call holding it ends) and let the thread go."""
+        """:meth:`aclose` outside an event loop (waits for what the thread was given)."""
+        self._generation += 1
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+        self._close_connection()
+
+    def _close_connection(self) -> None:
+        """Close the connection (after a call holding it ends)."""
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=False)

@@ -71,7 +71,8 @@ class SQLiteUsage(UsageStore):
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._file = SQLiteFile(path, name="The usage ledger", schema=_SCHEMA,
+        self._file = SQLiteFile(path, name="The usage ledger", store="usage ledger",
+                                schema=_SCHEMA,
                                 busy_timeout_ms=_BUSY_SECONDS * 1000, lazy=True)
 
     @classmethod

@@ -93,8 +93,9 @@ class LocalVectorEngine:
 
     def __init__(self, path: str, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.db = SQLiteFile(database_path(path), name="The vector stores", schema=_SCHEMA,
-                             prepare=_add_files_version, connect=vec_index.connect,
-                             busy_timeout_ms=30_000)
+                             store="vector store index", prepare=_add_files_version,
+                             connect=vec_index.connect, busy_timeout_ms=30_000,
+                             autocheckpoint=True)  # every call runs in the thread
         self.cache = matrix_cache.MatrixCache(cache_bytes)
         # (tenant, store id) -> (generation, its completed files): read per search, parsed once
         self._files: OrderedDict[tuple[str, str], tuple[tuple[int, ...], dict[str, Any]]] = \
