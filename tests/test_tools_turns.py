@@ -124,6 +124,20 @@ def test_two_turns_continue_ids_indexes_sequence_and_sum_usage() -> None:
     assert deltas == ['{"q": ', '"mcp"}']  # as the model streamed them
 
 
+def test_tool_usage_adds_up_calls_and_never_changes_what_it_was_given() -> None:
+    searched = {"web_search": {"num_requests": 1}}
+    translator = new_translator()
+    translator.response.pop("tool_usage")  # a record stored before tool_usage existed
+    translator.add_tool_usage(searched)
+    assert translator.response["tool_usage"]["web_search"] is not searched["web_search"]
+    translator.add_tool_usage(searched)
+    translator.add_tool_usage({"image_gen": {"input_tokens": 5, "total_tokens": 9}})
+    translator.add_tool_usage(None)
+    assert translator.response["tool_usage"] == {
+        "web_search": {"num_requests": 2}, "image_gen": {"input_tokens": 5, "total_tokens": 9}}
+    assert searched == {"web_search": {"num_requests": 1}}
+
+
 def test_a_failed_call_and_an_approval_request_are_items() -> None:
     translator = new_translator()
     events = translator.start()

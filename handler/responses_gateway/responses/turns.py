@@ -191,7 +191,8 @@ class TurnLoop:
             finally:
                 with contextlib.suppress(Exception):
                     await runner.aclose()
-            job.translator.add_tool_usage(call.usage)
+                # counted even when the response then fails (a deadline during its item)
+                job.translator.add_tool_usage(call.usage)
             if not call.pauses:
                 self.calls_run += 1
             self.output_bytes += sum(len(orjson.dumps(item)) for item in output[made:])

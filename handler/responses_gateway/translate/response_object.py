@@ -91,7 +91,7 @@ def sum_usage(before: dict[str, Any] | None, usage: dict[str, Any] | None) -> di
     """Two usage objects as one: every count added up, nested objects alike (the model turns
     of one response; the tool calls of its ``tool_usage``)."""
     if before is None or usage is None:
-        return dict(before or usage or {})
+        return _copy(before or usage or {})  # a copy all the way down: shared constants stay
     total: dict[str, Any] = {}
     for key in before.keys() | usage.keys():
         a, b = before.get(key), usage.get(key)
@@ -127,6 +127,11 @@ def usage_from_chat(usage: dict[str, Any]) -> dict[str, Any]:
         },
         "total_tokens": total,
     }
+
+
+def _copy(usage: dict[str, Any]) -> dict[str, Any]:
+    return {key: _copy(value) if isinstance(value, dict) else value
+            for key, value in usage.items()}
 
 
 def _count(value: Any) -> int:
