@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "template.yaml"
 REQUIREMENTS = ROOT / "layers" / "dependencies" / "requirements.txt"
 RUNTIME = "python3.12"
+BYTECODE_TAG = "cpython-" + RUNTIME.removeprefix("python").replace(".", "")  # cpython-312
 
 #: GATEWAY_* settings the template deliberately leaves at their defaults, and why.
 NOT_PARAMETERS = {
@@ -413,11 +414,11 @@ def _assert_compiled_for_the_runtime(package: Path) -> None:
     sources = sorted(package.rglob("*.py"))
     assert len(sources) > 50
     for source in sources:
-        compiled = source.parent / "__pycache__" / f"{source.stem}.cpython-312.pyc"
+        compiled = source.parent / "__pycache__" / f"{source.stem}.{BYTECODE_TAG}.pyc"
         assert compiled.is_file(), f"{source} ships without its bytecode"
         flags = int.from_bytes(compiled.read_bytes()[4:8], "little")
         assert flags == 0b01, f"{compiled}: not an unchecked-hash .pyc (flags {flags})"
-    strays = [p for p in package.rglob("*.pyc") if ".cpython-312." not in p.name]
+    strays = [p for p in package.rglob("*.pyc") if f".{BYTECODE_TAG}." not in p.name]
     assert not strays, f"bytecode of another Python shipped: {strays[:3]}"
 
 
@@ -432,6 +433,18 @@ def _assert_loaded_without_source(python: str, code: Path) -> None:
         env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(code)})
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "responses_gateway.status"
+
+
+def test_the_functions_are_compiled_by_their_runtime(template: dict[str, Any]) -> None:
+    """handler/Makefile compiles with the interpreter of the functions' runtime: bytecode of
+    another Python would be ignored by Lambda, and every module compiled at each cold start."""
+    assert template["Globals"]["Function"]["Runtime"] == RUNTIME
+    makefile = (ROOT / "handler" / "Makefile").read_text()
+    assert f"PYTHON ?= {RUNTIME}\n" in makefile
+    for name, resource in template["Resources"].items():
+        if resource["Type"] == "AWS::Serverless::Function":
+            assert resource.get("Metadata", {}).get("BuildMethod") == "makefile", name
+            assert f"build-{name}" in makefile, name
 
 
 def test_the_buffered_entry_point_is_importable_from_the_built_layout() -> None:
