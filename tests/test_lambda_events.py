@@ -482,7 +482,10 @@ def test_the_log_line_of_a_response_cancelled_while_the_worker_runs_it(
     from responses_gateway.entry import lambda_worker
     from responses_gateway.responses.services import build_gateway
 
-    monkeypatch.setenv("GATEWAY_LEASE_SECONDS", "1.5")  # the worker looks for a cancel often
+    # The worker looks for a cancel at every renewal: each second (lease / 3, at most 1 s).
+    # 5 s, not less: a loaded CI machine can stall the worker's first renewal past a shorter
+    # lease, and a retrieve then rightly ends the response "worker_lost".
+    monkeypatch.setenv("GATEWAY_LEASE_SECONDS", "5")
     monkeypatch.setattr(lambda_worker, "_gateway", None)
     api = buffered_handler()
 
