@@ -98,6 +98,7 @@ def test_search_streams_events_and_cites(client: OpenAI, upstream: ScriptedUpstr
                                     "title": CITED["title"]}]
     assert response["tools"][0]["type"] == "web_search"
     assert response["tool_usage"]["web_search"] == {"num_requests": 1}  # one search ran
+    assert list(response["tool_usage"]) == ["image_gen", "web_search"]  # OpenAI's order
     assert response["tool_usage"]["image_gen"]["total_tokens"] == 0
     # The provider was asked; the model got the results, numbered with URLs, next turn.
     asked = [r for r in provider.requests if r.params.get("q") == "rust edition"]

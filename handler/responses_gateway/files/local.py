@@ -111,8 +111,7 @@ class SQLiteFileRecords(FileRecords):
         return await self.db.run(self.db.transaction, write)
 
     async def used_bytes(self, tenant: str) -> int:
-        # A sum over the tenant's files: in the thread, like a page of them.
-        return await self.db.run_in_thread(self.db.call, lambda c: _used(c, tenant))
+        return await self.db.run(self.db.call, lambda c: _used(c, tenant))  # one row
 
     async def aclose(self) -> None:
         await self.db.aclose()

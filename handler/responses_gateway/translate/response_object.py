@@ -93,7 +93,7 @@ def sum_usage(before: dict[str, Any] | None, usage: dict[str, Any] | None) -> di
     if before is None or usage is None:
         return _copy(before or usage or {})  # a copy all the way down: shared constants stay
     total: dict[str, Any] = {}
-    for key in before.keys() | usage.keys():
+    for key in {**before, **usage}:  # in order: the first object's keys, then new ones
         a, b = before.get(key), usage.get(key)
         if isinstance(a, dict) or isinstance(b, dict):
             total[key] = sum_usage(a if isinstance(a, dict) else None,
