@@ -19,13 +19,16 @@ import sqlite3
 import struct
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from responses_gateway.store.sqlite_file import SQLiteFile
 from responses_gateway.vectors import matrix_cache, vec_index
+
+T = TypeVar("T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS vector_stores (
@@ -102,17 +105,27 @@ class LocalVectorEngine:
             OrderedDict()
         self._pool: ThreadPoolExecutor | None = None  # the matrix scan beside FTS5
 
+    # Every call runs in the file's thread: searches and chunk writes take milliseconds to
+    # seconds, which must never hold the event loop (store/sqlite_file.py).
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self.db.run_in_thread(self.db.call, fn)
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn`` in one IMMEDIATE transaction."""
+        return await self.db.run_in_thread(self.db.transaction, fn)
+
     # -- stores ---------------------------------------------------------------------------
 
     async def add_store(self, tenant: str, row: dict[str, Any]) -> None:
-        await self.db.run_in_thread(self.db.transaction, lambda c: c.execute(
+        await self._write(lambda c: c.execute(
             "INSERT INTO vector_stores (tenant, id, created_at, name, description, metadata, "
             "expires_after, last_active_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (tenant, row["id"], row["created_at"], row["name"], row.get("description"),
              _json(row["metadata"]), _json(row["expires_after"]), row["last_active_at"])))
 
     async def store(self, tenant: str, store_id: str) -> dict[str, Any] | None:
-        return await self.db.run_in_thread(self.db.call, lambda c: _row(c.execute(
+        return await self._read(lambda c: _row(c.execute(
             "SELECT * FROM vector_stores WHERE tenant = ? AND id = ?", (tenant, store_id)
         ).fetchone()))
 
@@ -127,17 +140,17 @@ class LocalVectorEngine:
                 usage += used or 0
             return statuses, usage
 
-        return await self.db.run_in_thread(self.db.call, read)
+        return await self._read(read)
 
     async def stores_page(self, tenant: str, order: str, after: str | None,
                           before: str | None, limit: int) -> tuple[list[dict[str, Any]], bool]:
-        return await self.db.run_in_thread(self.db.call, lambda c: _page(
+        return await self._read(lambda c: _page(
             c, "vector_stores", "id", ("tenant = ?",), [tenant], order, after, before, limit))
 
     async def update_store(self, tenant: str, store_id: str, changes: dict[str, Any]) -> None:
         sets = ", ".join(f"{k} = ?" for k in changes)
         values = [_json(v) if k in JSON_COLUMNS else v for k, v in changes.items()]
-        await self.db.run_in_thread(self.db.transaction, lambda c: c.execute(
+        await self._write(lambda c: c.execute(
             f"UPDATE vector_stores SET {sets} WHERE tenant = ? AND id = ?",
             [*values, tenant, store_id]))
 
@@ -150,7 +163,7 @@ class LocalVectorEngine:
                           (tenant, store_id))
             return bool(gone)
 
-        return await self.db.run_in_thread(self.db.transaction, write)
+        return await self._write(write)
 
     # -- files and batches ------------------------------------------------------------------
 
@@ -179,10 +192,10 @@ class LocalVectorEngine:
             _bump(c, tenant, store_id, [r["file_id"] for r in rows])
             return True
 
-        return await self.db.run_in_thread(self.db.transaction, write)
+        return await self._write(write)
 
     async def file(self, tenant: str, store_id: str, file_id: str) -> dict[str, Any] | None:
-        return await self.db.run_in_thread(self.db.call, lambda c: _row(c.execute(
+        return await self._read(lambda c: _row(c.execute(
             "SELECT * FROM vs_files WHERE tenant = ? AND store_id = ? AND file_id = ?",
             (tenant, store_id, file_id)).fetchone()))
 
@@ -197,7 +210,7 @@ class LocalVectorEngine:
         if batch_id:
             where.append("batch_id = ?")
             args.append(batch_id)
-        return await self.db.run_in_thread(self.db.call, lambda c: _page(
+        return await self._read(lambda c: _page(
             c, "vs_files", "file_id", tuple(where), args, order, after, before, limit))
 
     async def completed_files(self, tenant: str, store_id: str) -> dict[str, dict[str, Any]]:
@@ -227,7 +240,7 @@ class LocalVectorEngine:
             finally:
                 c.execute("COMMIT")
 
-        return await self.db.run_in_thread(self.db.call, read)
+        return await self._read(read)
 
     async def update_file(self, tenant: str, store_id: str, file_id: str,
                           changes: dict[str, Any], *, only_status: str | None = None) -> bool:
@@ -244,7 +257,7 @@ class LocalVectorEngine:
                 _bump_files(c, tenant, store_id)
             return done
 
-        return await self.db.run_in_thread(self.db.transaction, write)
+        return await self._write(write)
 
     async def remove_file(self, tenant: str, store_id: str, file_id: str) -> bool:
         def write(c: sqlite3.Connection) -> bool:
@@ -255,10 +268,10 @@ class LocalVectorEngine:
             _bump(c, tenant, store_id, [file_id])
             return bool(gone)
 
-        return await self.db.run_in_thread(self.db.transaction, write)
+        return await self._write(write)
 
     async def add_batch(self, tenant: str, store_id: str, batch_id: str, created: int) -> None:
-        await self.db.run_in_thread(self.db.transaction, lambda c: c.execute(
+        await self._write(lambda c: c.execute(
             "INSERT INTO vs_batches (tenant, store_id, id, created_at, status) VALUES "
             "(?, ?, ?, ?, 'in_progress')", (tenant, store_id, batch_id, created)))
 
@@ -274,7 +287,7 @@ class LocalVectorEngine:
                 "batch_id = ? GROUP BY status", (tenant, store_id, batch_id)).fetchall())
             return dict(row), counts
 
-        return await self.db.run_in_thread(self.db.call, read)
+        return await self._read(read)
 
     async def cancel_batch(self, tenant: str, store_id: str, batch_id: str) -> None:
         def write(c: sqlite3.Connection) -> None:
@@ -285,11 +298,11 @@ class LocalVectorEngine:
                       (tenant, store_id, batch_id))
             _bump_files(c, tenant, store_id)
 
-        await self.db.run_in_thread(self.db.transaction, write)
+        await self._write(write)
 
     async def stale_files(self, now: float) -> list[dict[str, Any]]:
         """Files left ``in_progress`` by a process that stopped (their lease ran out)."""
-        return await self.db.run_in_thread(self.db.call, lambda c: [_row(r) for r in c.execute(
+        return await self._read(lambda c: [_row(r) for r in c.execute(
             "SELECT * FROM vs_files WHERE status = 'in_progress' AND lease_until < ?", (now,))])
 
     # -- chunks -----------------------------------------------------------------------------
@@ -304,7 +317,7 @@ class LocalVectorEngine:
                 found.update((k, unpack(v)) for k, v in rows)
             return found
 
-        return await self.db.run_in_thread(self.db.call, read)
+        return await self._read(read)
 
     async def write_chunks(self, tenant: str, store_id: str, file_id: str,
                            chunks: list[Any], usage: int) -> bool:
@@ -334,10 +347,10 @@ class LocalVectorEngine:
             _bump(c, tenant, store_id, [file_id])
             return True
 
-        return await self.db.run_in_thread(self.db.transaction, write)
+        return await self._write(write)
 
     async def file_text(self, tenant: str, store_id: str, file_id: str) -> list[str]:
-        return await self.db.run_in_thread(self.db.call, lambda c: [r[0] for r in c.execute(
+        return await self._read(lambda c: [r[0] for r in c.execute(
             "SELECT text FROM vs_chunks WHERE tenant = ? AND store_id = ? AND file_id = ? "
             "ORDER BY idx", (tenant, store_id, file_id))])
 
@@ -353,7 +366,7 @@ class LocalVectorEngine:
             finally:
                 c.execute("COMMIT")
 
-        return await self.db.run_in_thread(self.db.call, read)
+        return await self._read(read)
 
     def _search(self, c: sqlite3.Connection, tenant: str, store_id: str,
                 queries: list[list[float]], text: str, files: set[str], want_text: bool,
