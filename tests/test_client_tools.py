@@ -456,3 +456,65 @@ def test_the_preview_computer_tool_needs_its_display(client: Any) -> None:
             {"type": "computer_use_preview", "display_width": 800, "environment": "browser"}])
     assert info.value.body["param"] == "tools[0].display_height"
     assert info.value.body["code"] == "missing_required_parameter"
+
+
+# -- arguments that do not fit (issue 40) -------------------------------------------------------
+
+PREVIEW = {"type": "computer_use_preview", "display_width": 800, "display_height": 600,
+           "environment": "browser"}
+DEEP = '{"goal": ' + '{"a": ' * 300 + "1" + "}" * 301  # objects: "]]" would end the directive
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize(("tool", "name", "args"), [
+    (PREVIEW, "computer", '{"action": {"type": "click", "x": 5, "y": 1e400}}'),
+    (PREVIEW, "computer", '{"action": {"type": "click", "x": 5, "y": 1e300}}'),
+    (PREVIEW, "computer", '{"action": {"type": "move", "x": "99999999999999999999999", "y": 1}}'),
+    ({"type": "tool_search", "execution": "client"}, "tool_search", DEEP),
+    ({"type": "tool_search", "execution": "client"}, "tool_search",
+     '{"goal": 123456789012345678901234567890}'),
+], ids=["inf", "huge-float", "huge-string", "deep", "huge-int"])
+def test_arguments_that_do_not_fit_make_a_valid_item_not_a_failure(
+    client: Any, tool: dict[str, Any], name: str, args: str, streamed: bool
+) -> None:
+    """What a model sends that JSON or the item cannot hold (a number past a double, an
+    integer past 64 bits, nesting deeper than a request may use) is an item like any other
+    malformed call's: the response completes, streamed with its terminal event."""
+    text = f"unfit-{name} [[script:call name={name} args='{args}']]"
+    if streamed:
+        events = stream(client, input=text, tools=[tool])
+        assert events[-1]["type"] == "response.completed"
+        response = events[-1]["response"]
+    else:
+        response = create(client, input=text, tools=[tool])
+    assert response["status"] == "completed"
+    [call] = response["output"]
+    if name == "computer":
+        assert call["type"] == "computer_call"
+        action = call["action"]
+        assert all(abs(action.get(k, 0)) < 2**53 for k in ("x", "y"))
+    elif args == DEEP:
+        assert call["type"] == "tool_search_call"
+        assert call["status"] == "incomplete" and call["arguments"] == {}
+    else:  # read as the double it is closest to, as orjson reads any JSON number
+        assert call["status"] == "completed" and call["arguments"]["goal"] == 1.2345678901234568e29
+
+
+def test_apply_patch_without_the_diff_it_needs_is_not_completed(
+    client: Any, upstream: ScriptedUpstream
+) -> None:
+    """The schema offered requires ``diff`` for create_file and update_file; a model that
+    still leaves it out gets an item that is not ``completed`` (``in_progress``: what an
+    apply_patch_call whose arguments were cut off is), as OpenAI's types have it."""
+    patch = '{"operation": {"type": "create_file", "path": "new.py"}}'
+    response = create(client, input=f"nodiff [[script:call name=apply_patch args='{patch}']]",
+                      tools=[{"type": "apply_patch"}])
+    [call] = response["output"]
+    assert call["operation"] == {"type": "create_file", "path": "new.py", "diff": ""}
+    assert call["status"] == "in_progress"
+    schema = sent(upstream, "nodiff [[")[0]["tools"][0]["function"]["parameters"]
+    branches = schema["properties"]["operation"]["anyOf"]
+    assert [b["required"] for b in branches] == [["type", "path", "diff"], ["type", "path"]]
+    deleted = client_tools.call_item(
+        "apply_patch", "c", '{"operation": {"type": "delete_file", "path": "a.py"}}', "completed")
+    assert deleted["status"] == "completed"

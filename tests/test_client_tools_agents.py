@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import json
 import subprocess
 import zlib
 from collections.abc import Iterator
@@ -243,6 +244,17 @@ def test_apply_patch_tool_edits_real_files(
         '{"status": "completed", "output": "Updated app.py"}',
         '{"status": "completed", "output": "Created new.txt"}']
     assert "Updated app.py" in result.final_output and "Created new.txt" in result.final_output
+    # The function offered requires the diff ApplyPatchTool needs for create_file and
+    # update_file (issue 40: it was optional, a model left it out, the SDK raised
+    # ModelBehaviorError); delete_file takes none.
+    import jsonschema
+
+    [offered] = turns_sent(upstream, marker)[0]["tools"]
+    validator = jsonschema.Draft202012Validator(offered["function"]["parameters"])
+    for args in (UPDATE, CREATE, '{"operation": {"type": "delete_file", "path": "a.py"}}'):
+        validator.validate(json.loads(args))
+    for kind in ("create_file", "update_file"):
+        assert not validator.is_valid({"operation": {"type": kind, "path": "new.txt"}})
     if stream:
         done = [e["item"] for e in raw if e["type"] == "response.output_item.done"
                 and e["item"]["type"] == "apply_patch_call"]

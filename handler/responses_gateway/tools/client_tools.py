@@ -12,12 +12,16 @@ the tool's result (translate/to_chat.py). Field shapes follow openai-python's ty
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from responses_gateway import ids
+from responses_gateway.api.json_body import fits_depth
 
 _INT = {"type": "integer"}
 _STRINGS = {"type": "array", "items": {"type": "string"}}
@@ -40,18 +44,31 @@ _SHELL = {
     },
     "required": ["action"],
 }
+_PATH = {"type": "string", "description": "The file's path in the workspace."}
+#: One branch per kind of operation (``anyOf``, which OpenAI's strict mode, Bedrock's
+#: Converse and the open servers' grammar engines all take): create_file and update_file
+#: need their ``diff`` (openai-python's types and the Agents SDK's ApplyPatchTool require
+#: it), delete_file has none.
 _APPLY_PATCH = {
     "type": "object",
     "properties": {
-        "operation": {
-            "type": "object",
-            "properties": {
-                "type": {"type": "string", "enum": ["create_file", "update_file", "delete_file"]},
-                "path": {"type": "string", "description": "The file's path in the workspace."},
-                "diff": {"type": "string", "description": "The V4A diff (not for delete_file)."},
+        "operation": {"anyOf": [
+            {
+                "type": "object",
+                "properties": {
+                    "type": {"type": "string", "enum": ["create_file", "update_file"]},
+                    "path": _PATH,
+                    "diff": {"type": "string", "description": "The V4A diff."},
+                },
+                "required": ["type", "path", "diff"],
             },
-            "required": ["type", "path"],
-        },
+            {
+                "type": "object",
+                "properties": {"type": {"type": "string", "enum": ["delete_file"]},
+                               "path": _PATH},
+                "required": ["type", "path"],
+            },
+        ]},
     },
     "required": ["operation"],
 }
@@ -229,11 +246,8 @@ def call_item(kind: str, call_id: str, arguments: str, status: str,
     """The typed call item for the model's call of a client tool's function. Arguments that are
     not a JSON object (cut off, say) still make a valid item, ``incomplete``."""
     entry = BY_KIND[kind]
-    try:
-        args = json.loads(arguments) if arguments.strip() else {}
-    except ValueError:
-        args = None
-    if not isinstance(args, dict):
+    args = _arguments(arguments)
+    if args is None:
         args, status = {}, "incomplete"
     item: dict[str, Any] = {"id": item_id or ids.new_id(entry.call_prefix),
                             "type": entry.call_type, "call_id": call_id}
@@ -241,7 +255,7 @@ def call_item(kind: str, call_id: str, arguments: str, status: str,
         item["action"] = _shell_action(_inner(args, "action"))
     elif kind == "apply_patch":
         item["operation"] = _operation(_inner(args, "operation"))
-        if status == "incomplete":
+        if status == "incomplete" or not _runnable(item["operation"]):
             status = "in_progress"  # apply_patch_call has no "incomplete" (openai-python)
     elif kind == "local_shell":
         item["action"] = _exec_action(_inner(args, "action"))
@@ -260,6 +274,22 @@ def call_item(kind: str, call_id: str, arguments: str, status: str,
         item["arguments"] = args
     item["status"] = status
     return item
+
+
+def _arguments(arguments: str) -> dict[str, Any] | None:
+    """The model's arguments as an object the item can hold, or None: not JSON, not an object,
+    a number no double holds (``1e400``: orjson refuses it, where ``json`` would make it
+    infinity), or nesting deeper than a request body may use (the item goes into the
+    Response, its events and the store, which orjson encodes to 254 levels only)."""
+    if not arguments.strip():
+        return {}
+    try:
+        args = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(args, dict) or not fits_depth(args):
+        return None
+    return args
 
 
 def call_arguments(item: Mapping[str, Any]) -> str:
@@ -407,13 +437,21 @@ def _inner(args: dict[str, Any], field: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else args
 
 
+MAX_INT = 2**53  # beyond it a JSON number is not an exact integer for most clients
+
+
 def _int(value: Any) -> int | None:
+    """An integer field the model sent (a number or digits), None when it is none or does not
+    fit (infinite, NaN, past :data:`MAX_INT`): the field's default then, as for a wrong type."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
+    if isinstance(value, float):
+        value = int(value) if math.isfinite(value) else None
+    elif isinstance(value, str):
+        text = value.strip()
+        value = int(text) if text.lstrip("-").isdigit() and len(text) <= 20 else None
+    if isinstance(value, int) and -MAX_INT <= value <= MAX_INT:
+        return value
     return None
 
 
@@ -439,6 +477,13 @@ def _operation(args: dict[str, Any]) -> dict[str, Any]:
         diff = args.get("diff")
         operation["diff"] = diff if isinstance(diff, str) else ""
     return operation
+
+
+def _runnable(operation: dict[str, Any]) -> bool:
+    """Whether the model gave what the operation needs (a path; a diff unless it deletes):
+    one that did not is not ``completed``, as a call whose arguments were cut off is not."""
+    return bool(operation["path"]) and (operation["type"] == "delete_file"
+                                        or bool(operation.get("diff")))
 
 
 def _exec_action(args: dict[str, Any]) -> dict[str, Any]:
