@@ -389,10 +389,52 @@ def test_mask_inpaints_on_bedrock(client: OpenAI, bedrock_images: FakeBedrockIma
     assert image_call(night)["status"] == "completed"
     sent = bedrock_images.invocations[-1].body
     assert sent["taskType"] == "INPAINTING"
-    assert sent["inpaintingParams"]["image"] == image_call(first)["result"]
-    rows = grey_rows(base64.b64decode(sent["inpaintingParams"]["maskImage"]))
+    assert sent["inPaintingParams"]["image"] == image_call(first)["result"]
+    rows = grey_rows(base64.b64decode(sent["inPaintingParams"]["maskImage"]))
     assert rows[0] == bytes(64) and rows[15] == bytes(64)  # black: the area to change
     assert rows[16] == b"\xff" * 64 and rows[63] == b"\xff" * 64
+
+
+@pytest.mark.parametrize(("model", "body", "words"), [
+    # the gateway's old spelling of AWS's inPaintingParams (issue 40)
+    (NOVA, {"taskType": "INPAINTING", "inpaintingParams": {"image": "QQ==", "maskImage": "QQ=="}},
+     "schema violations found"),
+    (NOVA, {"taskType": "INPAINTING",
+            "inPaintingParams": {"image": "QQ==", "maskImage": "QQ==", "maskPrompt": "sky"}},
+     "#/inPaintingParams: 2 subschemas matched instead of one"),
+    (TITAN, {"taskType": "TEXT_IMAGE", "textToImageParams": {"text": "x"},
+             "imageGenerationConfig": {"width": "1024"}},
+     "#/imageGenerationConfig/width: expected type: Integer, found: String"),
+    (NOVA, {"taskType": "TEXT_IMAGE", "textToImageParams": {"text": "x"},
+            "imageVariationParams": {"images": ["QQ=="]}},
+     "#: extraneous key [imageVariationParams] is not permitted"),
+    (TITAN, {"taskType": "TEXT_IMAGE", "textToImageParams": {"text": "x", "style": "MAXIMALISM"}},
+     "#/textToImageParams: extraneous key [style] is not permitted"),  # Nova Canvas' only
+    (NOVA, {"taskType": "OUTPAINTING", "outPaintingParams": {
+        "image": "QQ==", "text": "x", "maskPrompt": "dog", "outPaintingMode": "WIDE"}},
+     "#/outPaintingParams/outPaintingMode: WIDE is not a valid enum value"),
+    ("stability.sd3-5-large-v1:0", {"prompt": "x", "mode": "image-to-image", "image": "QQ==",
+                                    "strength": 0.5, "aspect_ratio": "1:1"},
+     "#: extraneous key [aspect_ratio] is not permitted"),
+    ("stability.stable-image-core-v1:1", {"prompt": "x", "mode": "image-to-image"},
+     "#: extraneous key [mode] is not permitted"),
+])
+def test_the_fake_refuses_what_bedrock_refuses(bedrock_images: FakeBedrockImages, model: str,
+                                               body: dict[str, Any], words: str) -> None:
+    """The fake's rules are AWS's documented request schemas: a body Bedrock refuses is a
+    ValidationException (HTTP 400) in Bedrock's words, through boto3 as the gateway calls it."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    client = boto3.client("bedrock-runtime", region_name="us-east-1",
+                          endpoint_url=bedrock_images.url)
+    with pytest.raises(ClientError) as caught:
+        client.invoke_model(modelId=model, body=json.dumps(body))
+    error = caught.value.response["Error"]
+    assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert error["Code"] == "ValidationException"
+    assert error["Message"].startswith("Malformed input request: ")
+    assert words in error["Message"]
 
 
 def test_stability_on_bedrock(bedrock_images: FakeBedrockImages) -> None:

@@ -1,6 +1,8 @@
 """Amazon's image models on Bedrock through ``InvokeModel``: Nova Canvas and Titan Image
 Generator v2 (one request format: ``taskType`` with ``textToImageParams``,
-``imageVariationParams`` or ``inpaintingParams``, and ``imageGenerationConfig``).
+``imageVariationParams`` or ``inPaintingParams`` (AWS's spelling, capital P), and
+``imageGenerationConfig``; https://docs.aws.amazon.com/nova/latest/userguide/
+image-gen-req-resp-structure.html).
 
 OpenAI's parameters map as follows: ``size`` to width and height (Nova Canvas: 320-4096 px
 per side, multiples of 16, at most 4,194,304 px, aspect 1:4 to 4:1; Titan v2: its list of
@@ -130,7 +132,7 @@ class BedrockImages(ImageBackend):
         if drawing.mask is not None:
             mask = base64.b64encode(bedrock_mask(drawing.mask)).decode()
             return {"taskType": "INPAINTING",
-                    "inpaintingParams": {"image": image, "text": text, "maskImage": mask},
+                    "inPaintingParams": {"image": image, "text": text, "maskImage": mask},
                     "imageGenerationConfig": config}
         return {"taskType": "IMAGE_VARIATION",
                 "imageVariationParams": {"images": [image], "text": text,
