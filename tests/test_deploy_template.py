@@ -54,6 +54,8 @@ NOT_PARAMETERS = {
     "GATEWAY_IMAGE_API_KEY": "a secret: set GATEWAY_IMAGE_API_KEY_SECRET_ARN by hand when the "
     "images server needs a key",
     "GATEWAY_IMAGE_TIMEOUT": "an internal limit under the response's own deadline",
+    "GATEWAY_IMAGE_MAX_BYTES": "an internal limit; its default fits Lambda memory and the "
+    "stored-response bound",
     "GATEWAY_IMAGE_SEED": "a fixed seed for reproducible images; unset (random) by default",
     "GATEWAY_EMBEDDING_API_KEY": "a secret: set GATEWAY_EMBEDDING_API_KEY_SECRET_ARN by hand "
     "when the embedding endpoint needs a key other than the upstream's",

@@ -29,6 +29,7 @@ from tests.helpers.image_servers import (
     FakeImagesServer,
     colour_for,
     colour_of,
+    png,
     png_info,
 )
 from tests.helpers.scripted_upstream import ScriptedUpstream
@@ -688,3 +689,69 @@ def test_websocket_draw_then_edit_on_one_connection(gateway: GatewayServer) -> N
     first, night = (image_call(turn[-1]["response"]) for turn in turns)
     assert night["action"] == "edit"
     assert colour_of(night["result"]) == colour_for("night", colour_of(first["result"]))
+
+
+# -- what the image model answered, checked (issue 40) ------------------------------------------
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+@pytest.mark.parametrize(("reply", "code"), [
+    ({"data": [{"b64_json": "this is not base64!"}]}, "invalid_image"),
+    ({"data": [{"b64_json": _b64(b"hello, not an image")}]}, "invalid_image"),
+    # a PNG whose data was cut (its checksums fail)
+    ({"data": [{"b64_json": _b64(png(64, 64, (1, 2, 3), 8)[:-30])}]}, "invalid_image"),
+    # a PNG the server calls JPEG
+    ({"data": [{"b64_json": _b64(png(64, 64, (1, 2, 3)))}], "output_format": "jpeg"},
+     "invalid_image"),
+], ids=["not-base64", "not-an-image", "cut-png", "wrong-format"])
+def test_a_broken_image_is_a_failed_call_and_the_next_turn_goes_on(
+        openai_client: OpenAI, images_server: FakeImagesServer, reply: dict[str, Any],
+        code: str) -> None:
+    """What the images server answers is checked (base64, an image, the format it reports)
+    before it becomes the item's result: a broken one is a failed call, the response
+    completes, and the next turn (which would have edited it) completes too."""
+    images_server.replies.append(reply)
+    first = check_response(openai_client.responses.create(
+        model="m", input=draw("a lighthouse", f"broken-{code}"),
+        tools=[{"type": "image_generation"}]))
+    call = image_call(first)
+    assert first["status"] == "completed"
+    assert call["status"] == "failed" and call["error"]["code"] == code
+    assert call["result"] is None
+    after = check_response(openai_client.responses.create(
+        model="m", input=draw("make it night", f"broken-{code}-2", edit=True),
+        tools=[{"type": "image_generation"}], previous_response_id=first["id"]))
+    assert after["status"] == "completed"
+    assert image_call(after)["status"] == "completed"
+
+
+def test_an_image_over_its_bound_is_a_failed_call_not_stored(
+        upstream: ScriptedUpstream, images_server: FakeImagesServer,
+        tmp_path: Path) -> None:
+    """GATEWAY_IMAGE_MAX_BYTES bounds one image (the answer is not even read past it): a
+    larger one is a failed call, and what is stored stays small."""
+    settings = e2e_settings(upstream, tmp_path / "gateway.db", image_backend="openai",
+                            image_url=images_server.base_url, image_api_key=IMAGE_KEY,
+                            image_model="gpt-image-1", image_timeout=10.0,
+                            image_max_bytes=50_000)
+    big = _b64(png(512, 512, (1, 2, 3), noise_rows=200, seed="big"))  # ~150 kB of noise
+    for stream in (False, True):
+        images_server.replies.append({"data": [{"b64_json": big}]})
+        with GatewayServer(settings) as server, client_for(server) as client:
+            response = client.responses.create(
+                model="m", input=draw("a lighthouse", f"too-big-{stream}"),
+                tools=[{"type": "image_generation"}], stream=stream)
+            if stream:
+                events = sdk_events(response)
+                check_stream(events)
+                response = events[-1]["response"]
+            else:
+                response = check_response(response)
+            call = image_call(response)
+            assert response["status"] == "completed"
+            assert call["status"] == "failed" and call["error"]["code"] == "image_too_large"
+            stored = client.responses.retrieve(response["id"]).to_dict(mode="json")
+            assert len(json.dumps(stored)) < 50_000

@@ -81,6 +81,41 @@ def test_large_values_move_out_and_come_back_whole(tmp_path: Any) -> None:
     asyncio.run(run())
 
 
+def test_blobs_count_toward_the_stored_response_bound(tmp_path: Any) -> None:
+    """GATEWAY_MAX_STORED_RESPONSE_BYTES bounds the Response as the API returns it, its blobs
+    included (issue 40: the inner store saw only references, and a 51 MB response with 50 MB
+    of image was stored): over it, ResponseTooLarge and nothing written, blob or record."""
+    from responses_gateway.store.base import ResponseTooLarge, StoreLimits
+
+    async def run() -> None:
+        blobs = MemoryBlobs()
+        inner = SQLiteStore(str(tmp_path / "s.db"), limits=StoreLimits(response_bytes=10_000))
+        store = BlobbedStore(inner, blobs, threshold=1000)
+        small = {"id": "ig_1", "type": "image_generation_call", "result": "A" * 4000}
+        await store.put(record([small]))  # fits, blob and all
+        big = {"id": "ig_2", "type": "image_generation_call", "result": "B" * 20_000}
+        with pytest.raises(ResponseTooLarge) as caught:
+            await store.put(record([big], "resp_2"))
+        assert caught.value.status == 400 and caught.value.code == "response_too_large"
+        # the same image twice counts twice, as the Response carries it twice
+        twice = [{**small, "id": "ig_3"}, {**small, "id": "ig_4"}, {**small, "id": "ig_5"}]
+        with pytest.raises(ResponseTooLarge):
+            await store.put(record(twice, "resp_3"))
+        assert await store.get("resp_2", "t") is None and await store.get("resp_3", "t") is None
+        assert list(blobs.data) == [k for k in blobs.data if k.startswith("resp_1/")]
+        # a Response that grows past it later: not written either
+        with pytest.raises(ResponseTooLarge):
+            await store.update_response("resp_1", {"id": "resp_1", "status": "completed",
+                                                   "output": [big]})
+        with pytest.raises(ResponseTooLarge):
+            await store.append_events("resp_1", [], response={"id": "resp_1", "output": [big]})
+        back = await store.get("resp_1", "t")
+        assert back is not None and back.response["output"] == [small]
+        await store.aclose()
+
+    asyncio.run(run())
+
+
 def test_blobs_go_with_what_holds_them(tmp_path: Any) -> None:
     """A response's blobs go with it (not with another tenant's delete); a conversation
     item's with the item, the rest with the conversation; expired responses' by age."""

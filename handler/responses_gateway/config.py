@@ -129,6 +129,7 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
         or None,
         image_api_key=secret("GATEWAY_IMAGE_API_KEY"),
         image_timeout=seconds("GATEWAY_IMAGE_TIMEOUT", cls.image_timeout),
+        image_max_bytes=count("GATEWAY_IMAGE_MAX_BYTES", cls.image_max_bytes),
         image_seed=count("GATEWAY_IMAGE_SEED", None),
         image_bucket=get("GATEWAY_IMAGE_BUCKET"),
         **_web_search(get, secret),

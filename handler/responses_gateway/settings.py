@@ -94,6 +94,9 @@ class Settings:
     image_url: str | None = None
     image_api_key: str | None = field(default=None, repr=False)
     image_timeout: float = 120.0
+    # bytes of one generated image (decoded): a larger one is a failed call, the response
+    # goes on; below GATEWAY_MAX_STORED_RESPONSE_BYTES, which counts its base64 too
+    image_max_bytes: int = 20 * 1024 * 1024
     image_seed: int | None = None
     image_bucket: str | None = None
     # web_search run by the gateway (tools/web_search/): the search provider (unset: web_search

@@ -495,6 +495,8 @@ class FakeImagesServer:
     delay: float = 0.0  # seconds before answering (a slow image model)
     calls: list[ImageCall] = field(default_factory=list)
     errors: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    #: the next calls' 200 answers, as they are (a broken image server's JSON)
+    replies: list[Any] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
 
     @property
@@ -570,6 +572,9 @@ class _ImagesHandler(BaseHTTPRequestHandler):
         if owner.errors:
             status, error = owner.errors.pop(0)
             self._json(status, {"error": error})
+            return
+        if owner.replies:
+            self._json(200, owner.replies.pop(0))
             return
         problem = _check(fields, files, allowed, edit=self.path.endswith("edits"))
         if problem:

@@ -38,6 +38,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from responses_gateway.store.base import (
     ConversationStore,
     Store,
@@ -249,6 +251,32 @@ def _references(value: Any, into: set[str]) -> None:
             _references(v, into)
 
 
+def _expanded_size(moved: Any, found: dict[str, bytes]) -> int:
+    """The JSON size of ``moved`` with its references replaced by their blobs: what the
+    value is as the API returns it (each place a blob is referenced counts its bytes)."""
+    size = len(orjson.dumps(moved))
+    counts: dict[str, int] = {}
+    _count_references(moved, counts)
+    for key, times in counts.items():
+        data = found.get(key)
+        if data is not None:
+            size += times * (len(data) - len(MARK) - len(key))
+    return size
+
+
+def _count_references(value: Any, counts: dict[str, int]) -> None:
+    if isinstance(value, str):
+        if value.startswith(MARK):
+            key = value[len(MARK):]
+            counts[key] = counts.get(key, 0) + 1
+    elif isinstance(value, dict):
+        for v in value.values():
+            _count_references(v, counts)
+    elif isinstance(value, list):
+        for v in value:
+            _count_references(v, counts)
+
+
 def _restored(value: Any, blobs: dict[str, str]) -> Any:
     if isinstance(value, str):
         if value.startswith(MARK):
@@ -287,12 +315,19 @@ class BlobbedStore(Store, ConversationStore):
 
     # -- the two directions ------------------------------------------------------------------
 
-    async def _out(self, value: Any, owner: str) -> Any:
-        """``value`` with its large strings as references to blobs of ``owner``."""
+    async def _out(self, value: Any, owner: str, response: Any = None) -> tuple[Any, Any]:
+        """``value`` and a Response object (or None) with their large strings as references
+        to blobs of ``owner``; the Response within GATEWAY_MAX_STORED_RESPONSE_BYTES counting
+        its blobs (else ResponseTooLarge, nothing written: the inner store sees references
+        only, a few bytes for a megabyte image)."""
         out = _Out(self.threshold, owner)
+        moved_response = None
+        if response is not None:
+            moved_response = out(response)
+            self.limits.check_response(_expanded_size(moved_response, out.found))
         moved = out(value)
         await self._put(out.found)
-        return moved
+        return moved, moved_response
 
     async def _items_out(self, conversation_id: str, items: list[dict[str, Any]]
                          ) -> list[dict[str, Any]]:
@@ -348,11 +383,11 @@ class BlobbedStore(Store, ConversationStore):
     async def _record_out(self, record: StoredResponse | None) -> StoredResponse | None:
         if record is None:
             return None
-        moved = await self._out([record.response, record.request, record.input_items],
-                                owner_key(record.id))
+        moved, response = await self._out([record.request, record.input_items],
+                                          owner_key(record.id), record.response)
         return StoredResponse(
-            id=record.id, tenant=record.tenant, response=moved[0], request=moved[1],
-            input_items=moved[2], previous_response_id=record.previous_response_id,
+            id=record.id, tenant=record.tenant, response=response, request=moved[0],
+            input_items=moved[1], previous_response_id=record.previous_response_id,
             background=record.background, lease_until=record.lease_until,
             expires_at=record.expires_at)
 
@@ -385,8 +420,9 @@ class BlobbedStore(Store, ConversationStore):
         self, response_id: str, response: dict[str, Any], *,
         expect_status: frozenset[str] | set[str] | None = None, lease_until: float | None = None,
     ) -> bool:
+        _, moved = await self._out(None, owner_key(response_id), response)
         return await self._inner.update_response(
-            response_id, await self._out(response, owner_key(response_id)),
+            response_id, moved,
             expect_status=expect_status, lease_until=lease_until)
 
     async def append_events(
@@ -394,7 +430,7 @@ class BlobbedStore(Store, ConversationStore):
         response: dict[str, Any] | None = None, lease_until: float | None = None,
         turn: TurnSettle | None = None,
     ) -> None:
-        events, response = await self._out([events, response], owner_key(response_id))
+        events, response = await self._out(events, owner_key(response_id), response)
         settles = {}
         if turn is not None:
             items = None if turn.items is None else await self._items_out(

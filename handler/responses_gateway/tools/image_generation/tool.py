@@ -21,6 +21,7 @@ carries text only); the same in the next turn of this response and in later ones
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,7 @@ from typing import Any
 import orjson
 
 from responses_gateway import ids
-from responses_gateway.errors import invalid_request
+from responses_gateway.errors import GatewayError, invalid_request
 from responses_gateway.tools.catalog import ToolCatalog, ToolSpec
 from responses_gateway.tools.image_generation.backends import image_backend
 from responses_gateway.tools.image_generation.backends.base import (
@@ -38,6 +39,7 @@ from responses_gateway.tools.image_generation.backends.base import (
     ImageFailure,
     Partial,
 )
+from responses_gateway.tools.image_generation.backends.convert import check_image
 from responses_gateway.tools.image_generation.params import MEDIA_TYPES, ImageParams, image_bytes
 from responses_gateway.tools.server import (
     Event,
@@ -66,6 +68,8 @@ class ImageGenerationTool(ServerTool):
     backend: ImageBackend
     #: the latest image in the conversation (base64), what ``edit`` changes
     source: str | None = None
+    #: GATEWAY_IMAGE_MAX_BYTES: the largest image a call may return
+    max_bytes: int = 20 * 1024 * 1024
 
     # -- building (before response.created) ---------------------------------------------------
 
@@ -87,7 +91,7 @@ class ImageGenerationTool(ServerTool):
                 "input or the conversation to edit.", param=params.named("action"),
                 code="invalid_value")
         backend.check(params, editing=source is not None and params.action != "generate")
-        return cls(params, backend, source)
+        return cls(params, backend, source, request.settings.image_max_bytes)
 
     def functions(self) -> list[tuple[str | None, dict[str, Any]]]:
         properties: dict[str, Any] = {"prompt": {
@@ -123,7 +127,8 @@ class ImageGenerationTool(ServerTool):
     @classmethod
     def from_record(cls, data: Mapping[str, Any], rebuild: Rebuild) -> ImageGenerationTool:
         return cls(ImageParams.from_record(data.get("params") or {}),
-                   image_backend(rebuild.settings), data.get("source"))
+                   image_backend(rebuild.settings), data.get("source"),
+                   rebuild.settings.image_max_bytes)
 
     # -- running -------------------------------------------------------------------------------
 
@@ -142,13 +147,20 @@ class ImageGenerationTool(ServerTool):
                 "The model called image_generation without a 'prompt'.",
                 code="invalid_prompt", type="invalid_request_error"))
             return
-        drawing = Drawing(prompt, params, _decoded(self.source) if editing else None,
-                          image_bytes(params.mask, params.named("input_image_mask"))
-                          if editing and params.mask else None)
+        try:
+            drawing = Drawing(prompt, params,
+                              await asyncio.to_thread(_decoded, self.source) if editing else None,
+                              image_bytes(params.mask, params.named("input_image_mask"))
+                              if editing and params.mask else None)
+        except GatewayError as exc:  # the image to edit is not base64 (a client's item)
+            yield _failed(items, ImageFailure(exc.message, code="invalid_image",
+                                              type="invalid_request_error"))
+            return
         try:
             async for step in self.backend.draw(drawing):
                 if isinstance(step, Partial):
-                    if step.index < params.partial_images:
+                    if step.index < params.partial_images and await self._fits(
+                            step.b64, params.output_format):
                         yield [items.tool_item_event(
                             f"{_EVENT}.partial_image", partial_image_b64=step.b64,
                             partial_image_index=step.index, background=params.background,
@@ -157,6 +169,8 @@ class ImageGenerationTool(ServerTool):
                     continue
                 if step.usage:
                     call.usage = {"image_gen": step.usage}
+                await asyncio.to_thread(check_image, step.b64, step.output_format,
+                                        self.max_bytes)
                 yield _completed(items, step, drawing.action)
                 self.source = step.b64  # a later call in this response edits this one
                 return
@@ -165,6 +179,15 @@ class ImageGenerationTool(ServerTool):
             return
         yield _failed(items, ImageFailure("The image model returned no image.",
                                           code="image_generation_failed"))
+
+    async def _fits(self, b64: str, output_format: str) -> bool:
+        """Whether an intermediate image is one (:func:`check_image`); one that is not is
+        left out, the final image decides the call."""
+        try:
+            await asyncio.to_thread(check_image, b64, output_format, self.max_bytes)
+        except ImageFailure:
+            return False
+        return True
 
     async def aclose(self) -> None:
         """The backend is shared by every response of the process (backends/__init__.py)."""

@@ -29,7 +29,7 @@ _lock = threading.Lock()
 def image_backend(settings: Any) -> ImageBackend:
     """The configured backend (one per settings, shared by every response)."""
     key = (settings.image_backend, settings.image_model, settings.image_url,
-           settings.bedrock_region, settings.bedrock_endpoint_url)
+           settings.bedrock_region, settings.bedrock_endpoint_url, settings.image_max_bytes)
     with _lock:
         backend = _built.get(key)
         if backend is None:

@@ -147,7 +147,7 @@ class BedrockImages(ImageBackend):
             raise
         except Exception as exc:
             raise _failure(exc) from None
-        yield self.drawn(answer, drawing)
+        yield await asyncio.to_thread(self.drawn, answer, drawing)  # Pillow converts: CPU
 
     def drawn(self, answer: dict[str, Any], drawing: Drawing) -> Drawn:
         """The model's answer as the image and the parameters it was made with."""

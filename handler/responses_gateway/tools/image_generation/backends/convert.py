@@ -8,6 +8,7 @@ asked, or an images server that makes the format itself) never loads it.
 from __future__ import annotations
 
 import base64
+import binascii
 import io
 
 from responses_gateway.tools.image_generation.backends.base import ImageFailure
@@ -61,3 +62,50 @@ def convert_b64(b64: str, output_format: str, compression: int | None = None) ->
 
 def _quality(compression: int | None) -> int:
     return 100 if compression is None else max(0, min(100, compression))
+
+
+#: output_format -> the format Pillow must read the bytes as (SVG is text, not Pillow's)
+READ_AS = {"png": "PNG", "jpeg": "JPEG", "webp": "WEBP", "gif": "GIF"}
+
+
+def check_image(b64: str, output_format: str, max_bytes: int) -> None:
+    """Raise :class:`ImageFailure` unless ``b64`` is base64 of at most ``max_bytes`` bytes
+    that are an image in ``output_format``: what an image model answered becomes the item's
+    ``result``, which clients decode and a later edit sends back, so garbage or a huge answer
+    is a failed call here, not a broken conversation later. CPU work on up to ``max_bytes``:
+    run it in a thread (``asyncio.to_thread``). Pillow reads the header and checks the
+    structure (``verify``: PNG's chunk checksums) without decoding the pixels."""
+    if max_bytes and len(b64) > (max_bytes + 2) // 3 * 4 + 4:
+        raise _too_large(len(b64) * 3 // 4, max_bytes)
+    try:
+        data = base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError):
+        raise ImageFailure("The image model's answer is not valid base64 image data.",
+                           code="invalid_image") from None
+    if max_bytes and len(data) > max_bytes:
+        raise _too_large(len(data), max_bytes)
+    if output_format == "svg":
+        if b"<svg" not in data[:4096]:
+            raise _not_a(output_format)
+        return
+    from PIL import Image  # lazily, as convert does
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            found = image.format
+            image.verify()
+    except Exception:  # Pillow's errors for broken data are many (OSError, SyntaxError, ...)
+        raise _not_a(output_format) from None
+    if found != READ_AS.get(output_format, found):
+        raise ImageFailure(f"The image model's image is {str(found).lower()}, not the "
+                           f"{output_format} it reported.", code="invalid_image")
+
+
+def _too_large(size: int, limit: int) -> ImageFailure:
+    return ImageFailure(f"The image model's image is {size} bytes, more than the {limit} bytes "
+                        "one image may be (GATEWAY_IMAGE_MAX_BYTES).", code="image_too_large")
+
+
+def _not_a(output_format: str) -> ImageFailure:
+    return ImageFailure(f"The image model's answer is not a valid {output_format} image.",
+                        code="invalid_image")

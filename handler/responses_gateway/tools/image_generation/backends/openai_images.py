@@ -42,15 +42,20 @@ class OpenAIImages(ImageBackend):
         return cls(settings.image_url or settings.upstream_url,
                    model=settings.image_model or DEFAULT_MODEL,
                    api_key=settings.image_api_key, timeout=settings.image_timeout,
-                   connect_timeout=settings.connect_timeout)
+                   connect_timeout=settings.connect_timeout,
+                   max_bytes=settings.image_max_bytes)
 
     def __init__(self, url: str, *, model: str = DEFAULT_MODEL, api_key: str | None = None,
-                 timeout: float = 120.0, connect_timeout: float = 10.0) -> None:
+                 timeout: float = 120.0, connect_timeout: float = 10.0,
+                 max_bytes: int = 20 * 1024 * 1024) -> None:
         self.url = url.rstrip("/")
         self.model = model
         self.api_key = api_key
         self.timeout = timeout
         self.connect_timeout = connect_timeout
+        #: what one answer (or one SSE line) may hold: one image of GATEWAY_IMAGE_MAX_BYTES
+        #: in base64, and its JSON around it; more is never read into memory
+        self.max_answer = max_bytes * 4 // 3 + 64 * 1024 if max_bytes else 0
 
     def _fields(self, drawing: Drawing, stream: bool) -> dict[str, Any]:
         params = drawing.params
@@ -82,14 +87,12 @@ class OpenAIImages(ImageBackend):
                 response = await client.send(request, stream=True)
                 try:
                     if response.status_code >= 400:
-                        await response.aread()
-                        raise self._http_failure(response)
+                        raise self._http_failure(response, await self._read(response))
                     if "text/event-stream" in response.headers.get("content-type", ""):
                         async for item in self._events(response, drawing):
                             yield item
                         return
-                    await response.aread()
-                    yield self._drawn(_json(response), drawing)
+                    yield self._drawn(_json(await self._read(response)), drawing)
                 finally:
                     await response.aclose()
         except httpx.TimeoutException:
@@ -98,6 +101,32 @@ class OpenAIImages(ImageBackend):
         except httpx.HTTPError as exc:
             raise ImageFailure(f"Could not reach the image model ({type(exc).__name__}).",
                                code="image_generation_failed") from None
+
+    async def _read(self, response: httpx.Response) -> bytes:
+        """The answer's body, at most :attr:`max_answer` bytes (else the call fails)."""
+        body = bytearray()
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if self.max_answer and len(body) > self.max_answer:
+                raise _too_large(self.max_answer)
+        return bytes(body)
+
+    async def _lines(self, response: httpx.Response) -> AsyncIterator[str]:
+        """The stream's lines, each at most :attr:`max_answer` bytes (httpx's own line reader
+        would hold a line of any length)."""
+        pending: list[bytes] = []  # the open line's pieces
+        size = 0
+        async for chunk in response.aiter_bytes():
+            *ended, rest = chunk.split(b"\n")
+            for piece in ended:
+                yield _line([*pending, piece])
+                pending, size = [], 0
+            pending.append(rest)
+            size += len(rest)
+            if self.max_answer and size > self.max_answer:
+                raise _too_large(self.max_answer)
+        if size:
+            yield _line(pending)
 
     def _request(self, client: httpx.AsyncClient, drawing: Drawing, fields: dict[str, Any],
                  headers: dict[str, str]) -> httpx.Request:
@@ -115,7 +144,7 @@ class OpenAIImages(ImageBackend):
                       ) -> AsyncIterator[Partial | Drawn]:
         """``image_generation.partial_image`` / ``image_edit.partial_image`` events, then the
         ``*.completed`` one (SSE ``data:`` lines, one JSON object each)."""
-        async for line in response.aiter_lines():
+        async for line in self._lines(response):
             if not line.startswith("data:"):
                 continue
             data = line[5:].strip()
@@ -155,9 +184,9 @@ class OpenAIImages(ImageBackend):
                      revised_prompt=first.get("revised_prompt") or drawing.prompt,
                      usage=image_usage(answer.get("usage")))
 
-    def _http_failure(self, response: httpx.Response) -> ImageFailure:
+    def _http_failure(self, response: httpx.Response, content: bytes) -> ImageFailure:
         try:
-            body = orjson.loads(response.content)
+            body = orjson.loads(content)
         except orjson.JSONDecodeError:
             body = {}
         error = body.get("error") if isinstance(body, dict) else None
@@ -178,9 +207,18 @@ class OpenAIImages(ImageBackend):
                             secrets=(self.api_key,))
 
 
-def _json(response: httpx.Response) -> dict[str, Any]:
+def _line(pieces: list[bytes]) -> str:
+    return b"".join(pieces).rstrip(b"\r").decode("utf-8", "replace")
+
+
+def _too_large(limit: int) -> ImageFailure:
+    return ImageFailure(f"The image model's answer is larger than the {limit} bytes one image "
+                        "may take (GATEWAY_IMAGE_MAX_BYTES).", code="image_too_large")
+
+
+def _json(content: bytes) -> dict[str, Any]:
     try:
-        answer = orjson.loads(response.content)
+        answer = orjson.loads(content)
     except orjson.JSONDecodeError:
         raise ImageFailure("The image model's answer is not JSON.",
                            code="image_generation_failed") from None
