@@ -755,3 +755,29 @@ def test_an_image_over_its_bound_is_a_failed_call_not_stored(
             assert call["status"] == "failed" and call["error"]["code"] == "image_too_large"
             stored = client.responses.retrieve(response["id"]).to_dict(mode="json")
             assert len(json.dumps(stored)) < 50_000
+
+
+def test_the_image_is_checked_off_the_event_loop(openai_client: OpenAI,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decoding and reading up to GATEWAY_IMAGE_MAX_BYTES is CPU work: it runs in a worker
+    thread (no event loop running there), every time, not on the gateway's loop."""
+    import asyncio
+
+    from responses_gateway.tools.image_generation import tool
+    from responses_gateway.tools.image_generation.backends.convert import check_image
+
+    seen: list[bool] = []
+
+    def checked(*args: Any) -> None:
+        try:
+            asyncio.get_running_loop()
+            seen.append(True)
+        except RuntimeError:
+            seen.append(False)
+        check_image(*args)
+
+    monkeypatch.setattr(tool, "check_image", checked)
+    response = check_response(openai_client.responses.create(
+        model="m", input=draw("a lighthouse", "off-loop"), tools=[{"type": "image_generation"}]))
+    assert image_call(response)["status"] == "completed"
+    assert seen == [False]
