@@ -10,8 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -22,6 +24,7 @@ from websockets.sync.client import connect
 from responses_gateway.api.limits import duration, estimate_of
 from responses_gateway.config import Settings, SettingsError, settings_from_env
 from responses_gateway.limits import parse_limits
+from responses_gateway.token_estimate import estimate_chat
 from tests.helpers.gateway_process import GatewayProcess
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.moto_server import (
@@ -31,9 +34,11 @@ from tests.helpers.moto_server import (
     sqlite_or_dynamodb,
     use_moto,
 )
-from tests.helpers.scripted_upstream import ScriptedUpstream
+from tests.helpers.scripted_upstream import ScriptedUpstream, message_text
+from tests.helpers.search_providers import SearchProvider
 
 KEY = "sk-limited-key-0123456789"
+SEARCH_KEY = "sk-searxng-limits-0123"
 OTHER = "sk-other-key-0123456789"
 ADMIN = "admin-key-0123456789abcdef"
 TENANT = "t_" + hashlib.sha256(KEY.encode()).hexdigest()[:32]
@@ -45,11 +50,11 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def gateway(upstream: ScriptedUpstream, tmp_path: Path, limits: dict[str, object],
-            store: str | None = None, *, admin: bool = False) -> GatewayServer:
+            store: str | None = None, *, admin: bool = False, **more: Any) -> GatewayServer:
     return GatewayServer(Settings(
         upstream_url=upstream.base_url, store=store or f"sqlite:{tmp_path / 'g.db'}",
         api_keys=(KEY, OTHER), limits=parse_limits(json.dumps(limits)),
-        admin_keys=(ADMIN,) if admin else (),
+        admin_keys=(ADMIN,) if admin else (), **more,
     ))
 
 
@@ -249,6 +254,120 @@ def test_a_background_response_settles_its_reservation(
                 break
             time.sleep(0.1)
         assert window["tokens"] == spent
+
+
+@pytest.fixture(scope="module")
+def provider() -> Iterator[SearchProvider]:
+    with SearchProvider("searxng", key=SEARCH_KEY) as fake:
+        yield fake
+
+
+def searching(provider: SearchProvider) -> dict[str, Any]:
+    """The gateway's web_search (the fake SearXNG) for ``gateway(**…)``."""
+    return {"web_search_provider": "searxng", "web_search_url": provider.base_url,
+            "web_search_api_key": SEARCH_KEY, "web_allow_hosts": ("127.0.0.1",)}
+
+
+def searches(times: int, fragments: int) -> str:
+    """A model that calls web_search ``times`` turns in a row, each call written in
+    ``fragments`` deltas (``fragments`` + 1 output tokens a turn, as the upstream counts)."""
+    names = ",".join(["web_search"] * times)
+    return (f"[[script:tool names={names} args='{{\"query\": \"rust edition\"}}' "
+            f"n={fragments}]] search on")
+
+
+def window_tokens(gw: GatewayServer) -> int:
+    counts = httpx.get(gw.base_url + "/admin/limits",
+                       headers={"Authorization": f"Bearer {ADMIN}"}).json()
+    return next(k for k in counts["keys"] if k["api_key_id"] == TENANT)["window"]["tokens"]
+
+
+@pytest.mark.parametrize("fragments", [20, 24])
+def test_max_output_tokens_bounds_a_whole_tool_loop(
+    upstream: ScriptedUpstream, provider: SearchProvider, tmp_path: Path, fragments: int
+) -> None:
+    """Issue 40: a model that searches 20 times under ``max_output_tokens: 50`` wrote 21
+    tokens a turn, each turn asked for 50 again: 420 output tokens. Now each turn is asked
+    for what the earlier ones left, and the response ends ``incomplete`` (reason
+    ``max_output_tokens``) once that is spent: cut inside a turn (21 + 21 + 8), or exactly
+    at the end of one (25 + 25: its search does not run, nothing could read it)."""
+    with gateway(upstream, tmp_path, {"default": {"tokens_per_minute": 100_000}}, admin=True,
+                 **searching(provider)) as gw:
+        at_window_start(60, need=20)
+        client = OpenAI(base_url=gw.base_url, api_key=KEY, max_retries=0)
+        seen = len(upstream.requests)
+        response = client.responses.create(
+            model="m", input=searches(20, fragments), tools=[{"type": "web_search"}],
+            max_output_tokens=50)
+        assert response.status == "incomplete"
+        assert response.incomplete_details is not None
+        assert response.incomplete_details.reason == "max_output_tokens"
+        assert response.usage is not None and response.usage.output_tokens == 50
+        sent = upstream.requests[seen:]
+        per_turn = fragments + 1
+        asked = [50 - per_turn * turn for turn in range(len(sent))]
+        assert [body["max_tokens"] for body in sent] == asked  # the generic dialect's name
+        searched = [i for i in response.output if i.type == "web_search_call"]
+        assert len(searched) == (2 if fragments == 20 else 1)
+        assert response.tool_usage is not None
+        assert response.tool_usage.web_search.num_requests == len(searched)
+        # Its usage is the sum over its turns (the upstream counts a message's words + 1).
+        assert response.usage.input_tokens == sum(
+            len(message_text(m).split()) + 1 for body in sent for m in body["messages"])
+        assert window_tokens(gw) == response.usage.total_tokens  # settled to that sum
+
+
+def test_without_usage_the_turns_output_is_estimated(
+    upstream: ScriptedUpstream, provider: SearchProvider, tmp_path: Path
+) -> None:
+    """An upstream that reports no usage: each turn's output counts at its estimate (the
+    call's arguments, ``{"query": "rust edition"}``: 9), so the loop still ends."""
+    with gateway(upstream, tmp_path, {}, **searching(provider)) as gw:
+        client = OpenAI(base_url=gw.base_url, api_key=KEY, max_retries=0)
+        seen = len(upstream.requests)
+        events = [e.to_dict() for e in client.responses.create(
+            model="m", input=searches(20, 1).replace("n=1", "n=1 usage=0"),
+            tools=[{"type": "web_search"}], max_output_tokens=20, stream=True)]
+        response = events[-1]["response"]
+        assert (response["status"], response["incomplete_details"]) == (
+            "incomplete", {"reason": "max_output_tokens"})
+        assert [body["max_tokens"] for body in upstream.requests[seen:]] == [20, 11, 2]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_tool_loop_never_passes_the_tokens_limit(
+    upstream: ScriptedUpstream, provider: SearchProvider, tmp_path: Path, stream: bool,
+    store: str,
+) -> None:
+    """Issue 40: 20 searches in one response left 294,712 tokens in a 3,000-token window.
+    Each further model turn's input (the history, grown by the search results) is reserved
+    before it is sent; the turn that no longer fits ends the response ``failed`` with
+    ``rate_limit_exceeded``, its output kept, and the window holds what was spent."""
+    limit = 3000
+    with gateway(upstream, tmp_path, {"default": {"tokens_per_minute": limit}}, store,
+                 admin=True, **searching(provider)) as gw:
+        at_window_start(60, need=20)
+        client = OpenAI(base_url=gw.base_url, api_key=KEY, max_retries=0)
+        seen = len(upstream.requests)
+        kwargs: Any = {"model": "m", "input": searches(20, 3),
+                       "tools": [{"type": "web_search"}], "max_output_tokens": 200}
+        if stream:
+            events = [e.to_dict() for e in client.responses.create(stream=True, **kwargs)]
+            assert events[-1]["type"] == "response.failed"
+            response = events[-1]["response"]
+        else:
+            response = client.responses.create(**kwargs).to_dict()
+        assert response["status"] == "failed"
+        assert response["error"]["code"] == "rate_limit_exceeded"
+        assert "tokens per min (TPM): Limit 3000" in response["error"]["message"]
+        searched = [i for i in response["output"] if i["type"] == "web_search_call"]
+        assert 1 <= len(searched) < 20  # it ran some turns, not all of them
+        assert len(upstream.requests) - seen == len(searched)  # the refused turn never left
+        estimates = [estimate_chat(body) for body in upstream.requests[seen:]]
+        assert sum(estimates) + 200 <= limit  # every turn was reserved in the window
+        spent = response["usage"]["total_tokens"]
+        assert window_tokens(gw) == spent <= limit  # settled to the sum over its turns
+        assert response["usage"]["output_tokens"] <= 200
 
 
 def test_websocket_creates_are_limited(upstream: ScriptedUpstream, tmp_path: Path) -> None:

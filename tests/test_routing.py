@@ -128,6 +128,14 @@ def test_non_stream_falls_back_and_names_the_deployment(
     [line] = [r for r in caplog.records if "falling back" in r.getMessage()]
     assert (line.route, line.deployment, line.next_deployment) == (route, "first", "second")
     assert line.upstream_status == {"down": 502, "limited": 429, "broken": 500}[route]
+    # The line names the route and its deployment, and blames the deployment's own url, not
+    # GATEWAY_UPSTREAM_URL (issue 40).
+    assert line.getMessage() == (f"routed model {route!r}: deployment 'first' failed before "
+                                 "any output, falling back to 'second'")
+    assert "GATEWAY_UPSTREAM_URL" not in line.reason
+    if route == "down":
+        assert line.reason.endswith(f"is the url of route {route!r} deployment 'first' "
+                                    "(GATEWAY_ROUTES) right?")
 
 
 @pytest.mark.parametrize("route", list(FAILURES))

@@ -13,7 +13,9 @@ import httpx
 import pytest
 from openai import AsyncOpenAI, OpenAI
 
-from responses_gateway.config import Settings
+from responses_gateway.api.auth import Authenticator
+from responses_gateway.config import Settings, SettingsError, settings_from_env
+from responses_gateway.errors import GatewayError
 from responses_gateway.responses.services import build_gateway
 from responses_gateway.store.usage import UsageEntry
 from tests.helpers.gateway_server import GatewayServer
@@ -201,3 +203,31 @@ def test_usage_api_is_admin_only_and_shaped_like_openais(settings: Settings) -> 
         refused = httpx.post(gw.base_url + "/responses", json={"model": "m", "input": "x"},
                              headers=admin)
         assert refused.status_code == 401
+
+
+def test_an_admin_key_that_is_also_an_api_key_is_refused_at_start() -> None:
+    """Issue 40: a key in both lists silently turned the admin routes off ("set
+    GATEWAY_ADMIN_KEYS" although it was set). The settings refuse it, naming the problem and
+    the key's position, never the key."""
+    shared = "sk-shared-key-0123456789"
+    with pytest.raises(SettingsError) as refused:
+        settings_from_env({"GATEWAY_API_KEYS": f"{KEYS[0]},{shared}",
+                           "GATEWAY_ADMIN_KEYS": f"{ADMIN}, {shared}"})
+    message = str(refused.value)
+    assert message.startswith("GATEWAY_ADMIN_KEYS and GATEWAY_API_KEYS share a key (the 2nd "
+                              "of GATEWAY_ADMIN_KEYS)")
+    assert shared not in message and ADMIN not in message
+    kept = settings_from_env({"GATEWAY_API_KEYS": KEYS[0], "GATEWAY_ADMIN_KEYS": ADMIN})
+    assert (kept.api_keys, kept.admin_keys) == ((KEYS[0],), (ADMIN,))
+
+
+def test_admin_routes_say_why_they_are_off_when_every_admin_key_is_shared() -> None:
+    """Settings built without config.py (as the tests do) still get a message that says
+    why, not "set GATEWAY_ADMIN_KEYS"."""
+    with pytest.raises(GatewayError) as off:
+        Authenticator(KEYS, (KEYS[0],)).admin(f"Bearer {KEYS[0]}")
+    assert off.value.status == 403 and off.value.code == "admin_disabled"
+    assert "also in GATEWAY_API_KEYS" in off.value.message
+    with pytest.raises(GatewayError) as unset:
+        Authenticator(KEYS, ()).admin(f"Bearer {KEYS[0]}")
+    assert "set GATEWAY_ADMIN_KEYS" in unset.value.message

@@ -83,12 +83,7 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
         max_retries=count("GATEWAY_MAX_RETRIES", cls.max_retries),
         max_body_bytes=count("GATEWAY_MAX_BODY_BYTES", cls.max_body_bytes),
         store=_store(get("GATEWAY_STORE") or cls.store),
-        api_keys=tuple(
-            k.strip() for k in (secret("GATEWAY_API_KEYS") or "").split(",") if k.strip()
-        ),
-        admin_keys=tuple(
-            k.strip() for k in (secret("GATEWAY_ADMIN_KEYS") or "").split(",") if k.strip()
-        ),
+        **_keys(secret),
         limits=_parsed("GATEWAY_LIMITS", _limits, get("GATEWAY_LIMITS") or "")
         if get("GATEWAY_LIMITS") else None,
         retention_days=count("GATEWAY_RETENTION_DAYS", cls.retention_days),
@@ -288,6 +283,30 @@ def _image_backend(name: str | None, store: str | None, bucket: str | None) -> s
         raise SettingsError("GATEWAY_IMAGE_BUCKET must name an S3 bucket for generated images "
                             "when GATEWAY_IMAGE_BACKEND is set and GATEWAY_STORE is dynamodb")
     return name
+
+
+def _keys(secret: Callable[[str], str | None]) -> dict[str, tuple[str, ...]]:
+    """The tenants' keys and the admin keys. A key in both lists is refused here: the admin
+    routes take no tenant key (api/auth.py), so it would silently turn them off for that key
+    (and for all of them when every admin key is shared). The error names the position in
+    GATEWAY_ADMIN_KEYS, never the key."""
+    def listed(name: str) -> tuple[str, ...]:
+        return tuple(k.strip() for k in (secret(name) or "").split(",") if k.strip())
+
+    api_keys, admin_keys = listed("GATEWAY_API_KEYS"), listed("GATEWAY_ADMIN_KEYS")
+    shared = [n for n, key in enumerate(admin_keys, 1) if key in api_keys]
+    if shared:
+        which = ", ".join(_ordinal(n) for n in shared)
+        raise SettingsError(
+            f"GATEWAY_ADMIN_KEYS and GATEWAY_API_KEYS share a key (the {which} of "
+            f"GATEWAY_ADMIN_KEYS): an admin key must not be an API key, or the admin routes "
+            "refuse it; give the admin routes keys of their own")
+    return {"api_keys": api_keys, "admin_keys": admin_keys}
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def _web_search(get: Callable[[str], str | None],

@@ -36,7 +36,9 @@ requests get this script, later ones get ``then``, default text; counted per key
 directive text, until reset()), ``delay=S`` (before each item), ``first_delay=S`` (before
 the body, or before an error status), ``eol=lf|crlf|cr``, ``multiline=1``, ``comments=1``,
 ``done=0``, ``usage=1|0`` (default: the request's ``stream_options.include_usage``). Tool
-call ids are ``call_<request index>_<i>``.
+call ids are ``call_<request index>_<i>``. A request's ``max_completion_tokens`` (or
+``max_tokens``) holds as a server holds it: a script's output past that many tokens (one per
+delta, as its usage counts them) is not sent, and the choice ends ``finish_reason: "length"``.
 
 Every behaviour also answers ``stream=false`` with a ``chat.completion`` aggregated from the
 same chunks (usage always included); stall/slow delay it, drop cuts the JSON body mid-way,
@@ -670,15 +672,41 @@ def aggregate(chunks: list[dict[str, Any]], usage: dict[str, Any]) -> dict[str, 
     }
 
 
+def _chunk_tokens(chunk: dict[str, Any]) -> tuple[int, int]:
+    """(output, reasoning) tokens one chunk counts: one per delta that carries text or a
+    call fragment, one per delta that carries reasoning."""
+    completion = reasoning = 0
+    for choice in chunk.get("choices") or []:
+        delta = choice.get("delta") or {}
+        if delta.get("reasoning_content") or delta.get("reasoning"):
+            reasoning += 1
+        if delta.get("content") or delta.get("refusal") or delta.get("tool_calls"):
+            completion += 1
+    return completion, reasoning
+
+
+def _capped(ctx: Context, items: list[Item], cap: int) -> list[Item]:
+    """What a Chat Completions server sends under ``max_completion_tokens`` (``max_tokens``):
+    it stops generating before the token past ``cap`` (reasoning included, as OpenAI counts
+    them) and ends the choice with ``finish_reason: "length"``. The chunks it did not
+    generate are left out; the rest of the plan (pauses, framing) stays."""
+    spent = 0
+    for n, item in enumerate(items):
+        if isinstance(item, dict) and item.get("choices"):
+            cost = sum(_chunk_tokens(item))
+            if spent + cost > cap:
+                rest = [i for i in items[n + 1:] if not (isinstance(i, dict) and i.get("choices"))]
+                return [*items[:n], ctx.chunks.chunk({}, "length"), *rest]
+            spent += cost
+    return items
+
+
 def _usage(ctx: Context, chunks: list[dict[str, Any]]) -> dict[str, Any]:
     completion = reasoning = 0
     for chunk in chunks:
-        for choice in chunk.get("choices") or []:
-            delta = choice.get("delta") or {}
-            if delta.get("reasoning_content") or delta.get("reasoning"):
-                reasoning += 1
-            if delta.get("content") or delta.get("refusal") or delta.get("tool_calls"):
-                completion += 1
+        more, thought = _chunk_tokens(chunk)
+        completion += more
+        reasoning += thought
     prompt = ctx.prompt_tokens()
     return {
         "prompt_tokens": prompt,
@@ -1010,6 +1038,9 @@ class ScriptedUpstream:
         plan.comments = args.get("comments") == "1" or plan.comments
         if args.get("done") == "0":
             plan.done = False
+        cap = body.get("max_completion_tokens") or body.get("max_tokens")
+        if isinstance(cap, int) and cap > 0 and name != "fixture":
+            plan.items = _capped(ctx, plan.items, cap)
         chunks = [i for i in plan.items if isinstance(i, dict)]
         stream_options = body.get("stream_options")
         want_usage = isinstance(stream_options, dict) and stream_options.get("include_usage")

@@ -23,6 +23,8 @@ class Authenticator:
         # Admin keys (GATEWAY_ADMIN_KEYS) open the admin routes only; a tenant key never does.
         self._admin = [hashlib.sha256(key.encode()).digest() for key in admin_keys
                        if key not in keys]
+        # config.py refuses shared keys at start; settings built otherwise are told apart here.
+        self._admin_all_shared = bool(admin_keys) and not self._admin
 
     def tenant(self, authorization: str | None) -> str:
         """The tenant for an ``Authorization`` header, or a 401 GatewayError."""
@@ -54,7 +56,10 @@ class Authenticator:
         admin key is configured: the admin routes are off)."""
         if not self._admin:
             raise GatewayError(
-                403, "The admin routes are off: set GATEWAY_ADMIN_KEYS to turn them on.",
+                403, "The admin routes are off: every key in GATEWAY_ADMIN_KEYS is also in "
+                "GATEWAY_API_KEYS, and a tenant's key never opens them; give them keys of "
+                "their own." if self._admin_all_shared else
+                "The admin routes are off: set GATEWAY_ADMIN_KEYS to turn them on.",
                 type="invalid_request_error", code="admin_disabled",
             )
         scheme, _, key = (authorization or "").partition(" ")

@@ -7,7 +7,10 @@ Tokens are reserved before the upstream is called: once the request is rendered,
 (token_estimate.py, plus the output cap it sets) is counted in the key's window and budget
 period if it fits in what is left, atomically, so concurrent requests cannot all pass; the
 response's real usage replaces it when it is counted (store/usage.py ``settlement``). An
-estimate larger than a limit is OpenAI's "Request too large" 429.
+estimate larger than a limit is OpenAI's "Request too large" 429. A response whose tools make
+it span model turns reserves each further turn's input too (``reserve_turn``), in the same
+windows; its output across turns is bounded by ``max_output_tokens`` (responses/turns.py),
+which the create reserved.
 
 The rules are GATEWAY_LIMITS (limits.py). No rule, no store call.
 """
@@ -74,6 +77,32 @@ async def reserve(store: Store, limits: Limits | None, tenant: str, tokens: int,
     if not counts.admitted:
         raise _refusal(rule, windows, counts, now, headers, requested=tokens, model=model)
     return Reservation(tokens, windows).to_json(), headers
+
+
+async def reserve_turn(store: Store, limits: Limits | None, tenant: str,
+                       reserved: dict[str, Any], tokens: int, model: str) -> dict[str, Any]:
+    """Reserve ``tokens`` more for a response its create reserved ``reserved`` for: a further
+    model turn's input (its history grown by the tools' outputs), in the reservation's own
+    windows, so the response's settle replaces all of it with what the response spent. The
+    reservation grown; when ``tokens`` do not fit in what is left, nothing is counted and
+    this raises the error the response fails with: ``rate_limit_exceeded`` (the code OpenAI's
+    SDKs know a failed response by; the message says which limit), never a limit passed."""
+    from responses_gateway.store.usage import Reservation
+
+    reservation = Reservation.from_json(reserved)
+    rule = limits.for_tenant(tenant) if limits is not None else None
+    ledger = store.usage_store()
+    if reservation is None or rule is None or ledger is None or tokens <= 0:
+        return reserved
+    windows = reservation.windows
+    counts = await ledger.reserve(tenant, rule.caps, windows, tokens)
+    if not counts.admitted:
+        refused = _refusal(rule, windows, counts, time.time(), {}, requested=tokens,
+                           model=model)
+        raise GatewayError(
+            429, f"{refused.message} The response stopped before its next model turn; its "
+            "output so far is kept.", type=refused.type, code="rate_limit_exceeded")
+    return Reservation(reservation.tokens + tokens, windows).to_json()
 
 
 def reserver(store: Store, limits: Limits | None, tenant: str, headers: dict[str, str]

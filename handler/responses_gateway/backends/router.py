@@ -51,6 +51,7 @@ logger = logging.getLogger("responses_gateway.router")
 #: Where BackendRequest.extra names the deployment that answered (x-gateway-deployment).
 DEPLOYMENT = "deployment"
 _REASON_CHARS = 200
+_URL_SETTING = "GATEWAY_UPSTREAM_URL"
 #: How old this process's view of the shared health may grow before it is read again.
 HEALTH_REFRESH_SECONDS = 2.0
 
@@ -242,18 +243,22 @@ class Router(BaseBackend):
                 first = None
             except BaseException as exc:
                 await _close(chunks)
+                _blame(exc, self.route, deployment)
                 if not falls_back(exc):
                     raise
                 await self._failed(routed)
                 if number + 1 == len(attempts):
-                    logger.warning("routed model: its last deployment failed", extra={
-                        "route": self.route, "deployment": deployment.name,
-                        **_reason(exc)})
+                    logger.warning(
+                        "routed model %r: its last deployment %r failed", self.route,
+                        deployment.name, extra={"route": self.route,
+                                                "deployment": deployment.name, **_reason(exc)})
                     raise
-                logger.warning("routed model: deployment failed before any output, falling "
-                               "back", extra={"route": self.route, "deployment": deployment.name,
-                                              "next_deployment": attempts[number + 1]
-                                              .deployment.name, **_reason(exc)})
+                following = attempts[number + 1].deployment.name
+                logger.warning(
+                    "routed model %r: deployment %r failed before any output, falling back "
+                    "to %r", self.route, deployment.name, following,
+                    extra={"route": self.route, "deployment": deployment.name,
+                           "next_deployment": following, **_reason(exc)})
                 continue
             await self._answered(routed)
             request.extra[DEPLOYMENT] = deployment.name
@@ -318,6 +323,19 @@ async def _close(chunks: AsyncIterator[list[Chunk]]) -> None:
 def _store_failed(exc: Exception) -> None:
     logger.warning("routed model: the shared deployment health could not be read or written; "
                    "this process goes on with its own view", extra={"reason": repr(exc)[:200]})
+
+
+def _blame(exc: BaseException, route: str, deployment: Deployment) -> None:
+    """A backend names the setting its URL comes from, GATEWAY_UPSTREAM_URL ("is
+    GATEWAY_UPSTREAM_URL right?"); a deployment with its own ``url`` has it from
+    GATEWAY_ROUTES, so its failure names that route's deployment instead, in the log line
+    and in the error a client may get."""
+    if (isinstance(exc, GatewayError) and deployment.option("url") is not None
+            and _URL_SETTING in exc.message):
+        exc.message = exc.message.replace(
+            _URL_SETTING, f"the url of route {route!r} deployment {deployment.name!r} "
+            "(GATEWAY_ROUTES)")
+        exc.args = (exc.message,)
 
 
 def _reason(exc: BaseException) -> dict[str, Any]:

@@ -104,6 +104,7 @@ class Job:
             reserved=record.request.get("reserved"),
         )
         self.chunks: AsyncIterator[list[Chunk]] | None = None  # this model turn's upstream
+        self._turns_started = 0  # model turns sent upstream
         self._first: asyncio.Future[list[Chunk]] | None = None
         self.conversation = conversations.turn_of(gateway.store, record)
         self.deadline = Deadline()
@@ -160,18 +161,45 @@ class Job:
         return self._first
 
     async def start_next_turn(self) -> asyncio.Future[list[Chunk]]:
-        """Close this model turn's upstream stream and send the (grown) request again."""
+        """Close this model turn's upstream stream, reserve the (grown) request's tokens and
+        send it again."""
         chunks, self.chunks = self.chunks, None
         if chunks is not None:
             aclose = getattr(chunks, "aclose", None)
             if aclose is not None:
                 with contextlib.suppress(Exception):
                     await aclose()
+        await self._reserve_turn()
         self._start_turn()
         assert self._first is not None
         return self._first
 
+    async def _reserve_turn(self) -> None:
+        """Count a further model turn against the key's token limits before the upstream
+        sees it (api/limits.py ``reserve_turn``). The create reserved the first turn's input
+        and the output of every turn (``max_output_tokens`` bounds them all, turns.py); each
+        further turn sends the history again, grown by the tools' outputs, so its input is
+        reserved now, in the create's windows, and the settle replaces all of it with what
+        the response spent. Past what is left the response fails ``rate_limit_exceeded``
+        (a GatewayError), its output so far kept, instead of passing the limit."""
+        reserved = self.metrics.reserved
+        if reserved is None or not self._generate:
+            return  # no token limit for this key: nothing was reserved
+        from responses_gateway.api import limits
+        from responses_gateway.token_estimate import estimate_chat
+
+        tokens = estimate_chat(self.backend_request.body)
+        if self._turns_started == 0:  # approved calls ran first: the create reserved the rest
+            tokens -= estimate_chat(self.record.request["chat"])
+        if tokens <= 0:
+            return
+        reserved = await limits.reserve_turn(
+            self.gateway.store, self.gateway.settings.limits, self.record.tenant, reserved,
+            tokens, self.response.get("model") or "")
+        self.metrics.reserved = self.record.request["reserved"] = reserved
+
     def _start_turn(self) -> None:
+        self._turns_started += 1
         self.chunks = (self.backend.stream(self.backend_request) if self._generate
                        else _no_generation())
         self._first = asyncio.ensure_future(self._first_chunk())

@@ -16,6 +16,12 @@ call may pass it by one call's own bound); ``GATEWAY_MAX_TOOL_TURNS`` model turn
 calls. Past the first two the model is no longer offered the gateway's tools and answers with
 what it has, as OpenAI does past ``max_tool_calls``; past the third the response ends with what
 the last turn produced.
+
+``max_output_tokens`` bounds the whole response, as OpenAI's does (reasoning included): each
+model turn is asked for at most what the earlier turns left of it, and once they spent it all
+no turn follows (the calls of the last one, whose results no turn could read, do not run) and
+the response ends ``incomplete``, reason ``max_output_tokens``, as a turn cut at its cap ends.
+The job reserves each further turn's input against the key's token limits (responses/job.py).
 """
 
 from __future__ import annotations
@@ -32,9 +38,11 @@ from responses_gateway.backends.base import BackendRequest, Chunk
 from responses_gateway.observability import ResponseMetrics
 from responses_gateway.responses.deadline import Deadline
 from responses_gateway.settings import Route
+from responses_gateway.token_estimate import estimate
 from responses_gateway.tools.catalog import catalog_of
 from responses_gateway.tools.registry import SERVER_KINDS, ServerTools
 from responses_gateway.tools.server import ServerCall
+from responses_gateway.translate.response_object import usage_from_chat
 from responses_gateway.translate.sealing import with_sealed_reasoning
 from responses_gateway.translate.stream import Event, ResponseTranslator
 from responses_gateway.translate.to_chat import turn_messages
@@ -63,7 +71,8 @@ class TurnHost(Protocol):
 
 
 class TurnLoop:
-    __slots__ = ("call_limit", "calls_run", "job", "output_bytes", "pending", "turn_start")
+    __slots__ = ("call_limit", "calls_run", "job", "output_bytes", "output_left", "pending",
+                 "turn_start")
 
     def __init__(self, job: TurnHost) -> None:
         self.job = job
@@ -75,6 +84,9 @@ class TurnLoop:
         asked = job.response.get("max_tool_calls")
         self.call_limit = (settings.max_tool_calls if asked is None
                            else min(asked, settings.max_tool_calls))
+        cap = job.response.get("max_output_tokens")
+        #: what the model turns may still write of ``max_output_tokens`` (None: no cap)
+        self.output_left: int | None = cap if isinstance(cap, int) and cap > 0 else None
 
     def _takes_images(self) -> bool:
         """Whether the model reads images: a generated one goes back to it as an image part
@@ -151,9 +163,14 @@ class TurnLoop:
             if translator.done or tools is None or not translator.wants_tool_turn:
                 return
             # The model called tools the gateway runs: their items, then the next turn.
+            usage = translator.turn_usage
             self.pending += translator.end_turn()
             calls = translator.server_calls
+            self._spend_output(usage, calls)
             stop = translator.client_calls > 0  # the client must answer its own calls
+            if self.output_left == 0 and not stop:
+                translator.stop_at_output_limit()  # no turn may follow to read the calls
+                return
             async for events in self._run_calls(calls, limited=True):
                 yield events
             ran = sum(1 for call in calls if call.extra.get("ran"))
@@ -197,6 +214,19 @@ class TurnLoop:
                 self.calls_run += 1
             self.output_bytes += sum(len(orjson.dumps(item)) for item in output[made:])
 
+    def _spend_output(self, usage: dict[str, Any] | None, calls: list[ServerCall]) -> None:
+        """Count the model turn that just ended against ``max_output_tokens``: its output
+        tokens as the upstream reported them (``usage``), else (none sent) the estimate of its
+        items and of the calls it wrote for the gateway."""
+        if self.output_left is None:
+            return
+        if usage is not None:
+            spent = usage_from_chat(usage)["output_tokens"]
+        else:
+            spent = (estimate(self.job.translator.response["output"][self.turn_start:])
+                     + sum(estimate(call.arguments) for call in calls))
+        self.output_left = max(0, self.output_left - spent)
+
     async def _next_turn(self) -> asyncio.Future[list[Chunk]]:
         """The next model turn: the chat request gets this turn's output (its text, reasoning
         and the calls the gateway ran with their results) and goes upstream again."""
@@ -229,6 +259,9 @@ class TurnLoop:
             body["tool_choice"] = "auto"
         if self.exhausted:
             _drop_server_functions(body, translator.options.tools or {})
+        if self.output_left is not None:  # what the earlier turns left of max_output_tokens
+            body.pop("max_tokens", None)
+            body["max_completion_tokens"] = self.output_left
         return await job.start_next_turn()
 
 

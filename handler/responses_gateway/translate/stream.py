@@ -422,6 +422,17 @@ class ResponseTranslator(CallItems, ReasoningItems):
         self._finish_reason = None
 
     @property
+    def turn_usage(self) -> dict[str, Any] | None:
+        """The upstream's (chat) usage of the model turn being fed, once a chunk carried it."""
+        return self._usage
+
+    def stop_at_output_limit(self) -> None:
+        """The response's ``max_output_tokens`` is spent across its model turns
+        (responses/turns.py) and no turn may follow: :meth:`finish` ends it as a turn cut at
+        its cap ends, ``incomplete`` with ``incomplete_details.reason: "max_output_tokens"``."""
+        self._finish_reason = "length"
+
+    @property
     def wants_tool_turn(self) -> bool:
         """The model's turn ended with calls the gateway runs (and was not cut short)."""
         return (bool(self.server_calls) or self._kind == _SERVER) and (
