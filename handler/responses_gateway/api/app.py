@@ -125,11 +125,17 @@ def create_app(
         collector.tune()
         check = asyncio.ensure_future(startup.check_upstream(settings)) if check_upstream \
             else None
+        sweep = asyncio.ensure_future(file_routes.sweep_expired(
+            app, settings.file_sweep_seconds)) if settings.file_sweep_seconds > 0 else None
         try:
             yield
         finally:
             if check is not None and not check.done():
                 check.cancel()
+            if sweep is not None:
+                sweep.cancel()
+                with contextlib.suppress(BaseException):
+                    await sweep
             if own:
                 await app.state.gateway.aclose()
 
