@@ -131,7 +131,7 @@ async def retrieve_file(request: Request) -> Response:
 async def file_content(request: Request) -> Response:
     """The bytes streamed a chunk at a time (files/store.py CHUNK_BYTES), never whole."""
     tenant = tenant_of(request)
-    record, chunks = await files_of(request).content(request.path_params["file_id"], tenant)
+    record, chunks = await files_of(request).stream(request.path_params["file_id"], tenant)
     return StreamingResponse(chunks, media_type="application/octet-stream",
                              headers={"content-length": str(record.bytes)})
 

@@ -139,9 +139,18 @@ class Files:
             raise file_not_found(file_id)
         return record
 
-    async def content(self, file_id: str, tenant: str
-                      ) -> tuple[FileRecord, AsyncIterator[bytes]]:
-        """The record and its bytes in chunks (never the whole file in memory)."""
+    async def content(self, file_id: str, tenant: str) -> tuple[FileRecord, bytes]:
+        """The record and its bytes (ingestion reads a file whole, within its bounds)."""
+        record = await self.get(file_id, tenant)
+        data = await self.blobs.get(record.blob_key)
+        if data is None:
+            raise file_not_found(file_id)
+        return record, data
+
+    async def stream(self, file_id: str, tenant: str
+                     ) -> tuple[FileRecord, AsyncIterator[bytes]]:
+        """The record and its bytes in chunks (``GET /v1/files/{id}/content``: never the
+        whole file in memory)."""
         record = await self.get(file_id, tenant)
         chunks = await self.blobs.stream(record.blob_key)
         if chunks is None:
