@@ -206,13 +206,12 @@ async def sweep_expired(app: Starlette, every: float) -> None:
     """Every ``every`` seconds remove every tenant's expired Files and Uploads with their
     bytes (``GATEWAY_FILE_SWEEP_SECONDS``; the local store, whose folder exists: the AWS
     engines reclaim a tenant's as it is served). Runs for the app's life (api/app.py)."""
-    settings = app.state.settings
-    kind, _, target = settings.store.partition(":")
+    target = app.state.settings.store.partition(":")[2]
     folder = Path((target or "gateway.db") + ".files")
     while True:
         await asyncio.sleep(every)
-        if kind != "sqlite" or not folder.exists():
-            continue
+        if not folder.exists():
+            continue  # no file was ever stored: nothing to build the engines for
         try:
             removed = await uploads_for(app).files.reclaim(None)
         except Exception:
