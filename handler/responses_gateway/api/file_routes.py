@@ -24,6 +24,7 @@ from responses_gateway.errors import invalid_request, missing_parameter
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
+    from responses_gateway.files.models import FileRecord
     from responses_gateway.files.service import Files
     from responses_gateway.files.uploads import Uploads
 
@@ -43,6 +44,14 @@ async def create_file(request: Request) -> Response:
     tenant = tenant_of(request)
     files = files_of(request)
     form = await _form(request, files.check_size)
+    try:
+        record = await _create_file(tenant, files, form)
+    finally:
+        await form.close()  # the spooled temporary file, whatever was wrong with the form
+    return JSON(record.to_object())
+
+
+async def _create_file(tenant: str, files: Files, form: FormData) -> FileRecord:
     upload = form.get("file")
     if not isinstance(upload, UploadFile):
         raise missing_parameter("file")
@@ -59,12 +68,8 @@ async def create_file(request: Request) -> Response:
     anchor, seconds = form.get("expires_after[anchor]"), form.get("expires_after[seconds]")
     expires = parse_expiry(anchor if isinstance(anchor, str) else None,
                            seconds if isinstance(seconds, str) else None)
-    try:
-        record = await files.create_from(tenant, upload.filename or "upload", upload.file,
-                                         _size(upload), purpose, expires)
-    finally:
-        await form.close()  # the spooled temporary file
-    return JSON(record.to_object())
+    return await files.create_from(tenant, upload.filename or "upload", upload.file,
+                                   _size(upload), purpose, expires)
 
 
 def _size(upload: UploadFile) -> int:
@@ -175,10 +180,10 @@ async def add_upload_part(request: Request) -> Response:
     tenant = tenant_of(request)
     uploads = uploads_of(request)
     form = await _form(request, uploads.check_part_size)
-    data = form.get("data")
-    if not isinstance(data, UploadFile):
-        raise missing_parameter("data")
     try:
+        data = form.get("data")
+        if not isinstance(data, UploadFile):
+            raise missing_parameter("data")
         part = await uploads.add_part(tenant, request.path_params["upload_id"], data.file,
                                       _size(data))
     finally:
