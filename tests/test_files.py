@@ -207,3 +207,18 @@ def test_filenames_are_bounded(alice: OpenAI) -> None:
     assert caught.value.body["code"] == "string_above_max_length"
     assert "GATEWAY_MAX_NAME_CHARS" in caught.value.body["message"]
     alice.files.delete(made.id)
+
+
+def test_aws_rows_holding_bytes_carry_no_ttl(alice: OpenAI, gateway: GatewayServer) -> None:
+    """DynamoDB's TTL (attribute expires_at) would delete a row and leave its bytes counted in
+    the tenant total and in S3: an expiring File's row keeps its expiry elsewhere."""
+    if gateway.settings.store.startswith("sqlite:"):
+        pytest.skip("the AWS layout")
+    records = gateway.app.state.gateway.files.records
+    made = alice.files.create(file=("t.txt", b"t"), purpose="batch",
+                              expires_after={"anchor": "created_at", "seconds": 3600})
+    listed = records.client.scan(TableName=records.table)["Items"]
+    item = next(i for i in listed if i.get("id", {}).get("S") == made.id)
+    assert "expires_at" not in item and int(item["file_expires_at"]["N"]) == made.expires_at
+    assert alice.files.retrieve(made.id).expires_at == made.expires_at
+    alice.files.delete(made.id)
