@@ -37,6 +37,8 @@ NOT_PARAMETERS = {
     "GATEWAY_ADMIN_KEYS": "from the secret (GATEWAY_ADMIN_KEYS_SECRET_ARN)",
     "GATEWAY_BEDROCK_ENDPOINT_URL": "local Bedrock stand-ins only",
     "GATEWAY_VECTOR_CACHE_BYTES": "the local (SQLite) vector engine only; Lambda uses S3 Vectors",
+    "GATEWAY_FILE_SWEEP_SECONDS": "the local (SQLite) file store only; in AWS a tenant's expired "
+    "files are reclaimed as it is served",
     "GATEWAY_MAX_BODY_BYTES": "function URLs cap request bodies at 6 MB anyway",
     "GATEWAY_BEDROCK_MEDIA_BUDGET_BYTES": "an internal limit; its default fits Lambda memory",
     "GATEWAY_STREAM_GRACE_SECONDS": "an internal tuning knob",

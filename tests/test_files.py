@@ -159,3 +159,66 @@ def test_local_bytes_live_beside_the_database(gateway: GatewayServer, alice: Ope
     assert len(stored) == 1 and stored[0].read_bytes() == b"on disk"
     alice.files.delete(created.id)
     assert not list(Path(str(db) + ".files").rglob(created.id))
+
+
+def _blob_keys(gateway: GatewayServer) -> list[str]:
+    """Every blob the engine holds (file bytes and Upload parts), read from the engine."""
+    import asyncio
+
+    blobs = gateway.app.state.gateway.files.blobs
+    if gateway.settings.store.startswith("sqlite:"):
+        root = Path(gateway.settings.store.removeprefix("sqlite:") + ".files")
+        return [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()]
+    listed = asyncio.run(asyncio.to_thread(blobs.client.list_objects_v2, Bucket=blobs.bucket))
+    return [o["Key"] for o in listed.get("Contents", [])]
+
+
+def test_an_expired_file_is_removed_with_its_bytes(
+        alice: OpenAI, gateway: GatewayServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past its expires_at a File is gone with its bytes and gives its bytes back to the
+    tenant's total: a full tenant whose files expired may upload again, without touching
+    them first (the expired ones are reclaimed before a refusal), and a touched one is
+    removed there."""
+    _clear(alice)
+    expiring = [alice.files.create(file=(f"x{i}.bin", b"x" * MAX_FILE), purpose="batch",
+                                   expires_after={"anchor": "created_at", "seconds": 3600})
+                for i in range(3)]
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.files.create(file=("full.bin", b"b"), purpose="assistants")
+    assert caught.value.body["code"] == "storage_limit_exceeded"
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 3601)  # the gateway runs in-process
+    with pytest.raises(openai.NotFoundError):
+        alice.files.retrieve(expiring[0].id)  # touched: removed here
+    assert not any(expiring[0].id in key for key in _blob_keys(gateway))
+    fits = [alice.files.create(file=(f"n{i}.bin", b"n" * MAX_FILE), purpose="assistants")
+            for i in range(3)]  # the other two were reclaimed before a refusal
+    assert not any(f.id in key for f in expiring for key in _blob_keys(gateway))
+    assert {f.id for f in alice.files.list()} == {f.id for f in fits}
+    _clear(alice)
+
+
+def test_filenames_are_bounded(alice: OpenAI) -> None:
+    """A file name past GATEWAY_MAX_NAME_CHARS (256) is OpenAI's 400 naming the param."""
+    made = alice.files.create(file=("n" * 256, b"ok"), purpose="assistants")
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.files.create(file=("n" * 257, b"no"), purpose="assistants")
+    assert caught.value.body["param"] == "filename"
+    assert caught.value.body["code"] == "string_above_max_length"
+    assert "GATEWAY_MAX_NAME_CHARS" in caught.value.body["message"]
+    alice.files.delete(made.id)
+
+
+def test_aws_rows_holding_bytes_carry_no_ttl(alice: OpenAI, gateway: GatewayServer) -> None:
+    """DynamoDB's TTL (attribute expires_at) would delete a row and leave its bytes counted in
+    the tenant total and in S3: an expiring File's row keeps its expiry elsewhere."""
+    if gateway.settings.store.startswith("sqlite:"):
+        pytest.skip("the AWS layout")
+    records = gateway.app.state.gateway.files.records
+    made = alice.files.create(file=("t.txt", b"t"), purpose="batch",
+                              expires_after={"anchor": "created_at", "seconds": 3600})
+    listed = records.client.scan(TableName=records.table)["Items"]
+    item = next(i for i in listed if i.get("id", {}).get("S") == made.id)
+    assert "expires_at" not in item and int(item["file_expires_at"]["N"]) == made.expires_at
+    assert alice.files.retrieve(made.id).expires_at == made.expires_at
+    alice.files.delete(made.id)

@@ -273,3 +273,130 @@ def test_s3_assembles_a_large_upload_with_a_multipart_upload(
         assert not any(o["Key"].startswith("uploads/") for o in blobs.client.list_objects_v2(
             Bucket=blobs.bucket).get("Contents", []))
         client.files.delete(done.file.id)
+
+
+QUOTA = 4096
+
+
+@pytest.fixture(scope="module")
+def quota(request: pytest.FixtureRequest, gateway: GatewayServer,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
+    """A gateway on the same engine as ``gateway`` whose tenants may keep QUOTA bytes."""
+    engine = "local" if gateway.settings.store.startswith("sqlite:") else "aws"
+    with gateway_on(engine, tmp_path_factory.mktemp("quota"), api_keys=(KEY_A,),
+                    max_file_bytes=MAX_FILE, max_upload_part_bytes=MAX_PART,
+                    max_tenant_file_bytes=QUOTA) as server:
+        yield server
+
+
+def test_parts_count_toward_the_tenant_total(quota: GatewayServer) -> None:
+    """Parts are bytes the tenant keeps: one past GATEWAY_MAX_TENANT_FILE_BYTES is refused
+    (nothing kept); cancelling gives them back; completing hands them to the File (which
+    needs no room of its own), and deleting the File gives them back."""
+    half = QUOTA // 2
+    with OpenAI(base_url=quota.base_url, api_key=KEY_A, max_retries=0) as client:
+        uploads = [client.uploads.create(bytes=half, filename=f"q{i}.bin",
+                                         mime_type="text/plain", purpose="assistants")
+                   for i in range(3)]
+        parts = [client.uploads.parts.create(u.id, data=b"q" * half) for u in uploads[:2]]
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.uploads.parts.create(uploads[2].id, data=b"q" * half)
+        assert caught.value.body["code"] == "storage_limit_exceeded"
+        assert caught.value.body["param"] == "data"
+        assert caught.value.body["type"] == "invalid_request_error"
+        assert _part_ids(quota, uploads[2].id) == []
+        with pytest.raises(openai.BadRequestError):
+            client.files.create(file=("f.bin", b"f"), purpose="assistants")
+        client.uploads.cancel(uploads[0].id)
+        assert _part_ids(quota, uploads[0].id) == []
+        third = client.uploads.parts.create(uploads[2].id, data=b"q" * half)
+        done = client.uploads.complete(uploads[1].id, part_ids=[parts[1].id])
+        assert done.file is not None and done.file.bytes == half
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.files.create(file=("f.bin", b"f"), purpose="assistants")
+        assert caught.value.body["code"] == "storage_limit_exceeded"
+        client.files.delete(done.file.id)
+        client.uploads.cancel(uploads[2].id)
+        assert third.id not in _part_ids(quota, uploads[2].id)
+        kept = client.files.create(file=("all.bin", b"a" * QUOTA), purpose="assistants")
+        client.files.delete(kept.id)
+
+
+def test_an_expired_upload_gives_its_bytes_back(quota: GatewayServer,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """An Upload past its hour is ended (status expired: OpenAI's terminal status, so cancel
+    still answers upload_expired) with its parts removed and their bytes given back: when
+    touched, and before the tenant is refused for its total."""
+    with OpenAI(base_url=quota.base_url, api_key=KEY_A, max_retries=0) as client:
+        touched, left = (client.uploads.create(bytes=QUOTA // 2, filename=f"{n}.bin",
+                                               mime_type="text/plain", purpose="assistants")
+                         for n in ("touched", "left"))
+        for upload in (touched, left):
+            client.uploads.parts.create(upload.id, data=b"e" * (QUOTA // 2))
+        real = time.time
+        monkeypatch.setattr(time, "time", lambda: real() + 3601)
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.uploads.cancel(touched.id)
+        assert caught.value.body["code"] == "upload_expired"
+        assert _part_ids(quota, touched.id) == []
+        assert _part_ids(quota, left.id) != []
+        kept = client.files.create(file=("all.bin", b"a" * QUOTA), purpose="assistants")
+        assert _part_ids(quota, left.id) == []
+        client.files.delete(kept.id)
+
+
+def test_the_running_gateway_sweeps_expired_uploads_and_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GATEWAY_FILE_SWEEP_SECONDS: expired Uploads' parts and expired Files' bytes leave the
+    local store with nobody touching them."""
+    with gateway_on("local", tmp_path, file_sweep_seconds=0.1) as server, \
+            OpenAI(base_url=server.base_url, api_key="sk-x", max_retries=0) as client:
+        upload = client.uploads.create(bytes=4, filename="s.bin", mime_type="text/plain",
+                                       purpose="assistants")
+        client.uploads.parts.create(upload.id, data=b"ss")
+        file = client.files.create(file=("e.txt", b"e"), purpose="batch",
+                                   expires_after={"anchor": "created_at", "seconds": 3600})
+        root = Path(server.settings.store.removeprefix("sqlite:") + ".files")
+        assert list(root.rglob(file.id)) and _part_ids(server, upload.id)
+        real = time.time
+        monkeypatch.setattr(time, "time", lambda: real() + 3601)
+        deadline = real() + 30
+        while (list(root.rglob(file.id)) or _part_ids(server, upload.id)) and real() < deadline:
+            time.sleep(0.05)
+        assert not list(root.rglob(file.id)) and _part_ids(server, upload.id) == []
+
+
+@pytest.mark.parametrize("bad", ["../x", "/abs", "a//b", ".", "..", "x/../../y", "part_\x00"])
+def test_part_ids_that_name_no_part_are_400(alice: OpenAI, gateway: GatewayServer,
+                                            bad: str) -> None:
+    """part_ids that are no part id (paths, empty segments) are OpenAI's 400 naming
+    part_ids, never a 500; the Upload stays pending and completes."""
+    upload = alice.uploads.create(bytes=2, filename="p.txt", mime_type="text/plain",
+                                  purpose="assistants")
+    part = alice.uploads.parts.create(upload.id, data=b"pp")
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.uploads.complete(upload.id, part_ids=[bad])
+    assert caught.value.body["param"] == "part_ids"
+    assert caught.value.body["type"] == "invalid_request_error"
+    headers = {"authorization": f"Bearer {KEY_A}"}
+    for path in (f"/uploads/{bad}/cancel", f"/uploads/{bad}/parts"):
+        answer = httpx.post(gateway.base_url + path.replace("\x00", "%00"), headers=headers,
+                            files={"data": ("d", b"d")})
+        assert answer.status_code in (400, 404), answer.text
+        assert set(answer.json()["error"]) == {"message", "type", "param", "code"}
+    done = alice.uploads.complete(upload.id, part_ids=[part.id])
+    assert done.file is not None
+    alice.files.delete(done.file.id)
+
+
+def test_upload_strings_are_bounded(alice: OpenAI) -> None:
+    """filename and mime_type past GATEWAY_MAX_NAME_CHARS (256): 400 naming the param."""
+    for param in ("filename", "mime_type"):
+        fields = {"filename": "f.txt", "mime_type": "text/plain", param: "x" * 257}
+        with pytest.raises(openai.BadRequestError) as caught:
+            alice.uploads.create(bytes=1, purpose="assistants", **fields)  # type: ignore[arg-type]
+        assert caught.value.body["param"] == param
+        assert caught.value.body["code"] == "string_above_max_length"
+    ok = alice.uploads.create(bytes=1, filename="f" * 256, mime_type="text/plain",
+                              purpose="assistants")
+    alice.uploads.cancel(ok.id)

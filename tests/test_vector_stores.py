@@ -405,3 +405,42 @@ def test_ingestion_runs_in_the_worker_lambda(embeddings: EmbeddingServer, tmp_pa
             assert fake.results == [{"file_id": f.id, "vector_store_id": vs.id,
                                      "status": "completed"}]
             assert client.vector_stores.search(vs.id, query="comets").data[0].file_id == f.id
+
+
+def test_client_strings_are_bounded(alice: OpenAI, gateway: GatewayServer) -> None:
+    """name and looked-up file ids past GATEWAY_MAX_NAME_CHARS (256), description past
+    GATEWAY_MAX_DESCRIPTION_CHARS (512), metadata and attributes past OpenAI's bounds: 400
+    naming the param on every create and update route, nothing stored."""
+    def refused(call: Any, param: str, code: str = "string_above_max_length") -> None:
+        with pytest.raises(openai.BadRequestError) as caught:
+            call()
+        assert caught.value.body["param"] == param, caught.value.body
+        assert caught.value.body["code"] == code
+        assert caught.value.body["type"] == "invalid_request_error"
+
+    before = {s.id for s in alice.vector_stores.list()}
+    refused(lambda: alice.vector_stores.create(name="n" * 257), "name")
+    refused(lambda: alice.vector_stores.create(name="n", extra_body={
+        "description": "d" * 513}), "description")
+    refused(lambda: alice.vector_stores.create(metadata={"k": "v" * 513}), "metadata",
+            "invalid_value")
+    refused(lambda: alice.vector_stores.create(file_ids=["f" * 257]), "file_ids[0]")
+    assert {s.id for s in alice.vector_stores.list()} == before
+    vs = alice.vector_stores.create(name="n" * 256, extra_body={"description": "d" * 512})
+    assert vs.name == "n" * 256
+    refused(lambda: alice.vector_stores.update(vs.id, name="n" * 257), "name")
+    refused(lambda: alice.vector_stores.files.create(vs.id, file_id="f" * 257), "file_id")
+    refused(lambda: alice.vector_stores.file_batches.create(vs.id, file_ids=["f" * 257]),
+            "file_ids[0]")
+    refused(lambda: alice.vector_stores.file_batches.create(
+        vs.id, files=[{"file_id": "f" * 257}]), "files[0].file_id")  # type: ignore[list-item]
+    f = alice.files.create(file=("a.txt", b"attributes"), purpose="assistants")
+    refused(lambda: alice.vector_stores.files.create(vs.id, file_id=f.id,
+                                                     attributes={"k" * 65: "v"}),
+            "attributes", "invalid_value")
+    attached = alice.vector_stores.files.create(vs.id, file_id=f.id)
+    refused(lambda: alice.vector_stores.files.update(attached.id, vector_store_id=vs.id,
+                                                     attributes={"k": "v" * 513}),
+            "attributes", "invalid_value")
+    alice.vector_stores.delete(vs.id)
+    alice.files.delete(f.id)

@@ -156,6 +156,10 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
                                     cls.max_upload_part_bytes),
         max_vector_store_files=count("GATEWAY_MAX_VECTOR_STORE_FILES",
                                      cls.max_vector_store_files),
+        max_name_chars=count("GATEWAY_MAX_NAME_CHARS", cls.max_name_chars),
+        max_description_chars=count("GATEWAY_MAX_DESCRIPTION_CHARS",
+                                    cls.max_description_chars),
+        file_sweep_seconds=seconds("GATEWAY_FILE_SWEEP_SECONDS", cls.file_sweep_seconds),
         vector_cache_bytes=count("GATEWAY_VECTOR_CACHE_BYTES", cls.vector_cache_bytes),
         embedding_url=_upstream_url(get("GATEWAY_EMBEDDING_URL"))
         if get("GATEWAY_EMBEDDING_URL") else None,

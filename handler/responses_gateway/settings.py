@@ -131,6 +131,14 @@ class Settings:
     max_tenant_file_bytes: int = 10 * 1024 * 1024 * 1024
     max_upload_part_bytes: int = 64 * 1024 * 1024  # one part of the Uploads API (OpenAI's)
     max_vector_store_files: int = 10_000
+    # Client strings OpenAI documents no bound for (files/limits.py): a vector store's or a
+    # file's name, an Upload's mime_type (Assistants' name bound), a vector store description
+    # (Assistants' description bound), an object id given to look up.
+    max_name_chars: int = 256
+    max_description_chars: int = 512
+    # How often a running gateway removes expired Files and Uploads with their bytes (local
+    # store; 0: only when touched). files/service.py, api/app.py.
+    file_sweep_seconds: float = 300.0
     # bytes of searched stores' vectors the local engine keeps in memory (vectors/matrix_cache)
     vector_cache_bytes: int = 256 * 1024 * 1024
     embedding_url: str | None = None  # OpenAI-compatible /v1 base; unset: GATEWAY_UPSTREAM_URL

@@ -125,11 +125,19 @@ def create_app(
         collector.tune()
         check = asyncio.ensure_future(startup.check_upstream(settings)) if check_upstream \
             else None
+        # expired Files and Uploads of every tenant (local store: AWS reclaims per tenant)
+        sweep = asyncio.ensure_future(file_routes.sweep_expired(
+            app, settings.file_sweep_seconds)) if settings.file_sweep_seconds > 0 \
+            and settings.store.startswith("sqlite:") else None
         try:
             yield
         finally:
             if check is not None and not check.done():
                 check.cancel()
+            if sweep is not None:
+                sweep.cancel()
+                with contextlib.suppress(BaseException):
+                    await sweep
             if own:
                 await app.state.gateway.aclose()
 

@@ -1,28 +1,37 @@
 """The Files API (``/v1/files…``): multipart upload within ``GATEWAY_MAX_FILE_BYTES`` (counted
-as the body streams in), list with ``purpose`` / ``order`` / ``after`` / ``limit``, retrieve,
-content, delete; and the Uploads API (``/v1/uploads…``: create, parts, complete, cancel) for
-files sent in parts. Every call is scoped to the caller's tenant; another tenant's id is a 404."""
+as the body streams in; Starlette spools the file to disk past 1 MiB and the blob store copies
+it in chunks, so a large file is never in memory whole; content is streamed back), list
+with ``purpose`` / ``order`` / ``after`` / ``limit``, retrieve, content, delete; and the
+Uploads API (``/v1/uploads…``: create, parts, complete, cancel) for files sent in parts.
+Every call is scoped to the caller's tenant; another tenant's id is a 404."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from responses_gateway.api.common import JSON, gateway_of, int_param, json_body, tenant_of
 from responses_gateway.errors import invalid_request, missing_parameter
 
 if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+    from responses_gateway.files.models import FileRecord
     from responses_gateway.files.service import Files
     from responses_gateway.files.uploads import Uploads
 
 MAX_LIST_LIMIT = 10_000  # OpenAI: 1 to 10,000, default 10,000
 MULTIPART_OVERHEAD = 64 * 1024  # boundaries and the small fields beside the file
 _build_lock = threading.Lock()
+logger = logging.getLogger("responses_gateway.files")
 
 
 def files_of(request: Request) -> Files:
@@ -35,6 +44,14 @@ async def create_file(request: Request) -> Response:
     tenant = tenant_of(request)
     files = files_of(request)
     form = await _form(request, files.check_size)
+    try:
+        record = await _create_file(tenant, files, form)
+    finally:
+        await form.close()  # the spooled temporary file, whatever was wrong with the form
+    return JSON(record.to_object())
+
+
+async def _create_file(tenant: str, files: Files, form: FormData) -> FileRecord:
     upload = form.get("file")
     if not isinstance(upload, UploadFile):
         raise missing_parameter("file")
@@ -51,9 +68,18 @@ async def create_file(request: Request) -> Response:
     anchor, seconds = form.get("expires_after[anchor]"), form.get("expires_after[seconds]")
     expires = parse_expiry(anchor if isinstance(anchor, str) else None,
                            seconds if isinstance(seconds, str) else None)
-    data = await upload.read()
-    record = await files.create(tenant, upload.filename or "upload", data, purpose, expires)
-    return JSON(record.to_object())
+    return await files.create_from(tenant, upload.filename or "upload", upload.file,
+                                   _size(upload), purpose, expires)
+
+
+def _size(upload: UploadFile) -> int:
+    """The spooled file's length (Starlette counts what it wrote; seek as a fallback)."""
+    if upload.size is not None:
+        return upload.size
+    upload.file.seek(0, 2)
+    size = upload.file.tell()
+    upload.file.seek(0)
+    return size
 
 
 async def _form(request: Request, check_size: Callable[[int], None]) -> FormData:
@@ -108,9 +134,11 @@ async def retrieve_file(request: Request) -> Response:
 
 
 async def file_content(request: Request) -> Response:
+    """The bytes streamed a chunk at a time (files/store.py CHUNK_BYTES), never whole."""
     tenant = tenant_of(request)
-    _, data = await files_of(request).content(request.path_params["file_id"], tenant)
-    return Response(data, media_type="application/octet-stream")
+    record, chunks = await files_of(request).stream(request.path_params["file_id"], tenant)
+    return StreamingResponse(chunks, media_type="application/octet-stream",
+                             headers={"content-length": str(record.bytes)})
 
 
 async def delete_file(request: Request) -> Response:
@@ -121,10 +149,16 @@ async def delete_file(request: Request) -> Response:
 
 
 def uploads_of(request: Request) -> Uploads:
-    state = request.app.state
+    return uploads_for(request.app)
+
+
+def uploads_for(app: Starlette) -> Uploads:
+    """The app's Uploads (built on first use, beside its Files, whose reclaim then ends
+    expired Uploads too)."""
+    state = app.state
     uploads = getattr(state, "uploads", None)
     if uploads is None:
-        files = files_of(request)
+        files = state.gateway.files
         with _build_lock:
             uploads = getattr(state, "uploads", None)
             if uploads is None:
@@ -146,10 +180,14 @@ async def add_upload_part(request: Request) -> Response:
     tenant = tenant_of(request)
     uploads = uploads_of(request)
     form = await _form(request, uploads.check_part_size)
-    data = form.get("data")
-    if not isinstance(data, UploadFile):
-        raise missing_parameter("data")
-    part = await uploads.add_part(tenant, request.path_params["upload_id"], await data.read())
+    try:
+        data = form.get("data")
+        if not isinstance(data, UploadFile):
+            raise missing_parameter("data")
+        part = await uploads.add_part(tenant, request.path_params["upload_id"], data.file,
+                                      _size(data))
+    finally:
+        await form.close()
     return JSON(part)
 
 
@@ -167,6 +205,25 @@ async def cancel_upload(request: Request) -> Response:
     tenant = tenant_of(request)
     record = await uploads_of(request).cancel(tenant, request.path_params["upload_id"])
     return JSON(record.to_object())
+
+
+async def sweep_expired(app: Starlette, every: float) -> None:
+    """Every ``every`` seconds remove every tenant's expired Files and Uploads with their
+    bytes (``GATEWAY_FILE_SWEEP_SECONDS``; the local store, whose folder exists: the AWS
+    engines reclaim a tenant's as it is served). Runs for the app's life (api/app.py)."""
+    target = app.state.settings.store.partition(":")[2]
+    folder = Path((target or "gateway.db") + ".files")
+    while True:
+        await asyncio.sleep(every)
+        if not folder.exists():
+            continue  # no file was ever stored: nothing to build the engines for
+        try:
+            removed = await uploads_for(app).files.reclaim(None)
+        except Exception:
+            logger.exception("expired files sweep failed")
+            continue
+        if removed:
+            logger.info("removed %d expired files and uploads", removed)
 
 
 ROUTES: list[tuple[str, Any, str]] = [

@@ -20,11 +20,15 @@ def vectors_of(request: Request) -> VectorStores:
 
 
 async def _body(request: Request) -> dict[str, Any]:
+    """The JSON object; its client strings within their bounds (vectors/objects.py)."""
     if request.headers.get("content-length") == "0":
         return {}
     body = await json_body(request)
     if not isinstance(body, dict):
         raise invalid_request("The request body must be a JSON object.", code="invalid_type")
+    from responses_gateway.vectors.objects import check_strings
+
+    check_strings(body, gateway_of(request).files.limits)
     return body
 
 

@@ -1,21 +1,45 @@
 """Files in AWS: bytes in S3 (``GATEWAY_FILES_BUCKET``, key ``<tenant>/<file id>``), records in
 the gateway's DynamoDB table, one partition per tenant: ``pk = files#<tenant>`` holds a row
 ``F#<file id>`` per file and the row ``U`` with the tenant's byte total (moved in the same
-transaction as a file's row, under a condition that keeps it within the bound), and a row
-``UP#<upload id>`` per Upload (its ``expires_at`` is the table's TTL: gone some time after
-the hour it lives). An Upload's parts are objects under ``uploads/<tenant>/<upload id>/``."""
+transaction as a file's row or an Upload part's count, under a condition that keeps it within
+the bound), and a row ``UP#<upload id>`` per Upload. An Upload's parts are objects under
+``uploads/<tenant>/<upload id>/``.
+
+The table's TTL attribute is ``expires_at``. A row that holds bytes counted in ``U`` never
+carries it (TTL would delete the row and leave its bytes counted, and its object in S3): a
+File's expiry is ``file_expires_at``, an open Upload's ``upload_expires_at``; the gateway
+removes them itself (files/service.py reclaim). An Upload that ended (completed, cancelled,
+expired) gets ``expires_at`` a day on, and TTL removes its row."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import threading
-from typing import Any
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, BinaryIO
 
-from responses_gateway.files.models import COMPLETING, PENDING, FileRecord, UploadRecord
-from responses_gateway.files.store import Blobs, FileRecords, TenantFull, UploadRecords
+from responses_gateway.files.models import (
+    CANCELLED,
+    COMPLETING,
+    EXPIRED,
+    PENDING,
+    FileRecord,
+    UploadRecord,
+)
+from responses_gateway.files.store import (
+    CHUNK_BYTES,
+    Blobs,
+    FileRecords,
+    TenantFull,
+    UploadRecords,
+)
 
 USAGE = "U"
+FILE_EXPIRY = "file_expires_at"  # a File row's expiry (not the TTL attribute: see above)
+UPLOAD_EXPIRY = "upload_expires_at"  # an Upload row's expiry (likewise)
+ENDED_ROW_SECONDS = 86400  # an ended Upload's row stays this long (its status answers)
 MIN_PART = 5 * 1024 * 1024  # S3: every part of a multipart upload but the last is this or more
 
 
@@ -35,16 +59,18 @@ def _item(record: FileRecord) -> dict[str, Any]:
         "created_at": {"N": str(record.created_at)},
     }
     if record.expires_at is not None:
-        item["expires_at"] = {"N": str(record.expires_at)}  # the table's TTL removes the row
+        item[FILE_EXPIRY] = {"N": str(record.expires_at)}  # not TTL: reclaim gives bytes back
     return item
 
 
 def _record(item: dict[str, Any]) -> FileRecord:
-    return FileRecord.from_row({
-        key: (value.get("S") if "S" in value else int(value["N"]))
-        for key, value in item.items() if key in ("id", "tenant", "filename", "bytes",
-                                                  "purpose", "created_at", "expires_at")
-    })
+    row = {key: (value.get("S") if "S" in value else int(value["N"]))
+           for key, value in item.items() if key in ("id", "tenant", "filename", "bytes",
+                                                     "purpose", "created_at", "expires_at",
+                                                     FILE_EXPIRY)}
+    if FILE_EXPIRY in row:  # rows written before it held their expiry as the TTL attribute
+        row["expires_at"] = row.pop(FILE_EXPIRY)
+    return FileRecord.from_row(row)
 
 
 class DynamoDBFileRecords(FileRecords):
@@ -54,27 +80,18 @@ class DynamoDBFileRecords(FileRecords):
         self.table = table
         self.client = client or make_client()
 
-    async def add(self, record: FileRecord, tenant_limit: int) -> None:
-        update: dict[str, Any] = {
-            "TableName": self.table,
-            "Key": {"pk": _pk(record.tenant), "sk": {"S": USAGE}},
-            "UpdateExpression": "ADD b :n",
-            "ExpressionAttributeValues": {":n": {"N": str(record.bytes)}},
-        }
-        if tenant_limit:
-            update["ConditionExpression"] = "attribute_not_exists(b) OR b <= :room"
-            update["ExpressionAttributeValues"][":room"] = {
-                "N": str(tenant_limit - record.bytes)}
-        if tenant_limit and record.bytes > tenant_limit:
+    async def add(self, record: FileRecord, tenant_limit: int, credit: int = 0) -> None:
+        size = record.bytes - credit
+        if size > 0 and tenant_limit and size > tenant_limit:
             raise TenantFull(await self.used_bytes(record.tenant))
         put = {"TableName": self.table, "Item": _item(record),
                "ConditionExpression": "attribute_not_exists(pk)"}
         try:
-            await asyncio.to_thread(self.client.transact_write_items,
-                                    TransactItems=[{"Update": update}, {"Put": put}])
+            await asyncio.to_thread(self.client.transact_write_items, TransactItems=[
+                {"Update": usage_update(self.table, record.tenant, size, tenant_limit)},
+                {"Put": put}])
         except self.client.exceptions.TransactionCanceledException as exc:
-            reasons = exc.response.get("CancellationReasons") or []
-            if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
+            if _failed(exc, 0):
                 raise TenantFull(await self.used_bytes(record.tenant)) from None
             raise
 
@@ -134,13 +151,48 @@ class DynamoDBFileRecords(FileRecords):
             Key={"pk": _pk(tenant), "sk": {"S": USAGE}}, ConsistentRead=True)
         return max(0, int(result.get("Item", {}).get("b", {}).get("N", "0")))
 
+    async def expired(self, tenant: str | None, now: float, limit: int) -> list[FileRecord]:
+        """The tenant's (one partition, read in a thread); across tenants this would be a
+        scan of the whole table, so [] (each tenant's are reclaimed as it is served)."""
+        if tenant is None:
+            return []
+        records = await asyncio.to_thread(self._all, tenant)
+        return [r for r in records if r.expired(now)][:limit]
+
+
+def usage_update(table: str, tenant: str, size: int, tenant_limit: int) -> dict[str, Any]:
+    """The Update moving the tenant's total by ``size``, under the condition that keeps it
+    within ``tenant_limit`` when it adds bytes."""
+    update: dict[str, Any] = {
+        "TableName": table, "Key": {"pk": _pk(tenant), "sk": {"S": USAGE}},
+        "UpdateExpression": "ADD b :n", "ExpressionAttributeValues": {":n": {"N": str(size)}},
+    }
+    if size > 0 and tenant_limit:
+        update["ConditionExpression"] = "attribute_not_exists(b) OR b <= :room"
+        update["ExpressionAttributeValues"][":room"] = {"N": str(tenant_limit - size)}
+    return update
+
+
+def _failed(exc: Any, index: int) -> bool:
+    """Whether the transaction's item ``index`` failed its condition."""
+    reasons = exc.response.get("CancellationReasons") or []
+    return len(reasons) > index and reasons[index].get("Code") == "ConditionalCheckFailed"
+
 
 def _upload_item(record: UploadRecord) -> dict[str, Any]:
     item: dict[str, Any] = {"pk": _pk(record.tenant), "sk": {"S": "UP#" + record.id}}
     for name, value in record.to_row().items():
         if value is not None:
+            name = UPLOAD_EXPIRY if name == "expires_at" else name
             item[name] = {"S": value} if isinstance(value, str) else {"N": str(value)}
     return item
+
+
+def _upload_record(item: dict[str, Any]) -> UploadRecord:
+    row = {k: (v["S"] if "S" in v else float(v["N"]) if "." in v["N"] else int(v["N"]))
+           for k, v in item.items() if k not in ("pk", "sk", "expires_at")}
+    row["expires_at"] = row.pop(UPLOAD_EXPIRY, None) or item.get("expires_at", {}).get("N")
+    return UploadRecord.from_row(row)
 
 
 class DynamoDBUploadRecords(UploadRecords):
@@ -162,11 +214,7 @@ class DynamoDBUploadRecords(UploadRecords):
         result = await asyncio.to_thread(self.client.get_item, TableName=self.table,
                                          Key=self._key(upload_id, tenant), ConsistentRead=True)
         item = result.get("Item")
-        if not item:
-            return None
-        return UploadRecord.from_row({
-            k: (v["S"] if "S" in v else float(v["N"]) if "." in v["N"] else int(v["N"]))
-            for k, v in item.items() if k not in ("pk", "sk")})
+        return _upload_record(item) if item else None
 
     async def _change(self, upload_id: str, tenant: str, update: str, condition: str,
                       values: dict[str, Any]) -> bool:
@@ -182,43 +230,122 @@ class DynamoDBUploadRecords(UploadRecords):
             return False
         return True
 
-    async def add_part(self, upload_id: str, tenant: str, size: int, now: float) -> bool:
+    async def add_part(self, upload_id: str, tenant: str, size: int, now: float,
+                       tenant_limit: int) -> bool:
         # A condition cannot add, so ``received`` moves from the value read, under the
-        # condition that it is still that value (parts sent at once retry; none is lost).
+        # condition that it is still that value (parts sent at once retry; none is lost),
+        # in one transaction with the tenant's total.
         for _ in range(16):
             record = await self.get(upload_id, tenant)
             if record is None or record.received + size > record.bytes:
                 return False
-            if await self._change(
-                    upload_id, tenant, "SET received = :new",
-                    "#s = :p AND expires_at > :now AND received = :old",
-                    {":new": record.received + size, ":old": record.received, ":p": PENDING,
-                     ":now": now}):
+            update = self._update(
+                upload_id, tenant, "SET received = :new",
+                f"#s = :p AND {UPLOAD_EXPIRY} > :now AND received = :old",
+                {":new": record.received + size, ":old": record.received, ":p": PENDING,
+                 ":now": now})
+            try:
+                await asyncio.to_thread(self.client.transact_write_items, TransactItems=[
+                    {"Update": update},
+                    {"Update": usage_update(self.table, tenant, size, tenant_limit)}])
                 return True
+            except self.client.exceptions.TransactionCanceledException as exc:
+                if _failed(exc, 1):
+                    raise TenantFull(await self._used(tenant)) from None
+                if not _failed(exc, 0):
+                    raise
             if record.status != PENDING or record.expires_at <= now:
                 return False
         return False
 
+    async def _used(self, tenant: str) -> int:
+        return await DynamoDBFileRecords(self.table, self.client).used_bytes(tenant)
+
+    def _update(self, upload_id: str, tenant: str, update: str, condition: str,
+                values: dict[str, Any]) -> dict[str, Any]:
+        return {"TableName": self.table, "Key": self._key(upload_id, tenant),
+                "UpdateExpression": update,
+                "ConditionExpression": "attribute_exists(pk) AND " + condition,
+                "ExpressionAttributeNames": {"#s": "status"},
+                "ExpressionAttributeValues": {
+                    k: {"S": v} if isinstance(v, str) else {"N": str(v)}
+                    for k, v in values.items()}}
+
     async def claim(self, upload_id: str, tenant: str, now: float, until: float) -> bool:
         return await self._change(
             upload_id, tenant, "SET #s = :c, claimed_until = :until",
-            "expires_at > :now AND (#s = :p OR (#s = :c AND claimed_until < :now))",
+            f"{UPLOAD_EXPIRY} > :now AND (#s = :p OR (#s = :c AND claimed_until < :now))",
             {":c": COMPLETING, ":until": until, ":now": now, ":p": PENDING})
 
     async def settle(self, upload_id: str, tenant: str, status: str,
                      file_id: str | None) -> None:
         if file_id is None:
             await self._change(upload_id, tenant, "SET #s = :s, claimed_until = :z",
-                                "#s = :c", {":s": status, ":z": 0, ":c": COMPLETING})
+                               "#s = :c", {":s": status, ":z": 0, ":c": COMPLETING})
         else:
-            await self._change(upload_id, tenant,
-                               "SET #s = :s, claimed_until = :z, file_id = :f", "#s = :c",
-                               {":s": status, ":z": 0, ":c": COMPLETING, ":f": file_id})
+            await self._change(upload_id, tenant, "SET #s = :s, claimed_until = :z, "
+                               "file_id = :f, expires_at = :ttl", "#s = :c",
+                               {":s": status, ":z": 0, ":c": COMPLETING, ":f": file_id,
+                                ":ttl": int(time.time()) + ENDED_ROW_SECONDS})
 
     async def cancel(self, upload_id: str, tenant: str, now: float) -> bool:
-        return await self._change(upload_id, tenant, "SET #s = :x",
-                                  "#s = :p AND expires_at > :now",
-                                  {":x": "cancelled", ":p": PENDING, ":now": now})
+        return await self._end(upload_id, tenant, CANCELLED, now,
+                               lambda r: r.status == PENDING and r.expires_at > now,
+                               f"#s = :p AND {UPLOAD_EXPIRY} > :now")
+
+    async def expire(self, upload_id: str, tenant: str, now: float) -> bool:
+        return await self._end(
+            upload_id, tenant, EXPIRED, now, lambda r: r.expirable(now),
+            f"{UPLOAD_EXPIRY} <= :now AND (#s = :p OR (#s = :c AND claimed_until < :now))")
+
+    async def _end(self, upload_id: str, tenant: str, status: str, now: float,
+                   may: Callable[[UploadRecord], bool], condition: str) -> bool:
+        """The Upload -> ``status`` under ``condition`` (``may`` of the record read), its
+        parts' bytes given back, in one transaction; the row then expires with the TTL."""
+        for _ in range(16):
+            record = await self.get(upload_id, tenant)
+            if record is None or not may(record):
+                return False
+            update = self._update(
+                upload_id, tenant, "SET #s = :x, expires_at = :ttl",
+                condition + " AND received = :r",
+                {":x": status, ":p": PENDING, ":c": COMPLETING, ":now": now,
+                 ":r": record.received, ":ttl": int(now) + ENDED_ROW_SECONDS})
+            if ":c" not in condition:
+                update["ExpressionAttributeValues"].pop(":c")
+            try:
+                await asyncio.to_thread(self.client.transact_write_items, TransactItems=[
+                    {"Update": update},
+                    {"Update": usage_update(self.table, tenant, -record.received, 0)}])
+                return True
+            except self.client.exceptions.TransactionCanceledException as exc:
+                if not _failed(exc, 0):
+                    raise
+        return False
+
+    async def expired(self, tenant: str | None, now: float, limit: int
+                      ) -> list[UploadRecord]:
+        """The tenant's (one partition, read in a thread); [] across tenants."""
+        if tenant is None:
+            return []
+
+        def read() -> list[UploadRecord]:
+            found: list[UploadRecord] = []
+            kwargs: dict[str, Any] = {
+                "TableName": self.table, "ConsistentRead": True,
+                "KeyConditionExpression": "pk = :pk AND begins_with(sk, :u)",
+                "ExpressionAttributeValues": {":pk": _pk(tenant), ":u": {"S": "UP#"}},
+            }
+            while len(found) < limit:
+                result = self.client.query(**kwargs)
+                found += [r for r in map(_upload_record, result.get("Items", []))
+                          if r.expirable(now)]
+                if "LastEvaluatedKey" not in result:
+                    break
+                kwargs["ExclusiveStartKey"] = result["LastEvaluatedKey"]
+            return found[:limit]
+
+        return await asyncio.to_thread(read)
 
 
 class S3Blobs(Blobs):
@@ -244,6 +371,28 @@ class S3Blobs(Blobs):
 
     async def put(self, key: str, data: bytes) -> None:
         await asyncio.to_thread(self.client.put_object, Bucket=self.bucket, Key=key, Body=data)
+
+    async def put_file(self, key: str, source: BinaryIO) -> None:
+        """boto3's managed transfer: a multipart upload of 8 MiB parts past 8 MiB, a few
+        parts in memory at a time."""
+        await asyncio.to_thread(self.client.upload_fileobj, source, self.bucket, key)
+
+    def chunks(self, key: str) -> AsyncIterator[bytes] | None:
+        return self._chunks(key)
+
+    async def _chunks(self, key: str) -> AsyncIterator[bytes]:
+        def open_body() -> Any:
+            try:
+                return self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            except self.client.exceptions.NoSuchKey:
+                raise FileNotFoundError(key) from None
+
+        body = await asyncio.to_thread(open_body)
+        try:
+            while chunk := await asyncio.to_thread(body.read, CHUNK_BYTES):
+                yield chunk
+        finally:
+            await asyncio.to_thread(body.close)
 
     async def get(self, key: str) -> bytes | None:
         def read() -> bytes | None:

@@ -19,7 +19,9 @@ def build_files(settings: Settings) -> Files:
     from responses_gateway.files.service import FileLimits, Files
 
     limits = FileLimits(file_bytes=settings.max_file_bytes,
-                        tenant_bytes=settings.max_tenant_file_bytes)
+                        tenant_bytes=settings.max_tenant_file_bytes,
+                        name_chars=settings.max_name_chars,
+                        description_chars=settings.max_description_chars)
     kind, _, target = settings.store.partition(":")
     if kind == "sqlite":
         from responses_gateway.files.local import DiskBlobs, SQLiteFileRecords

@@ -10,10 +10,25 @@ import contextlib
 import os
 import sqlite3
 import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import BinaryIO
 
-from responses_gateway.files.models import COMPLETING, PENDING, FileRecord, UploadRecord
-from responses_gateway.files.store import Blobs, FileRecords, TenantFull, UploadRecords
+from responses_gateway.files.models import (
+    CANCELLED,
+    COMPLETING,
+    EXPIRED,
+    PENDING,
+    FileRecord,
+    UploadRecord,
+)
+from responses_gateway.files.store import (
+    CHUNK_BYTES,
+    Blobs,
+    FileRecords,
+    TenantFull,
+    UploadRecords,
+)
 from responses_gateway.store.sqlite_file import SQLiteFile, connect
 
 _SCHEMA = """
@@ -22,6 +37,7 @@ CREATE TABLE IF NOT EXISTS files (
     purpose TEXT NOT NULL, created_at INTEGER NOT NULL, expires_at INTEGER,
     PRIMARY KEY (tenant, id));
 CREATE INDEX IF NOT EXISTS files_by_time ON files (tenant, created_at, id);
+CREATE INDEX IF NOT EXISTS files_by_expiry ON files (expires_at) WHERE expires_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS file_usage (tenant TEXT PRIMARY KEY, bytes INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS uploads (
     tenant TEXT NOT NULL, id TEXT NOT NULL, filename TEXT NOT NULL, bytes INTEGER NOT NULL,
@@ -29,6 +45,8 @@ CREATE TABLE IF NOT EXISTS uploads (
     expires_at INTEGER NOT NULL, status TEXT NOT NULL, received INTEGER NOT NULL,
     file_id TEXT, file_expires_after INTEGER, claimed_until REAL NOT NULL,
     PRIMARY KEY (tenant, id));
+CREATE INDEX IF NOT EXISTS uploads_open ON uploads (expires_at)
+    WHERE status IN ('pending', 'completing');
 """
 _COLUMNS = "id, tenant, filename, bytes, purpose, created_at, expires_at"
 
@@ -52,16 +70,12 @@ class SQLiteFileRecords(FileRecords):
     def __init__(self, path: str) -> None:
         self.db = _records(path)
 
-    async def add(self, record: FileRecord, tenant_limit: int) -> None:
+    async def add(self, record: FileRecord, tenant_limit: int, credit: int = 0) -> None:
         def write(c: sqlite3.Connection) -> None:
-            used = _used(c, record.tenant)
-            if tenant_limit and used + record.bytes > tenant_limit:
-                raise TenantFull(used)
+            _count(c, record.tenant, record.bytes - credit, tenant_limit)
             row = record.to_row()
             c.execute(f"INSERT INTO files ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
                       [row[k] for k in _COLUMNS.split(", ")])
-            c.execute("INSERT INTO file_usage (tenant, bytes) VALUES (?, ?) ON CONFLICT(tenant) "
-                      "DO UPDATE SET bytes = bytes + excluded.bytes", (record.tenant, record.bytes))
 
         await self.db.run(self.db.transaction, write)
 
@@ -113,6 +127,14 @@ class SQLiteFileRecords(FileRecords):
     async def used_bytes(self, tenant: str) -> int:
         return await self.db.run(self.db.call, lambda c: _used(c, tenant))  # one row
 
+    async def expired(self, tenant: str | None, now: float, limit: int) -> list[FileRecord]:
+        where, args = "expires_at IS NOT NULL AND expires_at <= ?", [now]
+        if tenant is not None:
+            where, args = where + " AND tenant = ?", [now, tenant]
+        rows = await self.db.run_in_thread(self.db.call, lambda c: c.execute(
+            f"SELECT {_COLUMNS} FROM files WHERE {where} LIMIT ?", [*args, limit]).fetchall())
+        return [FileRecord.from_row(dict(r)) for r in rows]
+
     async def aclose(self) -> None:
         await self.db.aclose()
 
@@ -120,6 +142,21 @@ class SQLiteFileRecords(FileRecords):
 def _used(c: sqlite3.Connection, tenant: str) -> int:
     row = c.execute("SELECT bytes FROM file_usage WHERE tenant = ?", (tenant,)).fetchone()
     return int(row["bytes"]) if row else 0
+
+
+def _count(c: sqlite3.Connection, tenant: str, size: int, tenant_limit: int) -> None:
+    """Move the tenant's total by ``size`` (inside the caller's transaction); TenantFull when
+    it adds bytes past ``tenant_limit`` (0: no bound). Giving back never goes below 0."""
+    used = _used(c, tenant)
+    if size > 0 and tenant_limit and used + size > tenant_limit:
+        raise TenantFull(used)
+    c.execute("INSERT INTO file_usage (tenant, bytes) VALUES (?, MAX(0, ?)) ON CONFLICT(tenant) "
+              "DO UPDATE SET bytes = MAX(0, bytes + ?)", (tenant, size, size))
+
+
+#: An open Upload past its hour whose complete (if any) stopped: UploadRecord.expirable.
+_EXPIRABLE = ("expires_at <= ? AND (status = ? OR (status = ? AND claimed_until < ?)) "
+              "AND status IN ('pending', 'completing')")
 
 
 class SQLiteUploadRecords(UploadRecords):
@@ -140,11 +177,18 @@ class SQLiteUploadRecords(UploadRecords):
     async def _change(self, sql: str, args: list[object]) -> bool:
         return await self.db.run(self.db.transaction, lambda c: c.execute(sql, args).rowcount > 0)
 
-    async def add_part(self, upload_id: str, tenant: str, size: int, now: float) -> bool:
-        return await self._change(
-            "UPDATE uploads SET received = received + ? WHERE tenant = ? AND id = ? AND "
-            "status = ? AND expires_at > ? AND received + ? <= bytes",
-            [size, tenant, upload_id, PENDING, now, size])
+    async def add_part(self, upload_id: str, tenant: str, size: int, now: float,
+                       tenant_limit: int) -> bool:
+        def write(c: sqlite3.Connection) -> bool:
+            if not c.execute(
+                    "UPDATE uploads SET received = received + ? WHERE tenant = ? AND id = ? AND "
+                    "status = ? AND expires_at > ? AND received + ? <= bytes",
+                    [size, tenant, upload_id, PENDING, now, size]).rowcount:
+                return False
+            _count(c, tenant, size, tenant_limit)  # TenantFull rolls the update back
+            return True
+
+        return await self.db.run(self.db.transaction, write)
 
     async def claim(self, upload_id: str, tenant: str, now: float, until: float) -> bool:
         return await self._change(
@@ -159,9 +203,36 @@ class SQLiteUploadRecords(UploadRecords):
             "AND id = ? AND status = ?", [status, file_id, tenant, upload_id, COMPLETING])
 
     async def cancel(self, upload_id: str, tenant: str, now: float) -> bool:
-        return await self._change(
-            "UPDATE uploads SET status = 'cancelled' WHERE tenant = ? AND id = ? AND "
-            "status = ? AND expires_at > ?", [tenant, upload_id, PENDING, now])
+        return await self._end(upload_id, tenant, CANCELLED,
+                               "status = ? AND expires_at > ?", [PENDING, now])
+
+    async def expire(self, upload_id: str, tenant: str, now: float) -> bool:
+        return await self._end(upload_id, tenant, EXPIRED, _EXPIRABLE, [now, PENDING,
+                                                                      COMPLETING, now])
+
+    async def _end(self, upload_id: str, tenant: str, status: str, condition: str,
+                   args: list[object]) -> bool:
+        """The Upload -> ``status`` under ``condition``, its parts' bytes given back."""
+        def write(c: sqlite3.Connection) -> bool:
+            row = c.execute(f"SELECT received FROM uploads WHERE tenant = ? AND id = ? AND "
+                            f"{condition}", [tenant, upload_id, *args]).fetchone()
+            if row is None:
+                return False
+            c.execute("UPDATE uploads SET status = ? WHERE tenant = ? AND id = ?",
+                      (status, tenant, upload_id))
+            _count(c, tenant, -int(row["received"]), 0)
+            return True
+
+        return await self.db.run(self.db.transaction, write)
+
+    async def expired(self, tenant: str | None, now: float, limit: int
+                      ) -> list[UploadRecord]:
+        where, args = _EXPIRABLE, [now, PENDING, COMPLETING, now]
+        if tenant is not None:
+            where, args = where + " AND tenant = ?", [*args, tenant]
+        rows = await self.db.run_in_thread(self.db.call, lambda c: c.execute(
+            f"SELECT * FROM uploads WHERE {where} LIMIT ?", [*args, limit]).fetchall())
+        return [UploadRecord.from_row(dict(r)) for r in rows]
 
     async def aclose(self) -> None:
         await self.db.aclose()
@@ -196,6 +267,37 @@ class DiskBlobs(Blobs):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
+
+    async def put_file(self, key: str, source: BinaryIO) -> None:
+        await asyncio.to_thread(self._put_file, self._path(key), source)
+
+    @staticmethod
+    def _put_file(path: Path, source: BinaryIO) -> None:
+        import shutil
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".upload-")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                shutil.copyfileobj(source, out, CHUNK_BYTES)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+    def chunks(self, key: str) -> AsyncIterator[bytes] | None:
+        return self._chunks(self._path(key))
+
+    @staticmethod
+    async def _chunks(path: Path) -> AsyncIterator[bytes]:
+        """Read in the default executor a chunk at a time (FileNotFoundError on the first)."""
+        handle = await asyncio.to_thread(path.open, "rb")
+        try:
+            while chunk := await asyncio.to_thread(handle.read, CHUNK_BYTES):
+                yield chunk
+        finally:
+            await asyncio.to_thread(handle.close)
 
     async def get(self, key: str) -> bytes | None:
         path = self._path(key)

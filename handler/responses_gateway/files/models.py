@@ -60,8 +60,10 @@ def blob_key(tenant: str, file_id: str) -> str:
     return f"{tenant}/{file_id}"
 
 
-#: An Upload's statuses (files/uploads.py): ``completing`` is shown as ``pending``.
+#: An Upload's statuses (files/uploads.py): ``completing`` is shown as ``pending``; an open
+#: Upload past its hour is shown ``expired`` before it is stored so (files/store.py expire).
 PENDING, COMPLETING, COMPLETED, CANCELLED = "pending", "completing", "completed", "cancelled"
+EXPIRED = "expired"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,11 @@ class UploadRecord:
     file_id: str | None = None
     file_expires_after: int | None = None  # the File's expires_after.seconds
     claimed_until: float = 0.0  # while completing
+
+    def expirable(self, now: float) -> bool:
+        """Open past its hour, and no complete is running (one whose claim ran out is not)."""
+        return self.expires_at <= now and (
+            self.status == PENDING or (self.status == COMPLETING and self.claimed_until < now))
 
     def shown_status(self, now: float) -> str:
         if self.status in (PENDING, COMPLETING):

@@ -9,14 +9,21 @@ parts' sizes and ``md5``, and makes the File through :class:`~.service.Files` (i
 apply) with the blob store joining the parts in order (a file on disk; in S3 a multipart
 upload copying each part, never all parts in memory); the parts are removed. An Upload
 expires an hour after it was created.
+
+A part's bytes count toward the tenant's ``GATEWAY_MAX_TENANT_FILE_BYTES`` from the write that
+counts it on its Upload; the File the Upload becomes takes them over; cancelling gives them
+back, and so does expiry: an expired Upload is ended (status ``expired``, terminal: OpenAI's
+Upload statuses, no call reopens it) and its parts removed when it is next touched, before
+the tenant is refused for its total, or by the running gateway's sweep (files/service.py).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from dataclasses import replace
-from typing import Any
+from typing import Any, BinaryIO
 
 from responses_gateway import ids
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter, not_found
@@ -28,11 +35,14 @@ from responses_gateway.files.models import (
     FileRecord,
     UploadRecord,
 )
-from responses_gateway.files.service import Files, parse_expiry
-from responses_gateway.files.store import Blobs, UploadRecords
+from responses_gateway.files.service import RECLAIM_BATCH, Files, parse_expiry
+from responses_gateway.files.store import Blobs, TenantFull, UploadRecords
 
 UPLOAD_SECONDS = 3600  # OpenAI: an Upload expires an hour after it is created
 CLAIM_SECONDS = 300  # a complete that died mid-way frees its Upload for another after this
+#: What a part id may look like (ids.new_id: ``part_`` and hex); anything else (``../x``,
+#: ``a//b``) names no part, and is never made into a blob key.
+_PART_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 
 def part_key(tenant: str, upload_id: str, part_id: str) -> str:
@@ -46,6 +56,7 @@ class Uploads:
         self.blobs = blobs
         self.files = files
         self.part_bytes = part_bytes  # GATEWAY_MAX_UPLOAD_PART_BYTES (0: no bound)
+        files.reclaimers.append(self.reclaim)
 
     async def create(self, tenant: str, body: dict[str, Any]) -> UploadRecord:
         for name in ("bytes", "filename", "mime_type", "purpose"):
@@ -67,6 +78,8 @@ class Uploads:
                 raise invalid_request(
                     f"Invalid type for '{name}': expected a non-empty string, but got "
                     f"{_kind(body[name])} instead.", param=name, code="invalid_type")
+        self.files.check_name(body["filename"], "filename")
+        self.files.check_name(body["mime_type"], "mime_type")
         if body["purpose"] not in UPLOAD_PURPOSES:
             raise invalid_request(
                 f"'{body['purpose']}' is not one of {list(UPLOAD_PURPOSES)!r} - 'purpose'",
@@ -94,20 +107,33 @@ class Uploads:
                 "this gateway accepts per part (GATEWAY_MAX_UPLOAD_PART_BYTES).",
                 param="data", code="part_too_large")
 
-    async def add_part(self, tenant: str, upload_id: str, data: bytes) -> dict[str, Any]:
-        self.check_part_size(len(data))
+    async def add_part(self, tenant: str, upload_id: str, source: BinaryIO, size: int
+                       ) -> dict[str, Any]:
+        """The part of ``size`` bytes read from ``source`` (a spooled upload, copied to the
+        blob store in chunks), counted on its Upload and in the tenant's total."""
+        self.check_part_size(size)
         record = await self._get(tenant, upload_id)
         self._check_open(record, "add a part to")
-        if record.received + len(data) > record.bytes:
-            raise _over(record, len(data))
+        if record.received + size > record.bytes:
+            raise _over(record, size)
         part_id = ids.new_id(ids.UPLOAD_PART)
         key = part_key(tenant, upload_id, part_id)
-        await self.blobs.put(key, data)
-        if not await self.records.add_part(upload_id, tenant, len(data), time.time()):
+        await self.blobs.put_file(key, source)
+        limit = self.files.limits.tenant_bytes
+        try:
+            counted = await self.files.within_quota(tenant, lambda: self.records.add_part(
+                upload_id, tenant, size, time.time(), limit))
+        except TenantFull as full:
+            await self.blobs.delete(key)
+            raise self.files.storage_full(size, full.used, "data") from None
+        except BaseException:
+            await self.blobs.delete(key)
+            raise
+        if not counted:
             await self.blobs.delete(key)
             record = await self._get(tenant, upload_id)
             self._check_open(record, "add a part to")
-            raise _over(record, len(data))
+            raise _over(record, size)
         return {"id": part_id, "object": "upload.part", "created_at": int(time.time()),
                 "upload_id": upload_id}
 
@@ -165,11 +191,12 @@ class Uploads:
         keys: list[str] = []
         total = 0
         for part_id in part_ids:
+            if not _PART_ID.fullmatch(part_id):
+                raise _no_part(part_id, upload_id)
             key = part_key(tenant, upload_id, part_id)
             size = await self.blobs.size(key)
             if size is None:
-                raise invalid_request(f"No such part '{part_id}' in Upload {upload_id}.",
-                                      param="part_ids", code="invalid_value")
+                raise _no_part(part_id, upload_id)
             total += size
             keys.append(key)
         if total != declared:
@@ -182,14 +209,38 @@ class Uploads:
         """The md5 of the parts joined, one part in memory at a time."""
         digest = hashlib.md5(usedforsecurity=False)
         for key in keys:
-            digest.update(await self.blobs.get(key) or b"")
+            chunks = await self.blobs.stream(key)
+            if chunks is not None:
+                async for chunk in chunks:
+                    digest.update(chunk)
         return digest.hexdigest()
 
     async def _get(self, tenant: str, upload_id: str) -> UploadRecord:
+        """The Upload; one past its hour is ended here (parts removed, bytes given back)."""
         record = await self.records.get(upload_id, tenant)
+        if record is not None and record.expirable(time.time()):
+            await self._expire(record)
+            record = await self.records.get(upload_id, tenant)
         if record is None:
             raise not_found(f"No such Upload object: {upload_id}", param="upload_id")
         return record
+
+    async def reclaim(self, tenant: str | None) -> int:
+        """End the tenant's (``None``: every tenant's, where the engine can find them)
+        expired Uploads, removing their parts; how many this call ended."""
+        ended = 0
+        while found := await self.records.expired(tenant, time.time(), RECLAIM_BATCH):
+            round_ = sum([await self._expire(record) for record in found])
+            ended += round_
+            if len(found) < RECLAIM_BATCH or not round_:
+                break  # all seen, or none of these could be removed (another call's)
+        return ended
+
+    async def _expire(self, record: UploadRecord) -> int:
+        if not await self.records.expire(record.id, record.tenant, time.time()):
+            return 0  # ended by another call meanwhile
+        await self.blobs.delete_prefix(part_key(record.tenant, record.id, ""))
+        return 1
 
     @staticmethod
     def _check_open(record: UploadRecord, action: str) -> None:
@@ -208,6 +259,12 @@ def _over(record: UploadRecord, size: int) -> GatewayError:
         f"This part of {size} bytes would take Upload {record.id} past the {record.bytes} "
         f"bytes it was created with ({record.received} received so far).", param="data",
         code="upload_too_large")
+
+
+def _no_part(part_id: str, upload_id: str) -> GatewayError:
+    shown = part_id if len(part_id) <= 128 else part_id[:128] + "..."
+    return invalid_request(f"No such part '{shown}' in Upload {upload_id}.",
+                           param="part_ids", code="invalid_value")
 
 
 def _kind(value: Any) -> str:

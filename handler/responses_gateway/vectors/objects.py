@@ -6,6 +6,36 @@ import time
 from typing import Any
 
 from responses_gateway.errors import not_found
+from responses_gateway.files.service import FileLimits, check_length
+
+#: The strings of a Vector Stores API body OpenAI documents no length for, with their bound:
+#: ``name`` and the file ids looked up by ``GATEWAY_MAX_NAME_CHARS``, ``description`` by
+#: ``GATEWAY_MAX_DESCRIPTION_CHARS`` (``metadata`` and ``attributes`` have OpenAI's, in
+#: vectors/service.py).
+_NAMES = ("name", "file_id")
+_DESCRIPTIONS = ("description",)
+
+
+def check_strings(body: dict[str, Any], limits: FileLimits) -> None:
+    """OpenAI's 400 ``string_above_max_length`` (naming the param) for a string of a create
+    or update body past its bound, before anything is stored or looked up."""
+    for key in _NAMES + _DESCRIPTIONS:
+        value = body.get(key)
+        if isinstance(value, str):
+            if key in _NAMES:
+                check_length(value, key, limits.name_chars, "GATEWAY_MAX_NAME_CHARS")
+            else:
+                check_length(value, key, limits.description_chars,
+                             "GATEWAY_MAX_DESCRIPTION_CHARS")
+    ids = body.get("file_ids")
+    for i, value in enumerate(ids if isinstance(ids, list) else []):
+        if isinstance(value, str):
+            check_length(value, f"file_ids[{i}]", limits.name_chars, "GATEWAY_MAX_NAME_CHARS")
+    files = body.get("files")
+    for i, spec in enumerate(files if isinstance(files, list) else []):
+        if isinstance(spec, dict) and isinstance(spec.get("file_id"), str):
+            check_length(spec["file_id"], f"files[{i}].file_id", limits.name_chars,
+                         "GATEWAY_MAX_NAME_CHARS")
 
 STATUSES = ("in_progress", "completed", "cancelled", "failed")
 
