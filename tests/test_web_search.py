@@ -186,12 +186,26 @@ def test_options_reach_the_provider(client: OpenAI, provider: SearchProvider) ->
     assert "site:example.com" in provider.requests[-1].params["q"]
 
 
-def test_tool_choice_and_max_tool_calls(client: OpenAI, upstream: ScriptedUpstream) -> None:
-    check_response(client.responses.create(
-        model="m", input=searching("choice", "ok"), tools=[{"type": "web_search"}],
-        tool_choice={"type": "web_search_preview"}))
-    first = next(b for b in upstream.requests if "choice" in str(b["messages"]))
+@pytest.mark.parametrize(("chosen", "echoed"), [
+    ("web_search", "web_search_preview"), ("web_search_2025_08_26", "web_search_preview"),
+    ("web_search_preview", "web_search_preview"),
+    ("web_search_preview_2025_03_11", "web_search_preview_2025_03_11")])
+def test_tool_choice_forces_the_search(client: OpenAI, upstream: ScriptedUpstream,
+                                       chosen: str, echoed: str) -> None:
+    """``{"type": "web_search"}`` (the Agents SDK's ``tool_choice="web_search"``), its dated
+    name and OpenAI's preview names all force the model's first turn to search."""
+    marker = f"choice:{chosen}:"
+    response = check_response(client.responses.create(
+        model="m", input=searching(marker, "ok"), tools=[{"type": "web_search"}],
+        tool_choice={"type": chosen}))  # type: ignore[misc,typeddict-item]
+    # echoed as OpenAI's schema names that choice, so a typed client can read it
+    assert response["tool_choice"] == {"type": echoed}
+    first = next(b for b in upstream.requests if marker in str(b["messages"]))
     assert first["tool_choice"] == {"type": "function", "function": {"name": "web_search"}}
+    assert [i["status"] for i in web_search_items(response)] == ["completed"]
+
+
+def test_max_tool_calls(client: OpenAI) -> None:
     # max_tool_calls is at least 1 (the Open Responses schema's minimum); the loop's bound on
     # calls is the same for every server tool (tests/test_tool_bounds.py).
     with pytest.raises(openai.BadRequestError) as refused:
