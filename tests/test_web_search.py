@@ -239,6 +239,64 @@ def test_provider_failure_never_leaks_the_key(
         assert "sk-brave-wrong-key-555" not in text
 
 
+def test_provider_fault_fails_the_call_not_the_response(
+        client: OpenAI, upstream: ScriptedUpstream, provider: SearchProvider) -> None:
+    """A 200,000-deep JSON answer (a RecursionError in the stdlib's parser) is a failed
+    ``web_search_call``; the model reads why and the response completes."""
+    provider.body = b"[" * 200_000 + b"]" * 200_000
+    try:
+        response = check_response(client.responses.create(
+            model="m", input=searching("deep-json", "The search failed."),
+            tools=[{"type": "web_search"}]))
+    finally:
+        provider.body = None
+    assert response["status"] == "completed"
+    [call] = web_search_items(response)
+    assert call["status"] == "failed"
+    assert "not JSON" in tool_result(upstream, "deep-json", call["id"])
+    assert response["output"][-1]["content"][0]["text"] == "The search failed."
+
+
+def test_only_http_sources_and_citations_and_cut_titles(
+        client: OpenAI, upstream: ScriptedUpstream, provider: SearchProvider) -> None:
+    """javascript:, data: and file: hits are no sources, so a link to one is no citation;
+    a 600 kB title and excerpt reach the model cut to search_context_size's length."""
+    good = "https://example.com/big-title"
+    provider.results = [
+        {"url": "javascript:alert(1)", "title": "js", "text": "script"},
+        {"url": "data:text/html,hi", "title": "data", "text": "inline"},
+        {"url": "file:///etc/passwd", "title": "file", "text": "local"},
+        {"url": good, "title": "T" * 600_000, "text": "z" * 600_000}]
+    text = f"See [x](javascript:alert(1)), [d](data:text/html,hi) and [ok]({good})."
+    try:
+        response = check_response(client.responses.create(
+            model="m", input=searching("hostile-hits", text), tools=[{"type": "web_search"}],
+            include=["web_search_call.action.sources"]))
+    finally:
+        provider.results = RESULTS
+    [call] = web_search_items(response)
+    assert call["action"]["sources"] == [{"type": "url", "url": good}]
+    part = response["output"][-1]["content"][0]
+    assert part["text"] == text
+    [cited] = part["annotations"]
+    assert cited["url"] == good and cited["title"] == "T" * 800 + "…"  # medium: 800 a result
+    read = tool_result(upstream, "hostile-hits", call["id"])
+    assert "javascript:" not in read and "data:" not in read and "file:" not in read
+    second = [b for b in upstream.requests if "hostile-hits" in str(b["messages"])][-1]
+    assert len(json.dumps(second)) < 20_000  # not the 1.2 MB the provider sent
+
+
+def test_annotate_cites_only_http_urls() -> None:
+    """Even a non-http source that got in some other way is never a url_citation."""
+    from responses_gateway.settings import Settings
+    from responses_gateway.tools.web_search.tool import Options, WebSearchTool
+
+    tool = WebSearchTool(Options(), Settings())
+    tool.sources = {"javascript:alert(1)": "js", "https://a.example/": "A"}
+    text = "[x](javascript:alert(1)) [a](https://a.example/)"
+    assert [a["url"] for a in tool.annotate(text)] == ["https://a.example/"]
+
+
 def test_background_and_conversation(client: OpenAI) -> None:
     import time
 

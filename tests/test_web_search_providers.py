@@ -23,8 +23,10 @@ from tests.helpers.search_providers import RESULTS, SearchProvider, WebSite
 KEY = "sk-provider-secret-123"
 
 
-def search(fake: SearchProvider, query: Query, key: str | None = KEY) -> list:
-    provider = provider_class(fake.provider)(ProviderConfig(fake.provider, fake.base_url, key))
+def search(fake: SearchProvider, query: Query, key: str | None = KEY,
+           max_answer_bytes: int = 2 * 1024 * 1024) -> list:
+    provider = provider_class(fake.provider)(ProviderConfig(fake.provider, fake.base_url, key,
+                                                            max_answer_bytes))
 
     async def go() -> list:
         async with httpx.AsyncClient(timeout=5) as client:
@@ -92,6 +94,59 @@ def test_provider_errors(name: str) -> None:
         search(fake, QUERY)
     assert str(failed.value) == f"The search provider ({name}) answered HTTP 503."
     assert KEY not in str(failed.value)  # the fake's error body echoes the key; never shown
+
+
+HOSTILE = [
+    {"url": "javascript:alert(1)", "title": "js", "text": "script"},
+    {"url": "data:text/html,<script>alert(1)</script>", "title": "data", "text": "inline"},
+    {"url": "file:///etc/passwd", "title": "file", "text": "local"},
+    {"url": "https:///no-host", "title": "no host", "text": "none"},
+    {"url": "https://example.com/a b", "title": "space", "text": "spaced"},
+    {"url": "https://example.com/" + "x" * 3000, "title": "long", "text": "too long a URL"},
+    {"url": "https://example.com/huge", "title": "T" * 1_000_000, "text": "y" * 1_000_000},
+    {"url": "HTTP://Example.org/ok", "title": "  An\n ok   page ", "text": "fine"},
+]
+
+
+@pytest.mark.parametrize("name", sorted(PROVIDERS))
+def test_only_http_hits_with_cut_titles(name: str) -> None:
+    """A provider's javascript:, data:, file:, hostless, spaced or over-long URLs are no
+    hits; a 1 MB title or excerpt is cut to the query's characters per result."""
+    query = Query("q", count=10, snippet_chars=40)
+    with SearchProvider(name, key=KEY, results=HOSTILE) as fake:
+        hits = search(fake, query)
+    assert [h.url for h in hits] == ["https://example.com/huge", "HTTP://Example.org/ok"]
+    assert hits[0].title == "T" * 40 + "…" and len(hits[0].snippet) <= 41
+    assert hits[1].title == "An ok page"
+
+
+@pytest.mark.parametrize("body", [
+    b"[" * 200_000 + b"]" * 200_000,  # RecursionError in the stdlib's json
+    b'{"results": ' + b"[" * 2000 + b"]" * 2000 + b"}",
+    b"not json", b'{"results": [1, "two", null]}', b'{"results": {"url": 1}}', b"[]",
+])
+@pytest.mark.parametrize("name", sorted(PROVIDERS))
+def test_broken_answers_are_failed_searches(name: str, body: bytes) -> None:
+    """Whatever a provider answers, the search fails with a ProviderError (a failed
+    ``web_search_call``), never another exception (a failed response)."""
+    with SearchProvider(name, key=KEY) as fake:
+        fake.body = body
+        try:
+            hits = search(fake, QUERY)
+        except ProviderError as failed:
+            assert "answered" in str(failed)
+        else:
+            assert hits == []
+
+
+def test_answer_size_bounded() -> None:
+    with SearchProvider("searxng", key=KEY) as fake:
+        fake.body = b'{"results": [], "pad": "' + b"x" * 5000 + b'"}'
+        with pytest.raises(ProviderError, match=r"more than 4096 bytes \(GATEWAY_WEB_SEARCH_MAX"):
+            search(fake, QUERY, max_answer_bytes=4096)
+        assert search(fake, QUERY, max_answer_bytes=8192) == []
+    settings = settings_from_env({"GATEWAY_WEB_SEARCH_MAX_ANSWER_BYTES": "4096"})
+    assert settings.web_search_max_answer_bytes == 4096
 
 
 def test_unreachable_and_missing_key() -> None:

@@ -12,7 +12,8 @@ as the provider does (401/403), so the adapter is tested against the wire, not a
                              # (script the model's next turn: the search precedes it)
 
 Results are ``RESULTS`` (three pages on example.com/org) unless ``results=`` says otherwise;
-``fail_with=503`` answers that status.
+``fail_with=503`` answers that status; ``fake.body = b"..."`` answers those bytes (as JSON,
+200) instead, once the request is accepted: what a broken or hostile provider may send.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ class SearchProvider:
         self.delay = delay
         self.requests: list[Seen] = []
         self.on_search: Callable[[Seen], None] | None = None
+        self.body: bytes | None = None
         routes = {
             "searxng": [Route("/search", self._searxng, methods=["GET", "POST"])],
             "tavily": [Route("/search", self._tavily, methods=["POST"])],
@@ -125,6 +127,8 @@ class SearchProvider:
     def _failure(self) -> StarletteResponse | None:
         if self.fail_with is not None:
             return JSONResponse({"error": f"failure {self.key or ''}"}, status_code=self.fail_with)
+        if self.body is not None:
+            return StarletteResponse(self.body, media_type="application/json")
         return None
 
     # SearXNG: GET /search?q=..&format=json -> {"query", "number_of_results", "results": [...]}
