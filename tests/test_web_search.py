@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from openai import OpenAI
@@ -144,6 +147,49 @@ def test_open_page_and_find_in_page(client: OpenAI, upstream: ScriptedUpstream,
     assert call["action"] == {"type": "find_in_page", "url": url, "pattern": "RPIT"}
     read = [b for b in upstream.requests if "find" in str(b["messages"])][-1]["messages"][-1]
     assert "RPIT lifetime capture" in read["content"]
+
+
+@pytest.mark.parametrize("path", ["/unclosed-title", "/big-table"])
+def test_pages_slow_to_parse_never_hold_the_event_loop(
+        gateway: GatewayServer, client: OpenAI, upstream: ScriptedUpstream, site: WebSite,
+        path: str) -> None:
+    """A page of 105 kB of unclosed ``<title>`` (a quadratic regex held the loop 22 s) or a
+    1.7 MB table (html2text on the loop: seconds) is read off the loop, within
+    GATEWAY_WEB_PAGE_TIMEOUT (2 s here): ``GET /health`` answers all along, and the response
+    completes, the page read (or cut at the deadline, or failed past it)."""
+    url = site.url + path
+    marker = f"slow-parse{path}:"
+    answer: dict[str, Any] = {}
+
+    def create() -> None:
+        answer["response"] = client.responses.create(
+            model="m", input=searching(marker, "Read.", name="open_page",
+                                       args=json.dumps({"url": url})),
+            tools=[{"type": "web_search"}])
+
+    worker = threading.Thread(target=create)
+    started = time.monotonic()
+    worker.start()
+    waits = []
+    with httpx.Client(timeout=60) as probe:
+        while worker.is_alive():
+            asked = time.monotonic()
+            assert probe.get(gateway.url + "/health").status_code == 200
+            waits.append(time.monotonic() - asked)
+            time.sleep(0.05)
+    worker.join()
+    elapsed = time.monotonic() - started
+    response = check_response(answer["response"])
+    assert path in site.hits
+    assert waits and max(waits) < 1.5, waits  # before: 22 s (title), 4.4 s (table)
+    assert elapsed < 20  # the page's 2 s, the model's two turns, a loaded machine
+    assert response["status"] == "completed"
+    [call] = web_search_items(response)
+    read = tool_result(upstream, marker, call["id"])
+    if call["status"] == "completed":
+        assert url in read
+        if path == "/big-table":
+            assert "cell 1" in read
 
 
 def test_page_refused_is_a_failed_call_and_the_model_goes_on(
@@ -295,6 +341,15 @@ def test_annotate_cites_only_http_urls() -> None:
     tool.sources = {"javascript:alert(1)": "js", "https://a.example/": "A"}
     text = "[x](javascript:alert(1)) [a](https://a.example/)"
     assert [a["url"] for a in tool.annotate(text)] == ["https://a.example/"]
+    # Many links cost links x sources, not links x text: 48 kB of "[a](x)" took 25 s before,
+    # on the event loop (annotate runs as a text part closes).
+    tool.sources = {"https://a.example/": "A", "https://a.example/(x)": "B"}
+    started = time.monotonic()
+    assert tool.annotate("[a](x)" * 10_000) == []
+    assert time.monotonic() - started < 5  # ~0.02 s
+    found = tool.annotate("[b](https://a.example/(x)) [a](https://a.example/)")
+    assert [(a["url"], a["end_index"]) for a in found] == [
+        ("https://a.example/(x)", 26), ("https://a.example/", 50)]
 
 
 def test_background_and_conversation(client: OpenAI) -> None:

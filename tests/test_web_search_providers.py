@@ -253,3 +253,82 @@ def test_redirect_into_private_refused(site: WebSite) -> None:
 def test_redirect_followed_when_allowed(site: WebSite) -> None:
     page = open_(site.url + "/redirect?to=/page")
     assert page.url == site.url + "/page" and page.title == "Edition & guide"
+
+
+def test_title_is_found_in_linear_time() -> None:
+    """The title is found by literal searches (the regex it replaces was quadratic in a run
+    of unclosed <title> tags: 280 kB took 92 s); a long title is cut."""
+    import time
+
+    from responses_gateway.tools.web_search.reader import TITLE_CHARS, title_of
+
+    assert title_of('<head><TITLE lang="en">\n A &amp; B </title ></head>') == "A & B"
+    assert title_of("<titles>no</titles><title>yes</title>") == "yes"
+    assert title_of("<title>unclosed") == "" and title_of("<title") == ""
+    assert title_of("<title>" + "word " * 10_000 + "</title>") == (
+        ("word " * 10_000)[:TITLE_CHARS].rstrip() + "…")
+    started = time.monotonic()
+    for page in ("<title>" * 300_000, "<title" * 300_000, "<title>x</titl" * 150_000):
+        assert title_of(page) == ""
+    assert time.monotonic() - started < 5  # ~0.1 s; the old regex: hours
+
+
+@pytest.mark.parametrize("page", [
+    "<!--" + "a<" * 200_000, "<a" * 200_000, "<?" * 200_000, "<ul><li>x" * 50_000,
+    "<table>" + "<tr><td>x</td></tr>" * 100_000,
+], ids=["unclosed-comment", "open-tags", "processing", "nested-lists", "table"])
+def test_reader_stops_at_its_deadline(page: str) -> None:
+    """html.parser and html2text are worse than linear on these (18 s to minutes for 100 kB);
+    the reader checks its deadline at every tag, text run and piece of output and gives what
+    it read, marked cut, in a thread as in the child process."""
+    import time
+
+    from responses_gateway.tools.web_search.reader import read_html
+
+    started = time.monotonic()
+    read = read_html(page, 100_000, started + 0.3)
+    assert read["cut"] is True and len(read["text"]) <= 100_000
+    assert time.monotonic() - started < 3
+
+
+def test_slow_pages_are_read_in_a_child_killed_at_the_deadline(site: WebSite) -> None:
+    """open_page reads HTML in a child process: the nested-list page (html2text: minutes)
+    comes back cut within the page's timeout, and the big table is read in full when there
+    is time."""
+    import time
+
+    started = time.monotonic()
+    page = open_(site.url + "/nested",
+                 pages.PageLimits(allow_hosts=frozenset({"127.0.0.1"}), timeout=3.0))
+    assert time.monotonic() - started < 3.5
+    assert page.text.startswith("first words") and page.text.endswith(pages.CUT.strip())
+    table = open_(site.url + "/big-table",
+                  pages.PageLimits(allow_hosts=frozenset({"127.0.0.1"}), timeout=60.0))
+    assert table.title == "Table" and "cell 41999" in table.text and "the end" in table.text
+
+
+def test_reader_is_killed_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader that does not stop by itself is killed when the page's time is up."""
+    import time
+
+    monkeypatch.setattr(pages, "_READER_SHARE", 50.0)  # it would stop long after the deadline
+    started_children = []
+    spawn = asyncio.create_subprocess_exec
+
+    async def spawned(*args: object, **kwargs: object) -> asyncio.subprocess.Process:
+        child = await spawn(*args, **kwargs)  # type: ignore[arg-type]
+        started_children.append(child)
+        return child
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", spawned)
+
+    async def go() -> None:
+        async with asyncio.timeout(1.0) as scope:
+            await pages._read_html("<ul><li>x" * 50_000, 10**9, scope.when() or 0.0)
+
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        asyncio.run(go())
+    assert time.monotonic() - started < 3
+    [child] = started_children
+    assert child.returncode == -9  # SIGKILL, and reaped

@@ -323,16 +323,14 @@ class WebSearchTool(ServerTool):
 
 
 def _known_url(text: str, at: int, sources: Mapping[str, str]) -> str | None:
-    """The longest known URL that ``text`` spells at ``at``, followed by ``)``."""
-    end = text.find(")", at)
+    """The longest known URL that ``text`` spells at ``at``, followed by ``)``. Each source is
+    compared in place, so a text of many links costs links x sources, never links x text (a
+    scan for every ``)`` within 4 kB of each link took 25 s over 48 kB of ``[a](x)``)."""
     best = None
-    while end >= 0 and end - at <= 4096:
-        candidate = text[at:end]
-        if candidate in sources:
-            best = candidate
-        if any(c in candidate for c in " \n"):
-            break
-        end = text.find(")", end + 1)
+    for url in sources:
+        if ((best is None or len(url) > len(best)) and text.startswith(url, at)
+                and text.startswith(")", at + len(url))):
+            best = url
     return best
 
 
