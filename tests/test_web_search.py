@@ -325,7 +325,7 @@ def test_only_http_sources_and_citations_and_cut_titles(
     part = response["output"][-1]["content"][0]
     assert part["text"] == text
     [cited] = part["annotations"]
-    assert cited["url"] == good and cited["title"] == "T" * 800 + "…"  # medium: 800 a result
+    assert cited["url"] == good and cited["title"] == "T" * 300 + "…"
     read = tool_result(upstream, "hostile-hits", call["id"])
     assert "javascript:" not in read and "data:" not in read and "file:" not in read
     second = [b for b in upstream.requests if "hostile-hits" in str(b["messages"])][-1]

@@ -9,14 +9,16 @@ The answer is a third party's: it is read up to ``max_answer_bytes``
 (``GATEWAY_WEB_SEARCH_MAX_ANSWER_BYTES``) and parsed by orjson (which refuses nesting deeper
 than 1024 rather than recursing), and what does not fit is a :class:`ProviderError`, i.e. a
 failed ``web_search_call``, never a failed response. Only hits with an http(s) URL are kept
-(a ``javascript:`` or ``data:`` URL never becomes a source or a citation), and each title and
-excerpt is cut to the query's characters per result.
+(a ``javascript:`` or ``data:`` URL never becomes a source or a citation), and each excerpt is
+cut to the query's characters per result, each title to that or 300 characters.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from responses_gateway.tools.web_search.reader import TITLE_CHARS
 
 if TYPE_CHECKING:
     import httpx
@@ -89,7 +91,8 @@ class Provider:
 
     async def search(self, client: httpx.AsyncClient, query: Query) -> list[Hit]:
         """The provider's hits for ``query``, only http(s) ones from allowed domains, at most
-        ``count``, each title and excerpt cut to ``snippet_chars``."""
+        ``count``, each excerpt cut to ``snippet_chars`` and each title to that or to
+        ``TITLE_CHARS`` (a page's title is cut the same)."""
         if self.needs_key and not self._key:
             raise ProviderError(f"No API key is configured for {self.name} "
                                 f"(GATEWAY_WEB_SEARCH_API_KEY).")
@@ -101,8 +104,9 @@ class Provider:
                                 f"shape.") from None
         kept = [hit for hit in found
                 if web_url(hit.url) and allowed(hit.url, query.allowed_domains)]
-        return [Hit(h.url, _cut(h.title, query.snippet_chars) or h.url,
-                    _cut(h.snippet, query.snippet_chars)) for h in kept[:query.count]]
+        titled = min(query.snippet_chars, TITLE_CHARS)
+        return [Hit(h.url, _cut(h.title, titled) or h.url, _cut(h.snippet, query.snippet_chars))
+                for h in kept[:query.count]]
 
     async def _answer(self, client: httpx.AsyncClient, query: Query) -> Any:
         """The answer's JSON, read up to ``max_answer_bytes``; any fault a ProviderError."""
