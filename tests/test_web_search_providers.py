@@ -332,3 +332,33 @@ def test_reader_is_killed_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> No
     assert time.monotonic() - started < 3
     [child] = started_children
     assert child.returncode == -9  # SIGKILL, and reaped
+
+
+def test_reader_in_a_thread_where_no_process_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no child process can be started, the same reader runs in a thread, and still
+    stops at its deadline."""
+    import threading
+    import time
+
+    async def refused(*args: object, **kwargs: object) -> None:
+        raise OSError("no processes here")
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", refused)
+    threads: list[str] = []
+    real = pages.reader.read_html
+
+    def read_html(*args: object) -> object:
+        threads.append(threading.current_thread().name)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pages.reader, "read_html", read_html)
+
+    async def go() -> object:
+        loop = asyncio.get_running_loop()
+        return await pages._read_html("<ul><li>x" * 50_000, 10**9, loop.time() + 1.0)
+
+    started = time.monotonic()
+    read = asyncio.run(go())
+    assert time.monotonic() - started < 3
+    assert read["cut"] is True  # type: ignore[index]
+    assert threads and threads[0] != threading.main_thread().name

@@ -145,7 +145,8 @@ async def _read_html(page: str, most: int, deadline: float) -> dict[str, Any] | 
             sys.executable, str(_READER), f"{seconds:.3f}", str(most),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL, env=_child_env())
-    except (OSError, ValueError):  # no executable or no process here: a thread, still bounded
+    except (OSError, ValueError, NotImplementedError, RuntimeError):
+        # no executable, or no child process on this platform or loop: a thread, still bounded
         return await asyncio.to_thread(reader.read_html, page, most,
                                        time.monotonic() + seconds)
     try:
