@@ -50,6 +50,7 @@ NOT_PARAMETERS = {
     "GATEWAY_MCP_MAX_OUTPUT_BYTES": "an internal limit; its default fits Lambda memory",
     "GATEWAY_WEB_SEARCH_API_KEY": "from the secret (GATEWAY_WEB_SEARCH_API_KEY_SECRET_ARN)",
     "GATEWAY_WEB_SEARCH_TIMEOUT": "an internal limit under the response's own deadline",
+    "GATEWAY_WEB_SEARCH_MAX_ANSWER_BYTES": "an internal limit; its default fits Lambda memory",
     "GATEWAY_WEB_PAGE_MAX_BYTES": "an internal limit; its default fits Lambda memory",
     "GATEWAY_WEB_PAGE_TIMEOUT": "an internal limit under the response's own deadline",
     "GATEWAY_WEB_ALLOW_HOSTS": "private web pages only; empty (none) is the safe default",

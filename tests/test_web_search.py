@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from openai import OpenAI
@@ -146,6 +149,49 @@ def test_open_page_and_find_in_page(client: OpenAI, upstream: ScriptedUpstream,
     assert "RPIT lifetime capture" in read["content"]
 
 
+@pytest.mark.parametrize("path", ["/unclosed-title", "/big-table"])
+def test_pages_slow_to_parse_never_hold_the_event_loop(
+        gateway: GatewayServer, client: OpenAI, upstream: ScriptedUpstream, site: WebSite,
+        path: str) -> None:
+    """A page of 105 kB of unclosed ``<title>`` (a quadratic regex held the loop 22 s) or a
+    1.7 MB table (html2text on the loop: seconds) is read off the loop, within
+    GATEWAY_WEB_PAGE_TIMEOUT (2 s here): ``GET /health`` answers all along, and the response
+    completes, the page read (or cut at the deadline, or failed past it)."""
+    url = site.url + path
+    marker = f"slow-parse{path}:"
+    answer: dict[str, Any] = {}
+
+    def create() -> None:
+        answer["response"] = client.responses.create(
+            model="m", input=searching(marker, "Read.", name="open_page",
+                                       args=json.dumps({"url": url})),
+            tools=[{"type": "web_search"}])
+
+    worker = threading.Thread(target=create)
+    started = time.monotonic()
+    worker.start()
+    waits = []
+    with httpx.Client(timeout=60) as probe:
+        while worker.is_alive():
+            asked = time.monotonic()
+            assert probe.get(gateway.url + "/health").status_code == 200
+            waits.append(time.monotonic() - asked)
+            time.sleep(0.05)
+    worker.join()
+    elapsed = time.monotonic() - started
+    response = check_response(answer["response"])
+    assert path in site.hits
+    assert waits and max(waits) < 1.5, waits  # before: 22 s (title), 4.4 s (table)
+    assert elapsed < 20  # the page's 2 s, the model's two turns, a loaded machine
+    assert response["status"] == "completed"
+    [call] = web_search_items(response)
+    read = tool_result(upstream, marker, call["id"])
+    if call["status"] == "completed":
+        assert url in read
+        if path == "/big-table":
+            assert "cell 1" in read
+
+
 def test_page_refused_is_a_failed_call_and_the_model_goes_on(
         client: OpenAI, upstream: ScriptedUpstream) -> None:
     url = "http://169.254.169.254/latest/meta-data/"
@@ -186,12 +232,26 @@ def test_options_reach_the_provider(client: OpenAI, provider: SearchProvider) ->
     assert "site:example.com" in provider.requests[-1].params["q"]
 
 
-def test_tool_choice_and_max_tool_calls(client: OpenAI, upstream: ScriptedUpstream) -> None:
-    check_response(client.responses.create(
-        model="m", input=searching("choice", "ok"), tools=[{"type": "web_search"}],
-        tool_choice={"type": "web_search_preview"}))
-    first = next(b for b in upstream.requests if "choice" in str(b["messages"]))
+@pytest.mark.parametrize(("chosen", "echoed"), [
+    ("web_search", "web_search_preview"), ("web_search_2025_08_26", "web_search_preview"),
+    ("web_search_preview", "web_search_preview"),
+    ("web_search_preview_2025_03_11", "web_search_preview_2025_03_11")])
+def test_tool_choice_forces_the_search(client: OpenAI, upstream: ScriptedUpstream,
+                                       chosen: str, echoed: str) -> None:
+    """``{"type": "web_search"}`` (the Agents SDK's ``tool_choice="web_search"``), its dated
+    name and OpenAI's preview names all force the model's first turn to search."""
+    marker = f"choice:{chosen}:"
+    response = check_response(client.responses.create(
+        model="m", input=searching(marker, "ok"), tools=[{"type": "web_search"}],
+        tool_choice={"type": chosen}))  # type: ignore[misc,typeddict-item]
+    # echoed as OpenAI's schema names that choice, so a typed client can read it
+    assert response["tool_choice"] == {"type": echoed}
+    first = next(b for b in upstream.requests if marker in str(b["messages"]))
     assert first["tool_choice"] == {"type": "function", "function": {"name": "web_search"}}
+    assert [i["status"] for i in web_search_items(response)] == ["completed"]
+
+
+def test_max_tool_calls(client: OpenAI) -> None:
     # max_tool_calls is at least 1 (the Open Responses schema's minimum); the loop's bound on
     # calls is the same for every server tool (tests/test_tool_bounds.py).
     with pytest.raises(openai.BadRequestError) as refused:
@@ -223,6 +283,73 @@ def test_provider_failure_never_leaks_the_key(
     for text in (json.dumps(events), stored, caplog.text, db.decode("latin-1"),
                  json.dumps(upstream.requests)):
         assert "sk-brave-wrong-key-555" not in text
+
+
+def test_provider_fault_fails_the_call_not_the_response(
+        client: OpenAI, upstream: ScriptedUpstream, provider: SearchProvider) -> None:
+    """A 200,000-deep JSON answer (a RecursionError in the stdlib's parser) is a failed
+    ``web_search_call``; the model reads why and the response completes."""
+    provider.body = b"[" * 200_000 + b"]" * 200_000
+    try:
+        response = check_response(client.responses.create(
+            model="m", input=searching("deep-json", "The search failed."),
+            tools=[{"type": "web_search"}]))
+    finally:
+        provider.body = None
+    assert response["status"] == "completed"
+    [call] = web_search_items(response)
+    assert call["status"] == "failed"
+    assert "not JSON" in tool_result(upstream, "deep-json", call["id"])
+    assert response["output"][-1]["content"][0]["text"] == "The search failed."
+
+
+def test_only_http_sources_and_citations_and_cut_titles(
+        client: OpenAI, upstream: ScriptedUpstream, provider: SearchProvider) -> None:
+    """javascript:, data: and file: hits are no sources, so a link to one is no citation;
+    a 600 kB title and excerpt reach the model cut to search_context_size's length."""
+    good = "https://example.com/big-title"
+    provider.results = [
+        {"url": "javascript:alert(1)", "title": "js", "text": "script"},
+        {"url": "data:text/html,hi", "title": "data", "text": "inline"},
+        {"url": "file:///etc/passwd", "title": "file", "text": "local"},
+        {"url": good, "title": "T" * 600_000, "text": "z" * 600_000}]
+    text = f"See [x](javascript:alert(1)), [d](data:text/html,hi) and [ok]({good})."
+    try:
+        response = check_response(client.responses.create(
+            model="m", input=searching("hostile-hits", text), tools=[{"type": "web_search"}],
+            include=["web_search_call.action.sources"]))
+    finally:
+        provider.results = RESULTS
+    [call] = web_search_items(response)
+    assert call["action"]["sources"] == [{"type": "url", "url": good}]
+    part = response["output"][-1]["content"][0]
+    assert part["text"] == text
+    [cited] = part["annotations"]
+    assert cited["url"] == good and cited["title"] == "T" * 300 + "…"
+    read = tool_result(upstream, "hostile-hits", call["id"])
+    assert "javascript:" not in read and "data:" not in read and "file:" not in read
+    second = [b for b in upstream.requests if "hostile-hits" in str(b["messages"])][-1]
+    assert len(json.dumps(second)) < 20_000  # not the 1.2 MB the provider sent
+
+
+def test_annotate_cites_only_http_urls() -> None:
+    """Even a non-http source that got in some other way is never a url_citation."""
+    from responses_gateway.settings import Settings
+    from responses_gateway.tools.web_search.tool import Options, WebSearchTool
+
+    tool = WebSearchTool(Options(), Settings())
+    tool.sources = {"javascript:alert(1)": "js", "https://a.example/": "A"}
+    text = "[x](javascript:alert(1)) [a](https://a.example/)"
+    assert [a["url"] for a in tool.annotate(text)] == ["https://a.example/"]
+    # Many links cost links x sources, not links x text: 48 kB of "[a](x)" took 25 s before,
+    # on the event loop (annotate runs as a text part closes).
+    tool.sources = {"https://a.example/": "A", "https://a.example/(x)": "B"}
+    started = time.monotonic()
+    assert tool.annotate("[a](x)" * 10_000) == []
+    assert time.monotonic() - started < 5  # ~0.02 s
+    found = tool.annotate("[b](https://a.example/(x)) [a](https://a.example/)")
+    assert [(a["url"], a["end_index"]) for a in found] == [
+        ("https://a.example/(x)", 26), ("https://a.example/", 50)]
 
 
 def test_background_and_conversation(client: OpenAI) -> None:

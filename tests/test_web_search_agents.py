@@ -66,3 +66,28 @@ def test_agents_web_search_tool(gateway: GatewayServer, upstream: ScriptedUpstre
         "web_search", "open_page", "find_in_page"]
     assert any(r.params.get("q") == "rust edition" for r in provider.requests)
     assert RESULTS[0]["text"] in tool_result(upstream, marker, call.id)
+
+
+def test_agents_tool_choice_web_search(gateway: GatewayServer,  # noqa: F811
+                                       upstream: ScriptedUpstream) -> None:
+    """``ModelSettings(tool_choice="web_search")``: the SDK sends ``{"type": "web_search"}``
+    (outside OpenAI's typed choices); the gateway forces the model's first turn to search."""
+    from agents import ModelSettings
+
+    marker = "agents-choice"
+
+    async def main() -> Any:
+        async with AsyncOpenAI(base_url=gateway.base_url, api_key="sk-agents", max_retries=0,
+                               timeout=30) as client:
+            agent = Agent(name="researcher", instructions="Search the web.",
+                          tools=[WebSearchTool()], model=OpenAIResponsesModel("m", client),
+                          model_settings=ModelSettings(tool_choice="web_search"),
+                          reset_tool_choice=True)
+            return await Runner.run(agent, searching(marker, "Found it."))
+
+    result = asyncio.run(main())
+    assert result.final_output == "Found it."
+    [call] = [i.raw_item for i in result.new_items if i.type == "tool_call_item"]
+    assert call.type == "web_search_call" and call.status == "completed"
+    first = next(b for b in upstream.requests if marker in str(b["messages"]))
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "web_search"}}

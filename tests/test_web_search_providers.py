@@ -23,8 +23,10 @@ from tests.helpers.search_providers import RESULTS, SearchProvider, WebSite
 KEY = "sk-provider-secret-123"
 
 
-def search(fake: SearchProvider, query: Query, key: str | None = KEY) -> list:
-    provider = provider_class(fake.provider)(ProviderConfig(fake.provider, fake.base_url, key))
+def search(fake: SearchProvider, query: Query, key: str | None = KEY,
+           max_answer_bytes: int = 2 * 1024 * 1024) -> list:
+    provider = provider_class(fake.provider)(ProviderConfig(fake.provider, fake.base_url, key,
+                                                            max_answer_bytes))
 
     async def go() -> list:
         async with httpx.AsyncClient(timeout=5) as client:
@@ -92,6 +94,59 @@ def test_provider_errors(name: str) -> None:
         search(fake, QUERY)
     assert str(failed.value) == f"The search provider ({name}) answered HTTP 503."
     assert KEY not in str(failed.value)  # the fake's error body echoes the key; never shown
+
+
+HOSTILE = [
+    {"url": "javascript:alert(1)", "title": "js", "text": "script"},
+    {"url": "data:text/html,<script>alert(1)</script>", "title": "data", "text": "inline"},
+    {"url": "file:///etc/passwd", "title": "file", "text": "local"},
+    {"url": "https:///no-host", "title": "no host", "text": "none"},
+    {"url": "https://example.com/a b", "title": "space", "text": "spaced"},
+    {"url": "https://example.com/" + "x" * 3000, "title": "long", "text": "too long a URL"},
+    {"url": "https://example.com/huge", "title": "T" * 1_000_000, "text": "y" * 1_000_000},
+    {"url": "HTTP://Example.org/ok", "title": "  An\n ok   page ", "text": "fine"},
+]
+
+
+@pytest.mark.parametrize("name", sorted(PROVIDERS))
+def test_only_http_hits_with_cut_titles(name: str) -> None:
+    """A provider's javascript:, data:, file:, hostless, spaced or over-long URLs are no
+    hits; a 1 MB title or excerpt is cut to the query's characters per result."""
+    query = Query("q", count=10, snippet_chars=40)
+    with SearchProvider(name, key=KEY, results=HOSTILE) as fake:
+        hits = search(fake, query)
+    assert [h.url for h in hits] == ["https://example.com/huge", "HTTP://Example.org/ok"]
+    assert hits[0].title == "T" * 40 + "…" and len(hits[0].snippet) <= 41
+    assert hits[1].title == "An ok page"
+
+
+@pytest.mark.parametrize("body", [
+    b"[" * 200_000 + b"]" * 200_000,  # RecursionError in the stdlib's json
+    b'{"results": ' + b"[" * 2000 + b"]" * 2000 + b"}",
+    b"not json", b'{"results": [1, "two", null]}', b'{"results": {"url": 1}}', b"[]",
+])
+@pytest.mark.parametrize("name", sorted(PROVIDERS))
+def test_broken_answers_are_failed_searches(name: str, body: bytes) -> None:
+    """Whatever a provider answers, the search fails with a ProviderError (a failed
+    ``web_search_call``), never another exception (a failed response)."""
+    with SearchProvider(name, key=KEY) as fake:
+        fake.body = body
+        try:
+            hits = search(fake, QUERY)
+        except ProviderError as failed:
+            assert "answered" in str(failed)
+        else:
+            assert hits == []
+
+
+def test_answer_size_bounded() -> None:
+    with SearchProvider("searxng", key=KEY) as fake:
+        fake.body = b'{"results": [], "pad": "' + b"x" * 5000 + b'"}'
+        with pytest.raises(ProviderError, match=r"more than 4096 bytes \(GATEWAY_WEB_SEARCH_MAX"):
+            search(fake, QUERY, max_answer_bytes=4096)
+        assert search(fake, QUERY, max_answer_bytes=8192) == []
+    settings = settings_from_env({"GATEWAY_WEB_SEARCH_MAX_ANSWER_BYTES": "4096"})
+    assert settings.web_search_max_answer_bytes == 4096
 
 
 def test_unreachable_and_missing_key() -> None:
@@ -198,3 +253,112 @@ def test_redirect_into_private_refused(site: WebSite) -> None:
 def test_redirect_followed_when_allowed(site: WebSite) -> None:
     page = open_(site.url + "/redirect?to=/page")
     assert page.url == site.url + "/page" and page.title == "Edition & guide"
+
+
+def test_title_is_found_in_linear_time() -> None:
+    """The title is found by literal searches (the regex it replaces was quadratic in a run
+    of unclosed <title> tags: 280 kB took 92 s); a long title is cut."""
+    import time
+
+    from responses_gateway.tools.web_search.reader import TITLE_CHARS, title_of
+
+    assert title_of('<head><TITLE lang="en">\n A &amp; B </title ></head>') == "A & B"
+    assert title_of("<titles>no</titles><title>yes</title>") == "yes"
+    assert title_of("<title>unclosed") == "" and title_of("<title") == ""
+    assert title_of("<title>" + "word " * 10_000 + "</title>") == (
+        ("word " * 10_000)[:TITLE_CHARS].rstrip() + "…")
+    started = time.monotonic()
+    for page in ("<title>" * 300_000, "<title" * 300_000, "<title>x</titl" * 150_000):
+        assert title_of(page) == ""
+    assert time.monotonic() - started < 5  # ~0.1 s; the old regex: hours
+
+
+@pytest.mark.parametrize("page", [
+    "<!--" + "a<" * 200_000, "<a" * 200_000, "<?" * 200_000, "<ul><li>x" * 50_000,
+    "<table>" + "<tr><td>x</td></tr>" * 100_000,
+], ids=["unclosed-comment", "open-tags", "processing", "nested-lists", "table"])
+def test_reader_stops_at_its_deadline(page: str) -> None:
+    """html.parser and html2text are worse than linear on these (18 s to minutes for 100 kB);
+    the reader checks its deadline at every tag, text run and piece of output and gives what
+    it read, marked cut, in a thread as in the child process."""
+    import time
+
+    from responses_gateway.tools.web_search.reader import read_html
+
+    started = time.monotonic()
+    read = read_html(page, 100_000, started + 0.3)
+    assert read["cut"] is True and len(read["text"]) <= 100_000
+    assert time.monotonic() - started < 3
+
+
+def test_slow_pages_are_read_in_a_child_killed_at_the_deadline(site: WebSite) -> None:
+    """open_page reads HTML in a child process: the nested-list page (html2text: minutes)
+    comes back cut within the page's timeout, and the big table is read in full when there
+    is time."""
+    import time
+
+    started = time.monotonic()
+    page = open_(site.url + "/nested",
+                 pages.PageLimits(allow_hosts=frozenset({"127.0.0.1"}), timeout=3.0))
+    assert time.monotonic() - started < 3.5
+    assert page.text.startswith("first words") and page.text.endswith(pages.CUT.strip())
+    table = open_(site.url + "/big-table",
+                  pages.PageLimits(allow_hosts=frozenset({"127.0.0.1"}), timeout=60.0))
+    assert table.title == "Table" and "cell 41999" in table.text and "the end" in table.text
+
+
+def test_reader_is_killed_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader that does not stop by itself is killed when the page's time is up."""
+    import time
+
+    monkeypatch.setattr(pages, "_READER_SHARE", 50.0)  # it would stop long after the deadline
+    started_children = []
+    spawn = asyncio.create_subprocess_exec
+
+    async def spawned(*args: object, **kwargs: object) -> asyncio.subprocess.Process:
+        child = await spawn(*args, **kwargs)  # type: ignore[arg-type]
+        started_children.append(child)
+        return child
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", spawned)
+
+    async def go() -> None:
+        async with asyncio.timeout(1.0) as scope:
+            await pages._read_html("<ul><li>x" * 50_000, 10**9, scope.when() or 0.0)
+
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        asyncio.run(go())
+    assert time.monotonic() - started < 3
+    [child] = started_children
+    assert child.returncode == -9  # SIGKILL, and reaped
+
+
+def test_reader_in_a_thread_where_no_process_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no child process can be started, the same reader runs in a thread, and still
+    stops at its deadline."""
+    import threading
+    import time
+
+    async def refused(*args: object, **kwargs: object) -> None:
+        raise OSError("no processes here")
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", refused)
+    threads: list[str] = []
+    real = pages.reader.read_html
+
+    def read_html(*args: object) -> object:
+        threads.append(threading.current_thread().name)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pages.reader, "read_html", read_html)
+
+    async def go() -> object:
+        loop = asyncio.get_running_loop()
+        return await pages._read_html("<ul><li>x" * 50_000, 10**9, loop.time() + 1.0)
+
+    started = time.monotonic()
+    read = asyncio.run(go())
+    assert time.monotonic() - started < 3
+    assert read["cut"] is True  # type: ignore[index]
+    assert threads and threads[0] != threading.main_thread().name

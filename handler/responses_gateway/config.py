@@ -129,6 +129,8 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
         image_bucket=get("GATEWAY_IMAGE_BUCKET"),
         **_web_search(get, secret),
         web_search_timeout=seconds("GATEWAY_WEB_SEARCH_TIMEOUT", cls.web_search_timeout),
+        web_search_max_answer_bytes=count("GATEWAY_WEB_SEARCH_MAX_ANSWER_BYTES",
+                                          cls.web_search_max_answer_bytes),
         web_page_max_bytes=count("GATEWAY_WEB_PAGE_MAX_BYTES", cls.web_page_max_bytes),
         web_page_timeout=seconds("GATEWAY_WEB_PAGE_TIMEOUT", cls.web_page_timeout),
         web_allow_hosts=tuple(

@@ -101,11 +101,13 @@ class Settings:
     image_bucket: str | None = None
     # web_search run by the gateway (tools/web_search/): the search provider (unset: web_search
     # stays a hosted tool, GATEWAY_HOSTED_TOOLS), its base URL and key, each search's time
-    # limit; a live page's byte and time limits, hosts allowed although private.
+    # limit and its answer's size; a live page's byte and time limits, hosts allowed although
+    # private.
     web_search_provider: str | None = None
     web_search_url: str | None = None
     web_search_api_key: str | None = field(default=None, repr=False)
     web_search_timeout: float = 15.0
+    web_search_max_answer_bytes: int = 2 * 1024 * 1024
     web_page_max_bytes: int = 2 * 1024 * 1024
     web_page_timeout: float = 15.0
     web_allow_hosts: tuple[str, ...] = ()

@@ -12,7 +12,8 @@ as the provider does (401/403), so the adapter is tested against the wire, not a
                              # (script the model's next turn: the search precedes it)
 
 Results are ``RESULTS`` (three pages on example.com/org) unless ``results=`` says otherwise;
-``fail_with=503`` answers that status.
+``fail_with=503`` answers that status; ``fake.body = b"..."`` answers those bytes (as JSON,
+200) instead, once the request is accepted: what a broken or hostile provider may send.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ class SearchProvider:
         self.delay = delay
         self.requests: list[Seen] = []
         self.on_search: Callable[[Seen], None] | None = None
+        self.body: bytes | None = None
         routes = {
             "searxng": [Route("/search", self._searxng, methods=["GET", "POST"])],
             "tavily": [Route("/search", self._tavily, methods=["POST"])],
@@ -125,6 +127,8 @@ class SearchProvider:
     def _failure(self) -> StarletteResponse | None:
         if self.fail_with is not None:
             return JSONResponse({"error": f"failure {self.key or ''}"}, status_code=self.fail_with)
+        if self.body is not None:
+            return StarletteResponse(self.body, media_type="application/json")
         return None
 
     # SearXNG: GET /search?q=..&format=json -> {"query", "number_of_results", "results": [...]}
@@ -205,9 +209,22 @@ PAGE = """<!doctype html><html><head><title>Edition &amp; guide</title>
 <p>The 2024 edition changed the <i>RPIT lifetime capture</i> rules.</p></body></html>"""
 
 
+#: pages that are slow to parse (issue 40): 105 kB of unclosed <title> tags (a quadratic
+#: regex: 22 s on the loop); a 1.7 MB table (html2text: seconds); 200 kB of nested lists
+#: (html2text's indentation grows with depth: quadratic, minutes).
+SLOW_PAGES = {
+    "/unclosed-title": "<!doctype html><html><head>" + "<title>" * 15_000,
+    "/big-table": "<html><head><title>Table</title></head><body><h1>Rows</h1><table>"
+                  + "".join(f"<tr><td>{i}</td><td>cell {i}</td></tr>" for i in range(42_000))
+                  + "</table><p>the end</p></body></html>",
+    "/nested": "<html><body><p>first words</p>" + "<ul><li>x" * 20_000,
+}
+
+
 class WebSite:
     """A small site: ``/page`` (HTML), ``/text`` (plain), ``/big`` (over any small limit),
-    ``/binary`` (a PNG), ``/slow``, ``/redirect?to=URL`` (302 to anywhere)."""
+    ``/binary`` (a PNG), ``/slow``, ``/redirect?to=URL`` (302 to anywhere), and each of
+    ``SLOW_PAGES`` (HTML that is slow to turn into text)."""
 
     def __init__(self) -> None:
         self.hits: list[str] = []
@@ -239,9 +256,14 @@ class WebSite:
             self.hits.append(request.url.path)
             return RedirectResponse(request.query_params["to"], status_code=302)
 
+        async def slow_to_parse(request: Request) -> StarletteResponse:
+            self.hits.append(request.url.path)
+            return HTMLResponse(SLOW_PAGES[request.url.path])
+
         self._server = _Threaded(Starlette(routes=[
             Route("/page", page), Route("/text", text), Route("/big", big),
-            Route("/binary", binary), Route("/slow", slow), Route("/redirect", redirect)]))
+            Route("/binary", binary), Route("/slow", slow), Route("/redirect", redirect),
+            *(Route(path, slow_to_parse) for path in SLOW_PAGES)]))
 
     @property
     def url(self) -> str:

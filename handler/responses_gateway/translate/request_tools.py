@@ -219,10 +219,16 @@ class ToolChoiceMcp(BaseModel):
     name: str | None = None
 
 
-#: OpenAI's ``ToolChoiceTypes``: use this built-in tool.
+#: OpenAI's ``ToolChoiceTypes``: use this built-in tool; and ``web_search`` (with its dated
+#: name), which OpenAI's schema lists only as ``web_search_preview`` but the Agents SDK sends
+#: for ``ModelSettings(tool_choice="web_search")``.
 HOSTED_CHOICES = ("file_search", "web_search_preview", "computer", "computer_use_preview",
                   "computer_use", "web_search_preview_2025_03_11", "image_generation",
-                  "code_interpreter")
+                  "code_interpreter", "web_search", "web_search_2025_08_26")
+#: a choice outside OpenAI's schema is echoed as the schema's name for the same tool, so a
+#: Response stays valid for clients that check it (``web_search`` chooses what
+#: ``web_search_preview`` chooses: any web_search tool)
+_ECHOED_AS = {"web_search": "web_search_preview", "web_search_2025_08_26": "web_search_preview"}
 
 
 class ToolChoiceHosted(BaseModel):
@@ -304,7 +310,9 @@ def echo_tool_choice(choice: Any) -> Any:
         return {"type": choice.type, "name": choice.name}
     if isinstance(choice, ToolChoiceMcp):
         return {"type": "mcp", "server_label": choice.server_label, "name": choice.name}
-    if isinstance(choice, (ToolChoiceHosted, ToolChoiceClient)):
+    if isinstance(choice, ToolChoiceHosted):
+        return {"type": _ECHOED_AS.get(choice.type, choice.type)}
+    if isinstance(choice, ToolChoiceClient):
         return {"type": choice.type}
     return {
         "type": "allowed_tools",

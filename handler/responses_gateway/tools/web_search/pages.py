@@ -4,23 +4,39 @@ The model names the URL, so it is a client's URL: every hop (redirects are follo
 at most five) is parsed strictly and connected through net/pinned.py, which refuses a host
 with any non-public address unless ``GATEWAY_WEB_ALLOW_HOSTS`` lists it, and pins the
 connection to the address it checked. The body is read up to ``max_bytes`` and the whole
-fetch bounded by ``timeout``. HTML becomes Markdown-like text by ``html2text`` (loaded on
-first use; scripts, styles and images dropped, links kept so the model can follow them).
+open, fetch and reading, bounded by ``timeout``. HTML becomes Markdown-like text by
+``html2text`` (scripts, styles and images dropped, links kept so the model can follow them)
+in a child process (reader.py) that is killed at the deadline: html.parser and html2text are
+worse than linear on some pages, and a page is anyone's. The event loop only waits for it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import html
-import re
+import contextlib
+import os
+import sys
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import orjson
 
 from responses_gateway.net.pinned import BadUrl, http_url, pinned_transport
 from responses_gateway.net.policy import Refused, Resolver, allow_list, shown_url
+from responses_gateway.tools.web_search import reader
+from responses_gateway.tools.web_search.reader import title_of
+
+__all__ = ["Page", "PageError", "PageLimits", "find", "open_page", "title_of"]
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
-_TITLE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
+_READER = Path(reader.__file__)
+#: the share of the time left that the reader may use before it stops and gives what it read
+#: (the rest is for its start and its answer; at the deadline itself it is killed)
+_READER_SHARE = 0.8
+CUT = ("\n\n[… the rest of this page was not read: it is too long, or took too long, to "
+       "turn into text]")
 _TEXT_TYPES = ("text/plain", "text/markdown", "application/json", "text/csv")
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
 
@@ -53,8 +69,8 @@ async def open_page(url: str, limits: PageLimits, *, resolver: Resolver | None =
                     transport: Any = None) -> Page:
     """The page at ``url`` as readable text, or :class:`PageError` saying why not."""
     try:
-        async with asyncio.timeout(limits.timeout):
-            return await _fetch(url, limits, resolver, transport)
+        async with asyncio.timeout(limits.timeout) as scope:
+            return await _fetch(url, limits, resolver, transport, scope.when() or 0.0)
     except TimeoutError:
         raise PageError(f"{shown_url(url)} did not answer within {limits.timeout:g}s.") from None
     except BadUrl as exc:
@@ -64,7 +80,7 @@ async def open_page(url: str, limits: PageLimits, *, resolver: Resolver | None =
 
 
 async def _fetch(url: str, limits: PageLimits, resolver: Resolver | None,
-                 inner: Any) -> Page:
+                 inner: Any, deadline: float) -> Page:
     import httpx
 
     transport = pinned_transport(httpx, resolver=resolver, allow_hosts=limits.allow_hosts,
@@ -109,27 +125,54 @@ async def _fetch(url: str, limits: PageLimits, resolver: Resolver | None,
             except LookupError:
                 text = bytes(data).decode("utf-8", errors="replace")
             if ctype in _HTML_TYPES:
-                return Page(str(current), title_of(text) or str(current), readable(text))
+                read = await _read_html(text, limits.max_bytes, deadline)
+                if read is None:
+                    raise PageError(f"{shown_url(str(current))} could not be read as text.")
+                body = read["text"] + (CUT if read["cut"] else "")
+                return Page(str(current), read["title"] or str(current), body)
             return Page(str(current), str(current), text)
         raise PageError(f"More than {limits.max_redirects} redirects from {shown_url(url)}.")
 
 
-def title_of(page: str) -> str:
-    found = _TITLE.search(page)
-    return " ".join(html.unescape(found.group(1)).split()) if found else ""
+async def _read_html(page: str, most: int, deadline: float) -> dict[str, Any] | None:
+    """reader.read_html's answer for ``page`` (None: the reader failed), made in a child
+    process that stops itself before ``deadline`` (the loop's clock) and is killed at it
+    (asyncio's timeout cancels this wait); in a thread where no process can be started."""
+    loop = asyncio.get_running_loop()
+    seconds = max(0.0, (deadline - loop.time()) * _READER_SHARE)
+    try:
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, str(_READER), f"{seconds:.3f}", str(most),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL, env=_child_env())
+    except (OSError, ValueError, NotImplementedError, RuntimeError):
+        # no executable, or no child process on this platform or loop: a thread, still bounded
+        return await asyncio.to_thread(reader.read_html, page, most,
+                                       time.monotonic() + seconds)
+    try:
+        out, _ = await child.communicate(page.encode("utf-8", errors="replace"))
+    finally:
+        if child.returncode is None:  # cancelled at the deadline: end it, and reap it
+            with contextlib.suppress(ProcessLookupError):
+                child.kill()
+            await child.wait()
+    if child.returncode != 0:  # it failed, or passed its own CPU-time limit
+        return None
+    try:
+        answer: dict[str, Any] = orjson.loads(out)
+    except orjson.JSONDecodeError:
+        return None
+    return answer
 
 
-def readable(page: str) -> str:
-    """HTML as the text a reader sees (Markdown-like: headings, lists, links)."""
-    import html2text
-
-    converter = html2text.HTML2Text()
-    converter.body_width = 0  # no hard wrapping: it breaks find_in_page
-    converter.ignore_images = True
-    converter.ignore_emphasis = True
-    converter.unicode_snob = True
-    text = converter.handle(page)
-    return re.sub(r"\n{3,}", "\n\n", text).strip()
+def _child_env() -> dict[str, str]:
+    """The reader's environment: where this process finds its packages, nothing else (no
+    secret of the gateway's reaches the child)."""
+    env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+           "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "LC_ALL": "C.UTF-8"}
+    if os.environ.get("PYTHONHOME"):
+        env["PYTHONHOME"] = os.environ["PYTHONHOME"]
+    return env
 
 
 def find(text: str, pattern: str, *, context: int = 300, most: int = 8) -> list[str]:

@@ -26,6 +26,7 @@ sources when kept.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -55,6 +56,7 @@ from responses_gateway.tools.web_search.providers.base import (
     ProviderError,
     Query,
     allowed,
+    web_url,
 )
 
 KIND = "web_search"
@@ -218,7 +220,13 @@ class WebSearchTool(ServerTool):
         query = Query(text=text[:1000], count=context[0], snippet_chars=context[1],
                       allowed_domains=tuple(self.options.allowed_domains),
                       location=Location(**where))
-        hits = await self.provider().search(self.client(), query)
+        seconds = self.settings.web_search_timeout
+        try:
+            async with asyncio.timeout(seconds):  # the whole search, however the bytes trickle
+                hits = await self.provider().search(self.client(), query)
+        except TimeoutError:
+            raise ProviderError(f"The search provider ({self.provider().name}) did not answer "
+                                f"in time.") from None
         if not hits:
             return f"No results for {text!r}.", []
         lines = [f"Results for {text!r}:"]
@@ -267,7 +275,8 @@ class WebSearchTool(ServerTool):
             settings = self.settings
             name = settings.web_search_provider
             self._provider = provider_class(name)(ProviderConfig(
-                name, settings.web_search_url, settings.web_search_api_key))
+                name, settings.web_search_url, settings.web_search_api_key,
+                settings.web_search_max_answer_bytes))
         return self._provider
 
     def client(self) -> Any:
@@ -298,7 +307,7 @@ class WebSearchTool(ServerTool):
         for link in _LINK_LABEL.finditer(text):
             after = link.end()
             url = _known_url(text, after, self.sources)
-            if url is None:
+            if url is None or not web_url(url):  # only http(s) pages are ever cited
                 continue
             found.append({"type": "url_citation", "start_index": link.start(),
                           "end_index": after + len(url) + 1, "url": url,
@@ -314,16 +323,14 @@ class WebSearchTool(ServerTool):
 
 
 def _known_url(text: str, at: int, sources: Mapping[str, str]) -> str | None:
-    """The longest known URL that ``text`` spells at ``at``, followed by ``)``."""
-    end = text.find(")", at)
+    """The longest known URL that ``text`` spells at ``at``, followed by ``)``. Each source is
+    compared in place, so a text of many links costs links x sources, never links x text (a
+    scan for every ``)`` within 4 kB of each link took 25 s over 48 kB of ``[a](x)``)."""
     best = None
-    while end >= 0 and end - at <= 4096:
-        candidate = text[at:end]
-        if candidate in sources:
-            best = candidate
-        if any(c in candidate for c in " \n"):
-            break
-        end = text.find(")", end + 1)
+    for url in sources:
+        if ((best is None or len(url) > len(best)) and text.startswith(url, at)
+                and text.startswith(")", at + len(url))):
+            best = url
     return best
 
 
