@@ -191,6 +191,18 @@ def test_many_rows_are_tested_in_a_thread() -> None:
     assert loop_thread in threads and len(threads) == 2  # the few inline, the many elsewhere
 
 
+def test_settings_reach_the_bounds() -> None:
+    from responses_gateway.config import settings_from_env
+
+    settings = settings_from_env({
+        "GATEWAY_MAX_SEARCH_QUERIES": "2", "GATEWAY_MAX_SEARCH_EMBEDDINGS": "3",
+        "GATEWAY_MAX_FILTER_VALUES": "4", "GATEWAY_MAX_FILTER_CONDITIONS": "5",
+        "GATEWAY_MAX_FILTER_DEPTH": "6", "GATEWAY_EXTRACT_TIMEOUT": "7.5",
+        "GATEWAY_MAX_FILE_TOKENS": "8"})
+    assert service.SearchLimits.of(settings) == service.SearchLimits(2, 3, FilterLimits(4, 5, 6))
+    assert ExtractLimits.of(settings) == ExtractLimits(7.5, 8)
+
+
 # -- queries --------------------------------------------------------------------------------
 
 def test_queries_are_bounded(client: OpenAI, store: VectorStore) -> None:
