@@ -47,6 +47,7 @@ CODE = {".py", ".js", ".ts", ".tsx", ".jsx", ".java", ".c", ".h", ".cc", ".cpp",
         ".cs", ".go", ".rs", ".rb", ".php", ".sh", ".swift", ".kt", ".scala", ".sql", ".css",
         ".lua", ".pl", ".r", ".m"}
 HTML = {".html", ".htm"}
+READABLE = TEXT | CODE | HTML | {".json", ".jsonl", ".pdf"}
 INLINE = TEXT | CODE | {".json", ".jsonl"}  # readers linear in the file's size
 INLINE_BYTES = 256 * 1024  # such a file up to this size is read in a thread, not a child
 
@@ -79,7 +80,8 @@ async def extract_chunks(filename: str, data: bytes, strategy: dict[str, Any],
                          limits: ExtractLimits) -> list[str]:
     """The file's chunks per ``strategy``, read under ``limits``; :class:`Unsupported`,
     :class:`Invalid` (a bound passed too) or :class:`Failed`."""
-    if _suffix(filename) in INLINE and len(data) <= INLINE_BYTES:
+    suffix = _suffix(filename)
+    if suffix not in READABLE or (suffix in INLINE and len(data) <= INLINE_BYTES):
         kind, value = await asyncio.to_thread(_answer, filename, data, strategy,
                                               limits.max_tokens)
     else:
@@ -153,7 +155,11 @@ def _child() -> None:
         seconds = math.ceil(header["timeout"]) + 5
         resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds))
     answer = _answer(header["filename"], data, header["strategy"], header["max_tokens"])
-    sys.stdout.buffer.write(orjson.dumps(answer))
+    try:
+        out = orjson.dumps(answer)
+    except orjson.JSONEncodeError:  # text JSON cannot carry (a lone surrogate from a PDF)
+        out = orjson.dumps(("invalid", "The file's text is not valid Unicode."))
+    sys.stdout.buffer.write(out)
 
 
 def _suffix(filename: str) -> str:
@@ -164,7 +170,7 @@ def extract(filename: str, data: bytes) -> str:
     suffix = _suffix(filename)
     if suffix == ".pdf":
         return _pdf(data)
-    if suffix not in TEXT | CODE | HTML | {".json", ".jsonl"}:
+    if suffix not in READABLE:
         raise Unsupported(f"Files of type '{suffix or filename}' are not supported for "
                           "vector stores.")
     try:
