@@ -109,6 +109,7 @@ class FileSearchTool(ServerTool):
     # -- running -------------------------------------------------------------------------------
 
     async def run(self, call: ServerCall, items: ItemWriter) -> AsyncIterator[list[Event]]:
+        # within what a search takes (GATEWAY_MAX_SEARCH_QUERIES), should it be below 5
         queries = _queries(call.arguments)[:self.stores.search_limits.queries]
         item_id = ids.new_id(ids.FILE_SEARCH_CALL)
         events = items.start_tool_item(
