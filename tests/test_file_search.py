@@ -229,6 +229,11 @@ def test_unknown_store_is_a_404_before_the_model(
     ({"ranking_options": {"ranker": "fastest"}}, "tools[0].ranking_options.ranker"),
     ({"ranking_options": {"score_threshold": 2}}, "tools[0].ranking_options.score_threshold"),
     ({"filters": {"type": "eq", "key": "topic"}}, "tools[0].filters.value"),
+    # issue 40: a filter's size is bounded as the search endpoint's (GATEWAY_MAX_FILTER_*)
+    ({"filters": {"type": "nin", "key": "topic", "value": [str(i) for i in range(1001)]}},
+     "tools[0].filters.value"),
+    ({"filters": {"type": "or", "filters": [{"type": "eq", "key": "a", "value": 1}] * 64}},
+     "tools[0].filters.filters"),
 ])
 def test_bad_options_are_400s(alice: OpenAI, library: dict[str, str], extra: dict[str, Any],
                               param: str) -> None:

@@ -173,6 +173,15 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
         knowledge_bases=_parsed("GATEWAY_KNOWLEDGE_BASES", _knowledge_bases,
                                 get("GATEWAY_KNOWLEDGE_BASES") or "{}"),
         embedding_batch=max(1, count("GATEWAY_EMBEDDING_BATCH", cls.embedding_batch)),
+        max_search_queries=max(1, count("GATEWAY_MAX_SEARCH_QUERIES", cls.max_search_queries)),
+        max_search_embeddings=max(1, count("GATEWAY_MAX_SEARCH_EMBEDDINGS",
+                                           cls.max_search_embeddings)),
+        max_filter_values=count("GATEWAY_MAX_FILTER_VALUES", cls.max_filter_values),
+        max_filter_conditions=max(1, count("GATEWAY_MAX_FILTER_CONDITIONS",
+                                           cls.max_filter_conditions)),
+        max_filter_depth=count("GATEWAY_MAX_FILTER_DEPTH", cls.max_filter_depth),
+        extract_timeout=seconds("GATEWAY_EXTRACT_TIMEOUT", cls.extract_timeout),
+        max_file_tokens=max(1, count("GATEWAY_MAX_FILE_TOKENS", cls.max_file_tokens)),
     )
 
 

@@ -150,6 +150,18 @@ class Settings:
     # vector store id -> Bedrock Knowledge Base, served read-only (vectors/knowledge_bases.py)
     knowledge_bases: dict[str, Any] = field(default_factory=dict)
     embedding_batch: int = 64
+    # What one vector store search may ask (vectors/service.py, vectors/filters.py): queries
+    # (file_search's cap), query embeddings in flight in this process, a filter's values in
+    # its in / nin lists, its comparison and compound filters, their nesting.
+    max_search_queries: int = 5
+    max_search_embeddings: int = 16
+    max_filter_values: int = 1000
+    max_filter_conditions: int = 64
+    max_filter_depth: int = 8
+    # Text extraction of a file attached to a vector store (vectors/extract.py): seconds in
+    # its child process, and tokens a file may hold (OpenAI's 5,000,000).
+    extract_timeout: float = 120.0
+    max_file_tokens: int = 5_000_000
 
     def route(self, model: str) -> Route:
         """The backend and backend model for a client model name.

@@ -3,8 +3,9 @@
 The model is a DETERMINISTIC HASHING EMBEDDER, not a trained model: each word of the input
 (lower-cased ``\\w+``) adds +-1 to one of ``DIMENSIONS`` coordinates chosen by its hash, and the
 vector is normalised. Texts sharing words are near; that is what retrieval tests need to tell
-documents on distinct topics apart. It records every input it embedded (``inputs``), and
-``hold`` makes it stall requests (a gateway killed mid-ingestion).
+documents on distinct topics apart. It records every input it embedded (``inputs``), counts
+the requests that ``arrived``, and ``hold`` makes it stall requests (a gateway killed
+mid-ingestion, calls in flight at once).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class EmbeddingServer:
     def __init__(self) -> None:
         self.inputs: list[str] = []
         self.requests = 0
+        self.arrived = 0  # requests received, answered or still held
         self.hold = threading.Event()  # set: requests wait until it is cleared
         self.released = threading.Event()
         self.released.set()
@@ -50,6 +52,7 @@ class EmbeddingServer:
                 length = int(self.headers.get("content-length") or 0)
                 body = json.loads(self.rfile.read(length))
                 texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+                server.arrived += 1
                 if server.hold.is_set() and (server.hold_word is None or any(
                         server.hold_word in t for t in texts)):
                     server.released.wait(60)

@@ -140,7 +140,10 @@ class AWSVectorEngine:
             kwargs["ExclusiveStartKey"] = result["LastEvaluatedKey"]
 
     async def _rows(self, pk: str, prefix: str) -> list[dict[str, Any]]:
-        return [_decode(i) for i in await asyncio.to_thread(self._query_all, pk, prefix)]
+        """Decoded in the thread too: a store's files are up to GATEWAY_MAX_VECTOR_STORE_FILES
+        rows, each with its attributes' JSON, read for every search."""
+        return await asyncio.to_thread(
+            lambda: [_decode(i) for i in self._query_all(pk, prefix)])
 
     async def _get(self, pk: str, sk: str) -> dict[str, Any] | None:
         result = await self._call(self.db.get_item, Key=_key(pk, sk), ConsistentRead=True)

@@ -31,13 +31,16 @@ def build_vector_stores(settings: Any, files: Files) -> VectorStores:
             501, "Vector stores are not configured on this gateway (GATEWAY_STORE=sqlite:PATH, "
             "or dynamodb:TABLE with GATEWAY_VECTOR_BUCKET).", type="server_error",
             code="vector_stores_unavailable")
-    from responses_gateway.vectors.service import VectorStores
+    from responses_gateway.vectors.extract import ExtractLimits
+    from responses_gateway.vectors.service import SearchLimits, VectorStores
 
     return VectorStores(_engine(settings, target), files, _embedder(settings),
                         max_files=settings.max_vector_store_files,
                         lease_seconds=settings.lease_seconds,
                         worker_function=settings.worker_function,
-                        knowledge_bases=_knowledge_bases(settings))
+                        knowledge_bases=_knowledge_bases(settings),
+                        search_limits=SearchLimits.of(settings),
+                        extract_limits=ExtractLimits.of(settings))
 
 
 def _embedder(settings: Any) -> Embedder:

@@ -7,6 +7,7 @@ space before it): near a BPE tokenizer's count over English text, without downlo
 from __future__ import annotations
 
 import re
+from itertools import islice
 from typing import Any
 
 from responses_gateway.errors import invalid_request
@@ -52,12 +53,22 @@ def parse_strategy(value: Any, param: str = "chunking_strategy") -> dict[str, An
                                          "chunk_overlap_tokens": overlap}}
 
 
-def chunk(text: str, strategy: dict[str, Any]) -> list[str]:
+class TooManyTokens(ValueError):
+    """The text holds more pieces than the bound given to :func:`chunk`."""
+
+
+def chunk(text: str, strategy: dict[str, Any], max_tokens: int | None = None) -> list[str]:
     """Windows of ``max_chunk_size_tokens`` pieces, each starting ``overlap`` before the last
-    one ended; the pieces' own text, so a chunk is a verbatim slice of the document."""
+    one ended; the pieces' own text, so a chunk is a verbatim slice of the document.
+    :class:`TooManyTokens` when it holds more than ``max_tokens`` (counting stops there)."""
     static = strategy["static"]
     size, overlap = static["max_chunk_size_tokens"], static["chunk_overlap_tokens"]
-    starts = [m.start() for m in _PIECE.finditer(text)]
+    pieces = _PIECE.finditer(text)
+    if max_tokens is not None:
+        pieces = islice(pieces, max_tokens + 1)
+    starts = [m.start() for m in pieces]
+    if max_tokens is not None and len(starts) > max_tokens:
+        raise TooManyTokens(max_tokens)
     if not starts:
         return []
     chunks: list[str] = []

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from responses_gateway import ids
@@ -22,8 +23,8 @@ from responses_gateway.vectors import objects
 from responses_gateway.vectors.chunking import parse_strategy
 from responses_gateway.vectors.embeddings import Embedder, EmbeddingError
 from responses_gateway.vectors.engine import VectorEngine
-from responses_gateway.vectors.extract import Invalid, Unsupported
-from responses_gateway.vectors.filters import compile_filter
+from responses_gateway.vectors.extract import ExtractLimits, Invalid, Unsupported
+from responses_gateway.vectors.filters import Filter, FilterLimits, compile_filter
 from responses_gateway.vectors.ingest import prepare
 from responses_gateway.vectors.knowledge_bases import KnowledgeBase, KnowledgeBases, read_only
 from responses_gateway.vectors.local import now
@@ -33,12 +34,31 @@ logger = logging.getLogger("responses_gateway.vectors")
 MAX_RESULTS = 50
 MAX_ATTRIBUTES = 16
 MAX_INGESTING = 4  # files ingested at once in this process
+INLINE_TESTS = 4096  # filter tests (rows x filter size) a search runs on the event loop
+
+
+@dataclass(frozen=True, slots=True)
+class SearchLimits:
+    """What one search may ask: queries (GATEWAY_MAX_SEARCH_QUERIES, file_search's cap, as
+    OpenAI documents none for the endpoint), query embeddings in flight in this process
+    (GATEWAY_MAX_SEARCH_EMBEDDINGS), the size of its ``filters``."""
+
+    queries: int = 5
+    embeddings: int = 16
+    filters: FilterLimits = field(default_factory=FilterLimits)
+
+    @classmethod
+    def of(cls, settings: Any) -> SearchLimits:
+        return cls(settings.max_search_queries, settings.max_search_embeddings,
+                   FilterLimits.of(settings))
 
 
 class VectorStores:
     def __init__(self, engine: VectorEngine, files: Files, embedder: Embedder, *,
                  max_files: int, lease_seconds: float, worker_function: str | None = None,
-                 knowledge_bases: KnowledgeBases | None = None) -> None:
+                 knowledge_bases: KnowledgeBases | None = None,
+                 search_limits: SearchLimits | None = None,
+                 extract_limits: ExtractLimits | None = None) -> None:
         self.engine = engine
         self.knowledge_bases = knowledge_bases  # GATEWAY_KNOWLEDGE_BASES: read-only stores
         self.worker_function = worker_function  # AWS: ingestion runs in the worker Lambda
@@ -49,6 +69,9 @@ class VectorStores:
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(MAX_INGESTING)
         self._recovered = False
+        self.search_limits = search_limits or SearchLimits()
+        self.extract_limits = extract_limits or ExtractLimits()
+        self._embedding = asyncio.Semaphore(self.search_limits.embeddings)
 
     # -- stores -----------------------------------------------------------------------------
 
@@ -219,13 +242,7 @@ class VectorStores:
         kb = self._knowledge_base(tenant, store_id)
         if kb is None:
             await self._store(tenant, store_id)
-        query = body.get("query")
-        queries = [query] if isinstance(query, str) else query
-        if not isinstance(queries, list) or not queries or not all(
-                isinstance(q, str) and q.strip() for q in queries):
-            raise (missing_parameter("query") if query is None else invalid_request(
-                "Invalid 'query': expected a non-empty string or array of strings.",
-                param="query", code="invalid_value"))
+        queries = self._queries(body.get("query"))
         limit = body.get("max_num_results", 10)
         if not isinstance(limit, int) or isinstance(limit, bool) or \
                 not 1 <= limit <= MAX_RESULTS:
@@ -233,7 +250,8 @@ class VectorStores:
                 "Invalid 'max_num_results': integer below minimum value or above maximum "
                 f"value. Expected a value between 1 and {MAX_RESULTS}, but got {limit} "
                 "instead.", param="max_num_results", code="integer_out_of_range")
-        keep = compile_filter(body["filters"]) if body.get("filters") is not None else None
+        keep = compile_filter(body["filters"], "filters", self.search_limits.filters) \
+            if body.get("filters") is not None else None
         ranking = Ranking.parse(body.get("ranking_options"))
         if not isinstance(body.get("rewrite_query", False), bool):
             raise invalid_request("Invalid 'rewrite_query': expected a boolean.",
@@ -246,12 +264,12 @@ class VectorStores:
                     "data": [r for r in found if r["score"] >= ranking.score_threshold],
                     "has_more": False, "next_page": None}
         files = await self.engine.completed_files(tenant, store_id)
-        allowed = {fid for fid, row in files.items()
-                   if keep is None or keep(row["attributes"] or {})}
+        allowed = await _allowed(files, keep)
         results: list[dict[str, Any]] = []
         if allowed:
             try:
-                vectors = await self.embedder.embed(queries, query=True)
+                async with self._embedding:  # a bound on this process's calls in flight
+                    vectors = await self.embedder.embed(queries, query=True)
             except EmbeddingError as exc:
                 raise GatewayError(502, f"The embedding model failed: {exc}",
                                    type="server_error", code="embedding_failed") from None
@@ -270,6 +288,22 @@ class VectorStores:
         await self.engine.update_store(tenant, store_id, {"last_active_at": now()})
         return {"object": "vector_store.search_results.page", "search_query": queries,
                 "data": results, "has_more": False, "next_page": None}
+
+    def _queries(self, query: Any) -> list[str]:
+        """``query``: a string or a non-empty array of at most ``search_limits.queries``."""
+        queries = [query] if isinstance(query, str) else query
+        if isinstance(queries, list) and len(queries) > self.search_limits.queries:
+            raise invalid_request(
+                f"Invalid 'query': array too long. Expected an array with maximum length "
+                f"{self.search_limits.queries}, but got an array with length {len(queries)} "
+                "instead (GATEWAY_MAX_SEARCH_QUERIES).", param="query",
+                code="array_above_max_length")
+        if not isinstance(queries, list) or not queries or not all(
+                isinstance(q, str) and q.strip() for q in queries):
+            raise (missing_parameter("query") if query is None else invalid_request(
+                "Invalid 'query': expected a non-empty string or array of strings.",
+                param="query", code="invalid_value"))
+        return queries
 
     def _knowledge_base(self, tenant: str, store_id: str) -> KnowledgeBase | None:
         return self.knowledge_bases.get(tenant, store_id) if self.knowledge_bases else None
@@ -346,7 +380,7 @@ class VectorStores:
                                      "The file was deleted before it could be processed.")
         try:
             chunks = await prepare(record.filename, data, row["chunking"], self.embedder,
-                                   self.engine.cached_vectors)
+                                   self.engine.cached_vectors, self.extract_limits)
         except Unsupported as exc:
             return await self._fail(tenant, store_id, file_id, "unsupported_file", str(exc))
         except Invalid as exc:
@@ -378,6 +412,20 @@ class VectorStores:
                 await task
         await self.embedder.aclose()
         await self.engine.aclose()
+
+
+async def _allowed(files: dict[str, dict[str, Any]], keep: Filter | None) -> set[str]:
+    """The files ``keep`` lets through: on the event loop when they cost a few thousand
+    tests, else in a thread (a store holds up to GATEWAY_MAX_VECTOR_STORE_FILES files)."""
+    if keep is None:
+        return set(files)
+
+    def test() -> set[str]:
+        return {fid for fid, row in files.items() if keep(row["attributes"] or {})}
+
+    if len(files) * keep.size <= INLINE_TESTS:
+        return test()
+    return await asyncio.to_thread(test)
 
 
 def _optional_str(value: Any, param: str) -> str | None:

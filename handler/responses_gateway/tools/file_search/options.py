@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
-from responses_gateway.vectors.filters import compile_filter
+from responses_gateway.vectors.filters import FilterLimits, compile_filter
 from responses_gateway.vectors.ranking import Ranking
 from responses_gateway.vectors.service import MAX_RESULTS
 
@@ -29,7 +29,8 @@ class Options:
     ranking: Ranking = field(default_factory=Ranking, compare=False)
 
     @classmethod
-    def of(cls, tool: Any, param: str, include: tuple[str, ...], tenant: str) -> Options:
+    def of(cls, tool: Any, param: str, include: tuple[str, ...], tenant: str,
+           filter_limits: FilterLimits | None = None) -> Options:
         ids = _field(tool, "vector_store_ids")
         if ids is None:
             raise missing_parameter(f"{param}.vector_store_ids")
@@ -55,15 +56,16 @@ class Options:
         filters = _plain(_field(tool, "filters"))
         options = cls(list(dict.fromkeys(ids)), limit, ranking_options, filters,
                       RESULTS in include, tenant, param)
-        options.check()
+        options.check(filter_limits)
         return options
 
-    def check(self) -> None:
-        """The ranking options and filters parse (the same rules as the search endpoint)."""
+    def check(self, filter_limits: FilterLimits | None = None) -> None:
+        """The ranking options and filters parse (the same rules and bounds as the search
+        endpoint)."""
         try:
             self.ranking = Ranking.parse(self.ranking_options)
             if self.filters is not None:
-                compile_filter(self.filters, f"{self.param}.filters")
+                compile_filter(self.filters, f"{self.param}.filters", filter_limits)
         except GatewayError as error:
             if error.param and not error.param.startswith(self.param):
                 error.param = f"{self.param}.{error.param}"

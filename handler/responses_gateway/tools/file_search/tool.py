@@ -38,6 +38,7 @@ from responses_gateway.tools.server import (
     ServerCall,
     ServerTool,
 )
+from responses_gateway.vectors.filters import FilterLimits
 
 KIND = "file_search"
 FUNCTION = "file_search"
@@ -64,7 +65,7 @@ class FileSearchTool(ServerTool):
                                   param="tools", code="invalid_value")
         index = request.indexes[0] if request.indexes else 0
         options = Options.of(request.tools[0], f"tools[{index}]", request.include,
-                             request.tenant)
+                             request.tenant, FilterLimits.of(request.settings))
         stores = request.services.vector_stores
         for store_id in options.vector_store_ids:
             try:
@@ -108,7 +109,8 @@ class FileSearchTool(ServerTool):
     # -- running -------------------------------------------------------------------------------
 
     async def run(self, call: ServerCall, items: ItemWriter) -> AsyncIterator[list[Event]]:
-        queries = _queries(call.arguments)
+        # within what a search takes (GATEWAY_MAX_SEARCH_QUERIES), should it be below 5
+        queries = _queries(call.arguments)[:self.stores.search_limits.queries]
         item_id = ids.new_id(ids.FILE_SEARCH_CALL)
         events = items.start_tool_item(
             {"id": item_id, "type": "file_search_call", "status": "in_progress",
