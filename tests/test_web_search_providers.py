@@ -260,7 +260,7 @@ def test_title_is_found_in_linear_time() -> None:
     of unclosed <title> tags: 280 kB took 92 s); a long title is cut."""
     import time
 
-    from responses_gateway.tools.web_search.reader import TITLE_CHARS, title_of
+    from responses_gateway.html_text import TITLE_CHARS, title_of
 
     assert title_of('<head><TITLE lang="en">\n A &amp; B </title ></head>') == "A & B"
     assert title_of("<titles>no</titles><title>yes</title>") == "yes"
@@ -283,7 +283,7 @@ def test_reader_stops_at_its_deadline(page: str) -> None:
     it read, marked cut, in a thread as in the child process."""
     import time
 
-    from responses_gateway.tools.web_search.reader import read_html
+    from responses_gateway.html_text import read_html
 
     started = time.monotonic()
     read = read_html(page, 100_000, started + 0.3)
@@ -345,13 +345,13 @@ def test_reader_in_a_thread_where_no_process_starts(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(asyncio, "create_subprocess_exec", refused)
     threads: list[str] = []
-    real = pages.reader.read_html
+    real = pages.html_text.read_html
 
     def read_html(*args: object) -> object:
         threads.append(threading.current_thread().name)
         return real(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(pages.reader, "read_html", read_html)
+    monkeypatch.setattr(pages.html_text, "read_html", read_html)
 
     async def go() -> object:
         loop = asyncio.get_running_loop()

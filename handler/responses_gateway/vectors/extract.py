@@ -14,30 +14,27 @@ stream holds. The size bound is OpenAI's: a file holds at most 5,000,000 tokens
 Either bound ends the file ``failed`` with ``last_error.code = invalid_file`` (what the file
 holds is why); a child that dies, with ``server_error``.
 
-The child is ``python -m responses_gateway.vectors.extract`` (asyncio's subprocess: no thread
-waits for it), fed the file on stdin, answering JSON on stdout: ~0.1 s to start here, 0.4 s on
-a loaded machine. multiprocessing's fork server starts a child in ~15 ms, but each of its
-children runs the parent's ``__main__`` script again (uvicorn's, Lambda's bootstrap), and a
-plain fork of this process, which runs threads, is unsafe. A file of plain text, code or JSON
-up to :data:`INLINE_BYTES` skips the child: its reading is linear in its size (~10 ms), done in
-a thread.
+The child is ``python -m responses_gateway.vectors.extract``, started by child.py (its own
+environment, no secret of the gateway's; asyncio's subprocess, so no thread waits for it), fed
+the file on stdin, answering JSON on stdout: ~0.1 s to start here, 0.4 s on a loaded machine.
+A file of plain text, code or JSON up to :data:`INLINE_BYTES` skips the child: its reading is
+linear in its size (~10 ms), done in a thread. HTML becomes text as web_search's pages do
+(html_text.py, html2text), links and headings kept as Markdown.
 """
 
 from __future__ import annotations
 
 import asyncio
-import html.parser
 import io
 import logging
-import math
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any, ClassVar
+from typing import Any
 
 import orjson
 
+from responses_gateway.child import ChildTimeout, limit_cpu, run_module
 from responses_gateway.vectors.chunking import TooManyTokens, chunk
 
 logger = logging.getLogger("responses_gateway.vectors")
@@ -106,27 +103,18 @@ async def _in_child(filename: str, data: bytes, strategy: dict[str, Any],
     """``read_chunks`` in a child process, killed when ``limits.timeout`` passes."""
     header = orjson.dumps({"filename": filename, "strategy": strategy,
                            "max_tokens": limits.max_tokens, "timeout": limits.timeout})
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    child = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", __name__, stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
     try:
-        out, err = await asyncio.wait_for(child.communicate(header + b"\n" + data),
-                                          limits.timeout or None)
-    except TimeoutError:
+        ended = await run_module(__name__, [], header + b"\n" + data, limits.timeout)
+    except ChildTimeout:
         return ("invalid", f"The file's text could not be extracted within "
                            f"{limits.timeout:g} s (GATEWAY_EXTRACT_TIMEOUT).")
-    finally:
-        if child.returncode is None:
-            child.kill()
-            await child.wait()
     try:
-        kind, value = orjson.loads(out)
+        kind, value = orjson.loads(ended.stdout)
     except (orjson.JSONDecodeError, TypeError, ValueError):
-        logger.warning("text extraction ended with status %s: %s", child.returncode,
-                       err[-500:].decode(errors="replace"))
+        logger.warning("text extraction ended with status %s: %s", ended.returncode,
+                       ended.stderr[-500:].decode(errors="replace"))
         return ("failed", "The file's text could not be extracted (its reader ended with "
-                          f"status {child.returncode}).")
+                          f"status {ended.returncode}).")
     return kind, value
 
 
@@ -150,10 +138,7 @@ def _child() -> None:
     line, _, data = raw.partition(b"\n")
     header = orjson.loads(line)
     if header["timeout"]:
-        import resource
-
-        seconds = math.ceil(header["timeout"]) + 5
-        resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds))
+        limit_cpu(header["timeout"] + 3)
     answer = _answer(header["filename"], data, header["strategy"], header["max_tokens"])
     try:
         out = orjson.dumps(answer)
@@ -200,40 +185,12 @@ def _pdf(data: bytes) -> str:
         raise Invalid(f"The PDF could not be read: {exc}") from None
 
 
-class _Text(html.parser.HTMLParser):
-    SKIP: ClassVar[frozenset[str]] = frozenset({"script", "style", "head", "template"})
-    BLOCK: ClassVar[frozenset[str]] = frozenset(
-        {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article",
-         "pre", "table", "ul", "ol"})
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self.skipping = 0
-
-    def handle_starttag(self, tag: str, attrs: object) -> None:
-        if tag in self.SKIP:
-            self.skipping += 1
-        elif tag in self.BLOCK:
-            self.parts.append("\n")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in self.SKIP and self.skipping:
-            self.skipping -= 1
-        elif tag in self.BLOCK:
-            self.parts.append("\n")
-
-    def handle_data(self, data: str) -> None:
-        if not self.skipping:
-            self.parts.append(data)
-
-
 def _html(text: str) -> str:
-    parser = _Text()
-    parser.feed(text)
-    parser.close()
-    lines = (" ".join(line.split()) for line in "".join(parser.parts).splitlines())
-    return "\n".join(line for line in lines if line)
+    """An HTML file's text as Markdown-like lines (html2text, as web_search reads pages); no
+    deadline of its own: the child that runs it is killed at the file's."""
+    from responses_gateway.html_text import read_html
+
+    return read_html(text, sys.maxsize, float("inf"))["text"]
 
 
 if __name__ == "__main__":

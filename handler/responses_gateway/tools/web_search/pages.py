@@ -6,32 +6,29 @@ with any non-public address unless ``GATEWAY_WEB_ALLOW_HOSTS`` lists it, and pin
 connection to the address it checked. The body is read up to ``max_bytes`` and the whole
 open, fetch and reading, bounded by ``timeout``. HTML becomes Markdown-like text by
 ``html2text`` (scripts, styles and images dropped, links kept so the model can follow them)
-in a child process (reader.py) that is killed at the deadline: html.parser and html2text are
-worse than linear on some pages, and a page is anyone's. The event loop only waits for it.
+in a child process (html_text.py, started by child.py) that is killed at the deadline:
+html.parser and html2text are worse than linear on some pages, and a page is anyone's. The
+event loop only waits for it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import orjson
 
+from responses_gateway import html_text
+from responses_gateway.child import run_module
+from responses_gateway.html_text import title_of
 from responses_gateway.net.pinned import BadUrl, http_url, pinned_transport
 from responses_gateway.net.policy import Refused, Resolver, allow_list, shown_url
-from responses_gateway.tools.web_search import reader
-from responses_gateway.tools.web_search.reader import title_of
 
 __all__ = ["Page", "PageError", "PageLimits", "find", "open_page", "title_of"]
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
-_READER = Path(reader.__file__)
 #: the share of the time left that the reader may use before it stops and gives what it read
 #: (the rest is for its start and its answer; at the deadline itself it is killed)
 _READER_SHARE = 0.8
@@ -135,44 +132,25 @@ async def _fetch(url: str, limits: PageLimits, resolver: Resolver | None,
 
 
 async def _read_html(page: str, most: int, deadline: float) -> dict[str, Any] | None:
-    """reader.read_html's answer for ``page`` (None: the reader failed), made in a child
+    """html_text.read_html's answer for ``page`` (None: the reader failed), made in a child
     process that stops itself before ``deadline`` (the loop's clock) and is killed at it
     (asyncio's timeout cancels this wait); in a thread where no process can be started."""
     loop = asyncio.get_running_loop()
     seconds = max(0.0, (deadline - loop.time()) * _READER_SHARE)
+    data = page.encode("utf-8", errors="replace")
     try:
-        child = await asyncio.create_subprocess_exec(
-            sys.executable, str(_READER), f"{seconds:.3f}", str(most),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL, env=_child_env())
+        ended = await run_module(html_text.__name__, [f"{seconds:.3f}", str(most)], data)
     except (OSError, ValueError, NotImplementedError, RuntimeError):
         # no executable, or no child process on this platform or loop: a thread, still bounded
-        return await asyncio.to_thread(reader.read_html, page, most,
+        return await asyncio.to_thread(html_text.read_html, page, most,
                                        time.monotonic() + seconds)
-    try:
-        out, _ = await child.communicate(page.encode("utf-8", errors="replace"))
-    finally:
-        if child.returncode is None:  # cancelled at the deadline: end it, and reap it
-            with contextlib.suppress(ProcessLookupError):
-                child.kill()
-            await child.wait()
-    if child.returncode != 0:  # it failed, or passed its own CPU-time limit
+    if ended.returncode != 0:  # it failed, or passed its own CPU-time limit
         return None
     try:
-        answer: dict[str, Any] = orjson.loads(out)
+        answer: dict[str, Any] = orjson.loads(ended.stdout)
     except orjson.JSONDecodeError:
         return None
     return answer
-
-
-def _child_env() -> dict[str, str]:
-    """The reader's environment: where this process finds its packages, nothing else (no
-    secret of the gateway's reaches the child)."""
-    env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-           "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "LC_ALL": "C.UTF-8"}
-    if os.environ.get("PYTHONHOME"):
-        env["PYTHONHOME"] = os.environ["PYTHONHOME"]
-    return env
 
 
 def find(text: str, pattern: str, *, context: int = 300, most: int = 8) -> list[str]:

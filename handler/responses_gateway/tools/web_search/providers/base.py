@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from responses_gateway.tools.web_search.reader import TITLE_CHARS
+from responses_gateway.html_text import TITLE_CHARS
 
 if TYPE_CHECKING:
     import httpx

@@ -3,16 +3,18 @@
 ``html2text`` (on the stdlib's ``html.parser``) makes the text, and both are worse than linear
 on some inputs a page may hold: 100 kB of unclosed ``<!--`` or of ``<a`` took 18-24 s here, and
 nested lists grow as the square of their depth. So the parsing never runs on the event loop:
-pages.py runs this file as a child process (``python reader.py SECONDS MOST < page.html``,
-answering JSON ``{"title", "text", "cut"}``) and kills it at the page's deadline; where no
-child process can be started it runs :func:`read_html` in a thread instead.
+web_search's pages.py runs this module as a child process (child.py: ``python -m
+responses_gateway.html_text SECONDS MOST < page.html``, answering JSON ``{"title", "text",
+"cut"}``) and kills it at the page's deadline; where no child process can be started it runs
+:func:`read_html` in a thread instead. Text extraction for vector stores (vectors/extract.py)
+reads HTML files with the same :func:`read_html`, inside its own child.
 
 Either way :func:`read_html` stops itself: past ``deadline`` (checked at every tag, text run
 and piece of output) or past ``most`` characters of text it ends with what it has, marked
 ``cut``. The child also sets its own CPU-time limit, so it ends even if its parent is gone.
 
-This file imports only the standard library and ``html2text``: the child starts without the
-gateway's package.
+This module imports only the standard library, ``html2text`` and child.py: the child starts
+without the rest of the gateway.
 """
 
 from __future__ import annotations
@@ -106,15 +108,12 @@ def _squeeze(text: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """The child: ``reader.py SECONDS MOST``, the page (UTF-8) on stdin, JSON on stdout."""
-    seconds, most = float(argv[1]), int(argv[2])
-    try:
-        import resource
+    """The child: ``python -m responses_gateway.html_text SECONDS MOST``, the page (UTF-8) on
+    stdin, JSON on stdout."""
+    from responses_gateway.child import limit_cpu
 
-        cpu = int(seconds) + 2  # a backstop: the parent kills this process at its deadline
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    except (ImportError, ValueError, OSError):  # pragma: no cover - not on this platform
-        pass
+    seconds, most = float(argv[1]), int(argv[2])
+    limit_cpu(seconds)  # a backstop: the parent kills this process at its deadline
     deadline = time.monotonic() + seconds
     page = sys.stdin.buffer.read().decode("utf-8", errors="replace")
     answer = json.dumps(read_html(page, most, deadline), ensure_ascii=False)
