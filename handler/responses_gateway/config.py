@@ -171,6 +171,9 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
         knowledge_bases=_parsed("GATEWAY_KNOWLEDGE_BASES", _knowledge_bases,
                                 get("GATEWAY_KNOWLEDGE_BASES") or "{}"),
         embedding_batch=max(1, count("GATEWAY_EMBEDDING_BATCH", cls.embedding_batch)),
+        embedding_retries=count("GATEWAY_EMBEDDING_RETRIES", cls.embedding_retries),
+        embedding_backoff_seconds=seconds("GATEWAY_EMBEDDING_BACKOFF_SECONDS",
+                                          cls.embedding_backoff_seconds),
     )
 
 

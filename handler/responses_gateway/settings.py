@@ -137,6 +137,10 @@ class Settings:
     # vector store id -> Bedrock Knowledge Base, served read-only (vectors/knowledge_bases.py)
     knowledge_bases: dict[str, Any] = field(default_factory=dict)
     embedding_batch: int = 64
+    # a failed embeddings call (connection refused or dropped, timeout, 408/429/5xx) is tried
+    # again this many times, the first after this many seconds, each next after twice as long
+    embedding_retries: int = 3
+    embedding_backoff_seconds: float = 0.5
 
     def route(self, model: str) -> Route:
         """The backend and backend model for a client model name.

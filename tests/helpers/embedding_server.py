@@ -5,6 +5,13 @@ The model is a DETERMINISTIC HASHING EMBEDDER, not a trained model: each word of
 vector is normalised. Texts sharing words are near; that is what retrieval tests need to tell
 documents on distinct topics apart. It records every input it embedded (``inputs``), and
 ``hold`` makes it stall requests (a gateway killed mid-ingestion).
+
+Faults, each spent by one request (``fail(*faults)`` queues them, in order): ``"drop"``
+closes the connection without an answer, ``"not_json"`` answers 200 with an HTML page,
+``"nan"`` / ``"inf"`` answer vectors holding NaN / infinity (written as Python's json writes
+them, ``NaN`` / ``Infinity``, which json readers accept), ``"short"`` answers vectors of
+another dimension, and a number answers that HTTP status with OpenAI's error body. A request
+that holds ``fault_word`` only spends a fault when one is set (else every request may).
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,6 +48,10 @@ class EmbeddingServer:
         self.released = threading.Event()
         self.released.set()
         self.hold_word: str | None = None  # stall only requests with a text holding it
+        self.faults: list[str | int] = []
+        self.fault_word: str | None = None  # spend faults only on requests holding it
+        self.spent: list[str | int] = []  # the faults answered, in order
+        lock = self._lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -53,14 +65,43 @@ class EmbeddingServer:
                 if server.hold.is_set() and (server.hold_word is None or any(
                         server.hold_word in t for t in texts)):
                     server.released.wait(60)
+                with lock:
+                    fault = server.faults.pop(0) if server.faults and (
+                        server.fault_word is None or any(server.fault_word in t
+                                                         for t in texts)) else None
+                    if fault is not None:
+                        server.spent.append(fault)
+                if fault == "drop":
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
                 server.requests += 1
-                server.inputs += texts
-                data = [{"object": "embedding", "index": i, "embedding": hashing_vector(t)}
-                        for i, t in enumerate(texts)]
-                payload = json.dumps({"object": "list", "data": data, "model": body["model"],
-                                      "usage": {"prompt_tokens": 0, "total_tokens": 0}}).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
+                if fault is None:
+                    server.inputs += texts
+                self._answer(fault, texts, body["model"])
+
+            def _answer(self, fault: str | int | None, texts: list[str], model: str) -> None:
+                status, kind = 200, "application/json"
+                if fault == "not_json":
+                    payload = b"<html><body>502 Bad Gateway</body></html>"
+                    kind = "text/html"
+                elif isinstance(fault, int):
+                    status = fault
+                    payload = json.dumps({"error": {"message": "try again", "type": "server_error",
+                                                    "param": None, "code": None}}).encode()
+                else:
+                    def vector(text: str) -> list[float]:
+                        if fault in ("nan", "inf"):
+                            return [float(fault)] * DIMENSIONS
+                        return hashing_vector(text, DIMENSIONS // 2 if fault == "short"
+                                              else DIMENSIONS)
+                    data = [{"object": "embedding", "index": i, "embedding": vector(t)}
+                            for i, t in enumerate(texts)]
+                    payload = json.dumps({"object": "list", "data": data, "model": model,
+                                          "usage": {"prompt_tokens": 0,
+                                                    "total_tokens": 0}}).encode()
+                self.send_response(status)
+                self.send_header("content-type", kind)
                 self.send_header("content-length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
@@ -73,6 +114,12 @@ class EmbeddingServer:
         self.hold_word = word
         self.released.clear()
         self.hold.set()
+
+    def fail(self, *faults: str | int, word: str | None = None) -> None:
+        """The next requests (those holding ``word``, if given) answer these faults."""
+        with self._lock:
+            self.fault_word = word
+            self.faults = list(faults)
 
     def resume(self) -> None:
         self.hold.clear()
