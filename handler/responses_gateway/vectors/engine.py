@@ -70,7 +70,11 @@ class VectorEngine(Protocol):
         """Files left ``in_progress`` by a process that stopped (their lease ran out)."""
         ...
 
-    async def cached_vectors(self, keys: list[str]) -> dict[str, list[float]]: ...
+    async def cached_vectors(self, tenant: str, keys: list[str]) -> dict[str, list[float]]:
+        """The embedding cache: vectors the tenant's own chunks hold for these cache keys
+        (model and text). Never another tenant's (a hit is faster than a miss, so a shared
+        cache tells who holds what), and gone with the last chunk that held it."""
+        ...
 
     async def write_chunks(self, tenant: str, store_id: str, file_id: str,
                            chunks: list[Any], usage: int) -> bool:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from functools import partial
 from typing import Any
 
 from responses_gateway import ids
@@ -346,7 +347,7 @@ class VectorStores:
                                      "The file was deleted before it could be processed.")
         try:
             chunks = await prepare(record.filename, data, row["chunking"], self.embedder,
-                                   self.engine.cached_vectors)
+                                   partial(self.engine.cached_vectors, tenant))
         except Unsupported as exc:
             return await self._fail(tenant, store_id, file_id, "unsupported_file", str(exc))
         except Invalid as exc:
