@@ -125,11 +125,13 @@ def create_app(
         collector.tune()
         check = asyncio.ensure_future(startup.check_upstream(settings)) if check_upstream \
             else None
+        reclaim = startup.reclaim_vector_files(app.state.gateway)
         try:
             yield
         finally:
-            if check is not None and not check.done():
-                check.cancel()
+            for task in (check, reclaim):
+                if task is not None and not task.done():
+                    task.cancel()
             if own:
                 await app.state.gateway.aclose()
 

@@ -368,6 +368,23 @@ class AWSVectorEngine:
                 stale.append({**row, "tenant": tenant})
         return stale
 
+    async def claim_file(self, tenant: str, store_id: str, file_id: str, now: float,
+                         lease_until: float) -> bool:
+        """The lease of an ``in_progress`` file whose lease ran out, moved to ``lease_until``
+        (a conditional write)."""
+        try:
+            await self._call(
+                self.db.update_item, Key=_key(_files_pk(tenant, store_id), "F#" + file_id),
+                UpdateExpression="SET lease_until = :lease",
+                ConditionExpression="#status = :running AND lease_until < :now",
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues={":lease": _encode("lease_until", lease_until),
+                                           ":running": {"S": "in_progress"},
+                                           ":now": _encode("lease_until", now)})
+        except self.db.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
     # -- chunks -----------------------------------------------------------------------------
 
     async def cached_vectors(self, tenant: str, keys: list[str]) -> dict[str, list[float]]:

@@ -304,6 +304,14 @@ class LocalVectorEngine:
         return await self._read(lambda c: [_row(r) for r in c.execute(
             "SELECT * FROM vs_files WHERE status = 'in_progress' AND lease_until < ?", (now,))])
 
+    async def claim_file(self, tenant: str, store_id: str, file_id: str, now: float,
+                         lease_until: float) -> bool:
+        """The lease of an ``in_progress`` file whose lease ran out, moved to ``lease_until``."""
+        return await self._write(lambda c: c.execute(
+            "UPDATE vs_files SET lease_until = ? WHERE tenant = ? AND store_id = ? AND "
+            "file_id = ? AND status = 'in_progress' AND lease_until < ?",
+            (lease_until, tenant, store_id, file_id, now)).rowcount > 0)
+
     # -- chunks -----------------------------------------------------------------------------
 
     async def cached_vectors(self, tenant: str, keys: list[str]) -> dict[str, list[float]]:
