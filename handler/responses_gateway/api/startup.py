@@ -109,7 +109,12 @@ def reclaim_vector_files(gateway: Any) -> asyncio.Task[None] | None:
 
     async def run() -> None:
         await asyncio.sleep(max(0.5, gateway.settings.lease_seconds / 2))
-        await gateway.vector_stores.reclaim_forever()
+        try:
+            stores = gateway.vector_stores
+        except Exception:  # the routes answer why; nothing to reclaim here
+            logger.exception("the vector stores could not be opened to reclaim their files")
+            return
+        await stores.reclaim_forever()
 
     return asyncio.get_running_loop().create_task(run(), name="reclaim-vector-files")
 

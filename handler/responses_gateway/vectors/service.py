@@ -308,15 +308,15 @@ class VectorStores:
             await self.reclaim()
 
     async def reclaim_forever(self) -> None:
-        """The gateway's periodic task (api/app.py): :meth:`reclaim` every
-        :attr:`reclaim_seconds`, for as long as the process runs; a failed look is logged
-        and tried again next time."""
+        """The gateway's periodic task (api/startup.py): :meth:`reclaim` now and every
+        :attr:`reclaim_seconds` after, for as long as the process runs; a failed look is
+        logged and tried again next time."""
         while True:
-            await asyncio.sleep(self.reclaim_seconds)
             try:
                 await self.reclaim()
             except Exception:
                 logger.exception("looking for vector store files to ingest again failed")
+            await asyncio.sleep(self.reclaim_seconds)
 
     async def reclaim(self) -> int:
         """Claim and ingest again every file whose lease ran out (its process stopped before
