@@ -4,7 +4,8 @@ The model is a DETERMINISTIC HASHING EMBEDDER, not a trained model: each word of
 (lower-cased ``\\w+``) adds +-1 to one of ``DIMENSIONS`` coordinates chosen by its hash, and the
 vector is normalised. Texts sharing words are near; that is what retrieval tests need to tell
 documents on distinct topics apart. It records every input it embedded (``inputs``), and
-``hold`` makes it stall requests (a gateway killed mid-ingestion).
+``hold`` makes it stall requests (a gateway killed mid-ingestion). It refuses (400) what
+OpenAI's embeddings endpoint refuses (:func:`invalid`).
 
 Faults, each spent by one request (``fail(*faults)`` queues them, in order): ``"drop"``
 closes the connection without an answer, ``"not_json"`` answers 200 with an HTML page,
@@ -40,6 +41,32 @@ def hashing_vector(text: str, dimensions: int = DIMENSIONS) -> list[float]:
     return [x / norm for x in vector]
 
 
+FIELDS = {"input", "model", "encoding_format", "dimensions", "user"}  # additionalProperties
+MAX_INPUTS = 2048
+
+
+def invalid(body: Any) -> str | None:
+    """What OpenAI's CreateEmbeddingRequest refuses (its API reference): unknown fields, no
+    ``model``, an ``input`` that is an empty string or an array of 0 or more than 2048 items
+    (strings here: the gateway sends text, never token arrays), an ``encoding_format`` other
+    than ``float`` / ``base64``, ``dimensions`` below 1."""
+    if not isinstance(body, dict) or set(body) - FIELDS:
+        return f"Unrecognized request argument(s): {sorted(set(body) - FIELDS)}"
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return "you must provide a model parameter"
+    texts = body.get("input")
+    texts = [texts] if isinstance(texts, str) else texts
+    if not isinstance(texts, list) or not 1 <= len(texts) <= MAX_INPUTS or not all(
+            isinstance(t, str) and t for t in texts):
+        return "'input' : input must be a non-empty string or an array of 1 to 2048 of them"
+    if body.get("encoding_format", "float") not in ("float", "base64"):
+        return "'encoding_format' must be 'float' or 'base64'"
+    dims = body.get("dimensions", 1)
+    if not isinstance(dims, int) or dims < 1:
+        return "'dimensions' must be at least 1"
+    return None
+
+
 class EmbeddingServer:
     def __init__(self) -> None:
         self.inputs: list[str] = []
@@ -61,6 +88,17 @@ class EmbeddingServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = json.loads(self.rfile.read(length))
+                problem = invalid(body)
+                if problem is not None:
+                    payload = json.dumps({"error": {
+                        "message": problem, "type": "invalid_request_error", "param": None,
+                        "code": None}}).encode()
+                    self.send_response(400)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
                 texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
                 if server.hold.is_set() and (server.hold_word is None or any(
                         server.hold_word in t for t in texts)):
