@@ -246,3 +246,59 @@ def test_a_file_left_in_progress_is_reingested_while_the_gateway_runs(
                 time.sleep(0.1)
             assert row["status"] == "completed", row["last_error"]
             asyncio.run(engine_.aclose())
+
+
+class _Record:
+    filename = "late.txt"
+
+
+class _Files:
+    """The Files service as ingestion reads it: one file's bytes."""
+
+    async def content(self, file_id: str, tenant: str) -> tuple[_Record, bytes]:
+        return _Record(), b"A lease that ran out between two reads."
+
+
+class _Embedder:
+    model = MODEL
+
+    async def embed(self, texts: list[str], *, query: bool = False) -> list[list[float]]:
+        from tests.helpers.embedding_server import hashing_vector
+
+        return [hashing_vector(t) for t in texts]
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_reading_a_files_status_reclaims_its_run_out_lease(tmp_path: Path) -> None:
+    """Between two of the process's looks (every half lease), a read of a file whose lease
+    ran out claims it and ingests it again: a client polling the file is never left
+    waiting on a dead process."""
+    from responses_gateway.vectors.chunking import parse_strategy
+    from responses_gateway.vectors.local import LocalVectorEngine
+    from responses_gateway.vectors.service import VectorStores
+
+    async def scenario() -> tuple[str, str]:
+        engine = LocalVectorEngine(str(tmp_path / "g.db"))
+        stores = VectorStores(engine, _Files(), _Embedder(), max_files=0,  # type: ignore[arg-type]
+                              lease_seconds=60)
+        await engine.add_store("t", {"id": "vs_1", "created_at": 1, "name": "x",
+                                     "metadata": {}, "expires_after": None,
+                                     "last_active_at": 1})
+        await engine.add_files("t", [{
+            "store_id": "vs_1", "file_id": "file-1", "filename": "late.txt", "created_at": 1,
+            "attributes": None, "chunking": parse_strategy(None), "batch_id": None,
+            "lease_until": time.time() + 0.5}], 0)  # another process's lease, still held
+        first = (await stores.get_file("t", "vs_1", "file-1"))["status"]  # the look: none
+        await asyncio.sleep(0.6)  # the lease runs out; the next look is 30 s away
+        await stores.get_file("t", "vs_1", "file-1")
+        for _ in range(100):
+            row = await engine.file("t", "vs_1", "file-1")
+            if row is not None and row["status"] != "in_progress":
+                break
+            await asyncio.sleep(0.05)
+        await stores.aclose()
+        return first, row["status"] if row else "gone"
+
+    assert asyncio.run(scenario()) == ("in_progress", "completed")
