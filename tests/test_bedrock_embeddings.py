@@ -137,6 +137,34 @@ def test_bedrock_errors_fail_the_file_and_the_search(bedrock: FakeBedrock,
         assert caught.value.body["code"] == "embedding_failed"
 
 
+def test_nan_from_bedrock_fails_the_file_and_is_not_cached(bedrock: FakeBedrock,
+                                                          tmp_path: Path) -> None:
+    """Bedrock's answer passes the same check as an OpenAI-compatible one: a vector holding
+    NaN fails the file with that reason; the same text then embeds afresh."""
+    model = "amazon.titan-embed-text-v1"
+    poisoned = {"on": True}
+
+    def nan_once(body: dict[str, Any]) -> dict[str, Any]:
+        answer = titan(body)
+        if poisoned["on"]:
+            answer["embedding"] = answer["embeddingsByType"]["float"] = [float("nan")] * 384
+        return answer
+
+    bedrock.answer_with(model, nan_once)
+    with _gateway(bedrock, tmp_path, model) as server:
+        client = OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        vs = client.vector_stores.create(name="nan")
+        f = client.vector_stores.files.upload_and_poll(
+            vector_store_id=vs.id, file=("a.txt", b"Pumice floats."), poll_interval_ms=50)
+        assert f.status == "failed" and f.last_error is not None
+        assert "NaN or infinity" in f.last_error.message
+        poisoned["on"] = False
+        g = client.vector_stores.files.upload_and_poll(
+            vector_store_id=vs.id, file=("b.txt", b"Pumice floats."), poll_interval_ms=50)
+        assert g.status == "completed", g.last_error
+        assert client.vector_stores.search(vs.id, query="pumice").data[0].score > 0.5
+
+
 def test_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GATEWAY_UPSTREAM_URL", "http://127.0.0.1:9/v1")
     monkeypatch.setenv("GATEWAY_EMBEDDING_BACKEND", "bedrock")
@@ -144,6 +172,15 @@ def test_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GATEWAY_EMBEDDING_MODEL", "text-embedding-3-small")
     with pytest.raises(SettingsError, match="GATEWAY_EMBEDDING_MODEL"):
         settings_from_env()
+    monkeypatch.setenv("GATEWAY_EMBEDDING_RETRIES", "5")
+    monkeypatch.setenv("GATEWAY_EMBEDDING_BACKOFF_SECONDS", "0.25")
+    monkeypatch.delenv("GATEWAY_EMBEDDING_MODEL")
+    read = settings_from_env()
+    assert (read.embedding_retries, read.embedding_backoff_seconds) == (5, 0.25)
+    monkeypatch.setenv("GATEWAY_EMBEDDING_RETRIES", "many")
+    with pytest.raises(SettingsError, match="GATEWAY_EMBEDDING_RETRIES"):
+        settings_from_env()
+    monkeypatch.setenv("GATEWAY_EMBEDDING_RETRIES", "1")
     monkeypatch.setenv("GATEWAY_EMBEDDING_BACKEND", "nonsense")
     with pytest.raises(SettingsError, match="GATEWAY_EMBEDDING_BACKEND"):
         settings_from_env()

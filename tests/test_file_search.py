@@ -284,6 +284,29 @@ def test_a_failed_search_is_the_items_failure(
     assert read["content"].startswith("The file search failed: No vector store found")
 
 
+@pytest.mark.parametrize("fault", ["not_json", "nan", "drop"])
+def test_an_embedding_failure_is_the_calls_failure(
+        alice: OpenAI, upstream: ScriptedUpstream, embeddings: EmbeddingServer,
+        library: dict[str, str], fault: str) -> None:
+    """The embedding model fails the search's query (non-JSON, NaN, every attempt's
+    connection dropped): that file_search_call is ``failed`` and the model goes on to answer;
+    the response completes."""
+    marker = f"embedding-down-{fault}"
+    embeddings.fail(*[fault] * 8, word="obsidian")  # more drops than the retries
+    try:
+        response = check_response(alice.responses.create(
+            model="m", input=searching(marker, "Answered without it.", ["obsidian glass"]),
+            tools=[tool(library)]))
+    finally:
+        embeddings.fail()
+    assert response["status"] == "completed"
+    [call] = calls(response)
+    assert call["status"] == "failed"
+    assert response["output"][-1]["content"][0]["text"] == "Answered without it."
+    read = model_read(upstream, marker)
+    assert read["content"].startswith("The file search failed: The embedding model failed")
+
+
 def test_tool_choice_forces_the_search(alice: OpenAI, upstream: ScriptedUpstream,
                                        library: dict[str, str]) -> None:
     marker = "forced"

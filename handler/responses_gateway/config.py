@@ -182,6 +182,9 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
         max_filter_depth=count("GATEWAY_MAX_FILTER_DEPTH", cls.max_filter_depth),
         extract_timeout=seconds("GATEWAY_EXTRACT_TIMEOUT", cls.extract_timeout),
         max_file_tokens=max(1, count("GATEWAY_MAX_FILE_TOKENS", cls.max_file_tokens)),
+        embedding_retries=count("GATEWAY_EMBEDDING_RETRIES", cls.embedding_retries),
+        embedding_backoff_seconds=seconds("GATEWAY_EMBEDDING_BACKOFF_SECONDS",
+                                          cls.embedding_backoff_seconds),
     )
 
 

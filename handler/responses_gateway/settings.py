@@ -162,6 +162,10 @@ class Settings:
     # its child process, and tokens a file may hold (OpenAI's 5,000,000).
     extract_timeout: float = 120.0
     max_file_tokens: int = 5_000_000
+    # a failed embeddings call (connection refused or dropped, timeout, 408/429/5xx) is tried
+    # again this many times, the first after this many seconds, each next after twice as long
+    embedding_retries: int = 3
+    embedding_backoff_seconds: float = 0.5
 
     def route(self, model: str) -> Route:
         """The backend and backend model for a client model name.

@@ -129,11 +129,13 @@ def create_app(
         sweep = asyncio.ensure_future(file_routes.sweep_expired(
             app, settings.file_sweep_seconds)) if settings.file_sweep_seconds > 0 \
             and settings.store.startswith("sqlite:") else None
+        reclaim = startup.reclaim_vector_files(app.state.gateway)
         try:
             yield
         finally:
-            if check is not None and not check.done():
-                check.cancel()
+            for task in (check, reclaim):
+                if task is not None and not task.done():
+                    task.cancel()
             if sweep is not None:
                 sweep.cancel()
                 with contextlib.suppress(BaseException):

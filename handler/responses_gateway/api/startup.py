@@ -7,6 +7,7 @@ upstream may come up later), but the first thing a newcomer reads should name th
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -93,6 +94,29 @@ async def check_upstream(settings: Settings) -> str | None:
     if problem is not None:
         logger.warning("upstream check: %s", problem)
     return problem
+
+
+def reclaim_vector_files(gateway: Any) -> asyncio.Task[None] | None:
+    """The periodic task that ingests again vector store files whose process stopped before
+    they were done (their lease ran out: vectors/service.py), while the gateway runs; None
+    when this storage has no vector stores. It sleeps first: the vector stores are built on
+    its first look, not while the gateway starts, and a lifespan run per call (Mangum) ends
+    before it looks (there, vector store requests look instead)."""
+    from responses_gateway.vectors.build import vector_stores_available
+
+    if not vector_stores_available(gateway.settings):
+        return None
+
+    async def run() -> None:
+        await asyncio.sleep(max(0.5, gateway.settings.lease_seconds / 2))
+        try:
+            stores = gateway.vector_stores
+        except Exception:  # the routes answer why; nothing to reclaim here
+            logger.exception("the vector stores could not be opened to reclaim their files")
+            return
+        await stores.reclaim_forever()
+
+    return asyncio.get_running_loop().create_task(run(), name="reclaim-vector-files")
 
 
 def _join(base: str, path: str) -> str:

@@ -6,8 +6,14 @@ DynamoDB rows (``pk`` / ``sk``):
   the same conditional write that keeps it within ``GATEWAY_MAX_VECTOR_STORE_FILES``);
 - ``vsf#<tenant>#<store id>`` / ``F#<file id>``: a file (status, lease, attributes, ``chunks``:
   how many it has), and ``B#<batch id>``: a batch;
-- ``vsc#<tenant>#<store id>#<file id>`` / ``C#<index>``: a chunk's text;
-- ``emb#<model+text sha256>`` / ``E``: an embedding (float32), never computed twice;
+- ``vsc#<tenant>#<store id>#<file id>`` / ``C#<index>``: a chunk's text and ``k``, its
+  embedding cache key;
+- ``emb#<tenant>#<model+text sha256>`` / ``E``: the tenant's embedding of that text (``v``,
+  float32) and ``refs``, the ``<store id> <file id>`` of each of the tenant's files with a
+  chunk of it. A file's chunks add their refs when written and take them away before they are
+  deleted; the row goes with its last ref (a conditional delete, so a file adding it again
+  meanwhile keeps it). The cache is thus never another tenant's (a hit is faster than a miss:
+  a shared cache told one tenant what another's files hold), and gone with the data;
 - ``vsrun`` / ``<tenant> <store id> <file id>``: a file being ingested, so a process can find
   the files a stopped one left ``in_progress``.
 
@@ -88,6 +94,10 @@ def _files_pk(tenant: str, store_id: str) -> str:
 
 def _chunks_pk(tenant: str, store_id: str, file_id: str) -> str:
     return f"vsc#{tenant}#{store_id}#{file_id}"
+
+
+def _emb_pk(tenant: str, key: str) -> str:
+    return f"emb#{tenant}#{key}"
 
 
 def _pack(vector: list[float]) -> bytes:
@@ -216,6 +226,7 @@ class AWSVectorEngine:
                 file_id = row["sk"]["S"][2:]
                 chunks = await asyncio.to_thread(
                     self._query_all, _chunks_pk(tenant, store_id, file_id), "C#")
+                await asyncio.to_thread(self._release, tenant, f"{store_id} {file_id}", chunks)
                 deletes += [{"DeleteRequest": {"Key": {"pk": c["pk"], "sk": c["sk"]}}}
                             for c in chunks]
                 deletes.append({"DeleteRequest": {"Key": _key(
@@ -302,12 +313,19 @@ class AWSVectorEngine:
         return True
 
     async def _drop_chunks(self, tenant: str, store_id: str, file_id: str, count: int) -> None:
-        """The file's chunk rows and vectors (``count`` of them, keys ``<file id>#<i>``)."""
+        """The file's chunk rows (those found: an ingestion cut short may have left some
+        beyond ``count``), its refs on the tenant's cached embeddings (before the rows that
+        name them go: a stop between the two leaves a chunk row, never an embedding no delete
+        would reach) and its vectors (keys ``<file id>#<i>``)."""
+        pk = _chunks_pk(tenant, store_id, file_id)
+        rows = await asyncio.to_thread(self._query_all, pk, "C#")
+        if rows:
+            await asyncio.to_thread(self._release, tenant, f"{store_id} {file_id}", rows)
+            await asyncio.to_thread(self._write_all, [
+                {"DeleteRequest": {"Key": {"pk": r["pk"], "sk": r["sk"]}}} for r in rows])
+        count = max(count, len(rows))
         if not count:
             return
-        pk = _chunks_pk(tenant, store_id, file_id)
-        await asyncio.to_thread(self._write_all, [
-            {"DeleteRequest": {"Key": _key(pk, f"C#{i:06d}")}} for i in range(count)])
         keys = [f"{file_id}#{i}" for i in range(count)]
         for i in range(0, len(keys), PUT_BATCH):
             try:
@@ -353,11 +371,66 @@ class AWSVectorEngine:
                 stale.append({**row, "tenant": tenant})
         return stale
 
+    async def claim_file(self, tenant: str, store_id: str, file_id: str, now: float,
+                         lease_until: float) -> bool:
+        """The lease of an ``in_progress`` file whose lease ran out, moved to ``lease_until``
+        (a conditional write)."""
+        try:
+            await self._call(
+                self.db.update_item, Key=_key(_files_pk(tenant, store_id), "F#" + file_id),
+                UpdateExpression="SET lease_until = :lease",
+                ConditionExpression="#status = :running AND lease_until < :now",
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues={":lease": _encode("lease_until", lease_until),
+                                           ":running": {"S": "in_progress"},
+                                           ":now": _encode("lease_until", now)})
+        except self.db.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
     # -- chunks -----------------------------------------------------------------------------
 
-    async def cached_vectors(self, keys: list[str]) -> dict[str, list[float]]:
-        items = await asyncio.to_thread(self._get_many, [_key("emb#" + k, "E") for k in keys])
-        return {i["pk"]["S"][4:]: _unpack(i["v"]["B"]) for i in items}
+    async def cached_vectors(self, tenant: str, keys: list[str]) -> dict[str, list[float]]:
+        items = await asyncio.to_thread(self._get_many,
+                                        [_key(_emb_pk(tenant, k), "E") for k in keys])
+        return {i["pk"]["S"].rpartition("#")[2]: _unpack(i["v"]["B"]) for i in items
+                if "v" in i}
+
+    def _hold(self, tenant: str, ref: str, chunks: list[Any]) -> None:
+        """The file's ref on the tenant's cached embedding of each of its chunks' texts. A
+        text so common that its row cannot take one more ref (DynamoDB's 400 KB item) is
+        not cached for this file: the row may then go before the file does (a later miss),
+        never after the last file that holds it."""
+        from botocore.exceptions import ClientError
+
+        for c in {c.key: c for c in chunks}.values():
+            try:
+                self.db.update_item(
+                    TableName=self.table, Key=_key(_emb_pk(tenant, c.key), "E"),
+                    UpdateExpression="SET v = :v ADD refs :r",
+                    ExpressionAttributeValues={":v": {"B": _pack(c.vector)},
+                                               ":r": {"SS": [ref]}})
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ValidationException":
+                    raise
+
+    def _release(self, tenant: str, ref: str, chunk_rows: list[dict[str, Any]]) -> None:
+        """The file's refs taken away from the cached embeddings its chunk rows name; an
+        embedding no file refers to any more is deleted."""
+        failed = self.db.exceptions.ConditionalCheckFailedException
+        for key in {r["k"]["S"] for r in chunk_rows if "k" in r}:
+            where = _key(_emb_pk(tenant, key), "E")
+            try:
+                left = self.db.update_item(
+                    TableName=self.table, Key=where, UpdateExpression="DELETE refs :r",
+                    ConditionExpression="attribute_exists(pk)",
+                    ExpressionAttributeValues={":r": {"SS": [ref]}}, ReturnValues="ALL_NEW")
+            except failed:
+                continue
+            if not left.get("Attributes", {}).get("refs", {}).get("SS"):
+                with contextlib.suppress(failed):
+                    self.db.delete_item(TableName=self.table, Key=where,
+                                        ConditionExpression="attribute_not_exists(refs)")
 
     def _get_many(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
@@ -378,12 +451,10 @@ class AWSVectorEngine:
         if old > len(chunks):
             await self._drop_chunks(tenant, store_id, file_id, old)
         pk = _chunks_pk(tenant, store_id, file_id)
-        writes = [{"PutRequest": {"Item": {**_key(pk, f"C#{c.index:06d}"),
-                                           "text": {"S": c.text}}}} for c in chunks]
-        writes += [{"PutRequest": {"Item": {**_key("emb#" + c.key, "E"),
-                                            "v": {"B": _pack(c.vector)}}}}
-                   for c in {c.key: c for c in chunks}.values()]
-        await asyncio.to_thread(self._write_all, writes)
+        await asyncio.to_thread(self._write_all, [  # rows first: they name what is held
+            {"PutRequest": {"Item": {**_key(pk, f"C#{c.index:06d}"), "text": {"S": c.text},
+                                     "k": {"S": c.key}}}} for c in chunks])
+        await asyncio.to_thread(self._hold, tenant, f"{store_id} {file_id}", chunks)
         if chunks:
             await self._ensure_index(store_id, len(chunks[0].vector))
             vectors = [{"key": f"{file_id}#{c.index}", "data": {"float32": c.vector},

@@ -2,7 +2,9 @@
 Titan Text Embeddings v2 (``amazon.titan-embed-text-v2:0``: one text a call, the calls of a
 batch at once) and Cohere Embed (``cohere.embed-*``: up to 96 texts a call, documents and
 queries embedded as such). boto3 is imported on the first embedding; botocore retries what a
-retry can fix (throttling, 5xx) in its standard mode, ``GATEWAY_MAX_RETRIES`` times.
+retry can fix (throttling, 5xx, a dropped connection) in its standard mode,
+``GATEWAY_EMBEDDING_RETRIES`` times; every answer passes the same check as the
+OpenAI-compatible one's (finite numbers, one dimension) before it is used.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 from typing import Any
 
 from responses_gateway.backends.bedrock.clients import LazyClient
-from responses_gateway.vectors.embeddings import EmbeddingError
+from responses_gateway.vectors.embeddings import Dimensions, EmbeddingError
 
 COHERE_BATCH = 96  # Cohere Embed's texts per request
 TITAN_MAX_CHARS = 50_000  # Titan v2's inputText bound
@@ -29,7 +31,7 @@ def family_of(model: str) -> str | None:
 
 class BedrockEmbedder:
     def __init__(self, model: str, *, region: str | None, endpoint_url: str | None = None,
-                 batch: int = 64, max_retries: int = 2, timeout: float = 120.0,
+                 batch: int = 64, retries: int = 3, timeout: float = 120.0,
                  client: Any = None) -> None:
         self.model = model
         self.family = family_of(model)
@@ -38,9 +40,10 @@ class BedrockEmbedder:
                              "model this gateway speaks (amazon.titan-embed-text-v2:0, "
                              "cohere.embed-*)")
         self.batch = max(1, batch)
+        self.dimensions = Dimensions()
         self._client = LazyClient(
             "bedrock-runtime", client=client, region=region, endpoint_url=endpoint_url,
-            read_timeout=timeout, max_attempts=max_retries + 1, pool=max(10, self.batch))
+            read_timeout=timeout, max_attempts=max(0, retries) + 1, pool=max(10, self.batch))
 
     def client(self) -> Any:
         return self._client.get()
@@ -66,7 +69,7 @@ class BedrockEmbedder:
         if len(vectors) != len(texts):
             raise EmbeddingError(f"The embedding model returned {len(vectors)} vectors for "
                                  f"{len(texts)} inputs.")
-        return vectors
+        return self.dimensions.check(vectors)
 
     def _invoke(self, body: dict[str, Any]) -> list[list[float]]:
         from botocore.exceptions import BotoCoreError, ClientError

@@ -51,14 +51,15 @@ def _embedder(settings: Any) -> Embedder:
         return BedrockEmbedder(
             settings.embedding_model, region=settings.bedrock_region,
             endpoint_url=settings.bedrock_endpoint_url, batch=settings.embedding_batch,
-            max_retries=settings.max_retries, timeout=settings.read_timeout)
+            retries=settings.embedding_retries, timeout=settings.read_timeout)
     from responses_gateway.vectors.embeddings import OpenAICompatEmbedder
 
     return OpenAICompatEmbedder(
         settings.embedding_url or settings.upstream_url,
         settings.embedding_api_key or settings.upstream_api_key,
         settings.embedding_model, batch=settings.embedding_batch,
-        max_retries=settings.max_retries, timeout=settings.read_timeout)
+        retries=settings.embedding_retries, backoff=settings.embedding_backoff_seconds,
+        timeout=settings.read_timeout)
 
 
 def _knowledge_bases(settings: Any) -> KnowledgeBases | None:

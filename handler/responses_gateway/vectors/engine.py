@@ -70,7 +70,17 @@ class VectorEngine(Protocol):
         """Files left ``in_progress`` by a process that stopped (their lease ran out)."""
         ...
 
-    async def cached_vectors(self, keys: list[str]) -> dict[str, list[float]]: ...
+    async def claim_file(self, tenant: str, store_id: str, file_id: str, now: float,
+                         lease_until: float) -> bool:
+        """Set the file's lease to ``lease_until`` if it is ``in_progress`` and its lease
+        ran out before ``now`` (one atomic write: of two processes claiming it, one wins)."""
+        ...
+
+    async def cached_vectors(self, tenant: str, keys: list[str]) -> dict[str, list[float]]:
+        """The embedding cache: vectors the tenant's own chunks hold for these cache keys
+        (model and text). Never another tenant's (a hit is faster than a miss, so a shared
+        cache tells who holds what), and gone with the last chunk that held it."""
+        ...
 
     async def write_chunks(self, tenant: str, store_id: str, file_id: str,
                            chunks: list[Any], usage: int) -> bool:

@@ -2,8 +2,12 @@
 ``GATEWAY_STORE`` (``PATH.vectors``, see :func:`database_path`): the catalog
 (``vector_stores``, ``vs_files``, ``vs_batches``), the chunks with their vectors (float32,
 unit length, ``vs_chunks``), the sqlite-vec index over them (:mod:`.vec_index`), SQLite's FTS5
-index over the chunk text for the keyword half of hybrid search, and the embedding cache
-(``vs_embeddings``: model+text -> vector). A search uses the in-process copy of the store's
+index over the chunk text for the keyword half of hybrid search. The embedding cache is the
+tenant's own chunks: each holds its ``cache_key`` (model and text), and a file's text already
+embedded for one of the tenant's files is read from there (:meth:`cached_vectors`), so a
+tenant's cached vector lives exactly as long as a chunk of its data does, and another tenant's
+never answers (a hit is seconds faster than a miss: a shared cache told one tenant what
+another's files hold). A search uses the in-process copy of the store's
 vectors (:mod:`.matrix_cache`) while the store's ``version``, bumped with every change to its
 chunks, says it is current; sqlite-vec otherwise.
 
@@ -48,7 +52,7 @@ CREATE TABLE IF NOT EXISTS vs_batches (
     status TEXT NOT NULL, PRIMARY KEY (tenant, store_id, id));
 CREATE TABLE IF NOT EXISTS vs_chunks (
     id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, store_id TEXT NOT NULL, file_id TEXT NOT NULL,
-    idx INTEGER NOT NULL, text TEXT NOT NULL, vector BLOB NOT NULL);
+    idx INTEGER NOT NULL, text TEXT NOT NULL, vector BLOB NOT NULL, cache_key TEXT);
 CREATE INDEX IF NOT EXISTS vs_chunks_by_file ON vs_chunks (tenant, store_id, file_id, idx);
 CREATE VIRTUAL TABLE IF NOT EXISTS vs_chunks_fts USING fts5(
     text, content='vs_chunks', content_rowid='id');
@@ -60,17 +64,12 @@ END;
 CREATE TABLE IF NOT EXISTS vs_changes (
     tenant TEXT NOT NULL, store_id TEXT NOT NULL, version INTEGER NOT NULL, file_id TEXT NOT NULL,
     PRIMARY KEY (tenant, store_id, version, file_id));
-CREATE TABLE IF NOT EXISTS vs_embeddings (key TEXT PRIMARY KEY, vector BLOB NOT NULL);
 """
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024  # GATEWAY_VECTOR_CACHE_BYTES
 FILE_LISTS_KEPT = 64  # stores whose completed files a process keeps parsed
 CHANGES_KEPT = 256  # generations whose changed files are logged (vs_changes)
 _WORD = re.compile(r"\w+", re.UNICODE)
 JSON_COLUMNS = ("metadata", "expires_after", "last_error", "attributes", "chunking")
-
-
-def pack(vector: list[float]) -> bytes:
-    return struct.pack(f"<{len(vector)}f", *vector)
 
 
 def unpack(blob: bytes) -> list[float]:
@@ -96,7 +95,7 @@ class LocalVectorEngine:
 
     def __init__(self, path: str, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.db = SQLiteFile(database_path(path), name="The vector stores", schema=_SCHEMA,
-                             store="vector store index", prepare=_add_files_version,
+                             store="vector store index", prepare=_migrate,
                              connect=vec_index.connect, busy_timeout_ms=30_000,
                              autocheckpoint=True)  # every call runs in the thread
         self.cache = matrix_cache.MatrixCache(cache_bytes)
@@ -305,15 +304,25 @@ class LocalVectorEngine:
         return await self._read(lambda c: [_row(r) for r in c.execute(
             "SELECT * FROM vs_files WHERE status = 'in_progress' AND lease_until < ?", (now,))])
 
+    async def claim_file(self, tenant: str, store_id: str, file_id: str, now: float,
+                         lease_until: float) -> bool:
+        """The lease of an ``in_progress`` file whose lease ran out, moved to ``lease_until``."""
+        return await self._write(lambda c: c.execute(
+            "UPDATE vs_files SET lease_until = ? WHERE tenant = ? AND store_id = ? AND "
+            "file_id = ? AND status = 'in_progress' AND lease_until < ?",
+            (lease_until, tenant, store_id, file_id, now)).rowcount > 0)
+
     # -- chunks -----------------------------------------------------------------------------
 
-    async def cached_vectors(self, keys: list[str]) -> dict[str, list[float]]:
+    async def cached_vectors(self, tenant: str, keys: list[str]) -> dict[str, list[float]]:
+        """The vectors of the tenant's chunks with these cache keys (at unit length)."""
         def read(c: sqlite3.Connection) -> dict[str, list[float]]:
             found: dict[str, list[float]] = {}
             for i in range(0, len(keys), 500):
                 part = keys[i:i + 500]
-                rows = c.execute(f"SELECT key, vector FROM vs_embeddings WHERE key IN "
-                                 f"({','.join('?' * len(part))})", part)
+                rows = c.execute(f"SELECT cache_key, vector FROM vs_chunks WHERE tenant = ? "
+                                 f"AND cache_key IN ({','.join('?' * len(part))})",
+                                 [tenant, *part])
                 found.update((k, unpack(v)) for k, v in rows)
             return found
 
@@ -331,16 +340,14 @@ class LocalVectorEngine:
             c.execute("DELETE FROM vs_chunks WHERE tenant = ? AND store_id = ? AND file_id = ?",
                       (tenant, store_id, file_id))
             c.executemany(
-                "INSERT INTO vs_chunks (tenant, store_id, file_id, idx, text, vector) VALUES "
-                "(?, ?, ?, ?, ?, ?)",
-                [(tenant, store_id, file_id, ch.index, ch.text, _unit_blob(ch.vector))
+                "INSERT INTO vs_chunks (tenant, store_id, file_id, idx, text, vector, cache_key)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(tenant, store_id, file_id, ch.index, ch.text, _unit_blob(ch.vector), ch.key)
                  for ch in chunks])
             vec_index.add(c, tenant, store_id, (
                 (cid, file_id, _as_array(blob)) for cid, blob in c.execute(
                     "SELECT id, vector FROM vs_chunks WHERE tenant = ? AND store_id = ? AND "
                     "file_id = ?", (tenant, store_id, file_id))))
-            c.executemany("INSERT OR IGNORE INTO vs_embeddings (key, vector) VALUES (?, ?)",
-                          [(ch.key, pack(ch.vector)) for ch in chunks])
             c.execute("UPDATE vs_files SET status = 'completed', usage_bytes = ?, "
                       "last_error = NULL WHERE tenant = ? AND store_id = ? AND file_id = ?",
                       (usage, tenant, store_id, file_id))
@@ -501,13 +508,20 @@ def _bump_files(c: sqlite3.Connection, tenant: str, store_id: str) -> None:
               "id = ?", (tenant, store_id))
 
 
-def _add_files_version(c: sqlite3.Connection) -> None:
-    """A database made before ``files_version`` existed gets the column."""
-    columns = {r[1] for r in c.execute("PRAGMA table_info(vector_stores)")}
-    if "files_version" not in columns:
+def _migrate(c: sqlite3.Connection) -> None:
+    """A database made before ``files_version`` or the chunks' ``cache_key`` existed gets the
+    columns; the embedding cache every tenant shared (``vs_embeddings``) is dropped (its rows
+    belonged to no one, so no delete could ever remove them)."""
+    _add_column(c, "vector_stores", "files_version", "INTEGER NOT NULL DEFAULT 0")
+    _add_column(c, "vs_chunks", "cache_key", "TEXT")
+    c.execute("CREATE INDEX IF NOT EXISTS vs_chunks_by_key ON vs_chunks (tenant, cache_key)")
+    c.execute("DROP TABLE IF EXISTS vs_embeddings")
+
+
+def _add_column(c: sqlite3.Connection, table: str, column: str, kind: str) -> None:
+    if column not in {r[1] for r in c.execute(f"PRAGMA table_info({table})")}:
         try:
-            c.execute("ALTER TABLE vector_stores ADD COLUMN files_version INTEGER NOT NULL "
-                      "DEFAULT 0")
+            c.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         except Exception as exc:  # another process added it first
             if "duplicate column" not in str(exc):
                 raise

@@ -1,6 +1,8 @@
 """The Vector Stores API's operations: validation, OpenAI's objects and errors, and the
-background ingestion of files (an in-process task per file, holding a lease it renews; a
-process that starts finds files whose lease ran out and ingests them again, so none stays
+background ingestion of files (an in-process task per file, holding a lease it renews; files
+whose lease ran out, their process stopped, are claimed and ingested again: by the gateway's
+periodic task (:meth:`VectorStores.reclaim_forever`, every half lease), by a vector store
+request at most that often, and by any read of such a file's status, so none stays
 ``in_progress`` after the process that began it stopped).
 
 file_search (issue 31) calls :meth:`VectorStores.search` with the same arguments as
@@ -13,7 +15,9 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from responses_gateway import ids
@@ -68,10 +72,12 @@ class VectorStores:
         self.lease_seconds = max(1.0, lease_seconds)
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(MAX_INGESTING)
-        self._recovered = False
         self.search_limits = search_limits or SearchLimits()
         self.extract_limits = extract_limits or ExtractLimits()
         self._embedding = asyncio.Semaphore(self.search_limits.embeddings)
+        self._running: Counter[tuple[str, str, str]] = Counter()  # files ingested here
+        self._reclaimed_at = float("-inf")  # time.monotonic() of the last look
+        self._reclaiming = False
 
     # -- stores -----------------------------------------------------------------------------
 
@@ -158,6 +164,7 @@ class VectorStores:
         row = await self.engine.file(tenant, store_id, file_id)
         if row is None:
             raise objects.file_not_in_store(file_id, store_id)
+        await self._reclaim_rows(tenant, [row])
         return objects.vector_store_file(row)
 
     async def files_page(self, tenant: str, store_id: str, *, status: str | None,
@@ -174,6 +181,7 @@ class VectorStores:
         rows, more = await self.engine.files_page(
             tenant, store_id, status=status, batch_id=batch_id, order=order, after=after,
             before=before, limit=limit)
+        await self._reclaim_rows(tenant, rows)
         return [objects.vector_store_file(r) for r in rows], more
 
     async def update_file(self, tenant: str, store_id: str, file_id: str,
@@ -321,16 +329,62 @@ class VectorStores:
 
     # -- ingestion --------------------------------------------------------------------------
 
+    @property
+    def reclaim_seconds(self) -> float:
+        """How often files whose lease ran out are looked for: half a lease, so a file waits
+        at most a lease and a half after its process stopped."""
+        return self.lease_seconds / 2
+
     async def recover(self) -> None:
-        """Once per process: ingest again the files a stopped process left in progress."""
-        if self._recovered:
-            return
-        self._recovered = True
-        for row in await self.engine.stale_files(time.time()):
-            logger.info("resuming ingestion of %s into %s", row["file_id"], row["store_id"])
-            await self.engine.update_file(row["tenant"], row["store_id"], row["file_id"],
-                                          {"lease_until": time.time() + self.lease_seconds})
-            await self._start(row["tenant"], row["store_id"], row["file_id"])
+        """On a request, at most every :attr:`reclaim_seconds`: :meth:`reclaim` (a gateway
+        without its periodic task, a Lambda function, still finds what a stopped one left)."""
+        if time.monotonic() - self._reclaimed_at >= self.reclaim_seconds:
+            await self.reclaim()
+
+    async def reclaim_forever(self) -> None:
+        """The gateway's periodic task (api/startup.py): :meth:`reclaim` now and every
+        :attr:`reclaim_seconds` after, for as long as the process runs; a failed look is
+        logged and tried again next time."""
+        while True:
+            try:
+                await self.reclaim()
+            except Exception:
+                logger.exception("looking for vector store files to ingest again failed")
+            await asyncio.sleep(self.reclaim_seconds)
+
+    async def reclaim(self) -> int:
+        """Claim and ingest again every file whose lease ran out (its process stopped before
+        the file was done); how many. One look at a time in this process."""
+        if self._reclaiming:
+            return 0
+        self._reclaiming = True
+        try:
+            self._reclaimed_at = time.monotonic()
+            stale = await self.engine.stale_files(time.time())
+            return sum([await self._reclaim_row(row["tenant"], row) for row in stale])
+        finally:
+            self._reclaiming = False
+
+    async def _reclaim_rows(self, tenant: str, rows: list[dict[str, Any]]) -> None:
+        """Read rows of files whose lease ran out are claimed and ingested again (a read of
+        the status is where a client waits for it)."""
+        for row in rows:
+            await self._reclaim_row(tenant, row)
+
+    async def _reclaim_row(self, tenant: str, row: dict[str, Any]) -> bool:
+        """Ingest ``row``'s file again if it is in progress, its lease ran out and this
+        process is not ingesting it; the claim moves the lease only while it is still run
+        out, so of processes that saw it at once one ingests it."""
+        key = (tenant, row["store_id"], row["file_id"])
+        now_at = time.time()
+        expired = float(row.get("lease_until") or 0) < now_at
+        if row.get("status") != "in_progress" or not expired or key in self._running:
+            return False
+        if not await self.engine.claim_file(*key, now_at, now_at + self.lease_seconds):
+            return False
+        logger.info("resuming ingestion of %s into %s", row["file_id"], row["store_id"])
+        await self._start(*key)
+        return True
 
     async def _start(self, tenant: str, store_id: str, file_id: str) -> None:
         """Hand the file to the worker Lambda when there is one (it outlives this request;
@@ -358,6 +412,8 @@ class VectorStores:
         return row["status"] if row else None
 
     async def _ingest(self, tenant: str, store_id: str, file_id: str) -> None:
+        key = (tenant, store_id, file_id)
+        self._running[key] += 1
         renew = asyncio.create_task(self._renew(tenant, store_id, file_id))
         try:
             async with self._slots:
@@ -368,6 +424,9 @@ class VectorStores:
                              "The file could not be processed.")
         finally:
             renew.cancel()
+            self._running[key] -= 1
+            if not self._running[key]:
+                del self._running[key]
 
     async def _ingest_once(self, tenant: str, store_id: str, file_id: str) -> None:
         row = await self.engine.file(tenant, store_id, file_id)
@@ -380,7 +439,8 @@ class VectorStores:
                                      "The file was deleted before it could be processed.")
         try:
             chunks = await prepare(record.filename, data, row["chunking"], self.embedder,
-                                   self.engine.cached_vectors, self.extract_limits)
+                                   partial(self.engine.cached_vectors, tenant),
+                                   self.extract_limits)
         except Unsupported as exc:
             return await self._fail(tenant, store_id, file_id, "unsupported_file", str(exc))
         except Invalid as exc:
