@@ -21,8 +21,8 @@ import pytest
 from openai import OpenAI
 from websockets.sync.client import connect
 
-from responses_gateway.api.limits import duration, estimate_of
 from responses_gateway.config import Settings, SettingsError, settings_from_env
+from responses_gateway.limiter import duration, estimate_of
 from responses_gateway.limits import parse_limits
 from responses_gateway.token_estimate import estimate_chat
 from tests.helpers.gateway_process import GatewayProcess

@@ -7,7 +7,7 @@
 A key is named by its tenant id (``t_`` + the first 32 hex digits of the key's SHA-256, what
 api/auth.py derives): the setting never holds a key. A key's entry overrides the default's
 fields; 0 or absent = no such limit. ``window_seconds`` (default 60) is the length of the
-rate window the per-minute figures are counted in. The counting is api/limits.py's, in the
+rate window the per-minute figures are counted in. The counting is limiter.py's, in the
 usage ledger (store/usage.py).
 """
 
@@ -34,7 +34,7 @@ class Windows:
 
 @dataclass(frozen=True, slots=True)
 class Caps:
-    """One key's limits, 0 = none (api/limits.py reads them from GATEWAY_LIMITS)."""
+    """One key's limits, 0 = none (limiter.py reads them from GATEWAY_LIMITS)."""
 
     requests: int = 0
     tokens: int = 0

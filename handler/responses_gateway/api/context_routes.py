@@ -7,7 +7,7 @@ before ``/v1/responses/{response_id}`` in the router and answer every method, so
 ``compact`` nor ``input_tokens`` is ever taken for a response id (a GET is a 405).
 
 Both call the upstream (summarising turns; a backend's token count), so both pass the key's
-limits at the door and are counted in the usage ledger like a response (api/limits.py): a
+limits at the door and are counted in the usage ledger like a response (limiter.py): a
 compaction's estimated tokens are reserved before its first summarising call and settled to
 what the calls spent, whatever its outcome; a token count is a request that spends no tokens.
 """
@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from responses_gateway import ids
-from responses_gateway.api import limits
+from responses_gateway import limiter as limits
 from responses_gateway.api.client_watch import ClientWatch
 from responses_gateway.api.common import JSON, gateway_of, json_body, tenant_of
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter

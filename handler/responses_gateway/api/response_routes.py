@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from responses_gateway.api import limits
+from responses_gateway import limiter as limits
 from responses_gateway.api.client_watch import ClientWatch
 from responses_gateway.api.common import (
     JSON,
@@ -34,7 +34,7 @@ async def create_response(request: Request) -> Response:
     tenant = tenant_of(request)
     gateway = gateway_of(request)
     body = await json_body(request)
-    # The key's limits before anything else runs (api/limits.py): a 429 past one.
+    # The key's limits before anything else runs (limiter.py): a 429 past one.
     rate = await limits.admit(gateway.store, gateway.settings.limits, tenant)
     return limits.with_headers(await _create(request, gateway, tenant, body, rate), rate)
 

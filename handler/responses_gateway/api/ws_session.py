@@ -47,7 +47,7 @@ from typing import Any
 
 import orjson
 
-from responses_gateway.api import limits
+from responses_gateway import limiter as limits
 from responses_gateway.api.json_body import fits_depth, too_deep
 from responses_gateway.api.ws_remembered import Lane, Remembered, flattened
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
@@ -221,7 +221,7 @@ class Session:
         base = self.remembered.get(previous) if previous is not None else None
         job: Job | None = None
         try:
-            # The key's limits first (api/limits.py).
+            # The key's limits first (limiter.py).
             settings = self.gateway.settings
             await limits.admit(self.gateway.store, settings.limits, self.tenant)
             job = await self.gateway.new_job(

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from responses_gateway.vectors.service import VectorStores
 
 BackendFactory = Callable[[str], Backend]
-#: api/limits.py's token reservation for a record about to run (its JSON form, or None)
+#: limiter.py's token reservation for a record about to run (its JSON form, or None)
 Reserve = Callable[[StoredResponse], Awaitable[dict[str, Any] | None]]
 
 
@@ -92,7 +92,7 @@ class Gateway:
         be ``store: false``). ``generate=False``: a warm-up, the model is not called.
         ``client_left``: resolves when the HTTP client leaves (stops a compaction, fitting/).
         ``reserve``: counts the request's estimated tokens against its key's limits before
-        the upstream sees it (api/limits.py; its 429 is raised here, nothing held after it).
+        the upstream sees it (limiter.py; its 429 is raised here, nothing held after it).
         """
         started = time.time()  # the response's deadline counts from here (compaction too)
         req = parse_create_request(body, hosted_tools=self.settings.hosted_tools,

@@ -176,7 +176,7 @@ class Job:
 
     async def _reserve_turn(self) -> None:
         """Count a further model turn against the key's token limits before the upstream
-        sees it (api/limits.py ``reserve_turn``). The create reserved the first turn's input
+        sees it (limiter.py ``reserve_turn``). The create reserved the first turn's input
         and the output of every turn (``max_output_tokens`` bounds them all, turns.py); each
         further turn sends the history again, grown by the tools' outputs, so its input is
         reserved now, in the create's windows, and the settle replaces all of it with what
@@ -185,7 +185,7 @@ class Job:
         reserved = self.metrics.reserved
         if reserved is None or not self._generate:
             return  # no token limit for this key: nothing was reserved
-        from responses_gateway.api import limits
+        from responses_gateway import limiter as limits
         from responses_gateway.token_estimate import estimate_chat
 
         tokens = estimate_chat(self.backend_request.body)

@@ -125,7 +125,7 @@ class UsageRow:
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
-    """Tokens counted in a key's windows when a call was admitted (api/limits.py), before the
+    """Tokens counted in a key's windows when a call was admitted (limiter.py), before the
     upstream saw it; its usage is settled in the same windows when it ends. Kept in a
     response's record (``request["reserved"]``), so a background worker settles it too."""
 

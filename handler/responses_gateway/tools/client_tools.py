@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from responses_gateway import ids
-from responses_gateway.api.json_body import fits_depth
+from responses_gateway.json_depth import fits_depth
 
 _INT = {"type": "integer"}
 _STRINGS = {"type": "array", "items": {"type": "string"}}
