@@ -14,14 +14,20 @@ SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "test-deps.sh"
 BASH = shutil.which("bash") or "/bin/bash"
 
 
-def run(tmp_path: Path, present: tuple[str, ...]) -> list[list[str]]:
-    """The script under a PATH holding only ``present`` and the fakes; apt-get's calls."""
+def run(tmp_path: Path, present: tuple[str, ...], *, chromium_version: str | None = None,
+        apt_fails: bool = False) -> list[list[str]]:
+    """The script under a PATH holding only ``present`` and the fakes; apt-get's calls.
+    ``chromium_version``: what dpkg-query says of the installed chromium (None: no dpkg);
+    ``apt_fails``: apt-get's install exits 100, as when a pinned version is gone."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "apt-calls"
     fakes = {name: "#!/bin/sh\nexit 0\n" for name in present}
     fakes["id"] = "#!/bin/sh\necho 0\n"  # root: no sudo
-    fakes["apt-get"] = f'#!/bin/sh\necho "$*" >> "{calls}"\n'
+    fail = 'case "$1" in install) exit 100;; esac\n' if apt_fails else ""
+    fakes["apt-get"] = f'#!/bin/sh\necho "$*" >> "{calls}"\n{fail}'
+    if chromium_version is not None:
+        fakes["dpkg-query"] = f"#!/bin/sh\necho -n '{chromium_version}'\n"
     for name, text in fakes.items():
         path = bin_dir / name
         path.write_text(text)
@@ -46,3 +52,19 @@ def test_only_what_is_missing_is_installed(tmp_path: Path, present: tuple[str, .
 
 def test_nothing_runs_when_both_are_there(tmp_path: Path) -> None:
     assert run(tmp_path, ("chromium", "chromedriver")) == []
+
+
+def test_the_driver_beside_an_installed_chromium_is_pinned_to_its_version(
+        tmp_path: Path) -> None:
+    """Debian's chromium-driver depends on its own chromium version exactly: unpinned, apt
+    would upgrade the installed chromium to match (--no-upgrade protects only the packages
+    named). Pinned to the installed version, chromium stays as it is."""
+    _, install = run(tmp_path, ("chromium",), chromium_version="156.0.8078.114-1~deb12u1")
+    assert install[-1] == "chromium-driver=156.0.8078.114-1~deb12u1"
+
+
+def test_a_driver_that_cannot_be_had_is_said_not_fatal(tmp_path: Path) -> None:
+    """The pinned version gone from the archive: nothing installed, the script still ends 0
+    (the browser test is skipped and says why)."""
+    _, install = run(tmp_path, ("chromium",), chromium_version="1.0", apt_fails=True)
+    assert install[-1] == "chromium-driver=1.0"

@@ -212,7 +212,7 @@ def _part_ids(gateway: GatewayServer, upload_id: str) -> list[str]:
     """The parts stored for an Upload (read from the engine: the API lists none)."""
     import asyncio
 
-    blobs = gateway.app.state.uploads.blobs
+    blobs = gateway.app.state.gateway.uploads.blobs
     if gateway.settings.store.startswith("sqlite:"):
         folder = Path(gateway.settings.store.removeprefix("sqlite:") + ".files")
         return [p.name for p in folder.glob(f"uploads/*/{upload_id}/*")]
@@ -264,7 +264,7 @@ def test_s3_assembles_a_large_upload_with_a_multipart_upload(
         assert done.status == "completed" and done.file is not None
         assert done.file.bytes == len(data)
         assert client.files.content(done.file.id).read() == data
-        blobs = large_s3.app.state.uploads.blobs
+        blobs = large_s3.app.state.gateway.uploads.blobs
         listed = blobs.client.list_objects_v2(Bucket=blobs.bucket)
         key = next(o["Key"] for o in listed.get("Contents", [])
                    if o["Key"].endswith("/" + done.file.id))

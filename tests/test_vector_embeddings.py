@@ -37,6 +37,10 @@ KEY_A, KEY_B = "key-embed-a", "key-embed-b"
 MODEL = "hashing-384"
 
 
+EMBEDDING_KEY = "emb-secret-0123456789abcdef"  # shaped like no provider's key: only the
+# gateway's knowing it can keep it out of what a client sees
+
+
 @pytest.fixture(scope="module")
 def embeddings() -> Iterator[EmbeddingServer]:
     with EmbeddingServer().running() as server:
@@ -56,7 +60,7 @@ def gateway(request: pytest.FixtureRequest, embeddings: EmbeddingServer,
             GatewayServer(Settings(
                 upstream_url="http://127.0.0.1:9/v1", max_retries=0, api_keys=(KEY_A, KEY_B),
                 embedding_url=embeddings.base_url, embedding_model=MODEL,
-                **storage)) as server:
+                embedding_api_key=EMBEDDING_KEY, **storage)) as server:
         yield server
 
 
@@ -302,3 +306,22 @@ def test_reading_a_files_status_reclaims_its_run_out_lease(tmp_path: Path) -> No
         return first, row["status"] if row else "gone"
 
     assert asyncio.run(scenario()) == ("in_progress", "completed")
+
+
+def test_the_embedding_models_key_never_reaches_a_client(
+        alice: OpenAI, embeddings: EmbeddingServer) -> None:
+    """An embedding server that quotes the key it was sent (OpenAI's 401 does) in its error:
+    the search's 502 and the failed file's ``last_error`` say what went wrong, not the key."""
+    vs = alice.vector_stores.create(name="keys")
+    embeddings.fail("echo_key", word="Lichen")
+    failed = upload(alice, vs.id, "k.txt", "Lichen on the lighthouse.")
+    assert failed.status == "failed" and "401" in failed.last_error.message
+    assert EMBEDDING_KEY not in failed.last_error.message
+    assert upload(alice, vs.id, "m.txt", "Moss grows on the north side.").status == \
+        "completed"
+    embeddings.fail("echo_key", word="moss")
+    with pytest.raises(openai.APIStatusError) as caught:
+        alice.vector_stores.search(vs.id, query="where does moss grow")
+    assert caught.value.status_code == 502 and "401" in caught.value.body["message"]
+    assert EMBEDDING_KEY not in caught.value.response.text
+    alice.vector_stores.delete(vs.id)

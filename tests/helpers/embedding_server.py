@@ -12,7 +12,8 @@ Faults, each spent by one request (``fail(*faults)`` queues them, in order): ``"
 closes the connection without an answer, ``"not_json"`` answers 200 with an HTML page,
 ``"nan"`` / ``"inf"`` answer vectors holding NaN / infinity (written as Python's json writes
 them, ``NaN`` / ``Infinity``, which json readers accept), ``"short"`` answers vectors of
-another dimension, and a number answers that HTTP status with OpenAI's error body. A request
+another dimension, ``"echo_key"`` answers OpenAI's 401 quoting the key it was sent, and a
+number answers that HTTP status with OpenAI's error body. A request
 that holds ``fault_word`` only spends a fault when one is set (else every request may).
 """
 
@@ -123,7 +124,14 @@ class EmbeddingServer:
 
             def _answer(self, fault: str | int | None, texts: list[str], model: str) -> None:
                 status, kind = 200, "application/json"
-                if fault == "not_json":
+                if fault == "echo_key":  # OpenAI's 401 quotes the key it was sent
+                    status = 401
+                    sent = self.headers.get("authorization", "").removeprefix("Bearer ")
+                    payload = json.dumps({"error": {
+                        "message": f"Incorrect API key provided: {sent}.",
+                        "type": "invalid_request_error", "param": None,
+                        "code": "invalid_api_key"}}).encode()
+                elif fault == "not_json":
                     payload = b"<html><body>502 Bad Gateway</body></html>"
                     kind = "text/html"
                 elif isinstance(fault, int):

@@ -133,13 +133,13 @@ def create_app(
         try:
             yield
         finally:
-            for task in (check, reclaim):
-                if task is not None and not task.done():
-                    task.cancel()
-            if sweep is not None:
-                sweep.cancel()
+            # the app's own tasks end (and are waited for) before what they use closes
+            tasks = [task for task in (check, sweep, reclaim) if task is not None]
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
                 with contextlib.suppress(BaseException):
-                    await sweep
+                    await task
             if own:
                 await app.state.gateway.aclose()
 

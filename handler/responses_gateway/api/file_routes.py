@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +29,6 @@ if TYPE_CHECKING:
 
 MAX_LIST_LIMIT = 10_000  # OpenAI: 1 to 10,000, default 10,000
 MULTIPART_OVERHEAD = 64 * 1024  # boundaries and the small fields beside the file
-_build_lock = threading.Lock()
 logger = logging.getLogger("responses_gateway.files")
 
 
@@ -153,18 +151,8 @@ def uploads_of(request: Request) -> Uploads:
 
 
 def uploads_for(app: Starlette) -> Uploads:
-    """The app's Uploads (built on first use, beside its Files, whose reclaim then ends
-    expired Uploads too)."""
-    state = app.state
-    uploads = getattr(state, "uploads", None)
-    if uploads is None:
-        files = state.gateway.files
-        with _build_lock:
-            uploads = getattr(state, "uploads", None)
-            if uploads is None:
-                from responses_gateway.files.build import build_uploads
-
-                uploads = state.uploads = build_uploads(state.settings, files)
+    """The app's Uploads (the gateway's, built beside its Files: responses/gateway.py)."""
+    uploads: Uploads = app.state.gateway.uploads
     return uploads
 
 

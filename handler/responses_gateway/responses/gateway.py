@@ -12,6 +12,7 @@ tools built (an MCP server listed). What it returns, a :class:`~.job.Job`, runs 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from functools import cached_property, partial
@@ -33,8 +34,11 @@ from responses_gateway.translate.request import normalize_input, parse_create_re
 from responses_gateway.translate.response_object import new_response
 from responses_gateway.translate.sealing import Sealer
 
+logger = logging.getLogger("responses_gateway")
+
 if TYPE_CHECKING:
     from responses_gateway.files.service import Files
+    from responses_gateway.files.uploads import Uploads
     from responses_gateway.translate.request_models import CreateResponseRequest
     from responses_gateway.vectors.service import VectorStores
 
@@ -68,10 +72,23 @@ class Gateway:
     @cached_property
     def files(self) -> Files:
         """The Files API's storage, built on first use (a gateway that never serves files
-        never imports its engines; api/file_routes.py uses this one)."""
-        from responses_gateway.files.build import build_files
+        never imports its engines; api/file_routes.py uses this one). The Uploads API is
+        built with it: its reclaim of expired Uploads joins the Files' own, so a tenant's
+        expired parts give their bytes back before any write is refused for quota, whichever
+        API this process served first."""
+        from responses_gateway.files.build import build_files, build_uploads
 
-        return build_files(self.settings)
+        files = build_files(self.settings)
+        self.__dict__["uploads"] = build_uploads(self.settings, files)
+        return files
+
+    @cached_property
+    def uploads(self) -> Uploads:
+        """The Uploads API beside :attr:`files` (built with it)."""
+        if "files" not in self.__dict__:
+            self.files  # noqa: B018 - builds both
+        uploads: Uploads = self.__dict__["uploads"]
+        return uploads
 
     @cached_property
     def vector_stores(self) -> VectorStores:
@@ -211,6 +228,15 @@ class Gateway:
 
     async def aclose(self) -> None:
         await self.local_feed.stop_all()  # background responses running here
+        # what was built on first use: ingestion tasks (and their extraction children) end
+        # before the files they read, the embedder's and engines' connections close
+        for name in ("vector_stores", "uploads", "files"):
+            service = self.__dict__.get(name)
+            if service is not None:
+                try:
+                    await service.aclose()
+                except Exception:
+                    logger.exception("closing the %s failed", name.replace("_", " "))
         aclose = getattr(self.backend_for, "aclose", None)
         if aclose is not None:
             await aclose()

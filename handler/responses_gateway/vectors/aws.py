@@ -40,6 +40,9 @@ from responses_gateway.vectors.engine import Candidate
 JSON_FIELDS = ("metadata", "expires_after", "last_error", "attributes", "chunking")
 MAX_TOP_K = 100  # QueryVectors' topK
 PUT_BATCH = 500  # PutVectors / DeleteVectors: vectors per call
+#: UpdateItem calls on the cached embeddings' refs in flight at once: one a distinct chunk
+#: text (a file at OpenAI's 5,000,000-token bound has ~12,000), which no batch call can do
+REF_WRITES = 16
 RUNNING = "vsrun"
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -403,7 +406,7 @@ class AWSVectorEngine:
         never after the last file that holds it."""
         from botocore.exceptions import ClientError
 
-        for c in {c.key: c for c in chunks}.values():
+        def hold(c: Any) -> None:
             try:
                 self.db.update_item(
                     TableName=self.table, Key=_key(_emb_pk(tenant, c.key), "E"),
@@ -414,11 +417,14 @@ class AWSVectorEngine:
                 if exc.response.get("Error", {}).get("Code") != "ValidationException":
                     raise
 
+        _each(hold, list({c.key: c for c in chunks}.values()))
+
     def _release(self, tenant: str, ref: str, chunk_rows: list[dict[str, Any]]) -> None:
         """The file's refs taken away from the cached embeddings its chunk rows name; an
         embedding no file refers to any more is deleted."""
         failed = self.db.exceptions.ConditionalCheckFailedException
-        for key in {r["k"]["S"] for r in chunk_rows if "k" in r}:
+
+        def release(key: str) -> None:
             where = _key(_emb_pk(tenant, key), "E")
             try:
                 left = self.db.update_item(
@@ -426,11 +432,13 @@ class AWSVectorEngine:
                     ConditionExpression="attribute_exists(pk)",
                     ExpressionAttributeValues={":r": {"SS": [ref]}}, ReturnValues="ALL_NEW")
             except failed:
-                continue
+                return
             if not left.get("Attributes", {}).get("refs", {}).get("SS"):
                 with contextlib.suppress(failed):
                     self.db.delete_item(TableName=self.table, Key=where,
                                         ConditionExpression="attribute_not_exists(refs)")
+
+        _each(release, list({r["k"]["S"] for r in chunk_rows if "k" in r}))
 
     def _get_many(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
@@ -541,3 +549,17 @@ def _page(rows: list[dict[str, Any]], id_field: str, order: str, after: str | No
         rows = rows[:[r[id_field] for r in rows].index(before)]
     return rows[:limit], len(rows) > limit
 
+
+def _each(call: Any, items: list[Any]) -> None:
+    """``call`` on every item, :data:`REF_WRITES` at once (boto3's clients are thread-safe;
+    this runs in a thread of its own already, off the loop); the first error is raised once
+    all have ended."""
+    if len(items) <= 1:
+        for item in items:
+            call(item)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(REF_WRITES, len(items)), "vector-refs") as pool:
+        for _ in pool.map(call, items):
+            pass

@@ -45,6 +45,7 @@ class OpenAICompatEmbedder:
         self.backoff = max(0.0, backoff)
         self.dimensions = Dimensions()
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._secrets = (api_key,)  # never in an error a client or a file record gets
         self._client = httpx.AsyncClient(headers=headers, timeout=timeout)
 
     async def embed(self, texts: list[str], *, query: bool = False) -> list[list[float]]:
@@ -66,9 +67,11 @@ class OpenAICompatEmbedder:
                 if answer.status_code == 200:
                     return self.dimensions.check(_vectors(answer, len(texts)))
                 if answer.status_code not in _RETRY_STATUSES or last:
+                    from responses_gateway.redaction import redact
+
                     raise EmbeddingError(
                         f"The embedding model answered {answer.status_code}: "
-                        f"{answer.text[:300]}")
+                        f"{redact(answer.text[:300], self._secrets)}")
             await asyncio.sleep(backoff_seconds(self.backoff, attempt))
         raise EmbeddingError("unreachable")  # pragma: no cover
 

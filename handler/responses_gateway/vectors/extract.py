@@ -108,8 +108,12 @@ async def _in_child(filename: str, data: bytes, strategy: dict[str, Any],
     except ChildTimeout:
         return ("invalid", f"The file's text could not be extracted within "
                            f"{limits.timeout:g} s (GATEWAY_EXTRACT_TIMEOUT).")
-    try:
-        kind, value = orjson.loads(ended.stdout)
+    except OSError as exc:  # no child process here: a thread, without the time bound
+        logger.warning("text extraction runs in a thread, no child process could run: %s",
+                       exc)
+        return await asyncio.to_thread(_answer, filename, data, strategy, limits.max_tokens)
+    try:  # the chunks' JSON may be tens of MB: read off the loop
+        kind, value = await asyncio.to_thread(orjson.loads, ended.stdout)
     except (orjson.JSONDecodeError, TypeError, ValueError):
         logger.warning("text extraction ended with status %s: %s", ended.returncode,
                        ended.stderr[-500:].decode(errors="replace"))
@@ -137,8 +141,7 @@ def _child() -> None:
     raw = sys.stdin.buffer.read()
     line, _, data = raw.partition(b"\n")
     header = orjson.loads(line)
-    if header["timeout"]:
-        limit_cpu(header["timeout"] + 3)
+    limit_cpu(header["timeout"] and header["timeout"] + 3)
     answer = _answer(header["filename"], data, header["strategy"], header["max_tokens"])
     try:
         out = orjson.dumps(answer)
