@@ -181,7 +181,7 @@ def test_pages_slow_to_parse_never_hold_the_event_loop(
     elapsed = time.monotonic() - started
     response = check_response(answer["response"])
     assert path in site.hits
-    assert waits and max(waits) < 1.5, waits  # before: 22 s (title), 4.4 s (table)
+    assert waits and max(waits) < 3.0, waits  # before: 22 s (title), 4.4 s (table)
     assert elapsed < 20  # the page's 2 s, the model's two turns, a loaded machine
     assert response["status"] == "completed"
     [call] = web_search_items(response)
