@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
@@ -23,6 +24,7 @@ import orjson
 from responses_gateway import html_text
 from responses_gateway.child import run_module
 from responses_gateway.html_text import title_of
+from responses_gateway.net.bodies import read_capped
 from responses_gateway.net.pinned import BadUrl, http_url, pinned_transport
 from responses_gateway.net.policy import Refused, Resolver, allow_list, shown_url
 
@@ -108,19 +110,16 @@ async def _fetch(url: str, limits: PageLimits, resolver: Resolver | None,
                 if ctype not in _HTML_TYPES and ctype not in _TEXT_TYPES:
                     raise PageError(f"{shown_url(str(current))} is {ctype or 'untyped'}, "
                                     f"not a text page.")
-                data = bytearray()
-                async for chunk in response.aiter_bytes():
-                    data += chunk
-                    if len(data) > limits.max_bytes:
-                        raise PageError(f"{shown_url(str(current))} is larger than "
-                                        f"{limits.max_bytes} bytes.")
+                too_large = partial(PageError, f"{shown_url(str(current))} is larger than "
+                                               f"{limits.max_bytes} bytes.")
+                data = await read_capped(response, limits.max_bytes, too_large)
                 encoding = response.charset_encoding or "utf-8"
             finally:
                 await response.aclose()
             try:
-                text = bytes(data).decode(encoding, errors="replace")
+                text = data.decode(encoding, errors="replace")
             except LookupError:
-                text = bytes(data).decode("utf-8", errors="replace")
+                text = data.decode("utf-8", errors="replace")
             if ctype in _HTML_TYPES:
                 read = await _read_html(text, limits.max_bytes, deadline)
                 if read is None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from responses_gateway.net.bodies import read_capped
 from responses_gateway.tools.image_generation.backends.base import (
     Drawing,
     Drawn,
@@ -104,12 +105,8 @@ class OpenAIImages(ImageBackend):
 
     async def _read(self, response: httpx.Response) -> bytes:
         """The answer's body, at most :attr:`max_answer` bytes (else the call fails)."""
-        body = bytearray()
-        async for chunk in response.aiter_bytes():
-            body += chunk
-            if self.max_answer and len(body) > self.max_answer:
-                raise _too_large(self.max_answer)
-        return bytes(body)
+        return await read_capped(response, self.max_answer,
+                                 lambda: _too_large(self.max_answer))
 
     async def _lines(self, response: httpx.Response) -> AsyncIterator[str]:
         """The stream's lines, each at most :attr:`max_answer` bytes (httpx's own line reader

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from responses_gateway.html_text import TITLE_CHARS
+from responses_gateway.net.bodies import read_capped
 
 if TYPE_CHECKING:
     import httpx
@@ -118,13 +119,9 @@ class Provider:
                 if answer.status_code >= 400:
                     raise ProviderError(f"The search provider ({self.name}) answered HTTP "
                                         f"{answer.status_code}.")
-                data = bytearray()
-                async for chunk in answer.aiter_bytes():
-                    data += chunk
-                    if len(data) > self.max_answer_bytes:
-                        raise ProviderError(
-                            f"The search provider ({self.name}) answered more than "
-                            f"{self.max_answer_bytes} bytes (GATEWAY_WEB_SEARCH_MAX_ANSWER_BYTES).")
+                data = await read_capped(answer, self.max_answer_bytes, lambda: ProviderError(
+                    f"The search provider ({self.name}) answered more than "
+                    f"{self.max_answer_bytes} bytes (GATEWAY_WEB_SEARCH_MAX_ANSWER_BYTES)."))
             finally:
                 await answer.aclose()
         except httpx.TimeoutException:
