@@ -363,15 +363,24 @@ class AWSVectorEngine:
                                        only_status="in_progress")
 
     async def stale_files(self, now: float) -> list[dict[str, Any]]:
-        stale = []
-        for marker in await self._rows(RUNNING, ""):
-            tenant, store_id, file_id = marker["tenant"], marker["store_id"], marker["file_id"]
-            row = await self.file(tenant, store_id, file_id)
+        """Files in progress whose lease ran out, found from the running markers; markers of
+        files no longer in progress go. The file rows are read 100 a call (BatchGetItem):
+        every process looks every half lease, and a batch may hold thousands of files."""
+        running = [(m["tenant"], m["store_id"], m["file_id"])
+                   for m in await self._rows(RUNNING, "")]
+        items = await asyncio.to_thread(self._get_many, [
+            _key(_files_pk(t, s), "F#" + f) for t, s, f in running], consistent=True)
+        rows = {(i["pk"]["S"], i["sk"]["S"]): _decode(i) for i in items}
+        stale, ended = [], []
+        for tenant, store_id, file_id in running:
+            row = rows.get((_files_pk(tenant, store_id), "F#" + file_id))
             if row is None or row["status"] != "in_progress":
-                await self._call(self.db.delete_item,
-                                 Key=_key(RUNNING, f"{tenant} {store_id} {file_id}"))
+                ended.append({"DeleteRequest": {"Key": _key(
+                    RUNNING, f"{tenant} {store_id} {file_id}")}})
             elif float(row.get("lease_until") or 0) < now:
                 stale.append({**row, "tenant": tenant})
+        if ended:
+            await asyncio.to_thread(self._write_all, ended)
         return stale
 
     async def claim_file(self, tenant: str, store_id: str, file_id: str, now: float,
@@ -440,10 +449,12 @@ class AWSVectorEngine:
 
         _each(release, list({r["k"]["S"] for r in chunk_rows if "k" in r}))
 
-    def _get_many(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _get_many(self, keys: list[dict[str, Any]], *, consistent: bool = False
+                  ) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
         for i in range(0, len(keys), 100):
-            pending: dict[str, Any] = {self.table: {"Keys": keys[i:i + 100]}}
+            pending: dict[str, Any] = {self.table: {"Keys": keys[i:i + 100],
+                                                    "ConsistentRead": consistent}}
             while pending:
                 result = self.db.batch_get_item(RequestItems=pending)
                 found += result.get("Responses", {}).get(self.table, [])
