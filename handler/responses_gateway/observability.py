@@ -37,13 +37,8 @@ import orjson
 from responses_gateway import collector
 from responses_gateway.ids import new_request_id, request_id
 from responses_gateway.status import TERMINAL_STATUSES
-from responses_gateway.store.base import (
-    ConversationStore,
-    Store,
-    StoredConversation,
-    StoredResponse,
-    TurnSettle,
-)
+from responses_gateway.store.base import Store
+from responses_gateway.store.wrapper import StoreWrapper, role_calls
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
@@ -463,189 +458,12 @@ def trace_store(store: Store) -> Store:
     return _TracedStore(store) if tracing_enabled() else store
 
 
-class _TracedStore(Store, ConversationStore):
-    """Every store call in a ``store.<method>`` subsegment (conversation calls included)."""
+class _TracedStore(StoreWrapper):
+    """Every store call (each role's coroutines, conversation calls included) in a
+    ``store.<method>`` subsegment; the rest handed on as is."""
 
-    def __init__(self, inner: Store) -> None:
-        self._inner = inner
+    passed_through = ("limits", "check_input_items", "usage_store", "health_store", "aclose")
+    around_each = role_calls(but=passed_through)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def usage_store(self) -> UsageStore | None:
-        return self._inner.usage_store()
-
-    def health_store(self) -> Any:
-        return self._inner.health_store()
-
-    async def put(self, record: StoredResponse) -> None:
-        async with subsegment("store.put"):
-            await self._inner.put(record)
-
-    async def get(self, response_id: str, tenant: str) -> StoredResponse | None:
-        async with subsegment("store.get"):
-            return await self._inner.get(response_id, tenant)
-
-    async def delete(self, response_id: str, tenant: str) -> bool:
-        async with subsegment("store.delete"):
-            return await self._inner.delete(response_id, tenant)
-
-    async def get_items(self, item_ids: list[str], tenant: str) -> dict[str, dict[str, Any]]:
-        async with subsegment("store.get_items"):
-            return await self._inner.get_items(item_ids, tenant)
-
-    async def update_response(
-        self,
-        response_id: str,
-        response: dict[str, Any],
-        *,
-        expect_status: frozenset[str] | set[str] | None = None,
-        lease_until: float | None = None,
-    ) -> bool:
-        async with subsegment("store.update_response"):
-            return await self._inner.update_response(
-                response_id, response, expect_status=expect_status, lease_until=lease_until
-            )
-
-    async def append_events(
-        self,
-        response_id: str,
-        events: list[dict[str, Any]],
-        *,
-        response: dict[str, Any] | None = None,
-        lease_until: float | None = None,
-        turn: TurnSettle | None = None,
-    ) -> None:
-        settles = {} if turn is None else {"turn": turn}
-        async with subsegment("store.append_events"):
-            await self._inner.append_events(
-                response_id, events, response=response, lease_until=lease_until, **settles
-            )
-
-    async def read_events(self, response_id: str, after: int = -1) -> list[dict[str, Any]]:
-        async with subsegment("store.read_events"):
-            return await self._inner.read_events(response_id, after)
-
-    async def renew_lease(self, response_id: str, lease_until: float) -> bool:
-        async with subsegment("store.renew_lease"):
-            return await self._inner.renew_lease(response_id, lease_until)
-
-    async def put_tool_reads(self, tenant: str, response_id: str, reads: dict[str, str], *,
-                             expires_at: int | None = None) -> None:
-        async with subsegment("store.put_tool_reads"):
-            await self._inner.put_tool_reads(tenant, response_id, reads, expires_at=expires_at)
-
-    async def get_tool_reads(self, tenant: str, call_ids: list[str]) -> dict[str, str]:
-        async with subsegment("store.get_tool_reads"):
-            return await self._inner.get_tool_reads(tenant, call_ids)
-
-    def check_input_items(self, items: list[dict[str, Any]]) -> None:
-        self._inner.check_input_items(items)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    # -- conversations ---------------------------------------------------------------------
-
-    @property
-    def _conversations(self) -> ConversationStore:
-        return self._inner  # type: ignore[return-value]  # every store the gateway builds is one
-
-    async def create_conversation(
-        self, conversation: StoredConversation, items: list[dict[str, Any]]
-    ) -> None:
-        async with subsegment("store.create_conversation"):
-            await self._conversations.create_conversation(conversation, items)
-
-    async def get_conversation(
-        self, conversation_id: str, tenant: str
-    ) -> StoredConversation | None:
-        async with subsegment("store.get_conversation"):
-            return await self._conversations.get_conversation(conversation_id, tenant)
-
-    async def update_conversation(
-        self, conversation_id: str, tenant: str, metadata: dict[str, str]
-    ) -> StoredConversation | None:
-        async with subsegment("store.update_conversation"):
-            return await self._conversations.update_conversation(
-                conversation_id, tenant, metadata
-            )
-
-    async def delete_conversation(self, conversation_id: str, tenant: str) -> bool:
-        async with subsegment("store.delete_conversation"):
-            return await self._conversations.delete_conversation(conversation_id, tenant)
-
-    async def conversation_items(
-        self, conversation_id: str, tenant: str
-    ) -> tuple[StoredConversation, list[dict[str, Any]]] | None:
-        async with subsegment("store.conversation_items"):
-            return await self._conversations.conversation_items(conversation_id, tenant)
-
-    async def lock_conversation(
-        self, conversation_id: str, tenant: str, token: str, *, length: int, until: float
-    ) -> bool | None:
-        async with subsegment("store.lock_conversation"):
-            return await self._conversations.lock_conversation(
-                conversation_id, tenant, token, length=length, until=until
-            )
-
-    async def append_conversation_items(
-        self,
-        conversation_id: str,
-        tenant: str,
-        items: list[dict[str, Any]],
-        *,
-        token: str | None = None,
-        length: int | None = None,
-        param: str = "items",
-        record: StoredResponse | None = None,
-    ) -> StoredConversation | None:
-        async with subsegment("store.append_conversation_items"):
-            return await self._conversations.append_conversation_items(
-                conversation_id, tenant, items, token=token, length=length, param=param,
-                record=record,
-            )
-
-    async def release_conversation(
-        self, conversation_id: str, token: str, *, record: StoredResponse | None = None
-    ) -> None:
-        async with subsegment("store.release_conversation"):
-            await self._conversations.release_conversation(conversation_id, token, record=record)
-
-    async def renew_conversation_lock(
-        self, conversation_id: str, token: str, until: float
-    ) -> bool:
-        async with subsegment("store.renew_conversation_lock"):
-            return await self._conversations.renew_conversation_lock(
-                conversation_id, token, until
-            )
-
-    async def list_conversation_items(
-        self,
-        conversation_id: str,
-        tenant: str,
-        *,
-        limit: int,
-        order: str,
-        after: str | None = None,
-    ) -> tuple[list[dict[str, Any]], bool] | None:
-        async with subsegment("store.list_conversation_items"):
-            return await self._conversations.list_conversation_items(
-                conversation_id, tenant, limit=limit, order=order, after=after
-            )
-
-    async def get_conversation_item(
-        self, conversation_id: str, tenant: str, item_id: str
-    ) -> tuple[StoredConversation, dict[str, Any] | None] | None:
-        async with subsegment("store.get_conversation_item"):
-            return await self._conversations.get_conversation_item(
-                conversation_id, tenant, item_id
-            )
-
-    async def delete_conversation_item(
-        self, conversation_id: str, tenant: str, item_id: str
-    ) -> tuple[StoredConversation, bool] | None:
-        async with subsegment("store.delete_conversation_item"):
-            return await self._conversations.delete_conversation_item(
-                conversation_id, tenant, item_id
-            )
+    def _around(self, name: str) -> contextlib.AbstractAsyncContextManager[None]:
+        return subsegment(f"store.{name}")

@@ -1,5 +1,17 @@
 """The store interface every implementation honours (and the one test suite runs against).
 
+The interface is split by role, one small ABC each; :class:`Store` is their union, what every
+engine (``SQLiteStore``, ``DynamoDBStore``) implements and every wrapper (store/wrapper.py:
+tracing, blobs) covers member by member:
+
+- :class:`ResponseStore`: stored responses and their background event log;
+- :class:`ConversationStore`: the Conversations API and a turn's lock and settle;
+- :class:`ToolReadStore`: what server tools' calls gave the model;
+- :class:`UsageSource`: the usage ledger (and so rate limits and budgets) beside the store;
+- :class:`HealthSource`: routed deployments' shared health beside the store;
+- :class:`Bounded` (``limits``: what one conversation and one response may hold) and
+  :class:`Closable` (``aclose``).
+
 A stored response is one record plus what hangs off it:
 
 - the record: the Response object as last written, the validated create body (what a background
@@ -11,10 +23,9 @@ A stored response is one record plus what hangs off it:
 Status transitions are conditional writes: a cancelled response never becomes completed.
 All methods are async; implementations that block run their calls in a thread.
 
-Conversations (the Conversations API, ``conversation`` on create) are a second interface,
-:class:`ConversationStore`, beside this one: a record (metadata, committed length, a turn lock)
-and its items, one row each, keyed by position, so a turn reads and appends in a constant
-number of calls however long the conversation is.
+A conversation (the Conversations API, ``conversation`` on create) is a record (metadata,
+committed length, a turn lock) and its items, one row each, keyed by position, so a turn reads
+and appends in a constant number of calls however long the conversation is.
 """
 
 from __future__ import annotations
@@ -147,10 +158,9 @@ def item_bytes(item: dict[str, Any]) -> int:
     return len(orjson.dumps(item))
 
 
-class _Bounded:
-    """A store's bounds (``limits``): what the implementation was built with (``_limits``),
-    else the defaults. Read through ``_limits`` so a wrapper that forwards unknown attributes
-    (observability's tracing store) reports the bounds of the store it wraps."""
+class Bounded:
+    """Role: a store's bounds (``limits``), what the implementation was built with
+    (``_limits``), else the defaults. A wrapper passes its inner store's on."""
 
     @property
     def limits(self) -> StoreLimits:
@@ -193,8 +203,9 @@ class TurnSettle:
     items: list[dict[str, Any]] | None = None
 
 
-class Store(_Bounded, ABC):
-    """Tenant-scoped storage of responses; another tenant's record is simply not found."""
+class ResponseStore(Bounded, ABC):
+    """Role: tenant-scoped stored responses and their event log; another tenant's record is
+    simply not found."""
 
     @abstractmethod
     async def put(self, record: StoredResponse) -> None:
@@ -258,6 +269,15 @@ class Store(_Bounded, ABC):
     async def renew_lease(self, response_id: str, lease_until: float) -> bool:
         """Extend a running worker's lease; False if the response is no longer running."""
 
+    def check_input_items(self, items: list[dict[str, Any]]) -> None:
+        """Raise GatewayError 400 if the input can never be stored (over the bound of one
+        stored response; a store may refuse single items too); call before any work."""
+        self.limits.check_input(items)
+
+
+class ToolReadStore(ABC):
+    """Role: what server tools' calls gave the model, kept by tenant and call id."""
+
     @abstractmethod
     async def put_tool_reads(
         self, tenant: str, response_id: str, reads: dict[str, str], *,
@@ -272,19 +292,26 @@ class Store(_Bounded, ABC):
     async def get_tool_reads(self, tenant: str, call_ids: list[str]) -> dict[str, str]:
         """The kept reads of these calls (one batch), this tenant's only."""
 
-    def check_input_items(self, items: list[dict[str, Any]]) -> None:
-        """Raise GatewayError 400 if the input can never be stored (over the bound of one
-        stored response; a store may refuse single items too); call before any work."""
-        self.limits.check_input(items)
+
+class UsageSource:
+    """Role: the usage ledger (usage reports, rate limits, budgets) beside the store."""
 
     def usage_store(self) -> UsageStore | None:
         """The usage ledger beside this store (store/usage.py); None: usage is not kept."""
         return None
 
+
+class HealthSource:
+    """Role: routed deployments' health, shared by every process using the store."""
+
     def health_store(self) -> HealthStore | None:
         """Routed deployments' health beside this store, shared by every process using it
         (store/health.py); None: each process keeps its own."""
         return None
+
+
+class Closable:
+    """Role: what the store holds open (connections, threads)."""
 
     async def aclose(self) -> None:
         """Release connections; most stores need nothing."""
@@ -356,8 +383,8 @@ class StoredConversation:
         }
 
 
-class ConversationStore(_Bounded, ABC):
-    """Tenant-scoped conversations; another tenant's conversation is not found (None).
+class ConversationStore(Bounded, ABC):
+    """Role: tenant-scoped conversations; another tenant's conversation is not found (None).
 
     Items are appended at positions ``length, length+1, ...`` and ``length`` moves in the same
     conditional write, so readers (who stop at ``length``) never see half an append. A turn
@@ -470,3 +497,16 @@ class ConversationStore(_Bounded, ABC):
         self, conversation_id: str, tenant: str, item_id: str
     ) -> tuple[StoredConversation, bool] | None:
         """Remove one item: the record and whether it was there; None: not found."""
+
+
+# -- the union -------------------------------------------------------------------------------
+
+
+class Store(ResponseStore, ConversationStore, ToolReadStore, UsageSource, HealthSource,
+            Closable):
+    """Every role: what an engine implements and a wrapper covers (store/wrapper.py)."""
+
+
+#: The roles :class:`Store` unites; their public members are the whole store interface.
+ROLES: tuple[type, ...] = (ResponseStore, ConversationStore, ToolReadStore, UsageSource,
+                           HealthSource, Bounded, Closable)

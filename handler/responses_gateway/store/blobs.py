@@ -41,13 +41,13 @@ from typing import Any
 import orjson
 
 from responses_gateway.store.base import (
-    ConversationStore,
     Store,
     StoredConversation,
     StoredResponse,
     StoreUnavailable,
     TurnSettle,
 )
+from responses_gateway.store.wrapper import StoreWrapper
 
 MARK = "\x00blob:"  # a reference: MARK + sha256 hex
 ESCAPE = "\x00"  # a client's string that starts with ESCAPE gets one more on write
@@ -289,29 +289,24 @@ def _restored(value: Any, blobs: dict[str, str]) -> Any:
     return value
 
 
-class BlobbedStore(Store, ConversationStore):
-    """The store, its large values in ``blobs`` (see the module docstring)."""
+class BlobbedStore(StoreWrapper):
+    """The store, its large values in ``blobs`` (see the module docstring): every call that
+    writes or reads items, events or a Response is written out below; the rest (leases, locks,
+    metadata, tool reads, the ledgers beside the store) hand on what they are given."""
+
+    passed_through = (
+        "limits", "check_input_items", "usage_store", "health_store",
+        "renew_lease", "put_tool_reads", "get_tool_reads",
+        "get_conversation", "update_conversation", "lock_conversation",
+        "renew_conversation_lock",
+    )
 
     def __init__(self, inner: Store, blobs: Blobs, threshold: int = DEFAULT_THRESHOLD) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self.blobs = blobs
         self.threshold = threshold
         # keys this process has put lately (a response is written several times): bounded
         self._written: OrderedDict[str, None] = OrderedDict()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    # The base class's defaults (None) would hide the inner store's: forwarded by name.
-    def usage_store(self) -> Any:
-        return self._inner.usage_store()
-
-    def health_store(self) -> Any:
-        return self._inner.health_store()
-
-    @property
-    def _conversations(self) -> ConversationStore:
-        return self._inner  # type: ignore[return-value]  # every store the gateway builds is one
 
     # -- the two directions ------------------------------------------------------------------
 
@@ -445,19 +440,6 @@ class BlobbedStore(Store, ConversationStore):
             await self._inner.read_events(response_id, after))
         return events
 
-    async def renew_lease(self, response_id: str, lease_until: float) -> bool:
-        return await self._inner.renew_lease(response_id, lease_until)
-
-    async def put_tool_reads(self, tenant: str, response_id: str, reads: dict[str, str], *,
-                             expires_at: int | None = None) -> None:
-        await self._inner.put_tool_reads(tenant, response_id, reads, expires_at=expires_at)
-
-    async def get_tool_reads(self, tenant: str, call_ids: list[str]) -> dict[str, str]:
-        return await self._inner.get_tool_reads(tenant, call_ids)
-
-    def check_input_items(self, items: list[dict[str, Any]]) -> None:
-        self._inner.check_input_items(items)
-
     async def aclose(self) -> None:
         await self._inner.aclose()
         await self.blobs.aclose()
@@ -467,59 +449,42 @@ class BlobbedStore(Store, ConversationStore):
     async def create_conversation(
         self, conversation: StoredConversation, items: list[dict[str, Any]]
     ) -> None:
-        await self._conversations.create_conversation(
+        await self._inner.create_conversation(
             conversation, await self._items_out(conversation.id, items))
 
-    async def get_conversation(self, conversation_id: str, tenant: str
-                               ) -> StoredConversation | None:
-        return await self._conversations.get_conversation(conversation_id, tenant)
-
-    async def update_conversation(self, conversation_id: str, tenant: str,
-                                  metadata: dict[str, str]) -> StoredConversation | None:
-        return await self._conversations.update_conversation(conversation_id, tenant, metadata)
-
     async def delete_conversation(self, conversation_id: str, tenant: str) -> bool:
-        if await self._conversations.get_conversation(conversation_id, tenant) is not None:
+        if await self._inner.get_conversation(conversation_id, tenant) is not None:
             await self._delete_owner(owner_key(conversation_id))
-        return await self._conversations.delete_conversation(conversation_id, tenant)
+        return await self._inner.delete_conversation(conversation_id, tenant)
 
     async def conversation_items(
         self, conversation_id: str, tenant: str
     ) -> tuple[StoredConversation, list[dict[str, Any]]] | None:
-        found = await self._conversations.conversation_items(conversation_id, tenant)
+        found = await self._inner.conversation_items(conversation_id, tenant)
         if found is None:
             return None
         return found[0], await self._back(found[1])
-
-    async def lock_conversation(self, conversation_id: str, tenant: str, token: str, *,
-                                length: int, until: float) -> bool | None:
-        return await self._conversations.lock_conversation(
-            conversation_id, tenant, token, length=length, until=until)
 
     async def append_conversation_items(
         self, conversation_id: str, tenant: str, items: list[dict[str, Any]], *,
         token: str | None = None, length: int | None = None, param: str = "items",
         record: StoredResponse | None = None,
     ) -> StoredConversation | None:
-        return await self._conversations.append_conversation_items(
+        return await self._inner.append_conversation_items(
             conversation_id, tenant, await self._items_out(conversation_id, items),
             token=token, length=length,
             param=param, record=await self._record_out(record))
 
     async def release_conversation(self, conversation_id: str, token: str, *,
                                    record: StoredResponse | None = None) -> None:
-        await self._conversations.release_conversation(
+        await self._inner.release_conversation(
             conversation_id, token, record=await self._record_out(record))
-
-    async def renew_conversation_lock(self, conversation_id: str, token: str,
-                                      until: float) -> bool:
-        return await self._conversations.renew_conversation_lock(conversation_id, token, until)
 
     async def list_conversation_items(
         self, conversation_id: str, tenant: str, *, limit: int, order: str,
         after: str | None = None,
     ) -> tuple[list[dict[str, Any]], bool] | None:
-        found = await self._conversations.list_conversation_items(
+        found = await self._inner.list_conversation_items(
             conversation_id, tenant, limit=limit, order=order, after=after)
         if found is None:
             return None
@@ -528,7 +493,7 @@ class BlobbedStore(Store, ConversationStore):
     async def get_conversation_item(
         self, conversation_id: str, tenant: str, item_id: str
     ) -> tuple[StoredConversation, dict[str, Any] | None] | None:
-        found = await self._conversations.get_conversation_item(conversation_id, tenant, item_id)
+        found = await self._inner.get_conversation_item(conversation_id, tenant, item_id)
         if found is None:
             return None
         return found[0], await self._back(found[1])
@@ -536,10 +501,10 @@ class BlobbedStore(Store, ConversationStore):
     async def delete_conversation_item(
         self, conversation_id: str, tenant: str, item_id: str
     ) -> tuple[StoredConversation, bool] | None:
-        found = await self._conversations.get_conversation_item(conversation_id, tenant, item_id)
+        found = await self._inner.get_conversation_item(conversation_id, tenant, item_id)
         if found is not None and found[1] is not None:
             await self._delete_owner(owner_key(conversation_id, item_id))
-        return await self._conversations.delete_conversation_item(
+        return await self._inner.delete_conversation_item(
             conversation_id, tenant, item_id)
 
 

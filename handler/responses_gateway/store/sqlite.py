@@ -21,7 +21,6 @@ from responses_gateway.status import IN_PROGRESS, QUEUED, TERMINAL_STATUSES
 from responses_gateway.store.base import (
     CancelledError,
     ConversationLocked,
-    ConversationStore,
     DuplicateItem,
     Store,
     StoredConversation,
@@ -129,8 +128,9 @@ def _alive(expires_at: int | None, now: float) -> bool:
     return expires_at is None or expires_at > now
 
 
-class SQLiteStore(Store, ConversationStore):
-    """Responses in a local SQLite file; ``retention_days=None`` keeps them until deleted."""
+class SQLiteStore(Store):
+    """Every store role in a local SQLite file; ``retention_days=None`` keeps responses until
+    deleted."""
 
     def __init__(
         self,

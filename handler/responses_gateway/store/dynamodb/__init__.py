@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from responses_gateway.store.base import ConversationStore, Store
+from responses_gateway.store.base import Store
 from responses_gateway.store.dynamodb.codec import INPUT_ITEM_LIMIT, _pack
 from responses_gateway.store.dynamodb.events import _Events
 from responses_gateway.store.dynamodb.table import create_table, make_client
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from responses_gateway.store.dynamodb.usage import DynamoDBUsage
 
 
-class DynamoDBStore(_ToolReads, _Events, Store, ConversationStore):
+class DynamoDBStore(_ToolReads, _Events, Store):
     """Responses and conversations in one DynamoDB table (layout in docs/store.md)."""
 
     _usage: DynamoDBUsage | None = None

@@ -13,7 +13,11 @@ from typing import Any
 
 import orjson
 
-from responses_gateway.store.base import StoredConversation, StoreUnavailable
+from responses_gateway.store.base import (
+    ConversationStore,
+    StoredConversation,
+    StoreUnavailable,
+)
 from responses_gateway.store.dynamodb.codec import (
     CONVERSATION,
     _ConditionFailed,
@@ -31,7 +35,7 @@ from responses_gateway.store.dynamodb_schema import conversation_index_keys
 log = logging.getLogger(__name__)
 
 
-class _Conversations(_Responses):
+class _Conversations(_Responses, ConversationStore):
     """A conversation's record and items: create, read, list, delete."""
 
     @staticmethod

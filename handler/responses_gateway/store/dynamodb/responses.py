@@ -11,7 +11,7 @@ from typing import Any
 
 from responses_gateway.errors import GatewayError
 from responses_gateway.status import TERMINAL_STATUSES
-from responses_gateway.store.base import StoredResponse, StoreUnavailable
+from responses_gateway.store.base import ResponseStore, StoredResponse, StoreUnavailable
 from responses_gateway.store.dynamodb.codec import (
     _TORN_READ_ATTEMPTS,
     INLINE_REQUEST_BYTES,
@@ -42,7 +42,7 @@ from responses_gateway.store.dynamodb_schema import TTL_ATTRIBUTE
 log = logging.getLogger(__name__)
 
 
-class _Responses(_Table):
+class _Responses(_Table, ResponseStore):
     """The Store half: put, get, delete, item lookup, status transitions, leases."""
 
     def check_input_items(self, items: list[dict[str, Any]]) -> None:

@@ -19,6 +19,7 @@ import time
 import zlib
 from typing import Any
 
+from responses_gateway.store.base import ToolReadStore
 from responses_gateway.store.dynamodb.codec import _expired, _n, _s, _split
 from responses_gateway.store.dynamodb.table import _Table
 from responses_gateway.store.dynamodb_schema import TTL_ATTRIBUTE
@@ -51,7 +52,7 @@ def read_keys(tenant: str, partition: list[dict[str, Any]]) -> list[dict[str, An
     return keys
 
 
-class _ToolReads(_Table):
+class _ToolReads(_Table, ToolReadStore):
     """``put_tool_reads`` / ``get_tool_reads`` (store/base.py)."""
 
     async def put_tool_reads(
