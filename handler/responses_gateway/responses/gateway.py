@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from responses_gateway import ids
 from responses_gateway.backends.base import Backend
 from responses_gateway.config import Settings
+from responses_gateway.platform import platform_for
 from responses_gateway.responses import conversations, history
 from responses_gateway.responses.fitting import fit
 from responses_gateway.responses.fitting.limits import CompactionLimits, Departure
@@ -35,6 +36,7 @@ from responses_gateway.translate.sealing import Sealer
 
 if TYPE_CHECKING:
     from responses_gateway.files.service import Files
+    from responses_gateway.platform.base import Platform
     from responses_gateway.translate.request_models import CreateResponseRequest
     from responses_gateway.vectors.service import VectorStores
 
@@ -44,13 +46,17 @@ Reserve = Callable[[StoredResponse], Awaitable[dict[str, Any] | None]]
 
 
 class Gateway:
-    """Process-wide services a response needs: settings, store, backends, sealer, and the
-    live feed of the background responses this process runs."""
+    """Process-wide services a response needs: settings, store, backends, sealer, the
+    platform that builds the other storage engines, and the live feed of the background
+    responses this process runs."""
 
     def __init__(
-        self, settings: Settings, store: Store, backend_for: BackendFactory, sealer: Sealer
+        self, settings: Settings, store: Store, backend_for: BackendFactory, sealer: Sealer,
+        *, platform: Platform | None = None,
     ) -> None:
         self.settings = settings
+        #: the engines of the platform ``settings`` choose (platform/)
+        self.platform = platform or platform_for(settings)
         self.store = store
         self.backend_for = backend_for
         self.sealer = sealer
@@ -69,17 +75,13 @@ class Gateway:
     def files(self) -> Files:
         """The Files API's storage, built on first use (a gateway that never serves files
         never imports its engines; api/file_routes.py uses this one)."""
-        from responses_gateway.files.build import build_files
-
-        return build_files(self.settings)
+        return self.platform.files()
 
     @cached_property
     def vector_stores(self) -> VectorStores:
         """The vector stores, built on first use: one instance for the routes and file_search
         (it owns the ingestion tasks)."""
-        from responses_gateway.vectors.build import build_vector_stores
-
-        return build_vector_stores(self.settings, self.files)
+        return self.platform.vector_stores(self.files)
 
     async def new_job(
         self, body: Any, tenant: str, *, cached: Mapping[str, StoredResponse] | None = None,
