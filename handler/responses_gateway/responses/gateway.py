@@ -23,7 +23,7 @@ from responses_gateway.config import Settings
 from responses_gateway.platform import platform_for
 from responses_gateway.responses import conversations, history
 from responses_gateway.responses.fitting import fit
-from responses_gateway.responses.fitting.limits import CompactionLimits, Departure
+from responses_gateway.responses.fitting.compaction_bounds import CompactionLimits, Departure
 from responses_gateway.responses.job import Job, Persist
 from responses_gateway.responses.local_feed import LocalFeed
 from responses_gateway.store.base import Store, StoredResponse

@@ -2,13 +2,13 @@
 backends, sealer).
 
 Heavy clients (boto3 for DynamoDB and Bedrock) are imported only when configured, and backends
-are created on first use (backends/registry.py), so the streaming entry point starts fast.
+are created on first use (backends/instances.py), so the streaming entry point starts fast.
 """
 
 from __future__ import annotations
 
 from responses_gateway import observability
-from responses_gateway.backends.registry import Backends
+from responses_gateway.backends.instances import Backends
 from responses_gateway.config import Settings
 from responses_gateway.platform import platform_for
 from responses_gateway.responses.gateway import BackendFactory, Gateway
