@@ -29,13 +29,12 @@ from tests.helpers.gateway_server import GatewayServer
 from benchmarks import tool_overhead
 from responses_gateway.api.auth import OPEN_TENANT
 from responses_gateway.config import Settings
-from responses_gateway.files.build import build_files
+from responses_gateway.platform import platform_for
 from responses_gateway.tools.catalog import ToolSpec
 from responses_gateway.tools.file_search.options import Options
 from responses_gateway.tools.file_search.tool import FileSearchTool
 from responses_gateway.tools.server import ServerCall
 from responses_gateway.translate.stream import ResponseTranslator
-from responses_gateway.vectors.build import build_vector_stores
 
 DOCS = {
     "volcano.md": "Volcanoes: magma rises through the crust. Basalt forms when lava cools.",
@@ -47,7 +46,8 @@ QUERY = "how does basalt form"
 
 async def rounds(settings: Settings, store_id: str, calls: int
                  ) -> tuple[list[float], list[float]]:
-    stores = build_vector_stores(settings, build_files(settings))
+    platform = platform_for(settings)
+    stores = platform.vector_stores(platform.files())
     options = Options([store_id], max_num_results=3, tenant=OPEN_TENANT, include_results=True)
     tool = FileSearchTool(options, stores)
     body = options.search_body([QUERY])

@@ -1,4 +1,4 @@
-"""The Backend seam (backends/base.py, backends/registry.py): every capability declared with a
+"""The Backend seam (backends/base.py, backends/instances.py): every capability declared with a
 default, kinds registered in one table that config checks against, and the tracing wrapper
 passing every capability through."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from responses_gateway.backends import registry
+from responses_gateway.backends import instances
 from responses_gateway.backends import traced as traced_module
 from responses_gateway.backends.base import Backend, BackendRequest, BaseBackend, Chunk
 from responses_gateway.config import Settings, settings_from_env
@@ -99,9 +99,9 @@ def test_the_tracing_wrapper_passes_every_capability_through() -> None:
     assert "__getattr__" not in vars(type(traced))  # declared, not discovered
 
 
-@pytest.mark.parametrize("kind", registry.KINDS)
+@pytest.mark.parametrize("kind", instances.KINDS)
 def test_every_registered_kind_builds_from_settings(kind: str) -> None:
-    backend = registry.make(kind, Settings(bedrock_region="us-east-1"))
+    backend = instances.make(kind, Settings(bedrock_region="us-east-1"))
     assert isinstance(backend, BaseBackend) and backend.name == kind
 
 

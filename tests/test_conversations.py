@@ -27,10 +27,10 @@ from pydantic import TypeAdapter
 
 from responses_gateway import observability
 from responses_gateway.errors import GatewayError
+from responses_gateway.platform import platform_for
 from responses_gateway.responses import conversations
 from responses_gateway.responses.conversations import MAX_ITEMS_PER_WRITE
 from responses_gateway.store.base import StoredConversation, StoredResponse
-from responses_gateway.store.build import build_store
 from responses_gateway.translate.request_models import parse_create_request
 from tests.helpers.e2e import MODEL, check_response, check_stream, e2e_settings, sdk_events
 from tests.helpers.gateway_server import GatewayServer
@@ -416,7 +416,7 @@ def test_ten_thousand_items_page_in_order(
     count = 2_000 if gateway.settings.store.startswith("dynamodb") else 10_000
 
     async def seed() -> None:  # a store of its own on the same database, as another process
-        store = build_store(gateway.settings)
+        store = platform_for(gateway.settings).store()
         try:
             for start in range(0, count, 1000):
                 await store.append_conversation_items(conv.id, tenant, [  # type: ignore[attr-defined]

@@ -25,8 +25,8 @@ from openai import OpenAI
 from responses_gateway.backends.bedrock import BedrockBackend
 from responses_gateway.backends.bedrock.images import MediaFetcher
 from responses_gateway.config import Settings, settings_from_env
+from responses_gateway.platform import platform_for
 from responses_gateway.responses.gateway import Gateway
-from responses_gateway.store.build import build_store
 from responses_gateway.translate.sealing import Sealer
 from tests.helpers.e2e import (
     TIME_TOOL,
@@ -1022,7 +1022,7 @@ def guarded(fake: FakeBedrock, tmp_path_factory: pytest.TempPathFactory
         region="us-east-1", endpoint_url=fake.url, max_attempts=1,
         image_fetcher=MediaFetcher(resolver=table_resolver,
                                    allow_hosts=frozenset({"127.0.0.1"})))
-    gateway = Gateway(settings, build_store(settings), lambda kind: backend,
+    gateway = Gateway(settings, platform_for(settings).store(), lambda kind: backend,
                       Sealer.from_secret(None))
     with GatewayServer(settings, gateway=gateway) as server, client_for(server) as client:
         yield server, client

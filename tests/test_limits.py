@@ -22,8 +22,8 @@ from openai import OpenAI
 from websockets.sync.client import connect
 
 from responses_gateway.config import Settings, SettingsError, settings_from_env
+from responses_gateway.key_limits import parse_limits
 from responses_gateway.limiter import duration, estimate_of
-from responses_gateway.limits import parse_limits
 from responses_gateway.token_estimate import estimate_chat
 from tests.helpers.gateway_process import GatewayProcess
 from tests.helpers.gateway_server import GatewayServer
@@ -415,7 +415,7 @@ def test_limits_setting_is_checked_at_start() -> None:
         {"default": {"tokens_per_minute": 9}, TENANT: {"requests_per_minute": 2}})}).limits
     assert rule.for_tenant(TENANT).tokens_per_minute == 9  # a key's entry keeps the default's
     assert rule.for_tenant("t_other").requests_per_minute == 0
-    assert settings_from_env({}).limits is None  # unset: limits.py is not even imported
+    assert settings_from_env({}).limits is None  # unset: key_limits.py is not even imported
 
 
 def test_reset_durations_as_openai_spells_them() -> None:

@@ -18,7 +18,7 @@ import pytest
 from openai import OpenAI
 
 from responses_gateway.config import Settings
-from responses_gateway.limits import parse_limits
+from responses_gateway.key_limits import parse_limits
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.moto_server import (
     sqlite_or_dynamodb,

@@ -227,7 +227,7 @@ def test_a_file_left_in_progress_is_reingested_while_the_gateway_runs(
     """A gateway stops mid-ingestion and the next one starts before the file's lease ran out:
     the running gateway claims it once the lease runs out and ingests it, with no vector store
     request at all (the engine is read beside it)."""
-    from responses_gateway.vectors.build import _engine
+    from responses_gateway.platform import platform_for
 
     with storage_settings(engine, tmp_path) as storage:
         settings = Settings(upstream_url="http://127.0.0.1:9/v1", embedding_url=embeddings.base_url,
@@ -242,7 +242,7 @@ def test_a_file_left_in_progress_is_reingested_while_the_gateway_runs(
             first._server.force_exit = True  # stop without waiting for the ingestion task
         embeddings.resume()
         with GatewayServer(settings):  # its lease (2 s) has not run out yet
-            engine_ = _engine(settings, settings.store.partition(":")[2])
+            engine_ = platform_for(settings).vector_engine()
             started = time.monotonic()
             while (row := asyncio.run(engine_.file("default", vs.id, f.id)))["status"] \
                     == "in_progress":

@@ -32,7 +32,7 @@ __all__ = ["Route", "Settings", "SettingsError", "settings_from_env"]
 
 if TYPE_CHECKING:
     from responses_gateway.backends.route_config import Routes
-    from responses_gateway.limits import Limits
+    from responses_gateway.key_limits import Limits
 
 T = TypeVar("T", int, float)
 
@@ -243,8 +243,8 @@ def _parsed(name: str, parse: Callable[[str], T], text: str) -> T:
 
 
 def _limits(text: str) -> Limits:
-    """GATEWAY_LIMITS (limits.py, imported only when it is set)."""
-    from responses_gateway.limits import parse_limits
+    """GATEWAY_LIMITS (key_limits.py, imported only when it is set)."""
+    from responses_gateway.key_limits import parse_limits
 
     return parse_limits(text)
 

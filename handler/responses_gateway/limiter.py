@@ -12,7 +12,7 @@ it span model turns reserves each further turn's input too (``reserve_turn``), i
 windows; its output across turns is bounded by ``max_output_tokens`` (responses/turns.py),
 which the create reserved.
 
-The rules are GATEWAY_LIMITS (limits.py). No rule, no store call.
+The rules are GATEWAY_LIMITS (key_limits.py). No rule, no store call.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ logger = logging.getLogger("responses_gateway")
 if TYPE_CHECKING:  # loaded with GATEWAY_LIMITS, and the ledger with the first request
     from collections.abc import Awaitable, Callable
 
-    from responses_gateway.limits import Limits, Rule, Windows
+    from responses_gateway.key_limits import Limits, Rule, Windows
     from responses_gateway.store.base import Store, StoredResponse
     from responses_gateway.store.usage import Counts, UsageEntry
 

@@ -57,7 +57,7 @@ class Settings:
     api_keys: tuple[str, ...] = field(default=(), repr=False)
     # Admin keys (GATEWAY_ADMIN_KEYS): the admin routes and the dashboard, never a tenant's.
     admin_keys: tuple[str, ...] = field(default=(), repr=False)
-    limits: Any = None  # limits.py Limits: per-key limits and budgets (GATEWAY_LIMITS, limits.py)
+    limits: Any = None  # key_limits.py Limits: per-key limits and budgets (GATEWAY_LIMITS)
     retention_days: int = 30
     seal_key: str | None = field(default=None, repr=False)
     reasoning_input: str | None = None  # reasoning sent back upstream: None, "reasoning_content"
@@ -121,8 +121,8 @@ class Settings:
     max_conversation_items: int = 10_000
     max_conversation_bytes: int = 64 * 1024 * 1024
     max_stored_response_bytes: int = 32 * 1024 * 1024
-    # What one compaction may cost (responses/fitting/limits.py; 0: no limit): summarising
-    # calls upstream, bytes of the items it reads.
+    # What one compaction may cost (responses/fitting/compaction_bounds.py; 0: no limit):
+    # summarising calls upstream, bytes of the items it reads.
     max_compaction_calls: int = 16
     max_compaction_input_bytes: int = 20 * 1024 * 1024
     # Files and vector stores (files/, vectors/): the bucket of file bytes in AWS, the largest

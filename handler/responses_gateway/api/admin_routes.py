@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from responses_gateway.api.common import JSON, gateway_of, int_param
 from responses_gateway.errors import invalid_request, not_found
-from responses_gateway.limits import NO_LIMITS
+from responses_gateway.key_limits import NO_LIMITS
 from responses_gateway.responses.conversations import store_of
 from responses_gateway.store.usage import COUNTERS, DAY, HOUR, UsageRow, UsageStore
 

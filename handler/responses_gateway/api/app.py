@@ -128,7 +128,7 @@ def create_app(
         # expired Files and Uploads of every tenant (local store: AWS reclaims per tenant)
         sweep = asyncio.ensure_future(file_routes.sweep_expired(
             app, settings.file_sweep_seconds)) if settings.file_sweep_seconds > 0 \
-            and settings.store.startswith("sqlite:") else None
+            and app.state.gateway.platform.sweeps_expired_files else None
         reclaim = startup.reclaim_vector_files(app.state.gateway)
         try:
             yield

@@ -3,8 +3,9 @@
 After the route has read the body, the next ASGI message is ``http.disconnect`` when the client
 goes away (uvicorn; Mangum sends it only once the answer is complete). The watch turns it into
 a future resolved with starlette's :class:`ClientDisconnect` (the app answers that with a 499
-and no log), which the work waits on beside its own (responses/fitting/limits.py) and so stops
-at once. A streamed answer has its own watch (sse_response.py): this one ends before it starts.
+and no log), which the work waits on beside its own (responses/fitting/compaction_bounds.py)
+and so stops at once. A streamed answer has its own watch (sse_response.py): this one ends
+before it starts.
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from starlette.datastructures import FormData, UploadFile
@@ -199,11 +198,10 @@ async def sweep_expired(app: Starlette, every: float) -> None:
     """Every ``every`` seconds remove every tenant's expired Files and Uploads with their
     bytes (``GATEWAY_FILE_SWEEP_SECONDS``; the local store, whose folder exists: the AWS
     engines reclaim a tenant's as it is served). Runs for the app's life (api/app.py)."""
-    target = app.state.settings.store.partition(":")[2]
-    folder = Path((target or "gateway.db") + ".files")
+    platform = app.state.gateway.platform
     while True:
         await asyncio.sleep(every)
-        if not folder.exists():
+        if not platform.files_stored():
             continue  # no file was ever stored: nothing to build the engines for
         try:
             removed = await uploads_for(app).files.reclaim(None)

@@ -13,6 +13,7 @@ from typing import Any
 
 from responses_gateway.config import Settings
 from responses_gateway.observability import scrub
+from responses_gateway.platform import platform_for
 
 logger = logging.getLogger("responses_gateway.startup")
 _CHECK_SECONDS = 5.0
@@ -36,7 +37,7 @@ def summary(settings: Settings) -> dict[str, Any]:
         "upstream_url": shown_upstream(settings),
         "upstream_dialect": settings.upstream_dialect,
         "bedrock_region": settings.bedrock_region,
-        "store": settings.store,
+        "store": platform_for(settings).shown,
         "auth": "on" if settings.api_keys else "off",
         "api_keys": len(settings.api_keys),
         "mapped_models": sorted(settings.model_map),
@@ -102,9 +103,7 @@ def reclaim_vector_files(gateway: Any) -> asyncio.Task[None] | None:
     when this storage has no vector stores. It sleeps first: the vector stores are built on
     its first look, not while the gateway starts, and a lifespan run per call (Mangum) ends
     before it looks (there, vector store requests look instead)."""
-    from responses_gateway.vectors.build import vector_stores_available
-
-    if not vector_stores_available(gateway.settings):
+    if not gateway.platform.has_vector_stores:
         return None
 
     async def run() -> None:

@@ -29,7 +29,7 @@ what it has and callers never ask which backend they hold:
 - ``list_models``: the upstream's models, as OpenAI model objects.
 
 A new backend is one module with a class that has ``from_settings``, registered by one line in
-backends/registry.py.
+backends/instances.py.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ class BaseBackend:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> BaseBackend:
-        """The backend configured by ``settings`` (what backends/registry.py calls)."""
+        """The backend configured by ``settings`` (what backends/instances.py calls)."""
         raise NotImplementedError(f"{cls.__name__} cannot be built from settings")
 
     def stream(self, request: BackendRequest) -> AsyncIterator[list[Chunk]]:

@@ -1,7 +1,7 @@
 """The backend kinds ``GATEWAY_BACKEND`` and model-map prefixes (``bedrock:…``) may name.
 
 One line per backend: its kind and the class that builds it (``from_settings``). Kept apart
-from backends/registry.py so config.py can check a kind without importing any backend.
+from backends/instances.py so config.py can check a kind without importing any backend.
 """
 
 #: kind -> "module:Class" of a :class:`~responses_gateway.backends.base.BaseBackend`.
@@ -11,5 +11,5 @@ REGISTERED: dict[str, str] = {
 }
 KINDS: tuple[str, ...] = tuple(REGISTERED)
 #: A routed client model's backend key is this prefix and the model name (``route:claude``):
-#: backends/registry.py builds a backends/router.py Router for it (GATEWAY_ROUTES).
+#: backends/instances.py builds a backends/router.py Router for it (GATEWAY_ROUTES).
 ROUTE_PREFIX = "route:"

@@ -96,8 +96,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _store_init(table: str | None) -> int:
     if table is None:
-        kind, _, target = os.environ.get("GATEWAY_STORE", "").partition(":")
-        table = target if kind == "dynamodb" else None
+        from responses_gateway.platform import dynamodb_table
+
+        table = dynamodb_table(os.environ.get("GATEWAY_STORE", ""))
     if not table:
         print("give --table NAME or set GATEWAY_STORE=dynamodb:NAME", file=sys.stderr)
         return 2

@@ -30,7 +30,7 @@ import orjson
 from responses_gateway.api.auth import Authenticator
 from responses_gateway.api.ws_remembered import Remembered
 from responses_gateway.api.ws_session import Event, Session, response_in_progress
-from responses_gateway.config import Settings, settings_from_env
+from responses_gateway.config import settings_from_env
 from responses_gateway.errors import GatewayError
 from responses_gateway.responses.gateway import Gateway
 from responses_gateway.store.base import StoredResponse
@@ -50,8 +50,8 @@ async def _handle(event: dict[str, Any]) -> dict[str, Any]:
     ctx = event["requestContext"]
     route, connection_id = ctx["routeKey"], ctx["connectionId"]
     gateway = _get_gateway()
-    table = Connections(_table_name(gateway.settings),
-                        _client("dynamodb", os.environ.get("AWS_ENDPOINT_URL_DYNAMODB")))
+    table = gateway.platform.connections(
+        _client("dynamodb", os.environ.get("AWS_ENDPOINT_URL_DYNAMODB")))
     if route == "$connect":
         headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
         try:
@@ -87,13 +87,6 @@ def _get_gateway() -> Gateway:
 
         _gateway = build_gateway(settings_from_env())
     return _gateway
-
-
-def _table_name(settings: Settings) -> str:
-    kind, _, table = settings.store.partition(":")
-    if kind != "dynamodb" or not table:
-        raise RuntimeError("the WebSocket function needs GATEWAY_STORE=dynamodb:TABLE")
-    return table
 
 
 def _client(service: str, endpoint_url: str | None = None) -> Any:

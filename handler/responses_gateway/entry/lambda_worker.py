@@ -82,11 +82,10 @@ async def _handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
 async def _ingest(event: dict[str, Any]) -> dict[str, Any]:
     global _vector_stores
     if _vector_stores is None:
-        from responses_gateway.files.build import build_files
-        from responses_gateway.vectors.build import build_vector_stores
+        from responses_gateway.platform import platform_for
 
-        settings = settings_from_env()
-        _vector_stores = build_vector_stores(settings, build_files(settings))
+        platform = platform_for(settings_from_env())
+        _vector_stores = platform.vector_stores(platform.files())
     tenant, store_id, file_id = event["tenant"], event["store_id"], event["file_id"]
     status = await _vector_stores.ingest(tenant, store_id, file_id)
     return {"file_id": file_id, "vector_store_id": store_id, "status": status}

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 from responses_gateway import ids
 from responses_gateway.backends.base import Backend
 from responses_gateway.config import Settings
+from responses_gateway.platform import platform_for
 from responses_gateway.responses import conversations, history
 from responses_gateway.responses.fitting import fit
-from responses_gateway.responses.fitting.limits import CompactionLimits, Departure
+from responses_gateway.responses.fitting.compaction_bounds import CompactionLimits, Departure
 from responses_gateway.responses.job import Job, Persist
 from responses_gateway.responses.local_feed import LocalFeed
 from responses_gateway.store.base import Store, StoredResponse
@@ -39,6 +40,7 @@ logger = logging.getLogger("responses_gateway")
 if TYPE_CHECKING:
     from responses_gateway.files.service import Files
     from responses_gateway.files.uploads import Uploads
+    from responses_gateway.platform.base import Platform
     from responses_gateway.translate.request_models import CreateResponseRequest
     from responses_gateway.vectors.service import VectorStores
 
@@ -48,13 +50,17 @@ Reserve = Callable[[StoredResponse], Awaitable[dict[str, Any] | None]]
 
 
 class Gateway:
-    """Process-wide services a response needs: settings, store, backends, sealer, and the
-    live feed of the background responses this process runs."""
+    """Process-wide services a response needs: settings, store, backends, sealer, the
+    platform that builds the other storage engines, and the live feed of the background
+    responses this process runs."""
 
     def __init__(
-        self, settings: Settings, store: Store, backend_for: BackendFactory, sealer: Sealer
+        self, settings: Settings, store: Store, backend_for: BackendFactory, sealer: Sealer,
+        *, platform: Platform | None = None,
     ) -> None:
         self.settings = settings
+        #: the engines of the platform ``settings`` choose (platform/)
+        self.platform = platform or platform_for(settings)
         self.store = store
         self.backend_for = backend_for
         self.sealer = sealer
@@ -76,10 +82,8 @@ class Gateway:
         built with it: its reclaim of expired Uploads joins the Files' own, so a tenant's
         expired parts give their bytes back before any write is refused for quota, whichever
         API this process served first."""
-        from responses_gateway.files.build import build_files, build_uploads
-
-        files = build_files(self.settings)
-        self.__dict__["uploads"] = build_uploads(self.settings, files)
+        files = self.platform.files()
+        self.__dict__["uploads"] = self.platform.uploads(files)
         return files
 
     @cached_property
@@ -94,9 +98,7 @@ class Gateway:
     def vector_stores(self) -> VectorStores:
         """The vector stores, built on first use: one instance for the routes and file_search
         (it owns the ingestion tasks)."""
-        from responses_gateway.vectors.build import build_vector_stores
-
-        return build_vector_stores(self.settings, self.files)
+        return self.platform.vector_stores(self.files)
 
     async def new_job(
         self, body: Any, tenant: str, *, cached: Mapping[str, StoredResponse] | None = None,

@@ -1,17 +1,18 @@
-"""The composition root: the process-wide gateway built from settings (store, backends, sealer).
+"""The composition root: the process-wide gateway built from settings (the platform's store,
+backends, sealer).
 
 Heavy clients (boto3 for DynamoDB and Bedrock) are imported only when configured, and backends
-are created on first use (backends/registry.py), so the streaming entry point starts fast.
+are created on first use (backends/instances.py), so the streaming entry point starts fast.
 """
 
 from __future__ import annotations
 
 from responses_gateway import observability
-from responses_gateway.backends.registry import Backends
+from responses_gateway.backends.instances import Backends
 from responses_gateway.config import Settings
+from responses_gateway.platform import platform_for
 from responses_gateway.responses.gateway import BackendFactory, Gateway
 from responses_gateway.store.base import Store
-from responses_gateway.store.build import build_store
 from responses_gateway.translate.sealing import Sealer
 
 
@@ -20,10 +21,12 @@ def build_gateway(
 ) -> Gateway:
     """The gateway for ``settings``; ``store`` and ``backends`` replace the configured ones."""
     observability.configure(settings)
-    store = store or observability.trace_store(build_store(settings))
+    platform = platform_for(settings)
+    store = store or observability.trace_store(platform.store())
     return Gateway(
         settings,
         store,
         backends or Backends(settings, health=store.health_store),
         Sealer.from_secret(settings.seal_key),
+        platform=platform,
     )

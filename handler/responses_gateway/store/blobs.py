@@ -34,7 +34,6 @@ import tempfile
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -198,19 +197,6 @@ class S3Blobs(Blobs):
                         raise OSError(f"S3 kept {len(answer['Errors'])} blob(s) of {owner}")
 
         await asyncio.to_thread(delete)
-
-
-def blobs_for(settings: Any) -> Blobs:
-    """Where this deployment keeps large values: S3 (``GATEWAY_IMAGE_BUCKET``), else beside
-    the SQLite file (``<path>.blobs/``), else in memory."""
-    if settings.image_bucket:
-        return S3Blobs(settings.image_bucket)
-    kind, _, path = settings.store.partition(":")
-    if kind == "sqlite" and path and path != ":memory:":
-        blobs = DirectoryBlobs(f"{path}.blobs")
-        blobs.sweep(getattr(settings, "retention_days", None))  # as SQLite purges on open
-        return blobs
-    return MemoryBlobs()
 
 
 # -- moving values out and back -----------------------------------------------------------------
@@ -506,12 +492,3 @@ class BlobbedStore(StoreWrapper):
             await self._delete_owner(owner_key(conversation_id, item_id))
         return await self._inner.delete_conversation_item(
             conversation_id, tenant, item_id)
-
-
-def with_blobs(store: Store, settings: Any,
-               blobs: Callable[[Any], Blobs] = blobs_for) -> Store:
-    """``store`` with large values kept beside it, when this deployment makes them (an image
-    backend is configured); else ``store`` itself."""
-    if getattr(settings, "image_backend", None) is None:
-        return store
-    return BlobbedStore(store, blobs(settings))

@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from responses_gateway.limits import Caps, Limits, Windows
+from responses_gateway.key_limits import Caps, Limits, Windows
 
 HOUR = 3600
 DAY = 86400

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from responses_gateway.platform import vector_stores_available
 from responses_gateway.tools.catalog import ToolCatalog
 from responses_gateway.tools.server import (
     Event,
@@ -26,7 +27,6 @@ from responses_gateway.tools.server import (
     ServerCall,
     ServerTool,
 )
-from responses_gateway.vectors.build import vector_stores_available
 
 
 @dataclass(frozen=True, slots=True)

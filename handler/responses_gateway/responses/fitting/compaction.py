@@ -7,7 +7,8 @@ The summary comes from one non-streaming chat call to the request's own model th
 backend, the window rendered as for a create (to_chat.py, earlier compaction items included)
 with :data:`SUMMARY_PROMPT` after it. A window larger than the model can read is summarised in
 consecutive parts, cut where cuts.py allows, each part's summary carried into the next, within
-the bounds of limits.py (input size, summarising calls, time; it stops when its client leaves).
+the bounds of compaction_bounds.py (input size, summarising calls, time; it stops when its
+client leaves).
 The output follows OpenAI's: "a list of all user messages, followed by a single compaction
 item"; when the context window is known, the user messages kept are the newest that fit in a
 quarter of it (the latest always), the others being in the summary.
@@ -28,8 +29,12 @@ from responses_gateway.backends.base import Backend, BackendRequest
 from responses_gateway.config import Route
 from responses_gateway.errors import UpstreamError
 from responses_gateway.responses.fitting import tokens
+from responses_gateway.responses.fitting.compaction_bounds import (
+    CompactionLimits,
+    Departure,
+    bounded,
+)
 from responses_gateway.responses.fitting.cuts import Cuts, cut_points
-from responses_gateway.responses.fitting.limits import CompactionLimits, Departure, bounded
 from responses_gateway.token_estimate import estimate
 from responses_gateway.translate import compaction_items
 from responses_gateway.translate.response_object import usage_from_chat
@@ -83,9 +88,9 @@ async def compact(
     """Summarise ``items`` (the whole conversation, earlier compaction items included);
     ``reads``: what server tools' calls among them gave the model (tools/reads.py).
 
-    Within ``limits`` (limits.py): the input's size and the summarising calls its parts need
-    are checked before the first call; the time it takes and its client leaving (``left``)
-    cancel the call under way.
+    Within ``limits`` (compaction_bounds.py): the input's size and the summarising calls its
+    parts need are checked before the first call; the time it takes and its client leaving
+    (``left``) cancel the call under way.
     """
     limits = limits or CompactionLimits()
     unseal = partial(sealer.unseal, tenant=tenant)

@@ -15,7 +15,7 @@ for the model, for everything before it) and then:
 
 A ``compaction_trigger`` as the final input item compacts everything before it whatever the
 threshold, and the compaction item is then the response's only output (``model_runs``).
-Compaction is bounded (limits.py); its summarising calls' usage goes into the response's.
+Compaction is bounded (compaction_bounds.py); its summarising calls' usage goes into the response's.
 
 Without a known window (windows.py) and without ``context_management`` this costs nothing
 beyond the render. Counts are exact where the backend counts (tokens.py); the estimate screens
@@ -33,8 +33,8 @@ from responses_gateway.backends.base import Backend
 from responses_gateway.config import Route
 from responses_gateway.errors import GatewayError, invalid_request
 from responses_gateway.responses.fitting import compaction, tokens, vision
+from responses_gateway.responses.fitting.compaction_bounds import CompactionLimits, Departure
 from responses_gateway.responses.fitting.cuts import Cuts
-from responses_gateway.responses.fitting.limits import CompactionLimits, Departure
 from responses_gateway.responses.fitting.windows import ContextWindows
 from responses_gateway.token_estimate import estimate, estimate_chat
 from responses_gateway.translate import compaction_items
@@ -79,7 +79,8 @@ class Fitting:
     ``windows``: the operator's context windows by model name (``GATEWAY_CONTEXT_WINDOWS``);
     ``reasoning_input``: the operator's ``GATEWAY_REASONING_INPUT``, which each backend may
     overrule (``Backend.reasoning_input``); ``limits``: what one compaction may cost
-    (limits.py); ``vision``: ``GATEWAY_VISION_MODELS`` (vision.py: which models read images).
+    (compaction_bounds.py); ``vision``: ``GATEWAY_VISION_MODELS`` (vision.py: which models
+    read images).
     """
 
     def __init__(
@@ -121,7 +122,7 @@ class Fitting:
     ) -> Fitted:
         """The chat body for ``items`` (history and this turn's input), fitted to the model.
         ``new_catalog`` makes the tool catalog each render fills (to_chat.py); ``left``: the
-        client's departure, which stops a foreground create's compaction (limits.py);
+        client's departure, which stops a foreground create's compaction (compaction_bounds.py);
         ``reads``: what server tools' calls among the items gave the model (tools/reads.py)."""
         render = self._renderer(req, route, items, tenant, new_catalog, reads)
         fitted = render()
