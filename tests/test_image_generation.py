@@ -10,8 +10,10 @@ first image, which the fakes' colours make visible (tests/helpers/image_servers.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -583,6 +585,39 @@ def test_a_slow_image_model_is_a_timeout(images_server: FakeImagesServer) -> Non
     finally:
         images_server.delay = 0.0
     assert caught.value.code == "timeout"
+
+
+def _images_counted(settings: Any) -> int:
+    """The usage ledger's ``image_generations`` over the last day, read through a second
+    gateway on the same database (the running one's store belongs to its event loop)."""
+    from responses_gateway.responses.services import build_gateway
+
+    async def read() -> int:
+        gateway = build_gateway(settings)
+        try:
+            ledger = gateway.store.usage_store()
+            assert ledger is not None
+            now = int(time.time())
+            rows = await ledger.buckets(now - 86400, now + 3600)
+            return sum(row.counts.get("image_generations", 0) for row in rows)
+        finally:
+            await gateway.aclose()
+
+    return asyncio.run(read())
+
+
+def test_a_drawn_image_counts_in_the_usage_ledger(client: OpenAI,
+                                                  gateway: GatewayServer) -> None:
+    """The ledger's ``image_generations`` counter is the image tool's registration's
+    (``ItemType.counter``), counted as the response's job ends."""
+    before = _images_counted(gateway.settings)
+    response = check_response(client.responses.create(
+        model="m", input=draw("a lighthouse", "ledger-1"), tools=[{"type": "image_generation"}]))
+    assert image_call(response)["status"] == "completed"
+    deadline = time.monotonic() + 30  # counted when the job closes, just after the answer
+    while _images_counted(gateway.settings) == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _images_counted(gateway.settings) == before + 1
 
 
 # -- the request side: echo, GATEWAY_HOSTED_TOOLS=reject, tool_choice, items in the input --------

@@ -18,6 +18,7 @@ from responses_gateway.config import Settings, SettingsError, settings_from_env
 from responses_gateway.errors import GatewayError
 from responses_gateway.responses.services import build_gateway
 from responses_gateway.store.usage import UsageEntry
+from responses_gateway.tools.registry import ITEM_COUNTERS
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.moto_server import create_dynamodb_table, use_moto
 from tests.helpers.scripted_upstream import ScriptedUpstream
@@ -156,7 +157,8 @@ async def _record_twice(settings: Settings) -> list[bool]:
             "usage": {"input_tokens": 11, "output_tokens": 7,
                       "input_tokens_details": {"cached_tokens": 3},
                       "output_tokens_details": {"reasoning_tokens": 2}}}
-        entry = UsageEntry.of(response, tenant="t_x", model="m", status="completed")
+        entry = UsageEntry.of(response, tenant="t_x", model="m", status="completed",
+                              counters=ITEM_COUNTERS)  # the server tools' counters
         results = await asyncio.gather(*(ledger.record(entry, None) for _ in range(5)))
         rows = await ledger.buckets(entry.hour, entry.hour + 1)
         assert len(rows) == 1

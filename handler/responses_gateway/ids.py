@@ -1,5 +1,6 @@
 """The one place that mints ids: ``resp_``, ``msg_``, ``fc_``, ``rs_``, ``call_``, ``cmp_``, item
-ids, and the ``req_`` id of the HTTP request being served.
+ids, and the ``req_`` id of the HTTP request being served. A server tool's items' prefixes are
+its registration's (tools/declaration.py ``ItemType.id_prefix``), minted here too.
 
 OpenAI ids are a prefix and 48 hex characters; clients sometimes check the prefix, never the rest.
 """
@@ -21,10 +22,7 @@ MCP_LIST_TOOLS = "mcpl_"
 MCP_CALL = "mcp_"
 MCP_APPROVAL_REQUEST = "mcpr_"
 MCP_APPROVAL_RESPONSE = "mcpa_"
-WEB_SEARCH_CALL = "ws_"
-FILE_SEARCH_CALL = "fs_"
 COMPACTION = "cmp_"
-IMAGE_GENERATION_CALL = "ig_"
 # Calls of the tools the client runs (tools/client_tools.py), and their outputs.
 SHELL_CALL = "sh_"
 SHELL_CALL_OUTPUT = "sho_"

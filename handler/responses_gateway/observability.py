@@ -225,14 +225,17 @@ class RequestContext:
 class ResponseMetrics:
     """One response's timings; reported once, when its job closes."""
 
-    __slots__ = ("content", "done", "entry", "ledger", "model", "reserved", "started", "stored",
-                 "tenant", "ttft_ms", "waiting")
+    __slots__ = ("content", "counters", "done", "entry", "ledger", "model", "reserved",
+                 "started", "stored", "tenant", "ttft_ms", "waiting")
 
     def __init__(self, response: str, model: str, *, stream: bool, content: Any = None,
                  tenant: str | None = None, ledger: UsageStore | None = None,
-                 stored: bool = False, reserved: Any = None) -> None:
+                 stored: bool = False, reserved: Any = None,
+                 counters: dict[str, str] | None = None) -> None:
         self.tenant = tenant  # with ``ledger``: the response's usage is counted (account())
         self.ledger = ledger
+        #: the ledger's counters its output items add to, by item type (UsageEntry.of)
+        self.counters = counters
         self.reserved = reserved  # the tokens its key's limits reserved (store/usage.py)
         self.stored = stored
         self.entry: UsageEntry | None = None
@@ -294,7 +297,8 @@ class ResponseMetrics:
             from responses_gateway.store.usage import UsageEntry
 
             self.entry = UsageEntry.of(response, tenant=self.tenant, model=self.model,
-                                       status=status, stored=self.stored)
+                                       status=status, stored=self.stored,
+                                       counters=self.counters)
         if in_lambda() and not _truthy(os.environ.get("POWERTOOLS_METRICS_DISABLED")):
             try:
                 _emit(self.model, self.ttft_ms, duration_ms, usage, error_type)

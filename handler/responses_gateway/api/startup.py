@@ -14,6 +14,7 @@ from typing import Any
 from responses_gateway.config import Settings
 from responses_gateway.observability import scrub
 from responses_gateway.platform import platform_for
+from responses_gateway.tools import registry
 
 logger = logging.getLogger("responses_gateway.startup")
 _CHECK_SECONDS = 5.0
@@ -42,7 +43,7 @@ def summary(settings: Settings) -> dict[str, Any]:
         "api_keys": len(settings.api_keys),
         "mapped_models": sorted(settings.model_map),
         "hosted_tools": settings.hosted_tools,
-        "mcp_allow_hosts": list(settings.mcp_allow_hosts),
+        **registry.start_line(settings),
         "background": "worker function" if settings.worker_function else "in process",
         "log_level": settings.log_level,
         "debug_log_content": settings.debug_log_content,

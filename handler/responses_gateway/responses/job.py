@@ -32,7 +32,7 @@ from responses_gateway.store.base import CancelledError as StoreCancelled
 from responses_gateway.store.base import Store, StoredResponse, StoreUnavailable
 from responses_gateway.tools import reads as tool_reads
 from responses_gateway.tools.catalog import specs_from_record
-from responses_gateway.tools.registry import ServerTools
+from responses_gateway.tools.registry import ITEM_COUNTERS, ServerTools
 from responses_gateway.tools.server import Rebuild, ServerCall
 from responses_gateway.translate.response_object import response_error
 from responses_gateway.translate.sealing import Sealer
@@ -101,7 +101,7 @@ class Job:
         self.metrics = ResponseMetrics(
             record.id, record.response.get("model") or "", stream=stream, content=chat,
             tenant=record.tenant, ledger=gateway.store.usage_store(), stored=store,
-            reserved=record.request.get("reserved"),
+            reserved=record.request.get("reserved"), counters=ITEM_COUNTERS,
         )
         self.chunks: AsyncIterator[list[Chunk]] | None = None  # this model turn's upstream
         self._turns_started = 0  # model turns sent upstream

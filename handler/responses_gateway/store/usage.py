@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -21,14 +22,13 @@ from responses_gateway.key_limits import Caps, Limits, Windows
 
 HOUR = 3600
 DAY = 86400
+#: the counters server tools' output items add to (``ItemType.counter``, tools/declaration.py)
+TOOL_COUNTERS = ("image_generations",)
 #: the counters of a usage bucket, in the order SQLite's columns take
 COUNTERS = (
     "requests", "input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens",
-    "image_generations",
+    *TOOL_COUNTERS,
 )
-#: output item types that are tool calls, counted by type (``tool_calls`` of a bucket)
-_NOT_TOOL_CALLS = frozenset({"message", "reasoning", "compaction", "mcp_list_tools",
-                             "mcp_approval_request"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +52,20 @@ class UsageEntry:
 
     @classmethod
     def of(cls, response: dict[str, Any], *, tenant: str, model: str, status: str,
-           stored: bool = False, endpoint: str = "responses") -> UsageEntry:
+           stored: bool = False, endpoint: str = "responses",
+           counters: Mapping[str, str] | None = None) -> UsageEntry:
+        """``counters``: the counters (:data:`COUNTERS`) output items add one to, by item type
+        (the server tools' registrations say theirs: tools/registry.py ``ITEM_COUNTERS``,
+        which the caller passes, the store sitting below the tools)."""
         usage = response.get("usage") or {}
-        tools: dict[str, int] = {}
+        tools: dict[str, int] = {}  # the tool calls, counted by type
         for item in response.get("output") or ():
             kind = item.get("type") or ""
-            if kind.endswith("_call") and kind not in _NOT_TOOL_CALLS:
+            if kind.endswith("_call"):
                 tools[kind] = tools.get(kind, 0) + 1
+        counted = dict.fromkeys(TOOL_COUNTERS, 0)
+        for kind, counter in (counters or {}).items():
+            counted[counter] = counted.get(counter, 0) + tools.get(kind, 0)
         now = time.time()
         return cls(
             response_id=response.get("id") or "",
@@ -77,7 +84,7 @@ class UsageEntry:
                 "output_tokens": _int(usage.get("output_tokens")),
                 "reasoning_tokens": _int((usage.get("output_tokens_details") or {})
                                          .get("reasoning_tokens")),
-                "image_generations": tools.get("image_generation_call", 0),
+                **counted,
             },
             tool_calls=tools,
             endpoint=endpoint,

@@ -1,5 +1,8 @@
 """Hosted tools: the ones OpenAI runs on its own servers (search, files, a sandbox, images).
 
+The gateway runs some of them itself once configured (server tools that say ``hosted``:
+tools/registry.py); the rest, and those while not configured, follow this policy.
+
 Tools the *client* runs (shell, apply_patch, local_shell, computer, tool_search with
 ``execution: "client"``) are not hosted: the gateway offers them to the model and hands their
 calls to the client (tools/client_tools.py); this policy never touches them.
@@ -15,33 +18,32 @@ work fine without them, while a 400 stops every turn.
 from __future__ import annotations
 
 from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.tools import registry
 
+#: OpenAI's hosted tool types: the catalogue of what only OpenAI runs, and the server tools
+#: OpenAI hosts too (tools/registry.py ``hosted``), hosted while the gateway does not run them.
 HOSTED_TYPES = frozenset({
-    "web_search",
-    "web_search_2025_08_26",
-    "web_search_preview",
-    "web_search_preview_2025_03_11",
-    "file_search",
     "code_interpreter",
-    "image_generation",
     "tool_search",  # with execution "server"; the client's own is tools/client_tools.py's
-})
+}) | registry.HOSTED_TOOL_TYPES
 POLICIES = ("omit", "reject")
-#: Hosted tools the gateway runs once configured (tools/registry.py ``needs``), and the
-#: setting that does it: named in the refusal.
-CONFIGURED_BY = {"image_generation": "GATEWAY_IMAGE_BACKEND"}
 
 
 def refused(kind: str, index: int) -> GatewayError:
-    """The 400 for a hosted tool under ``reject`` (and for any tool type nobody serves)."""
+    """The 400 for a hosted tool under ``reject`` (and for any tool type nobody serves): what
+    the gateway serves, which hosted tools it runs itself and what turns each on."""
+    runs = "; ".join(f"{r.tool_types[0]} when {r.enabled_by}" if r.enabled_by
+                     else r.tool_types[0] for r in registry.REGISTRATIONS if r.hosted)
+    off = registry.registration_of(kind)
     return invalid_request(
-        f"Tool type '{kind}' is not supported by this gateway: hosted tools such as "
-        f"web_search, file_search, code_interpreter or image_generation run inside OpenAI. "
-        f"It serves 'function', 'custom', 'namespace' and 'mcp' tools, the tools the client "
-        f"runs (shell, apply_patch, local_shell, computer, client tool_search) (and "
-        f"leaves hosted tools out for the model when GATEWAY_HOSTED_TOOLS=omit)."
-        + (f" It runs '{kind}' itself when {CONFIGURED_BY[kind]} is set."
-           if kind in CONFIGURED_BY else ""),
+        f"Tool type '{kind}' is not supported by this gateway"
+        + (f" as configured: it runs '{kind}' itself when {off.enabled_by}. "
+           if off is not None and off.enabled_by else
+           ": OpenAI runs it on its own servers. ")
+        + f"It serves 'function', 'custom', 'namespace' and 'mcp' tools, the tools the client "
+        f"runs (shell, apply_patch, local_shell, computer, client tool_search), and runs these "
+        f"hosted tools itself: {runs}. It leaves the other hosted tools out for the model "
+        f"when GATEWAY_HOSTED_TOOLS=omit.",
         param=f"tools[{index}].type",
         code="invalid_value",
     )

@@ -1,22 +1,27 @@
 """Which tools the gateway runs itself, and the set of them one response runs.
 
-One :class:`Registration` per server tool: the request ``tools[].type`` values it serves, the
-kind of the chat functions it offers (:class:`~responses_gateway.tools.catalog.ToolSpec`), the
-item types it owns in history, and where its class lives. Classes are imported on first use,
-so a tool's dependencies (the ``mcp`` SDK) load only for requests that use it.
+Each server tool declares itself in its own package (a :class:`Registration`,
+tools/declaration.py): the request ``tools[].type`` values it serves, the kind of the chat
+functions it offers (:class:`~responses_gateway.tools.catalog.ToolSpec`), its items and their
+ids, its ``tool_choice`` and ``include`` names, its ``tool_usage``, what turns it on, and where
+its class lives. :data:`PACKAGES` lists them; the tables below are what the request models,
+the translator, the start line and the usage ledger read, so no module outside a tool's
+package names the tool. Classes are imported on first use, so a tool's dependencies (the
+``mcp`` SDK, search providers, image backends) load only for requests that use it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import importlib
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from responses_gateway.platform import vector_stores_available
+from responses_gateway import ids
 from responses_gateway.tools.catalog import ToolCatalog
+from responses_gateway.tools.declaration import ItemType, Registration
 from responses_gateway.tools.server import (
     Event,
     HistoryReader,
@@ -28,54 +33,111 @@ from responses_gateway.tools.server import (
     ServerTool,
 )
 
+__all__ = ["ItemType", "Registration", "ServerTools", "register"]
 
-@dataclass(frozen=True, slots=True)
-class Registration:
-    """One server tool as the registry knows it before its module is imported."""
-
-    kind: str  # ToolSpec.kind of the functions it offers the model
-    tool_types: tuple[str, ...]  # the request's tools[].type values it serves
-    item_types: tuple[str, ...]  # the output (and input) item types it makes
-    target: str  # "module:Class", a ServerTool subclass
-    #: a Settings field that must be set for the gateway to run it (else it stays hosted),
-    #: or a test of the settings (file_search: vector stores on this storage)
-    needs: str | Callable[[Any], bool] | None = None
-    #: its calls give the model text their items do not hold (``ServerTool.reads``), kept
-    #: for later requests (tools/reads.py)
-    keeps_reads: bool = False
-
-
-REGISTRATIONS: tuple[Registration, ...] = (
-    Registration(
-        "mcp", ("mcp",),
-        ("mcp_list_tools", "mcp_call", "mcp_approval_request", "mcp_approval_response"),
-        "responses_gateway.tools.mcp_tool:McpServerTool",
-    ),
-    Registration(
-        "web_search", ("web_search", "web_search_2025_08_26", "web_search_preview",
-                       "web_search_preview_2025_03_11"),
-        ("web_search_call",), "responses_gateway.tools.web_search.tool:WebSearchTool",
-        needs="web_search_provider", keeps_reads=True,
-    ),
-    Registration("image_generation", ("image_generation",), ("image_generation_call",),
-                 "responses_gateway.tools.image_generation.tool:ImageGenerationTool",
-                 needs="image_backend"),
-    Registration("file_search", ("file_search",), ("file_search_call",),
-                 "responses_gateway.tools.file_search.tool:FileSearchTool",
-                 needs=vector_stores_available, keeps_reads=True),
+#: Remote MCP servers' tools (tools/mcp.py, tools/mcp_tool.py). Always on; OpenAI's request
+#: model of the ``mcp`` tool and its ``tool_choice`` live with the request models
+#: (translate/request_tools.py).
+MCP = Registration(
+    "mcp", ("mcp",),
+    (ItemType("mcp_list_tools", ids.MCP_LIST_TOOLS, has_status=False,
+              input_fields="responses_gateway.tools.mcp_items:LIST_TOOLS"),
+     ItemType("mcp_call", ids.MCP_CALL, input_fields="responses_gateway.tools.mcp_items:CALL"),
+     ItemType("mcp_approval_request", ids.MCP_APPROVAL_REQUEST, has_status=False,
+              input_fields="responses_gateway.tools.mcp_items:APPROVAL_REQUEST"),
+     ItemType("mcp_approval_response", ids.MCP_APPROVAL_RESPONSE, has_status=False,
+              input_fields="responses_gateway.tools.mcp_items:APPROVAL_RESPONSE")),
+    "responses_gateway.tools.mcp_tool:McpServerTool",
+    hosted=False, start_line=("mcp_allow_hosts",),
+)
+#: The packages of the other server tools, each declaring its ``REGISTRATION``
+#: (tools/declaration.py): adding a tool is its package and one line here.
+PACKAGES = (
+    "responses_gateway.tools.image_generation",
+    "responses_gateway.tools.web_search",
+    "responses_gateway.tools.file_search",
 )
 
+REGISTRATIONS: tuple[Registration, ...] = ()
 #: ToolSpec kinds whose calls the gateway runs (the translator holds them for the turn loop).
-SERVER_KINDS = frozenset(r.kind for r in REGISTRATIONS)
+SERVER_KINDS: frozenset[str] = frozenset()
 #: Request tool types served by a server tool.
-SERVER_TOOL_TYPES = frozenset(t for r in REGISTRATIONS for t in r.tool_types)
+SERVER_TOOL_TYPES: frozenset[str] = frozenset()
+#: Request tool types OpenAI hosts too: hosted tools when the gateway does not run them.
+HOSTED_TOOL_TYPES: frozenset[str] = frozenset()
 #: Item types that belong to a server tool (how they go back to the model: ``read_history``).
-SERVER_ITEM_TYPES = frozenset(t for r in REGISTRATIONS for t in r.item_types)
+SERVER_ITEM_TYPES: frozenset[str] = frozenset()
 #: Item types whose calls' reads are kept (tools/reads.py).
-READ_ITEM_TYPES = frozenset(t for r in REGISTRATIONS if r.keeps_reads for t in r.item_types)
-_BY_KIND = {r.kind: r for r in REGISTRATIONS}
-_BY_TOOL_TYPE = {t: r for r in REGISTRATIONS for t in r.tool_types}
-_BY_ITEM_TYPE = {t: r for r in REGISTRATIONS for t in r.item_types}
+READ_ITEM_TYPES: frozenset[str] = frozenset()
+#: Each server item type, as a registration declares it.
+ITEMS: dict[str, ItemType] = {}
+#: ``tool_choice`` types naming a server tool, and the type a Response echoes for each.
+CHOICES: dict[str, str] = {}
+#: ``include`` values a server tool honours.
+INCLUDES: frozenset[str] = frozenset()
+#: Usage-ledger counters (store/usage.py) by the output item type that adds to them.
+ITEM_COUNTERS: dict[str, str] = {}
+_BY_KIND: dict[str, Registration] = {}
+_BY_TOOL_TYPE: dict[str, Registration] = {}
+_BY_ITEM_TYPE: dict[str, Registration] = {}
+
+
+def register(registration: Registration) -> None:
+    """Add a server tool (its package's ``REGISTRATION``; a test's fake tool) and rebuild the
+    tables above. Modules that copy a table at import (the request models) see a registration
+    made before they are imported."""
+    global REGISTRATIONS, SERVER_KINDS, SERVER_TOOL_TYPES, HOSTED_TOOL_TYPES
+    global SERVER_ITEM_TYPES, READ_ITEM_TYPES, INCLUDES
+    if registration.kind in _BY_KIND:
+        raise ValueError(f"server tool {registration.kind!r} is registered twice")
+    taken = {t for t in registration.tool_types if t in _BY_TOOL_TYPE} | {
+        t for t in registration.item_types if t in _BY_ITEM_TYPE}
+    if taken:
+        raise ValueError(f"{registration.kind!r} claims types already registered: {taken}")
+    REGISTRATIONS = regs = (*REGISTRATIONS, registration)
+    SERVER_KINDS = frozenset(r.kind for r in regs)
+    SERVER_TOOL_TYPES = frozenset(t for r in regs for t in r.tool_types)
+    HOSTED_TOOL_TYPES = frozenset(t for r in regs if r.hosted for t in r.tool_types)
+    SERVER_ITEM_TYPES = frozenset(t for r in regs for t in r.item_types)
+    READ_ITEM_TYPES = frozenset(t for r in regs if r.keeps_reads for t in r.item_types)
+    INCLUDES = frozenset(v for r in regs for v in r.includes)
+    for table in (ITEMS, CHOICES, ITEM_COUNTERS, _BY_KIND, _BY_TOOL_TYPE, _BY_ITEM_TYPE):
+        table.clear()
+    for r in regs:
+        _BY_KIND[r.kind] = r
+        CHOICES.update(r.choices)
+        for t in r.tool_types:
+            _BY_TOOL_TYPE[t] = r
+        for item in r.items:
+            ITEMS[item.type] = item
+            _BY_ITEM_TYPE[item.type] = r
+            if item.counter is not None:
+                ITEM_COUNTERS[item.type] = item.counter
+
+
+register(MCP)
+for _package in PACKAGES:
+    register(importlib.import_module(_package).REGISTRATION)
+
+
+def zero_tool_usage() -> dict[str, Any]:
+    """Every server tool's ``tool_usage`` before any call (fresh copies: callers add to them)."""
+    return {key: copy.deepcopy(zero) for r in REGISTRATIONS for key, zero in r.tool_usage.items()}
+
+
+def start_line(settings: Any) -> dict[str, Any]:
+    """What the start line says about the server tools (api/startup.py)."""
+    shown: dict[str, Any] = {}
+    for r in REGISTRATIONS:
+        for name in r.start_line:
+            value = getattr(settings, name, None)
+            shown[name] = list(value) if isinstance(value, (tuple, frozenset, set)) else value
+    return shown
+
+
+def registration_of(tool_type: str) -> Registration | None:
+    """The server tool serving request tools of ``tool_type``, if any."""
+    return _BY_TOOL_TYPE.get(tool_type)
 
 
 def served(kind: str, settings: Any) -> bool:

@@ -9,8 +9,9 @@ to the model in a later turn or request (``history_reader``, with what the calls
 ``reads``, kept by tools/reads.py).
 
 The loop knows the order (model turn, the calls, the next turn), ``max_tool_calls`` and the
-deadline; a tool knows its own items, events and failures. Adding a tool is one module with
-a :class:`ServerTool` subclass and one line in tools/registry.py.
+deadline; a tool knows its own items, events and failures. Adding a tool is one package with
+a :class:`ServerTool` subclass and its ``REGISTRATION`` (tools/declaration.py), and one line
+in tools/registry.py.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Tag, ValidationError
 from pydantic.fields import FieldInfo
 
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
+from responses_gateway.tools import registry
 
 _TYPE_NAMES = {
     "string_type": "a string",
@@ -39,15 +40,17 @@ _LIMITS = {
     "string_too_short": "min_length", "too_short": "min_length",
     "string_pattern_mismatch": "pattern",
 }
-_SUPPORTED_ITEMS = (
-    "'message', 'function_call', 'function_call_output', 'custom_tool_call', "
-    "'custom_tool_call_output', 'reasoning', 'mcp_list_tools', 'mcp_call', "
-    "'mcp_approval_request', 'mcp_approval_response', 'image_generation_call', "
-    "'shell_call', 'shell_call_output', 'apply_patch_call', 'apply_patch_call_output', "
-    "'local_shell_call', 'local_shell_call_output', 'computer_call', 'computer_call_output', "
-    "'tool_search_call', 'tool_search_output', 'item_reference', 'compaction', "
-    "'compaction_trigger'"
-)
+#: The input item types named when one is not supported: the server tools' that have a model
+#: (tools/registry.py) among the rest.
+_SUPPORTED_ITEMS = ", ".join(f"'{kind}'" for kind in (
+    "message", "function_call", "function_call_output", "custom_tool_call",
+    "custom_tool_call_output", "reasoning",
+    *(kind for kind, item in registry.ITEMS.items() if item.input_fields is not None),
+    "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output",
+    "local_shell_call", "local_shell_call_output", "computer_call", "computer_call_output",
+    "tool_search_call", "tool_search_output", "item_reference", "compaction",
+    "compaction_trigger",
+))
 
 
 def from_validation(exc: ValidationError, model: type[BaseModel]) -> GatewayError:

@@ -9,12 +9,14 @@ role does not take, ``file_id``, a ``file_url`` that is not a URL).
 
 from __future__ import annotations
 
+import importlib
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, create_model
 
 from responses_gateway import ids
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
+from responses_gateway.tools import registry
 from responses_gateway.translate.request_base import (
     ITEM_CONFIG,
     ItemId,
@@ -170,46 +172,6 @@ class CustomToolCallOutput(BaseModel):
     status: Status | None = None
 
 
-class McpListToolsItem(BaseModel):
-    model_config = ITEM_CONFIG
-    type: Literal["mcp_list_tools"]
-    id: ItemId | None = None
-    server_label: str
-    tools: list[dict[str, Any]]
-    error: str | None = None
-
-
-class McpCallItem(BaseModel):
-    model_config = ITEM_CONFIG
-    type: Literal["mcp_call"]
-    id: ItemId | None = None
-    server_label: str
-    name: str
-    arguments: str
-    output: str | None = None
-    error: Any = None
-    status: Literal["in_progress", "completed", "incomplete", "calling", "failed"] | None = None
-    approval_request_id: str | None = None
-
-
-class McpApprovalRequestItem(BaseModel):
-    model_config = ITEM_CONFIG
-    type: Literal["mcp_approval_request"]
-    id: ItemId | None = None
-    server_label: str
-    name: str
-    arguments: str
-
-
-class McpApprovalResponseItem(BaseModel):
-    model_config = ITEM_CONFIG
-    type: Literal["mcp_approval_response"]
-    id: ItemId | None = None
-    approval_request_id: str = Field(min_length=1)
-    approve: bool
-    reason: str | None = None
-
-
 # --- items of the tools the client runs (tools/client_tools.py), as openai-python types them --
 
 
@@ -356,17 +318,6 @@ _CLIENT_ITEMS: tuple[type[BaseModel], ...] = (
 )
 
 
-class ImageGenerationCallItem(BaseModel):
-    """An image the gateway drew (tools/image_generation/), sent back: a later edit changes
-    the latest one."""
-
-    model_config = ITEM_CONFIG
-    type: Literal["image_generation_call"]
-    id: ItemId
-    result: str | None
-    status: Literal["in_progress", "completed", "generating", "failed"]
-
-
 class ItemReference(BaseModel):
     model_config = ITEM_CONFIG
     type: Literal["item_reference"] = "item_reference"
@@ -401,14 +352,6 @@ def _item_tag(value: Any) -> str | None:
     return by_type(value)
 
 
-#: Items of the tools the gateway runs (tools/registry.py) that a client may send back as
-#: input (replaying a response's output); MCP's and image_generation's have models above.
-SERVER_TOOL_ITEMS = {
-    "web_search_call": ids.WEB_SEARCH_CALL,
-    "file_search_call": ids.FILE_SEARCH_CALL,
-}
-
-
 class ServerToolItem(BaseModel):
     """A server tool's call item sent back as input: kept as sent (its tool reads it when
     the conversation goes back to the model)."""
@@ -416,6 +359,25 @@ class ServerToolItem(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow", defer_build=True)
     type: str
     id: ItemId | None = None
+
+
+def _server_item_model(item: registry.ItemType) -> type[BaseModel]:
+    """The model of a server tool's item sent back as input (tools/declaration.py): its
+    package's fields, strict, ``id`` an item id; :class:`ServerToolItem` when it declares none."""
+    if item.input_fields is None:
+        return ServerToolItem
+    module, _, name = item.input_fields.partition(":")
+    fields: dict[str, Any] = getattr(importlib.import_module(module), name)
+    model_name = "".join(word.title() for word in item.type.split("_")) + "Item"
+    return create_model(  # type: ignore[call-overload, no-any-return]
+        model_name, __config__=ITEM_CONFIG, type=(Literal[item.type], ...),
+        id=(ItemId, ...) if item.id_required else (ItemId | None, None), **fields)
+
+
+#: Items of the tools the gateway runs (tools/registry.py) that a client may send back as
+#: input (replaying a response's output), by type.
+SERVER_ITEM_MODELS = {kind: _server_item_model(item) for kind, item in registry.ITEMS.items()}
+_TYPED_SERVER_ITEMS = [k for k, m in SERVER_ITEM_MODELS.items() if m is not ServerToolItem]
 
 
 InputItem = Annotated[
@@ -426,17 +388,14 @@ InputItem = Annotated[
         Annotated[ReasoningItem, Tag("~reasoning")],
         Annotated[CustomToolCall, Tag("~custom_tool_call")],
         Annotated[CustomToolCallOutput, Tag("~custom_tool_call_output")],
-        Annotated[McpListToolsItem, Tag("~mcp_list_tools")],
-        Annotated[McpCallItem, Tag("~mcp_call")],
-        Annotated[McpApprovalRequestItem, Tag("~mcp_approval_request")],
-        Annotated[McpApprovalResponseItem, Tag("~mcp_approval_response")],
-        Annotated[ImageGenerationCallItem, Tag("~image_generation_call")],
+        *(Annotated[SERVER_ITEM_MODELS[kind], Tag(f"~{kind}")] for kind in _TYPED_SERVER_ITEMS),
         Annotated[ItemReference, Tag("~item_reference")],
         Annotated[CompactionItem, Tag("~compaction")],
         Annotated[CompactionTrigger, Tag("~compaction_trigger")],
         *(Annotated[model, Tag(f"~{model.model_fields['type'].annotation.__args__[0]}")]
           for model in _CLIENT_ITEMS),
-        *(Annotated[ServerToolItem, Tag(f"~{kind}")] for kind in SERVER_TOOL_ITEMS),
+        *(Annotated[ServerToolItem, Tag(f"~{kind}")] for kind, model in SERVER_ITEM_MODELS.items()
+          if model is ServerToolItem),
     ],
     Discriminator(_item_tag),
 ]
@@ -475,13 +434,9 @@ _ID_PREFIX = {
     "reasoning": ids.REASONING,
     "custom_tool_call": ids.CUSTOM_TOOL_CALL,
     "custom_tool_call_output": ids.CUSTOM_TOOL_CALL_OUTPUT,
-    "mcp_list_tools": ids.MCP_LIST_TOOLS,
-    "mcp_call": ids.MCP_CALL,
-    "mcp_approval_request": ids.MCP_APPROVAL_REQUEST,
-    "mcp_approval_response": ids.MCP_APPROVAL_RESPONSE,
     "compaction": ids.COMPACTION,
     "compaction_trigger": ids.COMPACTION,
-    **SERVER_TOOL_ITEMS,
+    **{kind: item.id_prefix for kind, item in registry.ITEMS.items()},
     "shell_call": ids.SHELL_CALL,
     "shell_call_output": ids.SHELL_CALL_OUTPUT,
     "apply_patch_call": ids.APPLY_PATCH_CALL,
@@ -494,8 +449,8 @@ _ID_PREFIX = {
     "tool_search_output": ids.TOOL_SEARCH_OUTPUT,
 }
 _NO_STATUS = frozenset(
-    {"reasoning", "mcp_list_tools", "mcp_approval_request", "mcp_approval_response",
-     "compaction", "compaction_trigger"}
+    {"reasoning", "compaction", "compaction_trigger",
+     *(kind for kind, item in registry.ITEMS.items() if not item.has_status)}
 )
 
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag
 
 from responses_gateway.errors import invalid_request, missing_parameter
-from responses_gateway.tools import client_tools
+from responses_gateway.tools import client_tools, registry
 from responses_gateway.tools.hosted import HOSTED_TYPES, refused
 from responses_gateway.translate.request_base import NAME_PATTERN, PARAMS_CONFIG, by_type
 from responses_gateway.translate.request_errors import unsupported
@@ -219,16 +219,13 @@ class ToolChoiceMcp(BaseModel):
     name: str | None = None
 
 
-#: OpenAI's ``ToolChoiceTypes``: use this built-in tool; and ``web_search`` (with its dated
-#: name), which OpenAI's schema lists only as ``web_search_preview`` but the Agents SDK sends
-#: for ``ModelSettings(tool_choice="web_search")``.
-HOSTED_CHOICES = ("file_search", "web_search_preview", "computer", "computer_use_preview",
-                  "computer_use", "web_search_preview_2025_03_11", "image_generation",
-                  "code_interpreter", "web_search", "web_search_2025_08_26")
-#: a choice outside OpenAI's schema is echoed as the schema's name for the same tool, so a
-#: Response stays valid for clients that check it (``web_search`` chooses what
-#: ``web_search_preview`` chooses: any web_search tool)
-_ECHOED_AS = {"web_search": "web_search_preview", "web_search_2025_08_26": "web_search_preview"}
+#: OpenAI's ``ToolChoiceTypes``: use this built-in tool. The server tools' choices come from
+#: their registrations (tools/registry.py), with the type each is echoed as: a choice outside
+#: OpenAI's schema (``web_search``, which the Agents SDK sends for
+#: ``ModelSettings(tool_choice="web_search")``) is echoed as the schema's name for the same
+#: tool, so a Response stays valid for clients that check it.
+HOSTED_CHOICES = ("computer", "computer_use_preview", "computer_use", "code_interpreter",
+                  *registry.CHOICES)
 
 
 class ToolChoiceHosted(BaseModel):
@@ -311,7 +308,7 @@ def echo_tool_choice(choice: Any) -> Any:
     if isinstance(choice, ToolChoiceMcp):
         return {"type": "mcp", "server_label": choice.server_label, "name": choice.name}
     if isinstance(choice, ToolChoiceHosted):
-        return {"type": _ECHOED_AS.get(choice.type, choice.type)}
+        return {"type": registry.CHOICES.get(choice.type, choice.type)}
     if isinstance(choice, ToolChoiceClient):
         return {"type": choice.type}
     return {

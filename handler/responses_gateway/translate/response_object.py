@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from responses_gateway.tools import registry
+
 # Field order and defaults as OpenAI sends them (see tests/fixtures/responses-streams).
 _DEFAULTS: tuple[tuple[str, Any], ...] = (
     ("background", False),
@@ -74,17 +76,9 @@ def new_response(
 
 def zero_tool_usage() -> dict[str, Any]:
     """``tool_usage`` before any call of a tool the gateway runs: OpenAI reports every family
-    with zero counts, not nothing. The calls add theirs (:func:`sum_usage`)."""
-    return {
-        "image_gen": {
-            "input_tokens": 0,
-            "input_tokens_details": {"image_tokens": 0, "text_tokens": 0},
-            "output_tokens": 0,
-            "output_tokens_details": {"image_tokens": 0, "text_tokens": 0},
-            "total_tokens": 0,
-        },
-        "web_search": {"num_requests": 0},
-    }
+    with zero counts, not nothing (each server tool's registration says its own,
+    tools/registry.py). The calls add theirs (:func:`sum_usage`)."""
+    return registry.zero_tool_usage()
 
 
 def sum_usage(before: dict[str, Any] | None, usage: dict[str, Any] | None) -> dict[str, Any]:

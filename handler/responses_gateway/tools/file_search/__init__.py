@@ -6,5 +6,25 @@
   (numbered passages with citation markers) and the ``file_citation`` annotations of markers;
 - :mod:`.tool` is the server tool (tools/server.py): the ``file_search_call`` item and events.
 
-Nothing here is imported until a request names ``file_search`` on a storage with vector stores.
+Only this file's :data:`REGISTRATION` is read at start (tools/registry.py): the rest is
+imported when a request names ``file_search`` on a storage with vector stores.
 """
+
+from responses_gateway.tools.declaration import ItemType, Registration
+from responses_gateway.platform import vector_stores_available
+
+#: the call items' id prefix (ids.new_id)
+CALL_ID_PREFIX = "fs_"
+
+REGISTRATION = Registration(
+    kind="file_search",
+    tool_types=("file_search",),
+    items=(ItemType("file_search_call", CALL_ID_PREFIX),),
+    target="responses_gateway.tools.file_search.tool:FileSearchTool",
+    needs=vector_stores_available,
+    keeps_reads=True,
+    choices={"file_search": "file_search"},
+    includes=("file_search_call.results",),
+    enabled_by="GATEWAY_STORE is sqlite:PATH, or dynamodb:TABLE with GATEWAY_VECTOR_BUCKET",
+    settings="vectors",
+)

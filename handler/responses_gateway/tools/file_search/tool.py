@@ -26,6 +26,7 @@ import orjson
 from responses_gateway import ids
 from responses_gateway.errors import GatewayError, invalid_request
 from responses_gateway.tools.catalog import ToolCatalog, ToolSpec
+from responses_gateway.tools.file_search import CALL_ID_PREFIX
 from responses_gateway.tools.file_search.options import Options
 from responses_gateway.tools.file_search.passages import Citations, earlier_results, search
 from responses_gateway.tools.server import (
@@ -111,7 +112,7 @@ class FileSearchTool(ServerTool):
     async def run(self, call: ServerCall, items: ItemWriter) -> AsyncIterator[list[Event]]:
         # within what a search takes (GATEWAY_MAX_SEARCH_QUERIES), should it be below 5
         queries = _queries(call.arguments)[:self.stores.search_limits.queries]
-        item_id = ids.new_id(ids.FILE_SEARCH_CALL)
+        item_id = ids.new_id(CALL_ID_PREFIX)
         events = items.start_tool_item(
             {"id": item_id, "type": "file_search_call", "status": "in_progress",
              "queries": queries, "results": None}, "response.file_search_call.in_progress")

@@ -31,6 +31,7 @@ import orjson
 from responses_gateway import ids
 from responses_gateway.errors import GatewayError, invalid_request
 from responses_gateway.tools.catalog import ToolCatalog, ToolSpec
+from responses_gateway.tools.image_generation import CALL_ID_PREFIX, ITEM
 from responses_gateway.tools.image_generation.backends import image_backend
 from responses_gateway.tools.image_generation.backends.base import (
     Drawing,
@@ -54,7 +55,6 @@ from responses_gateway.tools.server import (
 
 KIND = "image_generation"
 FUNCTION = "image_generation"
-ITEM = "image_generation_call"
 _EVENT = "response.image_generation_call"
 
 
@@ -137,7 +137,7 @@ class ImageGenerationTool(ServerTool):
         params = self.params
         editing = self.source is not None and self.backend.edits and (
             params.action == "edit" or (params.action == "auto" and edit))
-        item: dict[str, Any] = {"id": ids.new_id(ids.IMAGE_GENERATION_CALL), "type": ITEM,
+        item: dict[str, Any] = {"id": ids.new_id(CALL_ID_PREFIX), "type": ITEM,
                                 "status": "in_progress", "result": None}
         events = items.start_tool_item(item, f"{_EVENT}.in_progress")
         events.append(items.tool_item_event(f"{_EVENT}.generating"))

@@ -47,7 +47,7 @@ from responses_gateway.tools.server import (
     ServerCall,
     ServerTool,
 )
-from responses_gateway.tools.web_search import pages
+from responses_gateway.tools.web_search import CALL_ID_PREFIX, pages
 from responses_gateway.tools.web_search.providers import provider_class
 from responses_gateway.tools.web_search.providers.base import (
     Location,
@@ -183,7 +183,7 @@ class WebSearchTool(ServerTool):
         else:
             action = {"type": "find_in_page", "url": str(arguments.get("url") or ""),
                       "pattern": str(arguments.get("pattern") or "")}
-        item_id = ids.new_id(ids.WEB_SEARCH_CALL)
+        item_id = ids.new_id(CALL_ID_PREFIX)
         events = items.start_tool_item(
             {"id": item_id, "type": "web_search_call", "status": "in_progress",
              "action": dict(action)}, "response.web_search_call.in_progress")

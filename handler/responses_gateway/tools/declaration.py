@@ -1,0 +1,80 @@
+"""How a tool the gateway runs declares itself: one :class:`Registration` in its own package.
+
+A registration is data only: the gateway reads it on every process start (tools/registry.py
+lists the packages), so declaring a tool must not import its code (search providers, image
+backends, the ``mcp`` SDK). Its class (``target``) and the fields of the items a client may send
+back (``ItemType.input_fields``) are named by ``"module:NAME"`` strings, imported on first use.
+
+Everything the rest of the gateway knows about a server tool comes from here: which request
+tools it serves, what ``tool_choice`` names it, its output items and their ids, the ``include``
+values it honours, what it adds to ``tool_usage`` and to the usage ledger, whether OpenAI hosts
+it too and what turns it on, what the start line says about it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class ItemType:
+    """One output item type a server tool makes (``web_search_call``)."""
+
+    type: str
+    #: the prefix of its ids (``ws_``): ids.new_id(prefix)
+    id_prefix: str
+    #: how a client sends it back as input: ``None`` keeps it as sent (its tool reads it when
+    #: the conversation goes back to the model); else ``"module:NAME"`` of a mapping of field
+    #: name to ``(annotation, default)`` (``...``: required), which translate/request_items.py
+    #: makes into the item's model (strict, ``id`` an item id), imported with the request
+    #: models (the first create), never at start
+    input_fields: str | None = None
+    #: a sent-back item without ``id`` gets one; ``id_required``: OpenAI requires it
+    id_required: bool = False
+    #: a sent-back item without ``status`` is stored ``completed`` (False: it has none)
+    has_status: bool = True
+    #: the usage ledger's counter (store/usage.py ``COUNTERS``) each such output item adds one to
+    counter: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """One server tool as the gateway knows it before its module is imported."""
+
+    kind: str  # ToolSpec.kind of the functions it offers the model
+    #: the request's ``tools[].type`` values it serves, the first its name, then aliases
+    #: (``web_search_preview``, dated variants)
+    tool_types: tuple[str, ...]
+    items: tuple[ItemType, ...]  # the output (and input) items it makes
+    target: str  # "module:Class", a ServerTool subclass
+    #: a Settings field that must be set for the gateway to run it (else it stays hosted),
+    #: or a test of the settings (file_search: vector stores on this storage)
+    needs: str | Callable[[Any], bool] | None = None
+    #: its calls give the model text their items do not hold (``ServerTool.reads``), kept
+    #: for later requests (tools/reads.py)
+    keeps_reads: bool = False
+    #: ``tool_choice`` types that choose it (``{"type": "web_search_preview"}``), each with the
+    #: type the Response echoes for it (a choice outside OpenAI's schema is echoed as the
+    #: schema's name for the same tool)
+    choices: Mapping[str, str] = field(default_factory=dict)
+    #: the ``include`` values it honours (``web_search_call.action.sources``)
+    includes: tuple[str, ...] = ()
+    #: what it adds to a Response's ``tool_usage`` before any call: key and zero counts
+    #: (``{"web_search": {"num_requests": 0}}``); its calls add theirs
+    tool_usage: Mapping[str, Any] = field(default_factory=dict)
+    #: OpenAI hosts it too: when the gateway does not run it (``needs`` unmet) it is a hosted
+    #: tool, left out for the model or refused as GATEWAY_HOSTED_TOOLS says (tools/hosted.py)
+    hosted: bool = True
+    #: what turns it on, as the refusal of a hosted tool names it ("GATEWAY_IMAGE_BACKEND is
+    #: set"); ``None`` when it is always on
+    enabled_by: str | None = None
+    #: its settings section (a name for now: settings.py holds its fields)
+    settings: str | None = None
+    #: the Settings fields the start line shows about it (api/startup.py)
+    start_line: tuple[str, ...] = ()
+
+    @property
+    def item_types(self) -> tuple[str, ...]:
+        return tuple(item.type for item in self.items)
