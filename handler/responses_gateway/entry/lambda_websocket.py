@@ -69,7 +69,7 @@ async def _handle(event: dict[str, Any]) -> dict[str, Any]:
     state = await asyncio.to_thread(table.load, connection_id)
     if state is None:  # $connect never ran or the state expired: nothing to answer to
         return {"statusCode": 410}
-    poster = Poster(_management_client(ctx), connection_id)
+    poster = Poster(_management_client(gateway.settings, ctx), connection_id)
     session = ApiGatewaySession(gateway, state, table, poster.emit)
     try:
         await session.receive(body)
@@ -109,12 +109,10 @@ def _client(service: str, endpoint_url: str | None = None) -> Any:
     return _clients[key]
 
 
-def _management_client(ctx: dict[str, Any]) -> Any:
+def _management_client(settings: Settings, ctx: dict[str, Any]) -> Any:
     """The management API of this connection's stage (``GATEWAY_WS_MANAGEMENT_URL`` wins:
     custom domains, tests)."""
-    url = os.environ.get("GATEWAY_WS_MANAGEMENT_URL") or (
-        f"https://{ctx['domainName']}/{ctx['stage']}"
-    )
+    url = settings.ws_management_url or f"https://{ctx['domainName']}/{ctx['stage']}"
     return _client("apigatewaymanagementapi", url)
 
 
