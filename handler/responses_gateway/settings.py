@@ -82,8 +82,8 @@ class Section:
         """A field of :class:`Settings` with ``default``, read from ``env`` as ``how`` says
         (the other arguments of :class:`Setting`)."""
         metadata = {"setting": Setting(env, self.key, doc, secret=secret, **how)}
-        if isinstance(default, dict):  # (only ever empty: a fresh one per Settings)
-            return field(default_factory=dict, repr=not secret, metadata=metadata)
+        if isinstance(default, dict):  # a fresh copy per Settings
+            return field(default_factory=default.copy, repr=not secret, metadata=metadata)
         return field(default=default, repr=not secret, metadata=metadata)
 
 
