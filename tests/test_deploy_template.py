@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from responses_gateway.settings import declared
 from responses_gateway.store import dynamodb_schema
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,42 +29,6 @@ TEMPLATE = ROOT / "template.yaml"
 REQUIREMENTS = ROOT / "layers" / "dependencies" / "requirements.txt"
 RUNTIME = "python3.12"
 BYTECODE_TAG = "cpython-" + RUNTIME.removeprefix("python").replace(".", "")  # cpython-312
-
-#: GATEWAY_* settings the template deliberately leaves at their defaults, and why.
-NOT_PARAMETERS = {
-    "GATEWAY_UPSTREAM_API_KEY": "from the secret (GATEWAY_UPSTREAM_API_KEY_SECRET_ARN)",
-    "GATEWAY_API_KEYS": "from the secret (GATEWAY_API_KEYS_SECRET_ARN)",
-    "GATEWAY_SEAL_KEY": "from the secret (GATEWAY_SEAL_KEY_SECRET_ARN)",
-    "GATEWAY_ADMIN_KEYS": "from the secret (GATEWAY_ADMIN_KEYS_SECRET_ARN)",
-    "GATEWAY_BEDROCK_ENDPOINT_URL": "local Bedrock stand-ins only",
-    "GATEWAY_VECTOR_CACHE_BYTES": "the local (SQLite) vector engine only; Lambda uses S3 Vectors",
-    "GATEWAY_FILE_SWEEP_SECONDS": "the local (SQLite) file store only; in AWS a tenant's expired "
-    "files are reclaimed as it is served",
-    "GATEWAY_MAX_BODY_BYTES": "function URLs cap request bodies at 6 MB anyway",
-    "GATEWAY_BEDROCK_MEDIA_BUDGET_BYTES": "an internal limit; its default fits Lambda memory",
-    "GATEWAY_STREAM_GRACE_SECONDS": "an internal tuning knob",
-    "GATEWAY_QUEUED_SECONDS": "default fits the worker's MaximumEventAgeInSeconds (300 s)",
-    "GATEWAY_WS_IDLE_SECONDS": "uvicorn only: API Gateway closes idle sockets (10 minutes)",
-    "GATEWAY_WS_MAX_CONNECTION_SECONDS": "uvicorn only: API Gateway's limit is two hours",
-    "GATEWAY_MCP_ALLOW_HOSTS": "private MCP servers only; empty (none) is the safe default",
-    "GATEWAY_MCP_CALL_TIMEOUT": "an internal limit under the response's own deadline",
-    "GATEWAY_MCP_MAX_OUTPUT_BYTES": "an internal limit; its default fits Lambda memory",
-    "GATEWAY_WEB_SEARCH_API_KEY": "from the secret (GATEWAY_WEB_SEARCH_API_KEY_SECRET_ARN)",
-    "GATEWAY_WEB_SEARCH_TIMEOUT": "an internal limit under the response's own deadline",
-    "GATEWAY_WEB_SEARCH_MAX_ANSWER_BYTES": "an internal limit; its default fits Lambda memory",
-    "GATEWAY_WEB_PAGE_MAX_BYTES": "an internal limit; its default fits Lambda memory",
-    "GATEWAY_WEB_PAGE_TIMEOUT": "an internal limit under the response's own deadline",
-    "GATEWAY_WEB_ALLOW_HOSTS": "private web pages only; empty (none) is the safe default",
-    "GATEWAY_IMAGE_API_KEY": "a secret: set GATEWAY_IMAGE_API_KEY_SECRET_ARN by hand when the "
-    "images server needs a key",
-    "GATEWAY_IMAGE_TIMEOUT": "an internal limit under the response's own deadline",
-    "GATEWAY_IMAGE_MAX_BYTES": "an internal limit; its default fits Lambda memory and the "
-    "stored-response bound",
-    "GATEWAY_IMAGE_SEED": "a fixed seed for reproducible images; unset (random) by default",
-    "GATEWAY_EMBEDDING_API_KEY": "a secret: set GATEWAY_EMBEDDING_API_KEY_SECRET_ARN by hand "
-    "when the embedding endpoint needs a key other than the upstream's",
-}
-
 
 def aws_env() -> dict[str, str]:
     """Dummy region and credentials: validation needs them, and must not reach AWS."""
@@ -205,16 +170,47 @@ def test_worker_dead_letters_come_back_to_the_worker(template: dict[str, Any]) -
 
 
 def test_every_setting_is_configured(template: dict[str, Any]) -> None:
-    """Every GATEWAY_* variable config.py reads is set by the template or excused above."""
-    source = (ROOT / "handler/responses_gateway/config.py").read_text()
-    read = set(re.findall(r'"(GATEWAY_[A-Z_]+)"', source))
+    """Every declared setting (settings.py) is set by its template.yaml parameter, or declares
+    why the template has none; the template sets no GATEWAY_* variable that is not declared."""
     env = dict(template["Globals"]["Function"]["Environment"]["Variables"])
     env.update(template["Resources"]["ApiFunction"]["Properties"]["Environment"]["Variables"])
-    missing = read - set(env) - set(NOT_PARAMETERS)
-    assert not missing, f"template.yaml does not set {sorted(missing)}"
+    parameters = template["Parameters"]
+    for name, setting in declared().items():
+        assert (setting.parameter is None) != (setting.not_parameter is None), (
+            f"{name}: declare its template.yaml parameter or why it has none")
+        if setting.parameter is not None:
+            assert setting.parameter in parameters, f"no parameter {setting.parameter}"
+            assert env.get(setting.env) == {"Ref": setting.parameter}, setting.env
+            assert setting.env in parameters[setting.parameter]["Description"]
+        else:
+            assert env.get(setting.env) not in [{"Ref": p} for p in parameters], (
+                f"{setting.env} is set from a parameter: declare parameter=")
+    secrets = {s.env for s in declared().values() if s.secret}
+    variables = {s.env for s in declared().values()} | {
+        s + suffix for s in secrets for suffix in ("_SECRET_ARN", "_PARAMETER")}
+    unknown = {v for v in env if v.startswith("GATEWAY_")} - variables
+    assert not unknown, f"template.yaml sets {sorted(unknown)}, which no setting reads"
     for name in ("UPSTREAM_API_KEY", "API_KEYS", "SEAL_KEY"):
         assert f"GATEWAY_{name}_SECRET_ARN" in env
     assert env["GATEWAY_STORE"] == {"Fn::Sub": "dynamodb:${ResponsesTable}"}
+
+
+#: Parameters whose default is deliberately not the setting's own, and why.
+DEPLOYED_DEFAULTS = {"UpstreamUrl": "a stack serves OpenAI's API unless told otherwise"}
+
+
+def test_every_parameter_defaults_to_its_settings_default(template: dict[str, Any]) -> None:
+    """A parameter's default, read as the gateway reads its variable, is the setting's own
+    default: changing one in settings.py without the template fails here."""
+    from responses_gateway.config import settings_from_env
+
+    defaults = settings_from_env({})
+    for name, setting in declared().items():
+        if setting.parameter is None or setting.parameter in DEPLOYED_DEFAULTS:
+            continue
+        value = str(template["Parameters"][setting.parameter].get("Default", ""))
+        read = getattr(settings_from_env({setting.env: value}), name)
+        assert read == getattr(defaults, name), (setting.parameter, value)
 
 
 def test_permissions_are_least_privilege(template: dict[str, Any]) -> None:

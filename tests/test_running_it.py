@@ -234,6 +234,26 @@ def test_serve_logs_every_response_with_the_request_id(
         assert "Traceback" not in text
 
 
+def test_a_misspelt_setting_is_a_warning_at_start_naming_the_closest_one(
+    upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    with serve(tmp_path, GATEWAY_UPSTREAM_URL=upstream.base_url,
+               GATEWAY_UPSTREAM_ULR="http://127.0.0.1:9/v1-typo-value",
+               GATEWAY_API_KEY="sk-not-to-be-logged") as served:
+        deadline = time.monotonic() + 10
+        while not (warned := [x for x in served.lines() if x.get("level") == "WARNING"
+                              and "unknown_settings" in x]):
+            assert time.monotonic() < deadline, served.text()
+            time.sleep(0.05)
+        (line,) = warned
+        assert "GATEWAY_UPSTREAM_ULR (did you mean GATEWAY_UPSTREAM_URL?)" in line["message"]
+        assert "GATEWAY_API_KEY (did you mean GATEWAY_API_KEYS?)" in line["message"]
+        assert line["unknown_settings"] == {"GATEWAY_API_KEY": "GATEWAY_API_KEYS",
+                                            "GATEWAY_UPSTREAM_ULR": "GATEWAY_UPSTREAM_URL"}
+        assert "typo-value" not in served.text() and "sk-not-to-be-logged" not in served.text()
+        assert httpx.get(served.base + "/health", timeout=5).status_code == 200
+
+
 def test_log_level_and_content_logging_are_honoured_locally(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:

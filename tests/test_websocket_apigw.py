@@ -154,6 +154,21 @@ def test_events_arrive_complete_and_in_order_and_store_false_continues(
     assert cid not in management.messages
 
 
+def test_the_management_url_is_read_with_the_settings(
+    aws: str, management: ManagementApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GATEWAY_WS_MANAGEMENT_URL is a setting, read once with the others (not from the
+    environment at each post): events still reach it after the variable is gone."""
+    cid = "c-management-url"
+    connect(cid)  # the gateway, and its settings, are built here
+    monkeypatch.delenv("GATEWAY_WS_MANAGEMENT_URL")
+    websocket_apigw._clients.clear()
+    message(cid, create("hello", store=False))
+    assert management.messages.pop(cid)[-1]["type"] == "response.completed"
+    assert websocket_apigw._get_gateway().settings.ws_management_url == (
+        f"http://127.0.0.1:{management.port}/prod")
+
+
 def test_failed_continuation_evicts_across_invocations(
     aws: str, management: ManagementApi
 ) -> None:

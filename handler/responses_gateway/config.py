@@ -1,191 +1,44 @@
-"""Configuration, read once from environment variables (every one is listed in README.md).
+"""Configuration, read once from environment variables (declared in settings.py, listed in the
+README's configuration table, which is generated from them).
 
-Secrets (upstream key, gateway API keys) may be given directly or, in AWS, by reference to
-Secrets Manager / SSM (``*_SECRET_ARN`` / ``*_PARAMETER``); see :mod:`responses_gateway.secrets`.
+Secrets (upstream key, gateway API keys, ...) may be given directly or, in AWS, by reference to
+Secrets Manager / SSM (``*_SECRET_ARN`` / ``*_PARAMETER``): every setting declared
+``secret=True`` may (see :mod:`responses_gateway.secrets`).
 
-The settings object itself is settings.py (a leaf every layer may import); this module reads
-it from the environment and checks each value with its feature's own format (routes, limits,
-Knowledge Bases, search providers, image backends), so it sits above those features and
-imports their parsers, lazily where they are heavy.
+The settings object itself is settings.py (a leaf every layer may import), and each of its
+fields declares its variable, default and format. This module reads them from the
+environment, one loop over the declarations, and checks each value with its format: the
+generic ones (numbers, switches, lists) and each feature's own (routes, limits, Knowledge
+Bases, search providers, image backends), so it sits above those features and imports their
+parsers lazily, only when their variable is set. A ``GATEWAY_*`` variable that is no setting
+is kept, with the closest setting's name, for the start line's warning.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import orjson
 
 from responses_gateway.backends.kinds import KINDS as BACKEND_KINDS
-from responses_gateway.settings import Route, Settings
-from responses_gateway.tools.hosted import policy_named
-from responses_gateway.tools.web_search.providers import (
-    provider_lacks,
-    provider_named,
-    provider_url,
-)
+from responses_gateway.settings import LOG_LEVELS, Route, Setting, Settings, declared
 
-__all__ = ["Route", "Settings", "SettingsError", "settings_from_env"]
+__all__ = ["LOG_LEVELS", "Route", "Settings", "SettingsError", "settings_from_env"]
 
 if TYPE_CHECKING:
     from responses_gateway.backends.route_config import Routes
     from responses_gateway.key_limits import Limits
+    from responses_gateway.vectors.knowledge_bases import KnowledgeBase
 
 T = TypeVar("T", int, float)
-
-
-def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
-    """Every setting read from ``env`` (default: the environment) and checked."""
-    cls = Settings
-    env = os.environ if env is None else env
-
-    def get(name: str, default: str | None = None) -> str | None:
-        value = env.get(name)
-        return value if value not in (None, "") else default
-
-    def secret(name: str) -> str | None:
-        """The variable, else the Secrets Manager / SSM value it references (AWS)."""
-        value = get(name)
-        if value is None and (get(name + "_SECRET_ARN") or get(name + "_PARAMETER")):
-            from responses_gateway.secrets import resolve
-
-            value = resolve(name, env)
-        return value
-
-    backend = (get("GATEWAY_BACKEND", "openai") or "openai").lower()
-    if backend not in BACKEND_KINDS:
-        raise ValueError(f"GATEWAY_BACKEND must be one of {', '.join(map(repr, BACKEND_KINDS))}"
-                         f", not {backend!r}")
-    models = tuple(m.strip() for m in (get("GATEWAY_MODELS") or "").split(",") if m.strip())
-    seconds = partial(_number, get, float, "a number of seconds")
-    count = partial(_number, get, int, "a whole number")
-    return cls(
-        backend=backend,
-        upstream_url=_upstream_url(get("GATEWAY_UPSTREAM_URL") or cls.upstream_url),
-        upstream_api_key=secret("GATEWAY_UPSTREAM_API_KEY"),
-        upstream_dialect=_parsed("GATEWAY_UPSTREAM_DIALECT", _dialect,
-                                 get("GATEWAY_UPSTREAM_DIALECT") or "auto"),
-        model_map=_parsed("GATEWAY_MODEL_MAP", parse_model_map,
-                          get("GATEWAY_MODEL_MAP") or ""),
-        routes=_parsed("GATEWAY_ROUTES", partial(_routes, backend, secret),
-                       get("GATEWAY_ROUTES") or ""),
-        context_windows=_parsed("GATEWAY_CONTEXT_WINDOWS", parse_windows,
-                                get("GATEWAY_CONTEXT_WINDOWS") or ""),
-        vision_models=tuple(m.strip() for m in (get("GATEWAY_VISION_MODELS") or "").split(",")
-                            if m.strip()),
-        connect_timeout=seconds("GATEWAY_CONNECT_TIMEOUT", cls.connect_timeout),
-        read_timeout=seconds("GATEWAY_READ_TIMEOUT", cls.read_timeout),
-        max_response_seconds=seconds("GATEWAY_MAX_RESPONSE_SECONDS",
-                                     cls.max_response_seconds),
-        max_retries=count("GATEWAY_MAX_RETRIES", cls.max_retries),
-        max_body_bytes=count("GATEWAY_MAX_BODY_BYTES", cls.max_body_bytes),
-        store=_store(get("GATEWAY_STORE") or cls.store),
-        **_keys(secret),
-        limits=_parsed("GATEWAY_LIMITS", _limits, get("GATEWAY_LIMITS") or "")
-        if get("GATEWAY_LIMITS") else None,
-        retention_days=count("GATEWAY_RETENTION_DAYS", cls.retention_days),
-        seal_key=secret("GATEWAY_SEAL_KEY"),
-        reasoning_input=_choice(get, "GATEWAY_REASONING_INPUT", ("reasoning_content",)),
-        keepalive_seconds=seconds("GATEWAY_KEEPALIVE_SECONDS", cls.keepalive_seconds),
-        stream_grace_seconds=seconds("GATEWAY_STREAM_GRACE_SECONDS",
-                                     cls.stream_grace_seconds),
-        ws_idle_seconds=seconds("GATEWAY_WS_IDLE_SECONDS", cls.ws_idle_seconds),
-        ws_max_connection_seconds=seconds("GATEWAY_WS_MAX_CONNECTION_SECONDS",
-                                          cls.ws_max_connection_seconds),
-        ws_max_active_responses=count("GATEWAY_WS_MAX_ACTIVE_RESPONSES",
-                                      cls.ws_max_active_responses),
-        ws_max_streams=count("GATEWAY_WS_MAX_STREAMS", cls.ws_max_streams),
-        ws_max_remembered_bytes=count("GATEWAY_WS_MAX_REMEMBERED_BYTES",
-                                      cls.ws_max_remembered_bytes),
-        models=models,
-        bedrock_region=get("GATEWAY_BEDROCK_REGION") or get("AWS_REGION"),
-        bedrock_endpoint_url=get("GATEWAY_BEDROCK_ENDPOINT_URL"),
-        bedrock_media_budget_bytes=count("GATEWAY_BEDROCK_MEDIA_BUDGET_BYTES",
-                                         cls.bedrock_media_budget_bytes),
-        worker_function=get("GATEWAY_WORKER_FUNCTION"),
-        lease_seconds=seconds("GATEWAY_LEASE_SECONDS", cls.lease_seconds),
-        queued_seconds=seconds("GATEWAY_QUEUED_SECONDS", None),
-        debug_log_content=_switch(get, "GATEWAY_DEBUG_LOG_CONTENT"),
-        log_level=_choice(get, "GATEWAY_LOG_LEVEL", LOG_LEVELS) or cls.log_level,
-        hosted_tools=_parsed("GATEWAY_HOSTED_TOOLS", policy_named,
-                             get("GATEWAY_HOSTED_TOOLS") or "omit"),
-        mcp_allow_hosts=tuple(
-            h.strip() for h in (get("GATEWAY_MCP_ALLOW_HOSTS") or "").split(",") if h.strip()
-        ),
-        mcp_call_timeout=seconds("GATEWAY_MCP_CALL_TIMEOUT", cls.mcp_call_timeout),
-        mcp_max_output_bytes=count("GATEWAY_MCP_MAX_OUTPUT_BYTES", cls.mcp_max_output_bytes),
-        image_backend=_image_backend(get("GATEWAY_IMAGE_BACKEND"), get("GATEWAY_STORE"),
-                                     get("GATEWAY_IMAGE_BUCKET")),
-        image_model=get("GATEWAY_IMAGE_MODEL"),
-        image_url=_parsed("GATEWAY_IMAGE_URL", _http_url, get("GATEWAY_IMAGE_URL") or "")
-        or None,
-        image_api_key=secret("GATEWAY_IMAGE_API_KEY"),
-        image_timeout=seconds("GATEWAY_IMAGE_TIMEOUT", cls.image_timeout),
-        image_max_bytes=count("GATEWAY_IMAGE_MAX_BYTES", cls.image_max_bytes),
-        image_seed=count("GATEWAY_IMAGE_SEED", None),
-        image_bucket=get("GATEWAY_IMAGE_BUCKET"),
-        **_web_search(get, secret),
-        web_search_timeout=seconds("GATEWAY_WEB_SEARCH_TIMEOUT", cls.web_search_timeout),
-        web_search_max_answer_bytes=count("GATEWAY_WEB_SEARCH_MAX_ANSWER_BYTES",
-                                          cls.web_search_max_answer_bytes),
-        web_page_max_bytes=count("GATEWAY_WEB_PAGE_MAX_BYTES", cls.web_page_max_bytes),
-        web_page_timeout=seconds("GATEWAY_WEB_PAGE_TIMEOUT", cls.web_page_timeout),
-        web_allow_hosts=tuple(
-            h.strip() for h in (get("GATEWAY_WEB_ALLOW_HOSTS") or "").split(",") if h.strip()
-        ),
-        max_tool_calls=count("GATEWAY_MAX_TOOL_CALLS", cls.max_tool_calls),
-        max_tool_turns=count("GATEWAY_MAX_TOOL_TURNS", cls.max_tool_turns),
-        max_tool_output_bytes=count("GATEWAY_MAX_TOOL_OUTPUT_BYTES",
-                                    cls.max_tool_output_bytes),
-        max_conversation_items=count("GATEWAY_MAX_CONVERSATION_ITEMS",
-                                     cls.max_conversation_items),
-        max_conversation_bytes=count("GATEWAY_MAX_CONVERSATION_BYTES",
-                                     cls.max_conversation_bytes),
-        max_stored_response_bytes=count("GATEWAY_MAX_STORED_RESPONSE_BYTES",
-                                        cls.max_stored_response_bytes),
-        max_compaction_calls=count("GATEWAY_MAX_COMPACTION_CALLS", cls.max_compaction_calls),
-        max_compaction_input_bytes=count("GATEWAY_MAX_COMPACTION_INPUT_BYTES",
-                                         cls.max_compaction_input_bytes),
-        files_bucket=get("GATEWAY_FILES_BUCKET"),
-        vector_bucket=get("GATEWAY_VECTOR_BUCKET"),
-        max_file_bytes=count("GATEWAY_MAX_FILE_BYTES", cls.max_file_bytes),
-        max_tenant_file_bytes=count("GATEWAY_MAX_TENANT_FILE_BYTES",
-                                    cls.max_tenant_file_bytes),
-        max_upload_part_bytes=count("GATEWAY_MAX_UPLOAD_PART_BYTES",
-                                    cls.max_upload_part_bytes),
-        max_vector_store_files=count("GATEWAY_MAX_VECTOR_STORE_FILES",
-                                     cls.max_vector_store_files),
-        max_name_chars=count("GATEWAY_MAX_NAME_CHARS", cls.max_name_chars),
-        max_description_chars=count("GATEWAY_MAX_DESCRIPTION_CHARS",
-                                    cls.max_description_chars),
-        file_sweep_seconds=seconds("GATEWAY_FILE_SWEEP_SECONDS", cls.file_sweep_seconds),
-        vector_cache_bytes=count("GATEWAY_VECTOR_CACHE_BYTES", cls.vector_cache_bytes),
-        embedding_url=_upstream_url(get("GATEWAY_EMBEDDING_URL"))
-        if get("GATEWAY_EMBEDDING_URL") else None,
-        embedding_api_key=secret("GATEWAY_EMBEDDING_API_KEY"),
-        embedding_model=_embedding_model(get("GATEWAY_EMBEDDING_MODEL"),
-                                         get("GATEWAY_EMBEDDING_BACKEND")),
-        embedding_backend=_choice(get, "GATEWAY_EMBEDDING_BACKEND", ("openai", "bedrock"))
-        or cls.embedding_backend,
-        knowledge_bases=_parsed("GATEWAY_KNOWLEDGE_BASES", _knowledge_bases,
-                                get("GATEWAY_KNOWLEDGE_BASES") or "{}"),
-        embedding_batch=max(1, count("GATEWAY_EMBEDDING_BATCH", cls.embedding_batch)),
-        max_search_queries=max(1, count("GATEWAY_MAX_SEARCH_QUERIES", cls.max_search_queries)),
-        max_search_embeddings=max(1, count("GATEWAY_MAX_SEARCH_EMBEDDINGS",
-                                           cls.max_search_embeddings)),
-        max_filter_values=count("GATEWAY_MAX_FILTER_VALUES", cls.max_filter_values),
-        max_filter_conditions=max(1, count("GATEWAY_MAX_FILTER_CONDITIONS",
-                                           cls.max_filter_conditions)),
-        max_filter_depth=count("GATEWAY_MAX_FILTER_DEPTH", cls.max_filter_depth),
-        extract_timeout=seconds("GATEWAY_EXTRACT_TIMEOUT", cls.extract_timeout),
-        max_file_tokens=max(1, count("GATEWAY_MAX_FILE_TOKENS", cls.max_file_tokens)),
-        embedding_retries=count("GATEWAY_EMBEDDING_RETRIES", cls.embedding_retries),
-        embedding_backoff_seconds=seconds("GATEWAY_EMBEDDING_BACKOFF_SECONDS",
-                                          cls.embedding_backoff_seconds),
-    )
+PREFIX = "GATEWAY_"
+#: ``GATEWAY_*`` variables read outside the settings, so never "unknown".
+OTHER_VARIABLES = frozenset({
+    "GATEWAY_TEST_IMAGE_ALLOW_HOSTS",  # tests only: backends/bedrock/images.py
+})
 
 
 class SettingsError(ValueError):
@@ -193,177 +46,204 @@ class SettingsError(ValueError):
     what it accepts: ``responses-gateway serve`` prints it and exits with status 2."""
 
 
-LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
-_Get = Callable[[str], "str | None"]
+def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
+    """Every setting read from ``env`` (default: the environment) and checked."""
+    reading = Reading(os.environ if env is None else env)
+    values = {name: reading.value(name) for name in _specs()}
+    return Settings(**values, unknown_variables=reading.unknown())
 
 
-def _number(get: _Get, kind: type[T], what: str, name: str, default: T) -> T:
-    """A non-negative number; unset or empty is ``default``."""
-    text = get(name)
-    if text is None:
-        return default
+class Reading:
+    """One read of the environment: each setting parsed once, on demand, so a format may ask
+    for another setting's value (routes need the default backend) whatever their order."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+        self._values: dict[str, Any] = {}
+        self._secrets: set[str] = set()  # variables read as secrets (route api_key names too)
+        self._failed: list[ValueError] = []  # errors already final: one setting's, as raised
+
+    def get(self, name: str) -> str | None:
+        """The variable's value; unset and empty are both None."""
+        value = self.env.get(name)
+        return value if value not in (None, "") else None
+
+    def secret(self, name: str) -> str | None:
+        """The variable, else the Secrets Manager / SSM value it references (AWS)."""
+        self._secrets.add(name)
+        value = self.get(name)
+        if value is None and (self.get(name + "_SECRET_ARN") or self.get(name + "_PARAMETER")):
+            from responses_gateway.secrets import resolve
+
+            value = resolve(name, self.env)
+        return value
+
+    def value(self, name: str) -> Any:
+        """Setting ``name`` (a field of Settings), parsed and checked."""
+        if name not in self._values:
+            spec = _specs()[name]
+            setting = spec.setting
+            try:
+                # A secret's reference fails with its own error (secrets.SecretError),
+                # outside the format's: it names the reference, not the setting.
+                text = self.secret(spec.env) if setting.secret else self.get(spec.env)
+                self._values[name] = _parsed(spec.env, FORMATS[setting.parse], text, spec, self)
+            except ValueError as exc:  # as it is, also through a format that asked for it
+                self._failed.append(exc)
+                raise
+        return self._values[name]
+
+    def failed(self, exc: ValueError) -> bool:
+        """Whether ``exc`` is a setting's own error, already as it should be raised."""
+        return any(exc is failed for failed in self._failed)
+
+    def unknown(self) -> tuple[tuple[str, str | None], ...]:
+        """The ``GATEWAY_*`` variables no setting reads, each with the closest one's name."""
+        specs = [spec.setting for spec in _specs().values()]
+        known = {s.env for s in specs} | OTHER_VARIABLES
+        for name in self._secrets | {s.env for s in specs if s.secret}:
+            known |= {name, name + "_SECRET_ARN", name + "_PARAMETER"}
+        unknown = sorted(k for k in self.env if k.startswith(PREFIX) and k not in known)
+        if not unknown:
+            return ()
+        from difflib import get_close_matches
+
+        # compared without the prefix, which every name shares
+        names = {n.removeprefix(PREFIX): n for n in known - OTHER_VARIABLES}
+        return tuple((k, next((names[m] for m in get_close_matches(
+            k.removeprefix(PREFIX), names, n=1, cutoff=0.6)), None)) for k in unknown)
+
+
+class _Spec:
+    """What a format needs of the setting it reads: its variable, default and declaration."""
+
+    __slots__ = ("_default", "_factory", "env", "name", "setting")
+
+    def __init__(self, name: str, setting: Setting) -> None:
+        field = Settings.__dataclass_fields__[name]
+        self.name, self.setting, self.env = name, setting, setting.env
+        self._default, self._factory = field.default, field.default_factory
+
+    @property
+    def default(self) -> Any:
+        """The field's default (a fresh one where it is made by a factory)."""
+        return self._factory() if callable(self._factory) else self._default
+
+
+_SPECS: dict[str, _Spec] = {}
+
+
+def _specs() -> dict[str, _Spec]:
+    """Every declared setting by field name, in declaration order (read once per process)."""
+    if not _SPECS:
+        _SPECS.update((name, _Spec(name, s)) for name, s in declared().items())
+    return _SPECS
+
+
+Format = Callable[[str | None, _Spec, Reading], Any]
+
+
+def _parsed(name: str, parse: Format, text: str | None, spec: _Spec, reading: Reading) -> Any:
+    """``parse(text)``, its ValueError made a one-line :class:`SettingsError` naming ``name``,
+    and raised to the setting's floor."""
     try:
-        value = kind(text.strip())
-    except ValueError:
-        value = None
-    if value is None or value < 0 or value != value:  # (NaN)
-        raise SettingsError(f"{name} must be {what} (0 or more), not {text!r}")
-    return value
+        value = parse(text, spec, reading)
+    except ValueError as exc:
+        if isinstance(exc, SettingsError) or reading.failed(exc):
+            raise
+        reason = " ".join(str(exc).split())
+        raise SettingsError(reason if reason.startswith(name) else f"{name}: {reason}") from None
+    floor = spec.setting.floor
+    return value if floor is None or value is None else max(floor, value)
 
 
-def _switch(get: _Get, name: str) -> bool:
-    text = (get(name) or "false").strip().lower()
-    if text not in _TRUE + _FALSE:
-        raise SettingsError(f"{name} must be true or false, not {get(name)!r}")
-    return text in _TRUE
+# -- the generic formats ----------------------------------------------------------------------
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
-def _choice(get: _Get, name: str, allowed: tuple[str, ...]) -> str | None:
-    """One of ``allowed`` (any case), or None when unset."""
-    text = get(name)
+def _text(text: str | None, spec: _Spec, reading: Reading) -> Any:
+    return spec.default if text is None else text
+
+
+def _number(kind: type[T], what: str) -> Format:
+    """A non-negative number; unset or empty is the default."""
+    def parse(text: str | None, spec: _Spec, reading: Reading) -> T | None:
+        if text is None:
+            return spec.default
+        try:
+            value = kind(text.strip())
+        except ValueError:
+            value = None
+        if value is None or value < 0 or value != value:  # (NaN)
+            raise SettingsError(f"{spec.env} must be {what} (0 or more), not {text!r}")
+        return value
+    return parse
+
+
+def _switch(text: str | None, spec: _Spec, reading: Reading) -> bool:
+    value = (text or "false").strip().lower()
+    if value not in _TRUE + _FALSE:
+        raise SettingsError(f"{spec.env} must be true or false, not {text!r}")
+    return value in _TRUE
+
+
+def _choice(text: str | None, spec: _Spec, reading: Reading) -> str | None:
+    """One of the setting's choices (any case); unset is the default."""
     if text is None:
-        return None
+        return spec.default
+    allowed = spec.setting.choices
     if text.strip().lower() not in allowed:
         accepts = ", ".join(allowed) if len(allowed) > 1 else f"{allowed[0]} (or unset)"
-        raise SettingsError(f"{name} must be {'one of ' * (len(allowed) > 1)}{accepts}, "
+        raise SettingsError(f"{spec.env} must be {'one of ' * (len(allowed) > 1)}{accepts}, "
                             f"not {text!r}")
     return text.strip().lower()
 
 
-def _parsed(name: str, parse: Callable[[str], T], text: str) -> T:
-    """``parse(text)``, its ValueError made a one-line :class:`SettingsError` naming ``name``."""
-    try:
-        return parse(text)
-    except SettingsError:
-        raise
-    except ValueError as exc:
-        reason = " ".join(str(exc).split())
-        raise SettingsError(reason if reason.startswith(name) else f"{name}: {reason}") from None
+def _names(text: str | None, spec: _Spec, reading: Reading) -> tuple[str, ...]:
+    """A comma-separated list, blanks dropped."""
+    return tuple(n.strip() for n in (text or "").split(",") if n.strip())
 
 
-def _limits(text: str) -> Limits:
-    """GATEWAY_LIMITS (key_limits.py, imported only when it is set)."""
-    from responses_gateway.key_limits import parse_limits
-
-    return parse_limits(text)
-
-
-def _upstream_url(text: str) -> str:
+def _url(text: str | None, spec: _Spec, reading: Reading) -> str | None:
     """An http(s) URL with a host (a URL without a scheme fails every request later)."""
-    url = text.strip().rstrip("/")
+    if text is None and spec.default is None:
+        return None
+    url = (text or spec.default).strip().rstrip("/")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         from responses_gateway.net.policy import shown_url
 
         raise SettingsError(
-            "GATEWAY_UPSTREAM_URL must be an http:// or https:// URL including the path up to "
+            f"{spec.env} must be an http:// or https:// URL including the path up to "
             f"/chat/completions (like http://127.0.0.1:11434/v1), not {shown_url(url)!r}")
     return url
 
 
-def _knowledge_bases(text: str) -> dict[str, Any]:
-    """GATEWAY_KNOWLEDGE_BASES (vectors/knowledge_bases.py, imported only when it is set)."""
-    if text == "{}":
-        return {}
-    from responses_gateway.vectors.knowledge_bases import parse_knowledge_bases
-
-    return parse_knowledge_bases(text)
-
-
-def _embedding_model(model: str | None, backend: str | None) -> str:
-    """The embedding model; on Bedrock (Titan Text Embeddings v2 by default) one whose request
-    shape the gateway speaks (vectors/bedrock_embeddings.py)."""
-    if (backend or "").strip().lower() != "bedrock":
-        return model or Settings.embedding_model
-    from responses_gateway.vectors.bedrock_embeddings import FAMILIES, family_of
-
-    model = model or "amazon.titan-embed-text-v2:0"
-    if family_of(model) is None:
-        raise SettingsError(f"GATEWAY_EMBEDDING_MODEL must be a Bedrock embedding model of "
-                            f"{' or '.join(FAMILIES)} when GATEWAY_EMBEDDING_BACKEND is "
-                            f"bedrock, not {model!r}")
-    return model
-
-
-def _image_backend(name: str | None, store: str | None, bucket: str | None) -> str | None:
-    """``bedrock`` or ``openai`` (tools/image_generation/backends/), or None: unset. With
-    DynamoDB the images need an S3 bucket (a DynamoDB item holds 400 KB)."""
-    if name is None:
-        return None
-    from responses_gateway.tools.image_generation.backends import KINDS as IMAGE_KINDS
-
-    name = name.strip().lower()
-    if name not in IMAGE_KINDS:
-        raise SettingsError(f"GATEWAY_IMAGE_BACKEND must be one of {', '.join(IMAGE_KINDS)} "
-                            f"(or unset), not {name!r}")
-    if (store or "").startswith("dynamodb:") and not bucket:
-        raise SettingsError("GATEWAY_IMAGE_BUCKET must name an S3 bucket for generated images "
-                            "when GATEWAY_IMAGE_BACKEND is set and GATEWAY_STORE is dynamodb")
-    return name
-
-
-def _keys(secret: Callable[[str], str | None]) -> dict[str, tuple[str, ...]]:
-    """The tenants' keys and the admin keys. A key in both lists is refused here: the admin
-    routes take no tenant key (api/auth.py), so it would silently turn them off for that key
-    (and for all of them when every admin key is shared). The error names the position in
-    GATEWAY_ADMIN_KEYS, never the key."""
-    def listed(name: str) -> tuple[str, ...]:
-        return tuple(k.strip() for k in (secret(name) or "").split(",") if k.strip())
-
-    api_keys, admin_keys = listed("GATEWAY_API_KEYS"), listed("GATEWAY_ADMIN_KEYS")
-    shared = [n for n, key in enumerate(admin_keys, 1) if key in api_keys]
-    if shared:
-        which = ", ".join(_ordinal(n) for n in shared)
-        raise SettingsError(
-            f"GATEWAY_ADMIN_KEYS and GATEWAY_API_KEYS share a key (the {which} of "
-            f"GATEWAY_ADMIN_KEYS): an admin key must not be an API key, or the admin routes "
-            "refuse it; give the admin routes keys of their own")
-    return {"api_keys": api_keys, "admin_keys": admin_keys}
-
-
-def _ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
-
-
-def _web_search(get: Callable[[str], str | None],
-                secret: Callable[[str], str | None]) -> dict[str, str | None]:
-    """The search provider, its URL and key; a provider lacking what it needs (SearXNG its
-    URL, the others their key) refused here, naming the variable, not on every search."""
-    url = _parsed("GATEWAY_WEB_SEARCH_URL", provider_url,
-                  get("GATEWAY_WEB_SEARCH_URL") or "") or None
-    key = secret("GATEWAY_WEB_SEARCH_API_KEY")
-    name = get("GATEWAY_WEB_SEARCH_PROVIDER")
-    if name is not None:
-        name = _parsed("GATEWAY_WEB_SEARCH_PROVIDER", provider_named, name)
-        lacks = provider_lacks(name, url, key)
-        if lacks is not None:
-            raise SettingsError(lacks)
-    return {"web_search_provider": name, "web_search_url": url, "web_search_api_key": key}
-
-
-def _http_url(text: str) -> str:
-    """An http(s) URL with a host, or empty."""
-    url = text.strip().rstrip("/")
+def _http_url(text: str | None, spec: _Spec, reading: Reading) -> str | None:
+    """An http(s) URL with a host, or unset."""
+    url = (text or "").strip().rstrip("/")
     parts = urlsplit(url)
     if url and (parts.scheme not in ("http", "https") or not parts.hostname):
         raise ValueError(f"must be an http:// or https:// URL (like http://127.0.0.1:8000/v1), "
                          f"not {url!r}")
-    return url
+    return url or None
 
 
-def _store(text: str) -> str:
-    kind, _, target = text.strip().partition(":")
-    if kind not in ("sqlite", "dynamodb") or (kind == "dynamodb" and not target):
-        raise SettingsError(
-            f"GATEWAY_STORE must be sqlite:PATH or dynamodb:TABLE, not {text!r}")
-    return text.strip()
+# -- the formats of one setting or feature ----------------------------------------------------
 
 
-def _dialect(name: str) -> str:
+def _backend(text: str | None, spec: _Spec, reading: Reading) -> str:
+    backend = (text or spec.default).lower()
+    if backend not in BACKEND_KINDS:
+        raise ValueError(f"{spec.env} must be one of {', '.join(map(repr, BACKEND_KINDS))}"
+                         f", not {backend!r}")
+    return backend
+
+
+def _dialect(text: str | None, spec: _Spec, reading: Reading) -> str:
     """``auto`` or a known dialect name (a typo fails at startup, not on the first request)."""
-    name = name.strip().lower()
+    name = (text or spec.default).strip().lower()
     if name != "auto":
         from responses_gateway.backends.dialects import dialect_named
 
@@ -371,13 +251,166 @@ def _dialect(name: str) -> str:
     return name
 
 
-def _routes(default_kind: str, secret: Callable[[str], str | None], text: str) -> Routes | None:
-    """``GATEWAY_ROUTES`` parsed (backends/route_config.py), or None when unset."""
-    if not text.strip():
+def _model_map(text: str | None, spec: _Spec, reading: Reading) -> dict[str, str]:
+    return parse_model_map(text or "")
+
+
+def _windows(text: str | None, spec: _Spec, reading: Reading) -> dict[str, int]:
+    return parse_windows(text or "")
+
+
+def _routes(text: str | None, spec: _Spec, reading: Reading) -> Routes | None:
+    """``GATEWAY_ROUTES`` parsed (backends/route_config.py), or None when unset. A
+    deployment's ``api_key`` names a variable, read as a secret."""
+    if not (text or "").strip():
         return None
     from responses_gateway.backends.route_config import parse_routes
 
-    return parse_routes(text, default_kind=default_kind, secret=secret) or None
+    return parse_routes(text or "", default_kind=reading.value("backend"),
+                        secret=reading.secret) or None
+
+
+def _bedrock_region(text: str | None, spec: _Spec, reading: Reading) -> str | None:
+    return text or reading.get("AWS_REGION")
+
+
+def _store(text: str | None, spec: _Spec, reading: Reading) -> str:
+    text = text or spec.default
+    kind, _, target = text.strip().partition(":")
+    if kind not in ("sqlite", "dynamodb") or (kind == "dynamodb" and not target):
+        raise SettingsError(
+            f"{spec.env} must be sqlite:PATH or dynamodb:TABLE, not {text!r}")
+    return text.strip()
+
+
+def _admin_keys(text: str | None, spec: _Spec, reading: Reading) -> tuple[str, ...]:
+    """The admin keys. One also a tenant's key is refused here: the admin routes take no
+    tenant key (api/auth.py), so it would silently turn them off for that key (and for all
+    of them when every admin key is shared). The error names the position, never the key."""
+    admin_keys, api_keys = _names(text, spec, reading), reading.value("api_keys")
+    shared = [n for n, key in enumerate(admin_keys, 1) if key in api_keys]
+    if shared:
+        which = ", ".join(_ordinal(n) for n in shared)
+        raise SettingsError(
+            f"{spec.env} and GATEWAY_API_KEYS share a key (the {which} of "
+            f"{spec.env}): an admin key must not be an API key, or the admin routes "
+            "refuse it; give the admin routes keys of their own")
+    return admin_keys
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _limits(text: str | None, spec: _Spec, reading: Reading) -> Limits | None:
+    """GATEWAY_LIMITS (key_limits.py, imported only when it is set)."""
+    if text is None:
+        return None
+    from responses_gateway.key_limits import parse_limits
+
+    return parse_limits(text)
+
+
+def _hosted_tools(text: str | None, spec: _Spec, reading: Reading) -> str:
+    if text is None:
+        return spec.default
+    from responses_gateway.tools.hosted import policy_named
+
+    return policy_named(text)
+
+
+def _image_backend(text: str | None, spec: _Spec, reading: Reading) -> str | None:
+    """``bedrock`` or ``openai`` (tools/image_generation/backends/), or None: unset. With
+    DynamoDB the images need an S3 bucket (a DynamoDB item holds 400 KB)."""
+    if text is None:
+        return None
+    from responses_gateway.tools.image_generation.backends import KINDS as IMAGE_KINDS
+
+    name = text.strip().lower()
+    if name not in IMAGE_KINDS:
+        raise SettingsError(f"{spec.env} must be one of {', '.join(IMAGE_KINDS)} "
+                            f"(or unset), not {name!r}")
+    if reading.value("store").startswith("dynamodb:") and not reading.value("image_bucket"):
+        raise SettingsError("GATEWAY_IMAGE_BUCKET must name an S3 bucket for generated images "
+                            f"when {spec.env} is set and GATEWAY_STORE is dynamodb")
+    return name
+
+
+def _web_search_url(text: str | None, spec: _Spec, reading: Reading) -> str | None:
+    if text is None:
+        return None
+    from responses_gateway.tools.web_search.providers import provider_url
+
+    return provider_url(text) or None
+
+
+def _web_search_provider(text: str | None, spec: _Spec, reading: Reading) -> str | None:
+    """The search provider; one lacking what it needs (SearXNG its URL, the others their key)
+    refused here, naming the variable, not on every search."""
+    if text is None:
+        return None
+    from responses_gateway.tools.web_search.providers import provider_lacks, provider_named
+
+    url, key = reading.value("web_search_url"), reading.value("web_search_api_key")
+    name = provider_named(text)
+    lacks = provider_lacks(name, url, key)
+    if lacks is not None:
+        raise SettingsError(lacks)
+    return name
+
+
+def _embedding_model(text: str | None, spec: _Spec, reading: Reading) -> str:
+    """The embedding model; on Bedrock (Titan Text Embeddings v2 by default) one whose request
+    shape the gateway speaks (vectors/bedrock_embeddings.py)."""
+    if reading.value("embedding_backend") != "bedrock":
+        return text or spec.default
+    from responses_gateway.vectors.bedrock_embeddings import FAMILIES, family_of
+
+    model = text or "amazon.titan-embed-text-v2:0"
+    if family_of(model) is None:
+        raise SettingsError(f"{spec.env} must be a Bedrock embedding model of "
+                            f"{' or '.join(FAMILIES)} when GATEWAY_EMBEDDING_BACKEND is "
+                            f"bedrock, not {model!r}")
+    return model
+
+
+def _knowledge_bases(text: str | None, spec: _Spec,
+                     reading: Reading) -> dict[str, KnowledgeBase]:
+    """GATEWAY_KNOWLEDGE_BASES (vectors/knowledge_bases.py, imported only when it is set)."""
+    if text is None or text == "{}":
+        return {}
+    from responses_gateway.vectors.knowledge_bases import parse_knowledge_bases
+
+    return parse_knowledge_bases(text)
+
+
+#: Each declared ``parse=`` name's parser: ``(text or None, the setting, the reading)``.
+FORMATS: dict[str, Format] = {
+    "text": _text,
+    "seconds": _number(float, "a number of seconds"),
+    "count": _number(int, "a whole number"),
+    "switch": _switch,
+    "choice": _choice,
+    "names": _names,
+    "url": _url,
+    "http_url": _http_url,
+    "backend": _backend,
+    "dialect": _dialect,
+    "model_map": _model_map,
+    "context_windows": _windows,
+    "routes": _routes,
+    "bedrock_region": _bedrock_region,
+    "store": _store,
+    "admin_keys": _admin_keys,
+    "limits": _limits,
+    "hosted_tools": _hosted_tools,
+    "image_backend": _image_backend,
+    "web_search_url": _web_search_url,
+    "web_search_provider": _web_search_provider,
+    "embedding_model": _embedding_model,
+    "knowledge_bases": _knowledge_bases,
+}
 
 
 def parse_windows(text: str) -> dict[str, int]:

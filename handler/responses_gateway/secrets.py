@@ -1,15 +1,17 @@
 """Secret settings by reference: Secrets Manager or SSM, read through Powertools Parameters.
 
-A secret setting (``GATEWAY_UPSTREAM_API_KEY``, ``GATEWAY_API_KEYS``, ``GATEWAY_SEAL_KEY``) is
-taken from, in order:
+A secret setting (one declared ``secret=True`` in settings.py: ``GATEWAY_UPSTREAM_API_KEY``,
+``GATEWAY_API_KEYS``, ``GATEWAY_SEAL_KEY``, ...; the README's ``_SECRET_ARN`` row lists them
+all) or a variable a ``GATEWAY_ROUTES`` deployment's ``api_key`` names is taken from, in
+order:
 
 1. the variable itself (local use, tests);
 2. ``<NAME>_SECRET_ARN``: a Secrets Manager secret. ``ARN#field`` picks one field of a JSON
-   secret, so one secret can hold all three (what template.yaml does);
+   secret, so one secret can hold them all (what template.yaml does);
 3. ``<NAME>_PARAMETER``: an SSM parameter name (SecureString decrypted), same ``#field`` rule.
 
 Powertools caches each fetched value (``POWERTOOLS_PARAMETERS_MAX_AGE``, 300 s by default), so
-three settings in one secret cost one call. This module (and boto3) is imported only when a
+the settings in one secret cost one call. This module (and boto3) is imported only when a
 reference is configured.
 """
 
@@ -19,8 +21,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-
-SECRET_SETTINGS = ("GATEWAY_UPSTREAM_API_KEY", "GATEWAY_API_KEYS", "GATEWAY_SEAL_KEY")
 
 
 class SecretError(ValueError):

@@ -51,11 +51,21 @@ def summary(settings: Settings) -> dict[str, Any]:
 
 
 def log_summary(settings: Settings) -> None:
-    """The start-up line, once per process."""
+    """The start-up line, once per process; then a warning naming any ``GATEWAY_*`` variable
+    that is no setting (a misspelt one would otherwise be silently ignored)."""
     if "summary" in _said:
         return
     _said.add("summary")
     logger.info("gateway started", extra={"settings": summary(settings)})
+    if settings.unknown_variables:
+        logger.warning("ignored unknown settings: %s", unknown_settings(settings),
+                       extra={"unknown_settings": dict(settings.unknown_variables)})
+
+
+def unknown_settings(settings: Settings) -> str:
+    """``GATEWAY_UPSTREAM_ULR (did you mean GATEWAY_UPSTREAM_URL?)``, ... (names, no values)."""
+    return ", ".join(name + (f" (did you mean {closest}?)" if closest else "")
+                     for name, closest in settings.unknown_variables)
 
 
 async def check_upstream(settings: Settings) -> str | None:

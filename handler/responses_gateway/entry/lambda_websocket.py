@@ -30,7 +30,7 @@ import orjson
 from responses_gateway.api.auth import Authenticator
 from responses_gateway.api.ws_remembered import Remembered
 from responses_gateway.api.ws_session import Event, Session, response_in_progress
-from responses_gateway.config import settings_from_env
+from responses_gateway.config import Settings, settings_from_env
 from responses_gateway.errors import GatewayError
 from responses_gateway.responses.gateway import Gateway
 from responses_gateway.store.base import StoredResponse
@@ -69,7 +69,7 @@ async def _handle(event: dict[str, Any]) -> dict[str, Any]:
     state = await asyncio.to_thread(table.load, connection_id)
     if state is None:  # $connect never ran or the state expired: nothing to answer to
         return {"statusCode": 410}
-    poster = Poster(_management_client(ctx), connection_id)
+    poster = Poster(_management_client(gateway.settings, ctx), connection_id)
     session = ApiGatewaySession(gateway, state, table, poster.emit)
     try:
         await session.receive(body)
@@ -102,12 +102,10 @@ def _client(service: str, endpoint_url: str | None = None) -> Any:
     return _clients[key]
 
 
-def _management_client(ctx: dict[str, Any]) -> Any:
+def _management_client(settings: Settings, ctx: dict[str, Any]) -> Any:
     """The management API of this connection's stage (``GATEWAY_WS_MANAGEMENT_URL`` wins:
     custom domains, tests)."""
-    url = os.environ.get("GATEWAY_WS_MANAGEMENT_URL") or (
-        f"https://{ctx['domainName']}/{ctx['stage']}"
-    )
+    url = settings.ws_management_url or f"https://{ctx['domainName']}/{ctx['stage']}"
     return _client("apigatewaymanagementapi", url)
 
 

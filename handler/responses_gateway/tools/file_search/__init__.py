@@ -10,8 +10,8 @@ Only this file's :data:`REGISTRATION` is read at start (tools/registry.py): the 
 imported when a request names ``file_search`` on a storage with vector stores.
 """
 
-from responses_gateway.tools.declaration import ItemType, Registration
 from responses_gateway.platform import vector_stores_available
+from responses_gateway.tools.declaration import ItemType, Registration
 
 #: the call items' id prefix (ids.new_id)
 CALL_ID_PREFIX = "fs_"
