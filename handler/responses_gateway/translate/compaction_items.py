@@ -24,6 +24,7 @@ import hashlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
@@ -95,19 +96,20 @@ def is_role(item: Any, *roles: str) -> bool:
     )
 
 
-def open_item(unseal: Opener, item: dict[str, Any], param: str) -> Opened:
+def open_item(unseal: Opener, item: dict[str, Any], name: Callable[[], str]) -> Opened:
     """The summary and kept keys of a compaction item; a 400 for a blob this gateway did not
-    seal for this tenant (or one that is not a compaction's)."""
+    seal for this tenant (or one that is not a compaction's), naming the item by ``name()``
+    (asked only then)."""
     blob = item.get("encrypted_content")
     if not isinstance(blob, str):
-        raise missing_parameter(f"{param}.encrypted_content")
+        raise missing_parameter(f"{name()}.encrypted_content")
     try:
         opened = unseal(blob)
     except GatewayError as exc:
         raise invalid_request(
             "The encrypted content of a compaction item could not be verified; it was not "
             "produced by this gateway for this API key, or it was modified.",
-            param=f"{param}.encrypted_content", code="invalid_encrypted_content",
+            param=f"{name()}.encrypted_content", code="invalid_encrypted_content",
         ) from exc
     summary = opened.get(SUMMARY_KEY)
     keep = opened.get(KEEP_KEY)
@@ -115,7 +117,7 @@ def open_item(unseal: Opener, item: dict[str, Any], param: str) -> Opened:
         raise invalid_request(
             "The encrypted content is not a compaction item's (it was sealed for another "
             "kind of item).",
-            param=f"{param}.encrypted_content", code="invalid_encrypted_content",
+            param=f"{name()}.encrypted_content", code="invalid_encrypted_content",
         )
     return Opened(summary, tuple(k for k in keep if isinstance(k, str)))
 
@@ -178,7 +180,7 @@ def view(items: list[dict[str, Any]], unseal: Opener | None,
         return NO_VIEW
     if unseal is None:
         raise invalid_request("Compaction items cannot be opened here.", param=name(at))
-    opened = open_item(unseal, items[at], name(at))
+    opened = open_item(unseal, items[at], partial(name, at))
     return View(frozenset(superseded(items, at, opened)), at, summary_message(opened.summary))
 
 

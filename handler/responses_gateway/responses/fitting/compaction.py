@@ -44,8 +44,6 @@ READ_SHARE = 0.6
 #: A summary may be at most this share of the window (and at most SUMMARY_MAX_TOKENS).
 SUMMARY_SHARE = 0.2
 SUMMARY_MAX_TOKENS = 4096
-_DROPPED_OPTIONS = ("response_format", "logprobs", "top_logprobs", "parallel_tool_calls",
-                    "stream_options", "reasoning_effort", "verbosity", "max_tokens")
 
 
 @dataclass
@@ -74,9 +72,9 @@ async def compact(
     cancel the call under way. What the model reads of the items, and the item made of the
     summary, are compaction_items.py's; where the window is cut into parts is cuts.py's.
     """
-    summariser = _Summariser(backend, render.part, render.tenant, window, limits)
+    summariser = _Summariser(backend, render, window, limits)
     visible = compaction_items.visible(render.items, render.unseal)
-    limits.check_input(sum(len(orjson.dumps(item)) for item in visible))
+    limits.check_input(sum(map(len, map(orjson.dumps, visible))))
     parts = cuts.parts(visible, None if window is None else int(window * READ_SHARE))
     limits.check_calls(len(parts), window)
     summary = await bounded(summariser.run(parts), limits, left)
@@ -120,10 +118,12 @@ class _Summariser:
     """Summarises consecutive parts, each part's summary leading the next; counts its calls
     against ``limits.calls`` before each one."""
 
-    def __init__(self, backend: Backend, render: Any, tenant: str, window: int | None,
+    def __init__(self, backend: Backend, render: Renderer, window: int | None,
                  limits: CompactionLimits) -> None:
-        self.backend, self.render, self.tenant = backend, render, tenant
-        self.window, self.limits = window, limits
+        self.backend, self.render, self.window, self.limits = backend, render, window, limits
+        #: a summary may take a fifth of the window, at most SUMMARY_MAX_TOKENS
+        self.max_tokens = SUMMARY_MAX_TOKENS if window is None else max(
+            64, min(SUMMARY_MAX_TOKENS, int(window * SUMMARY_SHARE)))
         #: Responses usage of the summarising calls so far, added up as each one ends
         self.usage: dict[str, Any] = usage_from_chat({})
         self._planned = 0  # calls made and still to make
@@ -139,7 +139,8 @@ class _Summariser:
         """The summary of ``part`` after ``earlier``; a part the model cannot read whole (its
         exact count, where the backend counts, says so) is summarised in two halves."""
         window = self.window
-        body = _summary_request(self.render(part), earlier, window)
+        body = self.render.summarising(part, earlier=earlier, prompt=SUMMARY_PROMPT,
+                                       max_tokens=self.max_tokens)
         if window is not None and len(part) > 1:
             counted = await tokens.count(self.backend, body)
             if counted.tokens + body["max_completion_tokens"] > window:
@@ -149,77 +150,41 @@ class _Summariser:
                     self.limits.check_calls(self._planned, window)
                     earlier = await self._part(part[:cut], earlier)
                     return await self._part(part[cut:], earlier)
-        text, used = await _summarise(self.backend, body, self.tenant)
-        _add_usage(self.usage, usage_from_chat(used))
-        return text
+        # one summarising call; what it cost is added to the usage
+        request = BackendRequest(body=body, tenant=self.render.tenant, stream=False)
+        await self.backend.prepare(request)
+        completion: Any = None
+        async for batch in self.backend.stream(request):
+            for chunk in batch:  # backends may hand over raw JSON bytes
+                completion = orjson.loads(chunk) if isinstance(chunk, bytes | bytearray) else chunk
+        return _text_of(completion, self.usage)
 
 
-def _summary_request(chat: dict[str, Any], earlier: str, window: int | None) -> dict[str, Any]:
-    """The summarising chat body: ``earlier`` (the summary of the parts before) leads the
-    part, the request for a summary follows it."""
-    messages = list(chat["messages"])
-    if earlier:
-        lead = next((i for i, m in enumerate(messages) if m.get("role") != "system"),
-                    len(messages))
-        messages.insert(lead, compaction_items.summary_message(earlier))
-    messages.append({"role": "user", "content": SUMMARY_PROMPT})
-    body = {k: v for k, v in chat.items() if k not in _DROPPED_OPTIONS}
-    body.update(messages=messages, stream=False)
-    if body.get("tools"):
-        body["tool_choice"] = "none"  # tool history stays valid; the answer is text
-    limit = SUMMARY_MAX_TOKENS if window is None else max(
-        64, min(SUMMARY_MAX_TOKENS, int(window * SUMMARY_SHARE)))
-    body["max_completion_tokens"] = limit
-    return body
-
-
-async def _summarise(backend: Backend, body: dict[str, Any], tenant: str
-                     ) -> tuple[str, dict[str, Any]]:
-    """One summarising call."""
-    request = BackendRequest(body=body, tenant=tenant, stream=False)
-    await backend.prepare(request)
-    completion: Any = None
-    async for batch in backend.stream(request):
-        for chunk in batch:
-            completion = _as_dict(chunk)
-    text = _text_of(completion)
+def _text_of(completion: Any, usage: dict[str, Any]) -> str:
+    """The summary a chat completion holds (its usage added to ``usage``); a 502 for an
+    error or no text."""
+    error = completion.get("error") if isinstance(completion, dict) else None
+    if error:
+        message = error.get("message") if isinstance(error, dict) else str(error)
+        raise UpstreamError(502, f"Upstream error: {message}", code="upstream_error")
+    choices = (completion.get("choices") if isinstance(completion, dict) else None) or []
+    message = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    text = content.strip() if isinstance(content, str) else ""
     if not text:
         raise UpstreamError(
             502, "Upstream error: the model wrote no summary for the compaction.",
             code="upstream_error")
-    used = completion.get("usage")
-    return text, used if isinstance(used, dict) else {}
-
-
-def _add_usage(total: dict[str, Any], one: dict[str, Any]) -> None:
-    """``one`` call's Responses usage added into ``total``."""
+    used = usage_from_chat(completion.get("usage") if isinstance(completion.get("usage"), dict)
+                           else {})
     for key in ("input_tokens", "output_tokens", "total_tokens"):
-        total[key] += one[key]
+        usage[key] += used[key]
     for group in ("input_tokens_details", "output_tokens_details"):
-        for key in total[group]:
-            total[group][key] += one[group][key]
-
-
-def _as_dict(chunk: Any) -> Any:
-    """A backend's chunk as a dict (backends may hand over raw JSON bytes)."""
-    return orjson.loads(chunk) if isinstance(chunk, bytes | bytearray) else chunk
-
-
-def _text_of(completion: Any) -> str:
-    if not isinstance(completion, dict):
-        return ""
-    error = completion.get("error")
-    if error:
-        message = error.get("message") if isinstance(error, dict) else str(error)
-        raise UpstreamError(502, f"Upstream error: {message}", code="upstream_error")
-    choices = completion.get("choices") or []
-    message = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
-    if not isinstance(message, dict):
-        return ""
-    content = message.get("content")
-    if isinstance(content, list):
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return content.strip() if isinstance(content, str) else ""
+        for key in usage[group]:
+            usage[group][key] += used[group][key]
+    return text
 
 
 __all__ = ["Compacted", "compact", "response_of"]

@@ -4,7 +4,7 @@
 tenant's unseal, how the backend takes reasoning back, whether the model reads images:
 vision.py) and renders it again as fitting decides: with items left out (truncation,
 cuts.py), with the compaction item as an output item (compaction.py), or a part of the window
-for a summarising call. The rendering itself is translate/to_chat.py's.
+as a summarising call's body. The rendering itself is translate/to_chat.py's.
 """
 
 from __future__ import annotations
@@ -16,10 +16,15 @@ from typing import TYPE_CHECKING, Any
 from responses_gateway.backends.base import Backend
 from responses_gateway.config import Route
 from responses_gateway.responses.fitting import vision
+from responses_gateway.translate import compaction_items
 from responses_gateway.translate.to_chat import Unseal, to_chat_request
 
 if TYPE_CHECKING:
     from responses_gateway.translate.request_models import CreateResponseRequest
+
+#: The request's options a summarising call leaves out (its answer is plain text).
+_NOT_FOR_A_SUMMARY = ("response_format", "logprobs", "top_logprobs", "parallel_tool_calls",
+                      "stream_options", "reasoning_effort", "verbosity", "max_tokens")
 
 
 @dataclass
@@ -76,9 +81,23 @@ class Renderer:
                                images=self._images, reads=self._reads, **extra)
         return Fitted(chat, params, list(output_items), extra.get("catalog"))
 
-    def part(self, items: list[dict[str, Any]]) -> dict[str, Any]:
-        """The chat body of ``items`` (a part of the window) for a summarising call: no tool
-        catalog kept, images as text notes."""
-        return to_chat_request(self.req, items, model=self._model,
+    def summarising(self, items: list[dict[str, Any]], *, earlier: str, prompt: str,
+                    max_tokens: int) -> dict[str, Any]:
+        """The chat body of a summarising call (compaction.py) on ``items``, a part of the
+        window: ``earlier`` (the summary of the parts before) leads it, ``prompt`` follows;
+        no tool catalog kept, images as text notes, the answer text of ``max_tokens``."""
+        chat = to_chat_request(self.req, items, model=self._model,
                                reasoning_input=self._reasoning_input, unseal=self.unseal,
                                reads=self._reads)
+        messages = list(chat["messages"])
+        if earlier:
+            lead = next((i for i, m in enumerate(messages) if m.get("role") != "system"),
+                        len(messages))
+            messages.insert(lead, compaction_items.summary_message(earlier))
+        messages.append({"role": "user", "content": prompt})
+        body = {k: v for k, v in chat.items() if k not in _NOT_FOR_A_SUMMARY}
+        body.update(messages=messages, stream=False)
+        if body.get("tools"):
+            body["tool_choice"] = "none"  # tool history stays valid; the answer is text
+        body["max_completion_tokens"] = max_tokens
+        return body
