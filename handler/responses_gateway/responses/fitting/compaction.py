@@ -4,10 +4,12 @@ whose sealed content is a summary the backend model wrote of it.
 Used by ``POST /v1/responses/compact`` (api/context_routes.py), by ``context_management`` on
 create and by a ``compaction_trigger`` input item (fit.py), all through :class:`~.fit.Fitting`.
 The summary comes from one non-streaming chat call to the request's own model through its own
-backend, the window rendered as for a create (to_chat.py, earlier compaction items included)
-with :data:`SUMMARY_PROMPT` after it. A window larger than the model can read is summarised in
-consecutive parts, cut where cuts.py allows, each part's summary carried into the next, within
-the bounds of limits.py (input size, summarising calls, time; it stops when its client leaves).
+backend, the window rendered as for a create (render.py's ``summarising``: to_chat.py, earlier
+compaction items included) with :data:`SUMMARY_PROMPT` after it; the item made of it, and what
+the model reads of the items, are translate/compaction_items.py's. A window larger than the
+model can read is summarised in consecutive parts, cut where cuts.py allows, each part's
+summary carried into the next, within the bounds of limits.py (input size, summarising calls,
+time; it stops when its client leaves).
 The output follows OpenAI's: "a list of all user messages, followed by a single compaction
 item"; when the context window is known, the user messages kept are the newest that fit in a
 quarter of it (the latest always), the others being in the summary.
