@@ -363,3 +363,41 @@ def test_compact_and_continue_on_bedrock(tmp_path: Path, monkeypatch: pytest.Mon
         assert "summary" in json.dumps(summarising.body["messages"][-1])
         sent = json.dumps(answering.body["messages"])
         assert "FACT:bedrock" in sent and "Noted: Tuesday" not in sent
+
+
+# -- where compaction lives (issue 41) -------------------------------------------------------
+
+
+def _imports(module: str) -> set[str]:
+    """The responses_gateway modules ``module`` imports (any line of it, TYPE_CHECKING too)."""
+    import ast
+
+    path = Path(__file__).resolve().parent.parent / "handler" / Path(*module.split("."))
+    tree = ast.parse(path.with_suffix(".py").read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("responses_"):
+            found |= {f"{node.module}.{alias.name}" for alias in node.names} | {node.module}
+    return found
+
+
+def test_compaction_items_are_made_and_read_in_one_module() -> None:
+    """The item's shape (id, sealed payload, what it hides) is compaction_items.py's alone,
+    and it calls nothing back up in responses/."""
+    fitting = ("fit", "compaction", "cuts", "render", "tokens")
+    for name in fitting:
+        source = (Path(__file__).resolve().parent.parent / "handler" / "responses_gateway"
+                  / "responses" / "fitting" / f"{name}.py").read_text()
+        assert "ids.COMPACTION" not in source and "encrypted_content" not in source, name
+    assert not any(m.startswith("responses_gateway.responses")
+                   for m in _imports("responses_gateway.translate.compaction_items"))
+
+
+def test_fitting_is_called_in_one_direction() -> None:
+    """fit.py decides and calls down; no other fitting module imports it (nor the summariser
+    imports the decisions), so the create path never climbs back into them."""
+    fit = "responses_gateway.responses.fitting.fit"
+    for name in ("compaction", "cuts", "render", "tokens", "windows", "vision", "limits"):
+        assert fit not in _imports(f"responses_gateway.responses.fitting.{name}"), name
+    assert "responses_gateway.responses.fitting.compaction" not in _imports(
+        "responses_gateway.responses.fitting.cuts")

@@ -398,6 +398,117 @@ def test_mask_inpaints_on_bedrock(client: OpenAI, bedrock_images: FakeBedrockIma
     assert rows[16] == b"\xff" * 64 and rows[63] == b"\xff" * 64
 
 
+def test_mask_is_converted_off_the_event_loop(client: OpenAI, bedrock_images: FakeBedrockImages,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pillow decodes the client's mask in a worker thread, not on the event loop."""
+    import asyncio
+
+    from responses_gateway.tools.image_generation.backends import bedrock, masks
+    from tests.helpers.image_servers import rgba_png
+
+    on_loop: list[bool] = []
+
+    def watched(data: bytes) -> bytes:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return masks.bedrock_mask(data)
+
+    monkeypatch.setattr(bedrock, "bedrock_mask", watched)
+    first = check_response(client.responses.create(
+        model="m", input=draw("a lighthouse", "thread-1"), tools=[{"type": "image_generation"}]))
+    mask = "data:image/png;base64," + base64.b64encode(rgba_png(32, 32, 8)).decode()
+    edited = check_response(client.responses.create(
+        model="m", input=draw("a night sky", "thread-2", edit=True),
+        tools=[{"type": "image_generation", "input_image_mask": {"image_url": mask}}],
+        previous_response_id=first["id"]))
+    assert image_call(edited)["status"] == "completed"
+    assert on_loop == [False]
+
+
+def _pillow_png(mode: str, size: tuple[int, int], pixel: Any) -> bytes:
+    import io
+
+    from PIL import Image
+
+    image = Image.new(mode, size, pixel)
+    out = io.BytesIO()
+    image.save(out, "PNG")
+    return out.getvalue()
+
+
+def test_mask_conversion_reads_any_png_with_alpha() -> None:
+    """Masks as image editors write them (Pillow: adaptive filters; grey + alpha) become
+    Bedrock's black-and-white mask; a mask without alpha is passed on as it is."""
+    import io
+
+    from PIL import Image
+
+    from responses_gateway.tools.image_generation.backends.masks import bedrock_mask
+    from tests.helpers.image_servers import grey_rows
+
+    image = Image.new("RGBA", (40, 20), (10, 20, 30, 255))
+    for x in range(40):
+        for y in range(20):
+            if (x * 7 + y * 3) % 5 == 0:
+                image.putpixel((x, y), (x, y, 3, 0))  # transparent, varied colour
+            elif x % 3 == 0:
+                image.putpixel((x, y), (0, 0, 0, 1 + x))  # barely opaque: kept
+    out = io.BytesIO()
+    image.save(out, "PNG")
+    rows = grey_rows(bedrock_mask(out.getvalue()))
+    for y in range(20):
+        assert rows[y] == bytes(0 if (x * 7 + y * 3) % 5 == 0 else 255 for x in range(40))
+    grey = grey_rows(bedrock_mask(_pillow_png("LA", (8, 4), (200, 0))))
+    assert grey == [bytes(8)] * 4
+    opaque = _pillow_png("RGB", (8, 4), (255, 255, 255))
+    assert bedrock_mask(opaque) is opaque
+
+
+def _png_chunk(kind: bytes, body: bytes) -> bytes:
+    import struct
+    import zlib
+
+    return (struct.pack("!I", len(body)) + kind + body
+            + struct.pack("!I", zlib.crc32(kind + body) & 0xFFFFFFFF))
+
+
+_RGBA_16 = b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", bytes.fromhex("00000010000000100806000000"))
+
+
+@pytest.mark.parametrize(("data", "words"), [
+    (b"GIF89a" + bytes(40), "not a PNG image"),
+    (_RGBA_16 + _png_chunk(b"IDAT", b"not zlib data") + _png_chunk(b"IEND", b""), "corrupt"),
+    (_RGBA_16 + _png_chunk(b"IEND", b""), "corrupt"),
+])
+def test_bad_masks_are_invalid_mask(data: bytes, words: str) -> None:
+    from responses_gateway.tools.image_generation.backends.base import ImageFailure
+    from responses_gateway.tools.image_generation.backends.masks import bedrock_mask
+
+    with pytest.raises(ImageFailure) as caught:
+        bedrock_mask(data)
+    assert caught.value.code == "invalid_mask" and words in str(caught.value)
+
+
+def test_a_mask_larger_than_bedrock_reads_is_refused_before_decoding() -> None:
+    """Its header is enough: a small file that claims 100 million pixels is never inflated."""
+    import struct
+    import zlib
+
+    from responses_gateway.tools.image_generation.backends.base import ImageFailure
+    from responses_gateway.tools.image_generation.backends.masks import bedrock_mask
+
+    header = struct.pack("!IIBBBBB", 10_000, 10_000, 8, 6, 0, 0, 0)
+    bomb = (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header)
+            + _png_chunk(b"IDAT", zlib.compress(bytes(4096))) + _png_chunk(b"IEND", b""))
+    with pytest.raises(ImageFailure) as caught:
+        bedrock_mask(bomb)
+    assert caught.value.code == "invalid_mask"
+    assert "10000x10000 pixels" in str(caught.value)
+
+
 @pytest.mark.parametrize(("model", "body", "words"), [
     # the gateway's old spelling of AWS's inPaintingParams (issue 40)
     (NOVA, {"taskType": "INPAINTING", "inpaintingParams": {"image": "QQ==", "maskImage": "QQ=="}},

@@ -1928,3 +1928,21 @@ def test_message_params_name_the_client_side_source_of_each_chat_message() -> No
     assert params == [
         "instructions", "previous_response_id", "previous_response_id",
         "input[0]", "input[1]", "input[2]"]
+
+
+def test_a_hosted_tool_knows_at_construction_whether_the_gateway_runs_it() -> None:
+    """``served`` comes from the validation's context as the tool is built (issue 41), not
+    patched onto the model afterwards; nothing outside HostedTool sets it."""
+    from responses_gateway.translate.request_tools import SERVED, HostedTool
+
+    assert HostedTool.model_validate({"type": "web_search"},
+                                     context={SERVED: {"web_search"}}).served
+    assert not HostedTool.model_validate({"type": "web_search"}).served
+    req = parse_create_request(
+        {"model": "m", "tools": [{"type": "web_search"}, {"type": "image_generation"}]},
+        hosted_tools="omit", served={"web_search"})
+    assert [tool.served for tool in req.tools or ()] == [True, False]
+    handler = Path(__file__).resolve().parent.parent / "handler" / "responses_gateway"
+    setters = [p for p in handler.rglob("*.py")
+               if re.search(r"(?<!self)\._served\s*=", p.read_text())]
+    assert setters == []

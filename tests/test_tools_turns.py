@@ -193,3 +193,24 @@ def test_a_turn_with_a_client_call_counts_it() -> None:
         "name": "docs__search", "arguments": "{}"}}]}, "tool_calls"))
     translator.end_turn()
     assert translator.client_calls == 1 and len(translator.server_calls) == 1
+
+
+def test_server_tools_see_typed_settings_and_services() -> None:
+    """What building a server tool sees is typed (issue 41): the Settings, and of the
+    Gateway only the services a tool uses (``ToolServices``), not ``Any``."""
+    from functools import cached_property
+    from typing import get_type_hints
+
+    from responses_gateway.responses.gateway import Gateway
+    from responses_gateway.settings import Settings
+    from responses_gateway.tools.server import Rebuild, RequestTools, ToolServices
+    from responses_gateway.vectors.service import VectorStores
+
+    names = {"Settings": Settings, "ToolServices": ToolServices, "VectorStores": VectorStores}
+    for cls in (RequestTools, Rebuild):
+        hints = get_type_hints(cls, localns=names)
+        assert hints["settings"] is Settings and hints["services"] is ToolServices
+    assert get_type_hints(ToolServices.vector_stores.fget, localns=names)["return"] \
+        is VectorStores
+    # the Gateway is what provides them (built on first use, so not asked here)
+    assert isinstance(Gateway.__dict__["vector_stores"], cached_property)

@@ -100,12 +100,18 @@ def rgba_png(width: int, height: int, transparent_rows: int) -> bytes:
 
 
 def grey_rows(data: bytes) -> list[bytes]:
-    """The rows of an 8-bit greyscale PNG written with filter 0 (the gateway's masks)."""
-    width, height = struct.unpack("!II", data[16:24])
-    assert data[25] == 0, "not greyscale"
-    (length,) = struct.unpack("!I", data[33:37])
-    raw = zlib.decompress(data[41:41 + length])
-    return [raw[y * (width + 1) + 1:(y + 1) * (width + 1)] for y in range(height)]
+    """The rows of an 8-bit greyscale PNG (the gateway's masks), decoded as any PNG reader
+    decodes them (its rows may use any of PNG's filters)."""
+    import io
+
+    from PIL import Image
+
+    assert data.startswith(PNG_SIGNATURE) and data[25] == 0, "not a greyscale PNG"
+    with Image.open(io.BytesIO(data), formats=["PNG"]) as image:
+        assert image.mode == "L", image.mode
+        raw = image.tobytes()
+        width, height = image.size
+    return [raw[y * width:(y + 1) * width] for y in range(height)]
 
 
 def png_info(data: bytes) -> tuple[int, int, tuple[int, int, int]]:

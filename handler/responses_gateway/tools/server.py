@@ -18,9 +18,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from responses_gateway.tools.catalog import ToolCatalog, ToolSpec
+
+if TYPE_CHECKING:  # types only: building a tool never imports the engines for them
+    from responses_gateway.settings import Settings
+    from responses_gateway.vectors.service import VectorStores
 
 Event = dict[str, Any]
 Seal = Callable[[dict[str, Any]], str]
@@ -74,6 +78,16 @@ class ServerCall:
         self.usage: dict[str, Any] | None = None
 
 
+class ToolServices(Protocol):
+    """What server tools use of the process-wide services (responses/gateway.py's Gateway
+    provides it): only this, so a tool cannot reach the rest of the Gateway."""
+
+    @property
+    def vector_stores(self) -> VectorStores:
+        """The vector stores file_search searches (built on first use)."""
+        ...
+
+
 @dataclass
 class RequestTools:
     """What building a server tool for one create can see."""
@@ -82,21 +96,21 @@ class RequestTools:
     tool_choice: Any  # the request's tool_choice (pydantic model or string)
     items: list[dict[str, Any]]  # this request's input items
     history: list[dict[str, Any]]  # earlier turns' items (previous_response_id, conversation)
-    settings: Any  # config.Settings
+    settings: Settings
     tenant: str
     indexes: list[int] = field(default_factory=list)  # where ``tools`` sit in the request's
     include: tuple[str, ...] = ()  # the request's ``include`` (web_search_call.action.sources)
-    services: Any = None  # the process-wide services (the Gateway: vector stores)
+    services: ToolServices = field(kw_only=True)  # the process-wide services (the Gateway)
 
 
 @dataclass
 class Rebuild:
     """What rebuilding a server tool from a stored record can see (a background worker)."""
 
-    settings: Any
+    settings: Settings
     unseal: Unseal
     extra: dict[str, Any] = field(default_factory=dict)
-    services: Any = None  # the process-wide services (the Gateway: vector stores)
+    services: ToolServices = field(kw_only=True)  # the process-wide services (the Gateway)
 
 
 class ServerTool:

@@ -1,14 +1,16 @@
-"""Compaction items as input: what the model sees of a window that was compacted.
+"""Compaction items: their one shape, made and sealed here, opened here for every reader.
 
-A ``compaction`` item's ``encrypted_content`` is sealed for the tenant (translate/sealing.py,
-the same key as reasoning) and holds the summary the backend model wrote of the window and
-the keys of the user messages the window kept verbatim (``compaction.py`` makes it). When the
-item comes back as input, the newest one stands for everything before it: the items before it
-are left out, except ``system``/``developer`` messages (instructions given as input) and the
-user messages it kept; the item itself becomes a user message giving the summary. So a client
-that appends output to input forever, or chains with ``previous_response_id``, sends the model
-a window that stays small, as OpenAI's guide promises ("drop items that came before the most
-recent compaction item": they are dropped here anyway).
+A ``compaction`` item is made here (:func:`new_window`, from the summary
+responses/fitting/compaction.py had the backend model write) and read here (:func:`view` for
+translate/to_chat.py, :func:`visible` for the summary). Its ``encrypted_content`` is sealed
+for the tenant (translate/sealing.py, the same key as reasoning) and holds the summary and the
+keys of the user messages the window kept verbatim. When the item comes back as input, the
+newest one stands for everything before it: the items before it are left out, except
+``system``/``developer`` messages (instructions given as input) and the user messages it
+kept; the item itself becomes a user message giving the summary. So a client that appends
+output to input forever, or chains with ``previous_response_id``, sends the model a window
+that stays small, as OpenAI's guide promises ("drop items that came before the most recent
+compaction item": they are dropped here anyway).
 
 A ``compaction_trigger`` item (OpenAI: "Compacts the current context. Must be the final input
 item.") asks a create to compact everything before it now: the response's one output item is
@@ -22,11 +24,14 @@ import hashlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
 
+from responses_gateway import ids
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
+from responses_gateway.token_estimate import estimate
 
 #: The sealed payload's key for the summary (a reasoning blob has none: it is refused here).
 SUMMARY_KEY = "compaction"
@@ -39,6 +44,8 @@ SUMMARY_INTRO = (
 )
 
 Opener = Callable[..., dict[str, Any]]
+#: Seals a payload for the request's tenant (``partial(Sealer.seal, tenant=...)``).
+Seal = Callable[[dict[str, Any]], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +56,28 @@ class Opened:
     keep: tuple[str, ...]
 
 
-def payload(summary: str, keep: list[str]) -> dict[str, Any]:
-    """What is sealed into a compaction item's ``encrypted_content``."""
-    return {SUMMARY_KEY: summary, KEEP_KEY: keep}
+@dataclass(frozen=True, slots=True)
+class View:
+    """What the model sees of a window by its newest compaction item."""
+
+    hidden: frozenset[int]  # indexes the item stands for (the model does not read them)
+    at: int  # the item's index, -1 when there is none
+    message: dict[str, Any] | None  # what the item becomes: a user message giving its summary
+
+
+NO_VIEW = View(frozenset(), -1, None)
+
+
+def new_window(summary: str, visible: list[dict[str, Any]], keep_budget: int | None,
+               seal: Seal) -> list[dict[str, Any]]:
+    """The window a compaction leaves: the user messages of ``visible`` it keeps
+    (:func:`kept_users`), then the ``compaction`` item standing for the rest, ``summary`` and
+    the kept messages' keys sealed into its ``encrypted_content``."""
+    kept = kept_users(visible, keep_budget)
+    payload = {SUMMARY_KEY: summary, KEEP_KEY: [user_key(item) for item in kept]}
+    item = {"id": ids.new_id(ids.COMPACTION), "type": "compaction",
+            "encrypted_content": seal(payload)}
+    return [*kept, item]
 
 
 def user_key(item: dict[str, Any]) -> str:
@@ -70,19 +96,20 @@ def is_role(item: Any, *roles: str) -> bool:
     )
 
 
-def open_item(unseal: Opener, item: dict[str, Any], param: str) -> Opened:
+def open_item(unseal: Opener, item: dict[str, Any], name: Callable[[], str]) -> Opened:
     """The summary and kept keys of a compaction item; a 400 for a blob this gateway did not
-    seal for this tenant (or one that is not a compaction's)."""
+    seal for this tenant (or one that is not a compaction's), naming the item by ``name()``
+    (asked only then)."""
     blob = item.get("encrypted_content")
     if not isinstance(blob, str):
-        raise missing_parameter(f"{param}.encrypted_content")
+        raise missing_parameter(f"{name()}.encrypted_content")
     try:
         opened = unseal(blob)
     except GatewayError as exc:
         raise invalid_request(
             "The encrypted content of a compaction item could not be verified; it was not "
             "produced by this gateway for this API key, or it was modified.",
-            param=f"{param}.encrypted_content", code="invalid_encrypted_content",
+            param=f"{name()}.encrypted_content", code="invalid_encrypted_content",
         ) from exc
     summary = opened.get(SUMMARY_KEY)
     keep = opened.get(KEEP_KEY)
@@ -90,7 +117,7 @@ def open_item(unseal: Opener, item: dict[str, Any], param: str) -> Opened:
         raise invalid_request(
             "The encrypted content is not a compaction item's (it was sealed for another "
             "kind of item).",
-            param=f"{param}.encrypted_content", code="invalid_encrypted_content",
+            param=f"{name()}.encrypted_content", code="invalid_encrypted_content",
         )
     return Opened(summary, tuple(k for k in keep if isinstance(k, str)))
 
@@ -99,9 +126,10 @@ def is_trigger(item: Any) -> bool:
     return isinstance(item, dict) and item.get("type") == TRIGGER
 
 
-def trigger_requested(turn_input: Any) -> bool:
+def trigger_requested(turn_input: Any, items: list[dict[str, Any]]) -> bool:
     """Whether this turn's input (a create's parsed ``input``) ends with a
-    ``compaction_trigger``; OpenAI's 400 for one that is not the final input item."""
+    ``compaction_trigger``; OpenAI's 400 for one that is not the final input item, and a 400
+    when there is nothing before it in ``items`` (the whole conversation) to compact."""
     if not isinstance(turn_input, list):
         return False
     kinds = [getattr(item, "type", None) for item in turn_input]
@@ -110,7 +138,59 @@ def trigger_requested(turn_input: Any) -> bool:
             raise invalid_request(
                 "The 'compaction_trigger' item must be the final input item.",
                 param=f"input[{index}]")
-    return bool(kinds) and kinds[-1] == TRIGGER
+    if not kinds or kinds[-1] != TRIGGER:
+        return False
+    if all(is_trigger(item) for item in items):
+        raise invalid_request(
+            "Nothing to compact: the 'compaction_trigger' item needs earlier input or a "
+            "'previous_response_id' or 'conversation' with items.", param="input")
+    return True
+
+
+def kept_users(items: list[dict[str, Any]], budget: int | None) -> list[dict[str, Any]]:
+    """The user messages a compaction item keeps verbatim, oldest first: the newest whose
+    estimated tokens fit ``budget`` (the latest always), all of them when it is None."""
+    users = [item for item in items if is_role(item, "user")]
+    if budget is None or not users:
+        return users
+    kept: list[dict[str, Any]] = []
+    size = 0
+    for item in reversed(users):
+        cost = estimate(item.get("content"))
+        if kept and size + cost > budget:
+            break
+        kept.append(item)
+        size += cost
+    kept.reverse()
+    return kept
+
+
+def compactable(items: list[dict[str, Any]]) -> bool:
+    """Anything a summary could replace: items other than user and system messages."""
+    return any(not is_role(item, "user", "system", "developer") for item in items)
+
+
+def view(items: list[dict[str, Any]], unseal: Opener | None,
+         name: Callable[[int], str]) -> View:
+    """What the newest compaction item among ``items`` hides, and the message it becomes;
+    ``name(i)`` says what the client called ``items[i]`` (for its 400 when it cannot be
+    opened)."""
+    at = latest(items)
+    if at < 0:
+        return NO_VIEW
+    if unseal is None:
+        raise invalid_request("Compaction items cannot be opened here.", param=name(at))
+    opened = open_item(unseal, items[at], partial(name, at))
+    return View(frozenset(superseded(items, at, opened)), at, summary_message(opened.summary))
+
+
+def visible(items: list[dict[str, Any]], unseal: Opener) -> list[dict[str, Any]]:
+    """The items the model would see, as a summary reads them: those the newest compaction
+    item stands for are out (the item itself stays), and so are ``compaction_trigger`` items
+    (which ask for this compaction)."""
+    items = [item for item in items if not is_trigger(item)]
+    hidden = view(items, unseal, "input[{}]".format).hidden
+    return [item for index, item in enumerate(items) if index not in hidden]
 
 
 def latest(items: list[dict[str, Any]]) -> int:

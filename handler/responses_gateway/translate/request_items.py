@@ -336,7 +336,7 @@ class CompactionItem(BaseModel):
 
 class CompactionTrigger(BaseModel):
     """OpenAI's "Compacts the current context. Must be the final input item."
-    (translate/compaction_items.py, responses/fitting/fit.py)."""
+    (translate/compaction_items.py, decided in responses/fitting/fit.py)."""
 
     model_config = ITEM_CONFIG
     type: Literal["compaction_trigger"]

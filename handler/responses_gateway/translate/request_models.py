@@ -60,6 +60,7 @@ from responses_gateway.translate.request_names import (
     MAX_ID_LENGTH,
 )
 from responses_gateway.translate.request_tools import (
+    SERVED,
     CustomTool,
     FunctionTool,
     NamespaceTool,
@@ -73,7 +74,6 @@ from responses_gateway.translate.request_tools import (
     choosable_names,
     echo_tool_choice,
     echo_tools,
-    mark_served,
     refuse_hosted_tools,
 )
 
@@ -347,10 +347,9 @@ def parse_create_request(
             code="invalid_type",
         )
     try:
-        req = CreateResponseRequest.model_validate(body)
+        req = CreateResponseRequest.model_validate(body, context={SERVED: frozenset(served)})
     except ValidationError as exc:
         raise _from_validation(exc) from None
-    mark_served(req.tools, served)
     _check(req)
     if hosted_tools == "reject":
         refuse_hosted_tools(req.tools)

@@ -9,16 +9,28 @@ OpenAI's hosted tools are left out for the model or refused, as GATEWAY_HOSTED_T
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    ValidationInfo,
+    model_validator,
+)
 
 from responses_gateway.errors import invalid_request, missing_parameter
 from responses_gateway.tools import client_tools, registry
 from responses_gateway.tools.hosted import HOSTED_TYPES, refused
 from responses_gateway.translate.request_base import NAME_PATTERN, PARAMS_CONFIG, by_type
 from responses_gateway.translate.request_errors import unsupported
+
+#: The validation context key naming the hosted tool types the gateway runs itself
+#: (``CreateResponseRequest.model_validate(body, context={SERVED: types})``).
+SERVED = "served_tools"
 
 # --- tools and tool_choice -----------------------------------------------------------------
 
@@ -148,6 +160,13 @@ class HostedTool(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow", defer_build=True)
     type: str
     _served: bool = PrivateAttr(default=False)
+
+    @model_validator(mode="after")
+    def _served_by_the_gateway(self, info: ValidationInfo) -> HostedTool:
+        """Decided as it is built: the validation's context names the hosted types the
+        gateway runs (:data:`SERVED`, request_models.parse_create_request)."""
+        self._served = self.type in (info.context or {}).get(SERVED, ())
+        return self
 
     @property
     def served(self) -> bool:
@@ -392,13 +411,6 @@ def choosable_names(tools: list[BaseModel] | None) -> set[tuple[str, str]]:
             if isinstance(member, (FunctionTool, CustomTool)):
                 names.add((member.type, member.name))
     return names
-
-
-def mark_served(tools: list[BaseModel] | None, served: Collection[str]) -> None:
-    """The hosted tools the gateway runs itself (``served``: their types)."""
-    for tool in tools or ():
-        if isinstance(tool, HostedTool) and tool.type in served:
-            tool._served = True
 
 
 def refuse_hosted_tools(tools: list[BaseModel] | None) -> None:

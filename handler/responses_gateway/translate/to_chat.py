@@ -119,13 +119,13 @@ def to_chat_request(
         sources.append("instructions")
     if output_items:
         items = [*items, *output_items]
-    skipped, summary_at, summary = _compaction_view(items, unseal, builder)
+    view = compaction_items.view(items, unseal, builder.param)
     for index, item in enumerate(items):
-        if index in skipped or index in omit:
+        if index in view.hidden or index in omit:
             continue
-        if index == summary_at:
+        if view.message is not None and index == view.at:
             builder.finish()  # closes the open assistant turn: the summary is a user message
-            builder.messages.append(compaction_items.summary_message(summary))
+            builder.messages.append(view.message)
         else:
             builder.add(index, item)
         sources.extend([builder.param(index)] * (len(builder.messages) - len(sources)))
@@ -134,19 +134,6 @@ def to_chat_request(
     _add_tools(body, req, chat_tools, catalog)
     _add_options(body, req)
     return body
-
-
-def _compaction_view(
-    items: list[dict[str, Any]], unseal: Unseal | None, builder: _Messages
-) -> tuple[set[int], int, str]:
-    """(indexes the newest compaction item supersedes, its index or -1, its summary)."""
-    at = compaction_items.latest(items)
-    if at < 0:
-        return set(), -1, ""
-    if unseal is None:
-        raise invalid_request("Compaction items cannot be opened here.", param=builder.param(at))
-    opened = compaction_items.open_item(unseal, items[at], builder.param(at))
-    return compaction_items.superseded(items, at, opened), at, opened.summary
 
 
 def _catalog_tools(req: CreateResponseRequest, catalog: ToolCatalog) -> list[dict[str, Any]]:

@@ -4,11 +4,12 @@ whose sealed content is a summary the backend model wrote of it.
 Used by ``POST /v1/responses/compact`` (api/context_routes.py), by ``context_management`` on
 create and by a ``compaction_trigger`` input item (fit.py), all through :class:`~.fit.Fitting`.
 The summary comes from one non-streaming chat call to the request's own model through its own
-backend, the window rendered as for a create (to_chat.py, earlier compaction items included)
-with :data:`SUMMARY_PROMPT` after it. A window larger than the model can read is summarised in
-consecutive parts, cut where cuts.py allows, each part's summary carried into the next, within
-the bounds of compaction_bounds.py (input size, summarising calls, time; it stops when its
-client leaves).
+backend, the window rendered as for a create (render.py's ``summarising``: to_chat.py, earlier
+compaction items included) with :data:`SUMMARY_PROMPT` after it; the item made of it, and what
+the model reads of the items, are translate/compaction_items.py's. A window larger than the
+model can read is summarised in consecutive parts, cut where cuts.py allows, each part's
+summary carried into the next, within the bounds of compaction_bounds.py (input size,
+summarising calls, time; it stops when its client leaves).
 The output follows OpenAI's: "a list of all user messages, followed by a single compaction
 item"; when the context window is known, the user messages kept are the newest that fit in a
 quarter of it (the latest always), the others being in the summary.
@@ -17,32 +18,23 @@ quarter of it (the latest always), the others being in the summary.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from responses_gateway import ids
 from responses_gateway.backends.base import Backend, BackendRequest
-from responses_gateway.config import Route
 from responses_gateway.errors import UpstreamError
-from responses_gateway.responses.fitting import tokens
+from responses_gateway.responses.fitting import cuts, tokens
 from responses_gateway.responses.fitting.compaction_bounds import (
     CompactionLimits,
     Departure,
     bounded,
 )
-from responses_gateway.responses.fitting.cuts import Cuts, cut_points
-from responses_gateway.token_estimate import estimate
+from responses_gateway.responses.fitting.render import Fitted, Renderer
 from responses_gateway.translate import compaction_items
 from responses_gateway.translate.response_object import usage_from_chat
-from responses_gateway.translate.sealing import Sealer
-from responses_gateway.translate.to_chat import to_chat_request
-
-if TYPE_CHECKING:
-    from responses_gateway.translate.request_models import CreateResponseRequest
 
 SUMMARY_PROMPT = (
     "Context checkpoint. Write a summary of the conversation above for another model that "
@@ -58,8 +50,6 @@ READ_SHARE = 0.6
 #: A summary may be at most this share of the window (and at most SUMMARY_MAX_TOKENS).
 SUMMARY_SHARE = 0.2
 SUMMARY_MAX_TOKENS = 4096
-_DROPPED_OPTIONS = ("response_format", "logprobs", "top_logprobs", "parallel_tool_calls",
-                    "stream_options", "reasoning_effort", "verbosity", "max_tokens")
 
 
 @dataclass
@@ -72,41 +62,51 @@ class Compacted:
 
 
 async def compact(
+    render: Renderer,
     backend: Backend,
-    sealer: Sealer,
-    req: CreateResponseRequest,
-    route: Route,
-    items: list[dict[str, Any]],
-    tenant: str,
+    seal: compaction_items.Seal,
     *,
-    reasoning_input: str | None,
     window: int | None,
-    limits: CompactionLimits | None = None,
+    limits: CompactionLimits,
     left: Departure | None = None,
-    reads: Mapping[str, str] | None = None,
 ) -> Compacted:
-    """Summarise ``items`` (the whole conversation, earlier compaction items included);
-    ``reads``: what server tools' calls among them gave the model (tools/reads.py).
+    """Summarise the conversation ``render`` holds (earlier compaction items included) with
+    its route's model on ``backend``; ``seal``: the tenant's, for the compaction item.
 
     Within ``limits`` (compaction_bounds.py): the input's size and the summarising calls its
     parts need are checked before the first call; the time it takes and its client leaving
-    (``left``) cancel the call under way.
+    (``left``) cancel the call under way. What the model reads of the items, and the item made of the
+    summary, are compaction_items.py's; where the window is cut into parts is cuts.py's.
     """
-    limits = limits or CompactionLimits()
-    unseal = partial(sealer.unseal, tenant=tenant)
-    visible = _visible(items, unseal)
-    limits.check_input(sum(len(orjson.dumps(item)) for item in visible))
-    parts = _parts(visible, window)
+    summariser = _Summariser(backend, render, window, limits)
+    visible = compaction_items.visible(render.items, render.unseal)
+    limits.check_input(sum(map(len, map(orjson.dumps, visible))))
+    parts = cuts.parts(visible, None if window is None else int(window * READ_SHARE))
     limits.check_calls(len(parts), window)
-    render = partial(to_chat_request, req, model=route.model, reasoning_input=reasoning_input,
-                     unseal=unseal, reads=reads)
-    summariser = _Summariser(backend, render, tenant, window, limits)
     summary = await bounded(summariser.run(parts), limits, left)
-    kept = _kept_users(visible, window)
-    payload = compaction_items.payload(summary, [compaction_items.user_key(i) for i in kept])
-    sealed = sealer.seal(payload, tenant)
-    item = {"id": ids.new_id(ids.COMPACTION), "type": "compaction", "encrypted_content": sealed}
-    return Compacted(window=[*kept, item], item=item, usage=_total(summariser.usage))
+    kept = compaction_items.new_window(
+        summary, visible, None if window is None else int(window * KEEP_SHARE), seal)
+    return Compacted(window=kept, item=kept[-1], usage=summariser.usage)
+
+
+async def compacted(
+    render: Renderer,
+    backend: Backend,
+    seal: compaction_items.Seal,
+    *,
+    window: int | None,
+    limits: CompactionLimits,
+    left: Departure | None = None,
+    model_runs: bool = True,
+) -> Fitted:
+    """A create's conversation compacted now and rendered with the compaction item as the
+    response's first output item; ``model_runs=False`` (a ``compaction_trigger``): the item
+    is the only output, the model does not run."""
+    result = await compact(render, backend, seal, window=window, limits=limits, left=left)
+    fitted = render(output_items=[result.item])
+    fitted.usage = result.usage
+    fitted.model_runs = model_runs
+    return fitted
 
 
 def response_of(result: Compacted) -> dict[str, Any]:
@@ -120,47 +120,18 @@ def response_of(result: Compacted) -> dict[str, Any]:
     }
 
 
-def _visible(items: list[dict[str, Any]], unseal: Any) -> list[dict[str, Any]]:
-    """The items the model would see: those an earlier compaction item stands for are out
-    (and ``compaction_trigger`` items, which ask for this compaction)."""
-    items = [item for item in items if not compaction_items.is_trigger(item)]
-    at = compaction_items.latest(items)
-    if at < 0:
-        return items
-    opened = compaction_items.open_item(unseal, items[at], f"input[{at}]")
-    gone = compaction_items.superseded(items, at, opened)
-    return [item for index, item in enumerate(items) if index not in gone]
-
-
-def _parts(items: list[dict[str, Any]], window: int | None) -> list[list[dict[str, Any]]]:
-    """Consecutive parts a summarising call can read whole; one part when the window is
-    unknown. A call and its output, and reasoning and what follows it, stay together."""
-    if window is None or not items:
-        return [items]
-    budget = max(1, int(window * READ_SHARE))
-    parts: list[list[dict[str, Any]]] = [[]]
-    size = 0
-    cuts = Cuts()
-    for item in items:
-        cost = estimate(item)
-        if parts[-1] and cuts.allowed and size + cost > budget:
-            parts.append([])
-            size = 0
-        parts[-1].append(item)
-        size += cost
-        cuts.add(item)
-    return parts
-
-
 class _Summariser:
     """Summarises consecutive parts, each part's summary leading the next; counts its calls
     against ``limits.calls`` before each one."""
 
-    def __init__(self, backend: Backend, render: Any, tenant: str, window: int | None,
+    def __init__(self, backend: Backend, render: Renderer, window: int | None,
                  limits: CompactionLimits) -> None:
-        self.backend, self.render, self.tenant = backend, render, tenant
-        self.window, self.limits = window, limits
-        self.usage: list[dict[str, Any]] = []  # each summarising call's chat usage
+        self.backend, self.render, self.window, self.limits = backend, render, window, limits
+        #: a summary may take a fifth of the window, at most SUMMARY_MAX_TOKENS
+        self.max_tokens = SUMMARY_MAX_TOKENS if window is None else max(
+            64, min(SUMMARY_MAX_TOKENS, int(window * SUMMARY_SHARE)))
+        #: Responses usage of the summarising calls so far, added up as each one ends
+        self.usage: dict[str, Any] = usage_from_chat({})
         self._planned = 0  # calls made and still to make
 
     async def run(self, parts: list[list[dict[str, Any]]]) -> str:
@@ -174,114 +145,52 @@ class _Summariser:
         """The summary of ``part`` after ``earlier``; a part the model cannot read whole (its
         exact count, where the backend counts, says so) is summarised in two halves."""
         window = self.window
-        body = _summary_request(self.render(part), earlier, window)
+        body = self.render.summarising(part, earlier=earlier, prompt=SUMMARY_PROMPT,
+                                       max_tokens=self.max_tokens)
         if window is not None and len(part) > 1:
             counted = await tokens.count(self.backend, body)
             if counted.tokens + body["max_completion_tokens"] > window:
-                cut = _safe_cut(part)
+                cut = cuts.middle(part)
                 if 0 < cut < len(part):
                     self._planned += 1
                     self.limits.check_calls(self._planned, window)
                     earlier = await self._part(part[:cut], earlier)
                     return await self._part(part[cut:], earlier)
-        text, used = await _summarise(self.backend, body, self.tenant)
-        self.usage.append(used)
-        return text
+        # one summarising call; what it cost is added to the usage
+        request = BackendRequest(body=body, tenant=self.render.tenant, stream=False)
+        await self.backend.prepare(request)
+        completion: Any = None
+        async for batch in self.backend.stream(request):
+            for chunk in batch:  # backends may hand over raw JSON bytes
+                completion = orjson.loads(chunk) if isinstance(chunk, bytes | bytearray) else chunk
+        return _text_of(completion, self.usage)
 
 
-def _safe_cut(part: list[dict[str, Any]]) -> int:
-    """The index nearest the middle where ``part`` splits by the cut rule (0: nowhere)."""
-    return min(cut_points(part), key=lambda c: abs(2 * c - len(part)), default=0)
-
-
-def _summary_request(chat: dict[str, Any], earlier: str, window: int | None) -> dict[str, Any]:
-    """The summarising chat body: ``earlier`` (the summary of the parts before) leads the
-    part, the request for a summary follows it."""
-    messages = list(chat["messages"])
-    if earlier:
-        lead = next((i for i, m in enumerate(messages) if m.get("role") != "system"),
-                    len(messages))
-        messages.insert(lead, compaction_items.summary_message(earlier))
-    messages.append({"role": "user", "content": SUMMARY_PROMPT})
-    body = {k: v for k, v in chat.items() if k not in _DROPPED_OPTIONS}
-    body.update(messages=messages, stream=False)
-    if body.get("tools"):
-        body["tool_choice"] = "none"  # tool history stays valid; the answer is text
-    limit = SUMMARY_MAX_TOKENS if window is None else max(
-        64, min(SUMMARY_MAX_TOKENS, int(window * SUMMARY_SHARE)))
-    body["max_completion_tokens"] = limit
-    return body
-
-
-async def _summarise(backend: Backend, body: dict[str, Any], tenant: str
-                     ) -> tuple[str, dict[str, Any]]:
-    """One summarising call."""
-    request = BackendRequest(body=body, tenant=tenant, stream=False)
-    await backend.prepare(request)
-    completion: Any = None
-    async for batch in backend.stream(request):
-        for chunk in batch:
-            completion = _as_dict(chunk)
-    text = _text_of(completion)
+def _text_of(completion: Any, usage: dict[str, Any]) -> str:
+    """The summary a chat completion holds (its usage added to ``usage``); a 502 for an
+    error or no text."""
+    error = completion.get("error") if isinstance(completion, dict) else None
+    if error:
+        message = error.get("message") if isinstance(error, dict) else str(error)
+        raise UpstreamError(502, f"Upstream error: {message}", code="upstream_error")
+    choices = (completion.get("choices") if isinstance(completion, dict) else None) or []
+    message = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    text = content.strip() if isinstance(content, str) else ""
     if not text:
         raise UpstreamError(
             502, "Upstream error: the model wrote no summary for the compaction.",
             code="upstream_error")
-    used = completion.get("usage")
-    return text, used if isinstance(used, dict) else {}
-
-
-def _as_dict(chunk: Any) -> Any:
-    """A backend's chunk as a dict (backends may hand over raw JSON bytes)."""
-    return orjson.loads(chunk) if isinstance(chunk, bytes | bytearray) else chunk
-
-
-def _text_of(completion: Any) -> str:
-    if not isinstance(completion, dict):
-        return ""
-    error = completion.get("error")
-    if error:
-        message = error.get("message") if isinstance(error, dict) else str(error)
-        raise UpstreamError(502, f"Upstream error: {message}", code="upstream_error")
-    choices = completion.get("choices") or []
-    message = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
-    if not isinstance(message, dict):
-        return ""
-    content = message.get("content")
-    if isinstance(content, list):
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return content.strip() if isinstance(content, str) else ""
-
-
-def _kept_users(items: list[dict[str, Any]], window: int | None) -> list[dict[str, Any]]:
-    """The user messages the window keeps verbatim, oldest first."""
-    users = [item for item in items if compaction_items.is_role(item, "user")]
-    if window is None or not users:
-        return users
-    budget = int(window * KEEP_SHARE)
-    kept: list[dict[str, Any]] = []
-    size = 0
-    for item in reversed(users):
-        cost = estimate(item.get("content"))
-        if kept and size + cost > budget:
-            break
-        kept.append(item)
-        size += cost
-    kept.reverse()
-    return kept
-
-
-def _total(usages: list[dict[str, Any]]) -> dict[str, Any]:
-    """The Responses usage of every summarising call together."""
-    total = usage_from_chat({})
-    for chat_usage in usages:
-        one = usage_from_chat(chat_usage)
-        for key in ("input_tokens", "output_tokens", "total_tokens"):
-            total[key] += one[key]
-        for group in ("input_tokens_details", "output_tokens_details"):
-            for key in total[group]:
-                total[group][key] += one[group][key]
-    return total
+    used = usage_from_chat(completion.get("usage") if isinstance(completion.get("usage"), dict)
+                           else {})
+    for key in ("input_tokens", "output_tokens", "total_tokens"):
+        usage[key] += used[key]
+    for group in ("input_tokens_details", "output_tokens_details"):
+        for key in usage[group]:
+            usage[group][key] += used[group][key]
+    return text
 
 
 __all__ = ["Compacted", "compact", "response_of"]

@@ -3,20 +3,26 @@
 
 Exact where the backend counts (``Backend.count_tokens``: Bedrock's ``CountTokens``, vLLM's and
 llama.cpp's ``/tokenize``); anywhere else, or when a count fails (the server has no such route,
-a timeout), the estimate of token_estimate.py.
+a timeout), the estimate of token_estimate.py. An estimate well below a limit is trusted
+(:func:`clearly_within`), so a request far below the window is never counted upstream.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from responses_gateway.backends.base import Backend
-from responses_gateway.errors import GatewayError
+from responses_gateway.errors import GatewayError, invalid_request
 from responses_gateway.token_estimate import estimate_chat
+from responses_gateway.translate.to_chat import client_param
 
 logger = logging.getLogger("responses_gateway")
+#: An estimate this many times below a limit is trusted without an exact count.
+SAFE_FACTOR = 1.5
+
 
 @dataclass(frozen=True, slots=True)
 class Count:
@@ -26,14 +32,34 @@ class Count:
     exact: bool  # the backend counted (else: the estimate)
 
 
-async def count(backend: Backend, chat: dict[str, Any]) -> Count:
+def context_length_exceeded(tokens_used: int, window: int) -> GatewayError:
+    """OpenAI's 400 for an input its model cannot read."""
+    return invalid_request(
+        f"Your input exceeds the context window of this model ({tokens_used} tokens; the "
+        f"window holds {window}). Please adjust your input and try again, or set "
+        "'truncation' to 'auto'.",
+        param="input",
+        code="context_length_exceeded",
+    )
+
+
+def clearly_within(chat: dict[str, Any], limit: int) -> bool:
+    """Whether the estimate of ``chat`` is so far below ``limit`` that no count is needed."""
+    return estimate_chat(chat) * SAFE_FACTOR <= limit
+
+
+async def count(backend: Backend, chat: dict[str, Any],
+                message_params: Sequence[str] | None = None) -> Count:
     """The input tokens of ``chat`` (a Chat Completions body) for ``backend``. A request
     the backend would refuse for the client's reason (more images than Bedrock takes) raises
-    that 400 here, naming the chat message (``messages[k]``) as backends do."""
+    that 400 here, naming the chat message (``messages[k]``) as backends do, or what the
+    client sent when ``message_params`` (to_chat.py's) say."""
     try:
         exact = await backend.count_tokens(chat)
     except GatewayError as exc:
         if 400 <= exc.status < 500 and exc.status not in (401, 403, 404, 429):
+            if message_params is not None:
+                raise client_param(exc, message_params) from None
             raise
         logger.warning("token count failed; using the estimate", exc_info=True)
         exact = None

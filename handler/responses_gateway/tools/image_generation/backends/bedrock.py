@@ -140,7 +140,8 @@ class BedrockImages(ImageBackend):
                 "imageGenerationConfig": config}
 
     async def draw(self, drawing: Drawing) -> AsyncIterator[Partial | Drawn]:
-        body = json.dumps(self.body(drawing))
+        # Pillow decodes the image to edit and the mask (as_png, masks.py): CPU, in a thread
+        body = await asyncio.to_thread(lambda: json.dumps(self.body(drawing)))
         try:
             answer = await asyncio.to_thread(self._invoke, body)
         except ImageFailure:
