@@ -75,8 +75,9 @@ async def compact(
 
     Within ``limits`` (compaction_bounds.py): the input's size and the summarising calls its
     parts need are checked before the first call; the time it takes and its client leaving
-    (``left``) cancel the call under way. What the model reads of the items, and the item made of the
-    summary, are compaction_items.py's; where the window is cut into parts is cuts.py's.
+    (``left``) cancel the call under way. What the model reads of the items, and the item
+    made of the summary, are compaction_items.py's; where the window is cut into parts is
+    cuts.py's.
     """
     summariser = _Summariser(backend, render, window, limits)
     visible = compaction_items.visible(render.items, render.unseal)
