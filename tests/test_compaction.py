@@ -397,7 +397,8 @@ def test_fitting_is_called_in_one_direction() -> None:
     """fit.py decides and calls down; no other fitting module imports it (nor the summariser
     imports the decisions), so the create path never climbs back into them."""
     fit = "responses_gateway.responses.fitting.fit"
-    for name in ("compaction", "cuts", "render", "tokens", "windows", "vision", "limits"):
+    for name in ("compaction", "cuts", "render", "tokens", "windows", "vision",
+                 "compaction_bounds"):
         assert fit not in _imports(f"responses_gateway.responses.fitting.{name}"), name
     assert "responses_gateway.responses.fitting.compaction" not in _imports(
         "responses_gateway.responses.fitting.cuts")

@@ -52,9 +52,27 @@ def _home(registration: Registration) -> set[str]:
 
 
 def _literals(path: Path) -> list[tuple[str, int]]:
+    """The module's string literals, less the keys of settings sections (``Section("mcp",
+    ...)`` in settings.py): a registration names its settings section by that key, and the
+    settings are still declared in one module (test_registrations_name_real_settings_sections
+    holds the two together)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
+    keys = {id(node.args[0]) for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "Section" and node.args}
     return [(node.value, node.lineno) for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in keys]
+
+
+def test_registrations_name_real_settings_sections() -> None:
+    """A registration's ``settings`` is the key of a section of settings.py: its fields, the
+    README table of them and its template parameters are found from there."""
+    from responses_gateway.settings import SECTIONS
+
+    keys = {section.key for section in SECTIONS}
+    for registration in registry.REGISTRATIONS:
+        assert registration.settings is None or registration.settings in keys, registration
 
 
 def test_no_module_outside_a_tools_package_names_the_tool() -> None:

@@ -26,5 +26,5 @@ REGISTRATION = Registration(
     choices={"file_search": "file_search"},
     includes=("file_search_call.results",),
     enabled_by="GATEWAY_STORE is sqlite:PATH, or dynamodb:TABLE with GATEWAY_VECTOR_BUCKET",
-    settings="vectors",
+    settings="vector_stores",
 )
