@@ -16,6 +16,24 @@ for path in (ROOT, ROOT / "handler"):
         sys.path.insert(0, str(path))
 
 
+# -- tiers ---------------------------------------------------------------------------------------
+# ``-m "not slow"`` is the fast tier (README, "Run the tests"); the markers are declared in
+# pyproject.toml. A test that needs Node.js, a browser or the deployment tools is slow as well:
+# the fast tier must run on a machine without them.
+
+#: Marks that stand for a slow test: each must come with ``slow`` beside it.
+SLOW_KINDS = ("node", "browser", "deploy")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse a node/browser/deploy test not marked ``slow`` (it would land in the fast tier)."""
+    unmarked = [f"{item.nodeid} ({kind})" for item in items for kind in SLOW_KINDS
+                if item.get_closest_marker(kind) and not item.get_closest_marker("slow")]
+    if unmarked:
+        raise pytest.UsageError("marked as needing a slow tool but not `slow`: "
+                                + ", ".join(unmarked))
+
+
 # -- shared end-to-end fixtures --------------------------------------------------------------
 # A module defines its own ``gateway`` fixture (its settings); these build on it.
 

@@ -219,6 +219,7 @@ def image_request(*urls: str) -> BackendRequest:
                                 "messages": [{"role": "user", "content": parts}]})
 
 
+@pytest.mark.slow
 async def test_backend_sends_fetched_bytes_to_bedrock(fake: FakeBedrock, server: str) -> None:
     fetcher = MediaFetcher(allow_hosts=frozenset({"127.0.0.1"}))
     backend = BedrockBackend(endpoint_url=fake.url, image_fetcher=fetcher, max_attempts=1)

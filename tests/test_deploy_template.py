@@ -122,6 +122,8 @@ def resources(tpl: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
 # -- linters --------------------------------------------------------------------------------
 
 
+@pytest.mark.deploy
+@pytest.mark.slow
 def test_cfn_lint_passes() -> None:
     cfn_lint = shutil.which("cfn-lint")
     assert cfn_lint, "cfn-lint is a test dependency (pip install -e '.[test]')"
@@ -130,6 +132,8 @@ def test_cfn_lint_passes() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.deploy
+@pytest.mark.slow
 def test_sam_validate_lint_passes() -> None:
     sam = shutil.which("sam")
     assert sam, "aws-sam-cli is a test dependency (pip install -e '.[test]')"
@@ -145,6 +149,7 @@ def test_sam_validate_lint_passes() -> None:
 # -- consistency with the code ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_table_matches_the_store_schema(template: dict[str, Any]) -> None:
     (table,) = resources(template, "AWS::DynamoDB::Table").values()
     props = table["Properties"]
@@ -371,6 +376,8 @@ NETWORK_ERRORS = ("NewConnectionError", "Temporary failure in name resolution",
                   "No matching distribution found")
 
 
+@pytest.mark.deploy
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_sam_build_without_containers(tmp_path: Path) -> None:
     sam = shutil.which("sam")
@@ -452,6 +459,8 @@ def test_the_functions_are_compiled_by_their_runtime(template: dict[str, Any]) -
             assert f"build-{name}" in makefile, name
 
 
+@pytest.mark.deploy
+@pytest.mark.slow
 def test_the_buffered_entry_point_is_importable_from_the_built_layout() -> None:
     """handler/ alone (plus site-packages standing in for the layer) imports both handlers."""
     code = (

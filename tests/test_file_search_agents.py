@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 agents = pytest.importorskip("agents", reason="openai-agents is not installed (test extra)")
 
 from agents import Agent, FileSearchTool, OpenAIResponsesModel, Runner  # noqa: E402

@@ -33,6 +33,8 @@ from tests.test_file_search import (  # noqa: F401
     searching,
 )
 
+pytestmark = [pytest.mark.node, pytest.mark.slow]
+
 ANSWER = "Basalt forms when lava cools [^1]."
 NODE_SCRIPT = r"""
 import OpenAI from "openai";

@@ -209,6 +209,7 @@ def test_filenames_are_bounded(alice: OpenAI) -> None:
     alice.files.delete(made.id)
 
 
+@pytest.mark.slow
 def test_aws_rows_holding_bytes_carry_no_ttl(alice: OpenAI, gateway: GatewayServer) -> None:
     """DynamoDB's TTL (attribute expires_at) would delete a row and leave its bytes counted in
     the tenant total and in S3: an expiring File's row keeps its expiry elsewhere."""

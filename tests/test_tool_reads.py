@@ -111,6 +111,7 @@ def searched(server: GatewayServer, upstream: ScriptedUpstream, marker: str,
     return first, call, read
 
 
+@pytest.mark.slow
 def test_a_web_search_read_reaches_another_gateway(
         gateways: tuple[GatewayServer, GatewayServer], upstream: ScriptedUpstream,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -183,6 +184,7 @@ def test_nothing_is_kept_in_the_store_for_store_false(
     assert GONE in tool_result(upstream, "ws-unstored-there", call["id"])
 
 
+@pytest.mark.slow
 def test_file_search_passages_reach_another_gateway_through_a_conversation(
         gateways: tuple[GatewayServer, GatewayServer], upstream: ScriptedUpstream,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -232,6 +234,7 @@ def test_a_background_response_keeps_its_reads(
     assert tool_result(upstream, "ws-after-background", call["id"]) == read
 
 
+@pytest.mark.slow
 def test_input_tokens_count_what_the_model_would_read(
         gateways: tuple[GatewayServer, GatewayServer], upstream: ScriptedUpstream,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -52,6 +52,7 @@ def _exact(model: type, obj: object) -> dict[str, object]:
     return raw
 
 
+@pytest.mark.slow
 def test_upload_file_chunked_makes_a_file(alice: OpenAI, tmp_path: Path) -> None:
     data = bytes(range(256)) * 150  # 38,400 bytes: parts of 10,000
     path = tmp_path / "data.jsonl"
@@ -240,6 +241,7 @@ def large_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer
         yield server
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sizes, s3_parts", [
     ((6 << 20, 6 << 20, 1 << 20), 3),  # each large part copied inside S3, the tail sent
     ((1 << 20, 6 << 20, 2 << 20), 2),  # a small part first: read and sent with the next
@@ -289,6 +291,7 @@ def quota(request: pytest.FixtureRequest, gateway: GatewayServer,
         yield server
 
 
+@pytest.mark.slow
 def test_parts_count_toward_the_tenant_total(quota: GatewayServer) -> None:
     """Parts are bytes the tenant keeps: one past GATEWAY_MAX_TENANT_FILE_BYTES is refused
     (nothing kept); cancelling gives them back; completing hands them to the File (which
@@ -345,6 +348,7 @@ def test_an_expired_upload_gives_its_bytes_back(quota: GatewayServer,
         client.files.delete(kept.id)
 
 
+@pytest.mark.slow
 def test_the_running_gateway_sweeps_expired_uploads_and_files(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """GATEWAY_FILE_SWEEP_SECONDS: expired Uploads' parts and expired Files' bytes leave the

@@ -28,6 +28,8 @@ from tests.helpers.gateway_server import free_port
 from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
 from tests.test_websocket import check_ws_event
 
+pytestmark = pytest.mark.slow
+
 EVENTS = Path(__file__).resolve().parent.parent / "events"
 KEY = "gw-key-1"
 
