@@ -16,7 +16,7 @@ from openai import OpenAI
 from openai.types import FileObject, Upload
 from openai.types.uploads import UploadPart
 
-from tests.helpers.file_storage import ENGINES, gateway_on
+from tests.helpers.file_storage import ENGINES, gateway_on, move_clock
 from tests.helpers.gateway_server import GatewayServer
 
 KEY_A, KEY_B = "key-tenant-a", "key-tenant-b"
@@ -176,8 +176,7 @@ def test_an_expired_upload_takes_nothing(alice: OpenAI, gateway: GatewayServer,
     upload = alice.uploads.create(bytes=1, filename="late.txt", mime_type="text/plain",
                                   purpose="assistants")
     part = alice.uploads.parts.create(upload.id, data=b"l")
-    real = time.time
-    monkeypatch.setattr(time, "time", lambda: real() + 3601)  # the gateway runs in-process
+    move_clock(monkeypatch, gateway, 3601)  # past its hour
     for call in (lambda: alice.uploads.parts.create(upload.id, data=b"l"),
                  lambda: alice.uploads.complete(upload.id, part_ids=[part.id]),
                  lambda: alice.uploads.cancel(upload.id)):
@@ -336,8 +335,7 @@ def test_an_expired_upload_gives_its_bytes_back(quota: GatewayServer,
                          for n in ("touched", "left"))
         for upload in (touched, left):
             client.uploads.parts.create(upload.id, data=b"e" * (QUOTA // 2))
-        real = time.time
-        monkeypatch.setattr(time, "time", lambda: real() + 3601)
+        move_clock(monkeypatch, quota, 3601)  # past its hour
         with pytest.raises(openai.BadRequestError) as caught:
             client.uploads.cancel(touched.id)
         assert caught.value.body["code"] == "upload_expired"
@@ -362,10 +360,10 @@ def test_the_running_gateway_sweeps_expired_uploads_and_files(
                                    expires_after={"anchor": "created_at", "seconds": 3600})
         root = Path(server.settings.store.removeprefix("sqlite:") + ".files")
         assert list(root.rglob(file.id)) and _part_ids(server, upload.id)
-        real = time.time
-        monkeypatch.setattr(time, "time", lambda: real() + 3601)
-        deadline = real() + 30
-        while (list(root.rglob(file.id)) or _part_ids(server, upload.id)) and real() < deadline:
+        move_clock(monkeypatch, server, 3601)  # past its hour
+        deadline = time.monotonic() + 30
+        while (list(root.rglob(file.id)) or _part_ids(server, upload.id)) and \
+                time.monotonic() < deadline:
             time.sleep(0.05)
         assert not list(root.rglob(file.id)) and _part_ids(server, upload.id) == []
 

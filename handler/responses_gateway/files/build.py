@@ -49,5 +49,5 @@ def build_uploads(settings: Settings, files: Files) -> Uploads:
     else:
         from responses_gateway.files.aws import DynamoDBUploadRecords
 
-        records = DynamoDBUploadRecords(target)
+        records = DynamoDBUploadRecords(target, clock=files.clock)
     return Uploads(records, files.blobs, files, settings.max_upload_part_bytes)
