@@ -36,12 +36,6 @@ DOCS = {
 QUESTION = "how does basalt form when lava cools"
 
 
-@pytest.fixture(scope="module")
-def embeddings() -> Iterator[EmbeddingServer]:
-    with EmbeddingServer().running() as server:
-        yield server
-
-
 @pytest.fixture(scope="module", params=ENGINES)
 def gateway(request: pytest.FixtureRequest, upstream: ScriptedUpstream,
             embeddings: EmbeddingServer, tmp_path_factory: pytest.TempPathFactory

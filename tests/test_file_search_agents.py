@@ -23,7 +23,6 @@ from tests.test_file_search import (  # noqa: E402, F401
     KEY_A,
     QUESTION,
     alice,
-    embeddings,
     fresh_upstream,
     gateway,
     library,

@@ -38,12 +38,6 @@ def provider() -> Iterator[SearchProvider]:
         yield fake
 
 
-@pytest.fixture(scope="module")
-def embeddings() -> Iterator[EmbeddingServer]:
-    with EmbeddingServer().running() as server:
-        yield server
-
-
 @pytest.fixture(scope="module", params=ENGINES)
 def gateways(request: pytest.FixtureRequest, upstream: ScriptedUpstream,
              provider: SearchProvider, embeddings: EmbeddingServer,

@@ -43,12 +43,6 @@ EXTRACT_TIMEOUT = 2.0  # seconds: the crafted files take pypdf / html.parser far
 HEALTH_BOUND = 5.0  # seconds: generous; before the fix /health waited 10-100 s
 
 
-@pytest.fixture(scope="module")
-def embeddings() -> Iterator[EmbeddingServer]:
-    with EmbeddingServer().running() as server:
-        yield server
-
-
 @pytest.fixture(scope="module", params=ENGINES)
 def gateway(request: pytest.FixtureRequest, embeddings: EmbeddingServer,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:

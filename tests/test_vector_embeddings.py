@@ -37,12 +37,6 @@ KEY_A, KEY_B = "key-embed-a", "key-embed-b"
 MODEL = "hashing-384"
 
 
-@pytest.fixture(scope="module")
-def embeddings() -> Iterator[EmbeddingServer]:
-    with EmbeddingServer().running() as server:
-        yield server
-
-
 @pytest.fixture(autouse=True)
 def no_faults_left(embeddings: EmbeddingServer) -> Iterator[None]:
     yield

@@ -37,12 +37,6 @@ DOCS = {
 }
 
 
-@pytest.fixture(scope="module")
-def embeddings() -> Iterator[EmbeddingServer]:
-    with EmbeddingServer().running() as server:
-        yield server
-
-
 @pytest.fixture(scope="module", params=ENGINES)
 def gateway(request: pytest.FixtureRequest, embeddings: EmbeddingServer,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:

@@ -25,7 +25,7 @@ from responses_gateway.store.base import StoreUnavailable
 from responses_gateway.store.connections import Connections
 from tests.helpers.e2e import MODEL, check_response, check_stream
 from tests.helpers.gateway_server import free_port
-from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
+from tests.helpers.moto_server import create_dynamodb_table, use_moto
 from tests.test_websocket import check_ws_event
 
 pytestmark = pytest.mark.slow
@@ -64,12 +64,6 @@ class ManagementApi:
     def __exit__(self, *exc: object) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    with moto_server() as endpoint:
-        yield endpoint
 
 
 @pytest.fixture(scope="module")
