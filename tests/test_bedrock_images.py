@@ -72,7 +72,7 @@ class _Routes(BaseHTTPRequestHandler):
 def server() -> Iterator[str]:
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Routes)
     httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
     port = httpd.server_address[1]
     _Routes.routes = {
         "/cat.png": (200, {"Content-Type": "image/png"}, PNG, 0.0),
