@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from responses_gateway.entry import lambda_websocket as websocket_apigw
+from responses_gateway.store import connections
 from responses_gateway.store.base import StoreUnavailable
 from responses_gateway.store.connections import Connections
 from tests.helpers.e2e import MODEL, check_response, check_stream
@@ -230,8 +231,22 @@ class Unprocessing:
         return {"UnprocessedItems": {name: requests[-1:]}}
 
 
-def test_disconnect_deletes_what_dynamodb_left_unprocessed(aws: str,
-                                                           management: ManagementApi) -> None:
+class _NoWait:
+    """The backoff's ``random``: draws 0 (which full jitter may draw) and keeps each cap, so
+    the test checks the backoff's growth without sleeping through it (up to 50 s)."""
+
+    def __init__(self) -> None:
+        self.caps: list[float] = []
+
+    def uniform(self, low: float, high: float) -> float:
+        self.caps.append(high)
+        return low
+
+
+def test_disconnect_deletes_what_dynamodb_left_unprocessed(
+        aws: str, management: ManagementApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    jitter = _NoWait()
+    monkeypatch.setattr(connections, "random", jitter)
     cid = "c-unprocessed"
     connect(cid)
     for lane in ("a", "b", "c"):
@@ -249,3 +264,4 @@ def test_disconnect_deletes_what_dynamodb_left_unprocessed(aws: str,
     with pytest.raises(StoreUnavailable):  # bounded: it gives up, loudly
         table(aws, stubborn).close(cid)
     assert len(stubborn.batches) == 10
+    assert jitter.caps[-10:] == [0.05 * 2**attempt for attempt in range(10)]  # exponential
