@@ -23,6 +23,8 @@ from tests.helpers.moto_server import (
 )
 from tests.helpers.scripted_upstream import ScriptedUpstream
 
+pytestmark = pytest.mark.slow
+
 KEYS = ("sk-conv-one-0123456789", "sk-conv-two-0123456789", "sk-conv-three-0123456789")
 ADMIN = "admin-key-0123456789abcdef"
 

@@ -41,7 +41,7 @@ from tests.helpers.responses_validation import (
 )
 from tests.helpers.scripted_upstream import ScriptedUpstream, StreamRecord
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 MODEL = "scripted-model"
 RUNNING = ("queued", "in_progress")

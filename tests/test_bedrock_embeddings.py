@@ -18,6 +18,8 @@ from tests.helpers.embedding_server import hashing_vector
 from tests.helpers.eventstream_server import FakeBedrock, use_dummy_aws
 from tests.helpers.gateway_server import GatewayServer
 
+pytestmark = pytest.mark.slow
+
 TITAN = "amazon.titan-embed-text-v2:0"
 COHERE = "cohere.embed-english-v3"
 DOCS = {"volcano.md": "Magma rises; lava flows and ash clouds follow an eruption.",

@@ -72,7 +72,7 @@ class _Routes(BaseHTTPRequestHandler):
 def server() -> Iterator[str]:
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Routes)
     httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
     port = httpd.server_address[1]
     _Routes.routes = {
         "/cat.png": (200, {"Content-Type": "image/png"}, PNG, 0.0),
@@ -219,6 +219,7 @@ def image_request(*urls: str) -> BackendRequest:
                                 "messages": [{"role": "user", "content": parts}]})
 
 
+@pytest.mark.slow
 async def test_backend_sends_fetched_bytes_to_bedrock(fake: FakeBedrock, server: str) -> None:
     fetcher = MediaFetcher(allow_hosts=frozenset({"127.0.0.1"}))
     backend = BedrockBackend(endpoint_url=fake.url, image_fetcher=fetcher, max_attempts=1)

@@ -540,6 +540,7 @@ def test_thinking_is_left_off_when_the_tool_loop_lost_its_signed_reasoning() -> 
 # -- what the backend declares beyond streaming (backends/base.py) -----------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_declared_capabilities_of_bedrock(monkeypatch: pytest.MonkeyPatch,

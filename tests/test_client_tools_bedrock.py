@@ -52,6 +52,7 @@ def bedrock(fake: FakeBedrock) -> FakeBedrock:
     return fake
 
 
+@pytest.mark.slow
 def test_shell_streamed_then_its_output_as_the_tool_result(
     client: OpenAI, bedrock: FakeBedrock
 ) -> None:

@@ -20,6 +20,8 @@ from tests.helpers.responses_validation import sdk_validate_event, sdk_validate_
 from tests.helpers.scripted_upstream import ScriptedUpstream
 from tests.test_clients_conversations import INSTALL_TIMEOUT, openai_node  # noqa: F401
 
+pytestmark = [pytest.mark.node, pytest.mark.slow]
+
 NODE_SCRIPT = r"""
 import OpenAI from "openai";
 

@@ -315,6 +315,7 @@ def test_rate_limit_429_when_streaming_fails_the_response(gateway: GatewayServer
     assert grammar.terminal["response"]["error"]["code"] == "rate_limit_exceeded"
 
 
+@pytest.mark.slow
 def test_rate_limit_429_then_the_client_retry_succeeds(
     gateway: GatewayServer, upstream: ScriptedUpstream
 ) -> None:

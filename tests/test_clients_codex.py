@@ -39,7 +39,8 @@ RUN_TIMEOUT = 120
 MODEL = "scripted-model"
 API_KEY_ENV = "GATEWAY_API_KEY"
 # pytest-timeout counts fixture setup: the first test may include the npm install.
-pytestmark = pytest.mark.timeout(INSTALL_TIMEOUT + RUN_TIMEOUT + 60)
+pytestmark = [pytest.mark.timeout(INSTALL_TIMEOUT + RUN_TIMEOUT + 60), pytest.mark.node,
+              pytest.mark.slow]
 CODEX_KEY = "sk-codex-test"
 
 # What docs/codex.md tells users to put in config.toml, minus the [model_providers] table:

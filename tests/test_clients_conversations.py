@@ -156,6 +156,7 @@ def sdk_defaults(gateway: GatewayServer, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(openai_provider, "_http_client", None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True], ids=["run", "streamed"])
 @pytest.mark.parametrize("how", ["session", "conversation_id"])
 def test_agents_sdk_turns_on_a_conversation(
@@ -314,6 +315,8 @@ def valid_conversation(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+@pytest.mark.node
+@pytest.mark.slow
 @pytest.mark.timeout(INSTALL_TIMEOUT + 120)
 def test_openai_node_drives_the_whole_conversations_surface(
     openai_node: Path, gateway: GatewayServer, upstream: ScriptedUpstream

@@ -337,6 +337,7 @@ def test_dynamodb_store_chain_with_compaction(moto_endpoint: str, upstream: Scri
 # -- Bedrock: the summary from Converse, the window back through Converse ---------------------
 
 
+@pytest.mark.slow
 def test_compact_and_continue_on_bedrock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                          ) -> None:
     from responses_gateway.config import Settings

@@ -23,6 +23,8 @@ from tests.helpers.e2e import check_response, check_stream, client_for, e2e_sett
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.scripted_upstream import ScriptedUpstream, message_text
 
+pytestmark = pytest.mark.slow
+
 FACTS = "script/facts"
 WINDOWED = "scripted"  # a model with a small context window (GATEWAY_CONTEXT_WINDOWS)
 WINDOW = 2000

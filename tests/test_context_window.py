@@ -27,6 +27,8 @@ from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.scripted_upstream import ScriptedUpstream, prompt_count, render_prompt
 from tests.helpers.scripted_upstream import scripted_tokens as upstream_tokens
 
+pytestmark = pytest.mark.slow
+
 WINDOW = 400
 FACTS = "script/facts"
 LOOKUP: dict[str, Any] = {

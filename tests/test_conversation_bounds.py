@@ -65,6 +65,7 @@ def item_count(gateway: GatewayServer, conversation_id: str) -> int:
     return len(listed["data"])
 
 
+@pytest.mark.slow
 def test_item_writes_past_the_item_bound_are_refused(gateway: GatewayServer) -> None:
     refused(call(gateway, "POST", "/conversations", {"items": messages(MAX_ITEMS + 1)}),
             "items", "GATEWAY_MAX_CONVERSATION_ITEMS")
@@ -86,6 +87,7 @@ def test_item_writes_past_the_byte_bound_are_refused(gateway: GatewayServer) -> 
     assert item_count(gateway, conv) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_turn_on_a_full_conversation_is_refused_before_it_starts(
     gateway: GatewayServer, upstream: ScriptedUpstream, stream: bool

@@ -153,6 +153,7 @@ def texts(items: list[dict[str, Any]]) -> list[str]:
     return [part.get("text", "") for item in items for part in item.get("content") or ()]
 
 
+@pytest.mark.slow
 def test_the_whole_conversations_surface(client: openai.OpenAI) -> None:
     conv = client.conversations.create(
         items=[
@@ -292,6 +293,7 @@ def test_bad_input_is_an_openai_shaped_400(client: openai.OpenAI) -> None:
     assert response.status_code == 404 and "error" in response.json()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True])
 def test_responses_on_a_conversation_see_and_extend_it(
     client: openai.OpenAI, upstream: ScriptedUpstream, stream: bool
@@ -345,6 +347,7 @@ def test_a_failed_response_appends_nothing_and_frees_the_conversation(
     ]
 
 
+@pytest.mark.slow
 def test_a_second_response_while_one_runs_is_conversation_locked(
     client: openai.OpenAI,
 ) -> None:
@@ -407,6 +410,7 @@ def test_a_background_response_on_a_conversation(client: openai.OpenAI) -> None:
     assert len(list(client.conversations.items.list(conv.id))) == 5
 
 
+@pytest.mark.slow
 def test_ten_thousand_items_page_in_order(
     client: openai.OpenAI, gateway: GatewayServer
 ) -> None:
@@ -445,6 +449,7 @@ def test_ten_thousand_items_page_in_order(
 # -- loose ends: long items, long turns, workers that never start, polling clients ------------
 
 
+@pytest.mark.slow
 def test_a_long_output_item_is_kept_whole(client: openai.OpenAI, gateway: GatewayServer) -> None:
     """~525 KB compressed, more than one DynamoDB item holds: stored in parts, never lost."""
     size = 700_000
@@ -474,6 +479,7 @@ def test_a_long_output_item_is_kept_whole(client: openai.OpenAI, gateway: Gatewa
         assert not [r for r in rows if r["sk"]["S"].startswith("C#J#")]
 
 
+@pytest.mark.slow
 def test_the_lock_is_renewed_while_a_turn_runs(
     client: openai.OpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -552,6 +558,7 @@ def test_a_client_continuing_as_soon_as_a_background_turn_ends(
 # -- a turn: one read, two writes (issue 21) ---------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_turn_is_one_read_and_two_writes(client: openai.OpenAI, gateway: GatewayServer) -> None:
     """Read the history; lock (OpenAI's ``conversation_locked`` is decided at create time);
     settle: the record with the append, or with the release for a failed turn. Counted where
@@ -622,6 +629,7 @@ def test_a_turn_whose_settle_fails_stores_nothing_and_frees_the_conversation(
     assert client.responses.retrieve(nxt.id).conversation.id == conv.id
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_background_turn_whose_append_fails_ends_failed_without_its_items(
     client: openai.OpenAI, gateway: GatewayServer, stream: bool

@@ -109,6 +109,7 @@ def documented_list(data: dict[str, Any], texts: list[str]) -> None:
     assert data["first_id"] == data["data"][0]["id"] and data["last_id"] == data["data"][-1]["id"]
 
 
+@pytest.mark.slow
 def test_the_api_reference_python_examples(client: OpenAI) -> None:
     # Create a conversation
     conversation = client.conversations.create(
@@ -228,6 +229,7 @@ def test_the_api_reference_curl_examples(gateway: GatewayServer) -> None:
     }
 
 
+@pytest.mark.slow
 def test_the_conversation_state_guide(
     gateway: GatewayServer, upstream: ScriptedUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -27,6 +27,8 @@ from tests.helpers.mcp_server import McpTestServer
 from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
 from tests.helpers.scripted_upstream import ScriptedUpstream
 
+pytestmark = pytest.mark.slow
+
 TENANT_KEY = "sk-tenant-dashboard-0123456789"
 ADMIN_KEY = "admin-dashboard-key-0123456789"
 UPSTREAM_KEY = "sk-upstream-secret-0123456789"
@@ -128,6 +130,7 @@ def test_admin_routes_list_across_tenants_and_hold_no_secret(site: dict[str, Any
             assert secret not in body
 
 
+@pytest.mark.browser
 def test_dashboard_in_headless_chromium(site: dict[str, Any],
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SE_OFFLINE", "true")  # Selenium Manager never downloads a thing

@@ -75,6 +75,7 @@ def test_plain_variable_wins_over_a_reference(aws: dict[str, str]) -> None:
     assert settings.upstream_api_key == "local-key"  # and the secret was never read
 
 
+@pytest.mark.slow
 def test_whole_secret_and_ssm_parameter(aws: dict[str, str]) -> None:
     arn = put_secret("upstream-plain", "sk-plain\n")
     ssm = boto3.session.Session().client("ssm")

@@ -8,6 +8,7 @@ layer to pyproject.toml's runtime dependencies.
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import os
 import re
@@ -16,6 +17,8 @@ import stat
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +90,8 @@ def resources(tpl: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
 # -- linters --------------------------------------------------------------------------------
 
 
+@pytest.mark.deploy
+@pytest.mark.slow
 def test_cfn_lint_passes() -> None:
     cfn_lint = shutil.which("cfn-lint")
     assert cfn_lint, "cfn-lint is a test dependency (pip install -e '.[test]')"
@@ -95,6 +100,8 @@ def test_cfn_lint_passes() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.deploy
+@pytest.mark.slow
 def test_sam_validate_lint_passes() -> None:
     sam = shutil.which("sam")
     assert sam, "aws-sam-cli is a test dependency (pip install -e '.[test]')"
@@ -110,6 +117,7 @@ def test_sam_validate_lint_passes() -> None:
 # -- consistency with the code ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_table_matches_the_store_schema(template: dict[str, Any]) -> None:
     (table,) = resources(template, "AWS::DynamoDB::Table").values()
     props = table["Properties"]
@@ -362,11 +370,33 @@ def _runtime_python() -> str | None:
     return None
 
 
+#: Where ``sam build --cached`` keeps what it built between runs (the layer's arm64 wheels
+#: above all, a minute or more to download and install): outside the work tree, so every
+#: clone and every run on this machine shares it. RG_SAM_CACHE overrides it.
+SAM_CACHE = Path(os.environ.get("RG_SAM_CACHE") or Path(
+    os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "responses-gateway" / "sam")
+
+
+@contextmanager
+def _sam_cache() -> Iterator[Path]:
+    """The persistent cache, held by this run alone (two clones building at once would
+    write the same entries)."""
+    SAM_CACHE.mkdir(parents=True, exist_ok=True)
+    with open(SAM_CACHE.parent / "sam.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield SAM_CACHE
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 NETWORK_ERRORS = ("NewConnectionError", "Temporary failure in name resolution",
                   "ReadTimeoutError", "Could not fetch URL", "ConnectTimeoutError",
                   "No matching distribution found")
 
 
+@pytest.mark.deploy
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_sam_build_without_containers(tmp_path: Path) -> None:
     sam = shutil.which("sam")
@@ -381,16 +411,24 @@ def test_sam_build_without_containers(tmp_path: Path) -> None:
     env = aws_env()
     env["PATH"] = os.path.dirname(python) + os.pathsep + env.get("PATH", "")
     env.pop("PYENV_VERSION", None)
-    result = subprocess.run(
-        [sam, "build", "--template-file", str(TEMPLATE), "--base-dir", str(ROOT),
-         "--build-dir", str(tmp_path / "build"), "--cache-dir", str(tmp_path / "cache")],
-        capture_output=True, text=True, cwd=ROOT, env=env, timeout=850,
-    )
-    output = result.stdout + result.stderr
-    if result.returncode != 0 and any(e in output for e in NETWORK_ERRORS):
-        pytest.skip("sam build could not download the layer's wheels from PyPI:\n" + output[-2000:])
-    assert result.returncode == 0, output
-    build = tmp_path / "build"
+    # --cached: a function or layer whose source and manifest are unchanged since a run
+    # before is not built again. SAM keeps what it needs for that beside the build: the
+    # hashes in build.toml next to --build-dir, the layer's installed wheels under
+    # .aws-sam/deps in its working directory; all of it lives in the persistent cache.
+    with _sam_cache() as cache:
+        result = subprocess.run(
+            [sam, "build", "--template-file", str(TEMPLATE), "--base-dir", str(ROOT),
+             "--build-dir", str(cache / "build"), "--cached", "--cache-dir",
+             str(cache / "cache")],
+            capture_output=True, text=True, cwd=cache, env=env, timeout=850,
+        )
+        output = result.stdout + result.stderr
+        if result.returncode != 0 and any(e in output for e in NETWORK_ERRORS):
+            pytest.skip("sam build could not download the layer's wheels from PyPI:\n"
+                        + output[-2000:])
+        assert result.returncode == 0, output
+        build = tmp_path / "build"  # checked (and changed, below) here, not in the cache
+        shutil.copytree(cache / "build", build, symlinks=True)
     layer = build / "DependenciesLayer" / "python"
     for package in ("pydantic_core", "orjson", "starlette", "uvicorn", "mangum",
                     "aws_lambda_powertools", "aws_xray_sdk", "boto3", "httpx", "cryptography"):
@@ -448,6 +486,7 @@ def test_the_functions_are_compiled_by_their_runtime(template: dict[str, Any]) -
             assert f"build-{name}" in makefile, name
 
 
+@pytest.mark.slow
 def test_the_buffered_entry_point_is_importable_from_the_built_layout() -> None:
     """handler/ alone (plus site-packages standing in for the layer) imports both handlers."""
     code = (

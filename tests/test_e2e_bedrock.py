@@ -186,7 +186,7 @@ class ImageServer:
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
 
     def close(self) -> None:
         self._server.shutdown()
@@ -955,6 +955,7 @@ def test_consecutive_reasoning_blocks_keep_each_signature_and_their_order(
 CLAUDE_BASE = "anthropic.claude-sonnet-4-20250514-v1:0"
 
 
+@pytest.mark.slow
 def test_model_map_routes_one_model_to_bedrock_while_the_default_backend_is_openai(
     fake: FakeBedrock, tmp_path: Path
 ) -> None:
@@ -1256,6 +1257,7 @@ def small_budget(fake: FakeBedrock, tmp_path_factory: pytest.TempPathFactory
         yield client
 
 
+@pytest.mark.slow
 def test_a_request_s_downloads_share_one_byte_budget(
     small_budget: OpenAI, bedrock: FakeBedrock, images: ImageServer
 ) -> None:

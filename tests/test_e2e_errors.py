@@ -96,6 +96,7 @@ def test_upstream_429_when_streaming_fails_the_response_after_created(client: Op
     assert client.responses.retrieve(failed["id"]).status == "failed"
 
 
+@pytest.mark.slow
 def test_upstream_429_when_streaming_within_the_grace_period_is_an_http_error(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:

@@ -113,6 +113,7 @@ def test_stream_helper(client: OpenAI) -> None:
     assert final.output_text == "From the helper."
 
 
+@pytest.mark.slow
 def test_async_client_non_stream_stream_and_concurrency(gateway: GatewayServer) -> None:
     async def main() -> tuple[Any, list[Any], list[Any]]:
         async with AsyncOpenAI(
@@ -458,6 +459,7 @@ def test_stream_headers_and_sse_framing(gateway: GatewayServer) -> None:
     check_stream(raw.events)
 
 
+@pytest.mark.slow
 def test_created_leaves_before_the_upstream_answers(
     gateway: GatewayServer, upstream: ScriptedUpstream
 ) -> None:
@@ -491,6 +493,7 @@ def test_created_leaves_before_the_upstream_answers(
     assert first_delta_at - created_at > 0.5
 
 
+@pytest.mark.slow
 def test_keepalive_comment_after_silence(gateway: GatewayServer) -> None:
     raw = stream_raw(gateway.base_url + "/responses", {
         "model": MODEL, "input": "[[script:stall after=2 seconds=1.6]]", "stream": True,
@@ -553,6 +556,7 @@ def _read_until(response: httpx.Response, stop: Any) -> list[dict[str, Any]]:
     return events
 
 
+@pytest.mark.slow
 def test_client_disconnect_mid_stream_cancels_upstream_and_stores_cancelled(
     gateway: GatewayServer, upstream: ScriptedUpstream, client: OpenAI
 ) -> None:
@@ -598,6 +602,7 @@ def test_client_disconnect_before_the_upstream_first_chunk_cancels_upstream(
     assert stored.output == []
 
 
+@pytest.mark.slow
 def test_client_disconnect_before_any_byte_cancels_upstream(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:

@@ -160,6 +160,7 @@ def test_every_answer_carries_a_request_id(gateway: GatewayServer) -> None:
 # -- 9: credentials in query strings stay out of the access log -------------------------------
 
 
+@pytest.mark.slow
 def test_a_key_in_the_query_string_never_reaches_the_access_log(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:

@@ -103,6 +103,7 @@ def _text(item: dict[str, Any]) -> str:
     return item["content"][0]["text"]
 
 
+@pytest.mark.slow
 def test_input_items_pagination(client: OpenAI, gateway: GatewayServer) -> None:
     response = client.responses.create(model=MODEL, input=FIVE)
     url = f"{gateway.base_url}/responses/{response.id}/input_items"

@@ -74,6 +74,7 @@ def _loaded(modules: list[str], names: tuple[str, ...]) -> list[str]:
     return [m for m in modules if any(m == n or m.startswith(n + ".") for n in names)]
 
 
+@pytest.mark.slow
 def test_the_streaming_entry_point_imports_nothing_a_request_may_not_need(
     tmp_path: Path,
 ) -> None:
@@ -82,6 +83,7 @@ def test_the_streaming_entry_point_imports_nothing_a_request_may_not_need(
     assert _loaded(seen["started"], LAZY + AWS_SDK + REQUEST_MODELS) == []  # services built
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lambda_env", [False, True])
 def test_the_deployed_entry_point_loads_only_its_store(lambda_env: bool) -> None:
     env = {
@@ -109,6 +111,7 @@ print(json.dumps({{"import": imported, "parsed": sorted(sys.modules)}}))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", [
     "responses_gateway.entry.lambda_buffered",  # builds its services at import
     "responses_gateway.entry.lambda_worker",

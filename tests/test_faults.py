@@ -43,6 +43,8 @@ from tests.helpers.responses_validation import (
 )
 from tests.helpers.scripted_upstream import DEFAULT_TEXT, ScriptedUpstream
 
+pytestmark = pytest.mark.slow
+
 MODEL = "scripted-model"
 BODY_LIMIT = 2 * 1024 * 1024
 READ_TIMEOUT = 1.0

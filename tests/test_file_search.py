@@ -36,12 +36,6 @@ DOCS = {
 QUESTION = "how does basalt form when lava cools"
 
 
-@pytest.fixture(scope="module")
-def embeddings() -> Iterator[EmbeddingServer]:
-    with EmbeddingServer().running() as server:
-        yield server
-
-
 @pytest.fixture(scope="module", params=ENGINES)
 def gateway(request: pytest.FixtureRequest, upstream: ScriptedUpstream,
             embeddings: EmbeddingServer, tmp_path_factory: pytest.TempPathFactory
@@ -116,6 +110,7 @@ def model_read(upstream: ScriptedUpstream, marker: str) -> dict[str, Any]:
     return second["messages"][-1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [True, False])
 def test_the_document_holding_the_answer_is_cited(
         alice: OpenAI, upstream: ScriptedUpstream, library: dict[str, str], stream: bool) -> None:
@@ -259,6 +254,7 @@ def test_max_tool_calls_stops_offering_the_tool(
     assert "tools" not in second  # past max_tool_calls the model answers with what it has
 
 
+@pytest.mark.slow
 def test_a_failed_search_is_the_items_failure(
         alice: OpenAI, upstream: ScriptedUpstream, library: dict[str, str]) -> None:
     store = alice.vector_stores.create(name="short-lived")
@@ -284,6 +280,7 @@ def test_a_failed_search_is_the_items_failure(
     assert read["content"].startswith("The file search failed: No vector store found")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["not_json", "nan", "drop"])
 def test_an_embedding_failure_is_the_calls_failure(
         alice: OpenAI, upstream: ScriptedUpstream, embeddings: EmbeddingServer,
@@ -381,6 +378,7 @@ def test_a_later_turn_reads_the_earlier_search(alice: OpenAI, upstream: Scripted
     assert answer["content"] == read
 
 
+@pytest.mark.slow
 def test_input_tokens_accepts_the_tool(alice: OpenAI, library: dict[str, str]) -> None:
     """``input_tokens`` reads a body as a create does: a hosted tool the gateway runs is not
     "not supported" there (it was a 400)."""

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 agents = pytest.importorskip("agents", reason="openai-agents is not installed (test extra)")
 
 from agents import Agent, FileSearchTool, OpenAIResponsesModel, Runner  # noqa: E402
@@ -21,7 +23,6 @@ from tests.test_file_search import (  # noqa: E402, F401
     KEY_A,
     QUESTION,
     alice,
-    embeddings,
     fresh_upstream,
     gateway,
     library,

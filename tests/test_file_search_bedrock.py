@@ -17,6 +17,8 @@ from tests.helpers.gateway_server import GatewayServer
 from tests.test_e2e_bedrock import NOVA, bedrock_settings, converse_stream, text, tool
 from tests.test_file_search import DOCS, QUESTION, upload
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def fake() -> Iterator[FakeBedrock]:

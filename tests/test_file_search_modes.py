@@ -27,7 +27,6 @@ from tests.test_file_search import (  # noqa: F401
     QUESTION,
     alice,
     calls,
-    embeddings,
     fresh_upstream,
     library,
     searching,
@@ -43,7 +42,7 @@ PASSAGE = ("Basalt forms when lava cools quickly at the surface: FACT:basalt-coo
 
 
 @pytest.fixture(scope="module")
-def gateway(upstream: ScriptedUpstream, embeddings: EmbeddingServer,  # noqa: F811
+def gateway(upstream: ScriptedUpstream, embeddings: EmbeddingServer,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
     db = tmp_path_factory.mktemp("file_search_modes") / "gateway.db"
     settings = e2e_settings(upstream, db, api_keys=(KEY_A,), seal_key="file-search-modes",

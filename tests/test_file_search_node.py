@@ -28,10 +28,11 @@ from tests.test_file_search import (  # noqa: F401
     QUESTION,
     alice,
     calls,
-    embeddings,
     library,
     searching,
 )
+
+pytestmark = [pytest.mark.node, pytest.mark.slow]
 
 ANSWER = "Basalt forms when lava cools [^1]."
 NODE_SCRIPT = r"""
@@ -59,7 +60,7 @@ console.log(JSON.stringify(out));
 
 
 @pytest.fixture(scope="module")
-def gateway(upstream: ScriptedUpstream, embeddings: EmbeddingServer,  # noqa: F811
+def gateway(upstream: ScriptedUpstream, embeddings: EmbeddingServer,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
     db = tmp_path_factory.mktemp("file_search_node") / "gateway.db"
     settings = e2e_settings(upstream, db, api_keys=(KEY_A,),

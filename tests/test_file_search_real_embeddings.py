@@ -24,7 +24,7 @@ from tests.helpers.real_embeddings import MODEL, real_embedding_server
 from tests.helpers.scripted_upstream import ScriptedUpstream
 from tests.test_file_search import calls, model_read, searching, upload
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 DOCS = {
     "volcanoes.md": "Volcanoes erupt when magma rises through cracks in the crust. Lava that "

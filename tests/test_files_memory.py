@@ -19,7 +19,8 @@ import pytest
 
 from tests.helpers.gateway_process import GatewayProcess
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc"),
+              pytest.mark.slow]
 
 SIZE = 64 << 20
 BOUND = 32 << 20  # generous: chunks, buffers and the allocator's slack, never the file

@@ -51,6 +51,8 @@ from tests.helpers.responses_validation import (
 )
 from tests.helpers.scripted_upstream import ScriptedUpstream
 
+pytestmark = pytest.mark.slow
+
 SPEC_DIR = Path(__file__).resolve().parent / "fixtures" / "spec"
 EXTRA_SPEC = SPEC_DIR / "gateway-extra-openapi.json"
 CHECKS = [

@@ -126,6 +126,7 @@ def decoded(b64: str) -> tuple[str, tuple[int, int]]:
 # -- Bedrock (Nova Canvas) ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [True, False])
 def test_draw_then_make_it_night(client: OpenAI, upstream: ScriptedUpstream,
                                  bedrock_images: FakeBedrockImages, stream: bool) -> None:
@@ -661,6 +662,8 @@ def ai_sdk() -> Path:
     return AI_SDK_CACHE
 
 
+@pytest.mark.node
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["generate", "stream"])
 def test_vercel_ai_sdk_image_generation(ai_sdk: Path, gateway: GatewayServer, mode: str
                                         ) -> None:
@@ -903,6 +906,7 @@ def test_an_image_over_its_bound_is_a_failed_call_not_stored(
             assert len(json.dumps(stored)) < 50_000
 
 
+@pytest.mark.slow
 def test_the_image_is_checked_off_the_event_loop(openai_client: OpenAI,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Decoding and reading up to GATEWAY_IMAGE_MAX_BYTES is CPU work: it runs in a worker

@@ -35,6 +35,8 @@ from tests.test_image_generation import (  # noqa: F401
     openai_gateway,
 )
 
+pytestmark = [pytest.mark.node, pytest.mark.slow]
+
 NODE_SCRIPT = r"""
 import OpenAI from "openai";
 

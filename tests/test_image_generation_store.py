@@ -43,6 +43,8 @@ from tests.helpers.responses_validation import events_from_sse
 from tests.helpers.scripted_upstream import ScriptedUpstream
 from tests.test_image_generation import draw, image_call
 
+pytestmark = pytest.mark.slow
+
 # -- the seam ---------------------------------------------------------------------------------
 
 

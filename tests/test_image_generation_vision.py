@@ -269,6 +269,7 @@ def _noise_png(width: int, height: int) -> bytes:
     return out.getvalue()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("big", [True, False])
 def test_bedrock_gets_a_large_generated_image_within_its_limits(
         bedrock_client: OpenAI, bedrock: FakeBedrock, big: bool) -> None:
@@ -309,6 +310,7 @@ def test_bedrock_gets_a_large_generated_image_within_its_limits(
         "I was shown: ['jpeg']" if big else "I was shown: ['png']")
 
 
+@pytest.mark.slow
 def test_only_a_generated_image_is_refitted() -> None:
     """The same large PNG: as a generated image (the line to_chat.py puts before it) it is
     re-encoded; as the user's own image it goes as sent (Bedrock's answer stands). An image

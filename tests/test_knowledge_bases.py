@@ -72,6 +72,7 @@ def bob(gateway: GatewayServer) -> Iterator[OpenAI]:
         yield client
 
 
+@pytest.mark.slow
 def test_retrieve_and_search(alice: OpenAI, kb: FakeKnowledgeBases) -> None:
     store = alice.vector_stores.retrieve(STORE)
     raw = store.model_dump()

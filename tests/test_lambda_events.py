@@ -244,6 +244,7 @@ def test_retrieve_input_items_and_delete(api: Callable[..., dict[str, Any]]) -> 
     assert body_of(result)["error"]["message"] == f"Response with id '{rid}' not found."
 
 
+@pytest.mark.slow
 def test_the_placeholder_id_is_not_found(api: Callable[..., dict[str, Any]]) -> None:
     """Replayed as they are (``sam local invoke``), the id-bearing events meet a 404."""
     for name in ("retrieve_response.json", "cancel_response.json", "delete_response.json",
@@ -254,6 +255,7 @@ def test_the_placeholder_id_is_not_found(api: Callable[..., dict[str, Any]]) -> 
         assert error["type"] == "invalid_request_error" and PLACEHOLDER_ID in error["message"]
 
 
+@pytest.mark.slow
 def test_cancel_a_queued_background_response(api: Callable[..., dict[str, Any]]) -> None:
     rid = queued_background_record(settings_from_env())
     result = api(load_event("cancel_response.json", rid))
@@ -293,6 +295,7 @@ def worker(lambda_env: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     return lambda_handler
 
 
+@pytest.mark.slow
 def test_worker_runs_a_background_response(
     worker: Any, api: Callable[..., dict[str, Any]], store: DynamoDBStore
 ) -> None:
@@ -310,6 +313,7 @@ def test_worker_runs_a_background_response(
     assert events[-1]["type"] == "response.completed"
 
 
+@pytest.mark.slow
 def test_worker_ends_a_dead_letter_failed(
     worker: Any, api: Callable[..., dict[str, Any]]
 ) -> None:
@@ -474,6 +478,7 @@ def test_the_log_line_of_a_completed_and_a_failed_response(
     assert refused["headers"]["x-request-id"] == second.aws_request_id
 
 
+@pytest.mark.slow
 def test_the_log_line_of_a_response_cancelled_while_the_worker_runs_it(
     in_lambda: Callable[[], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

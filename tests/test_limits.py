@@ -37,6 +37,8 @@ from tests.helpers.moto_server import (
 from tests.helpers.scripted_upstream import ScriptedUpstream, message_text
 from tests.helpers.search_providers import SearchProvider
 
+pytestmark = pytest.mark.slow
+
 KEY = "sk-limited-key-0123456789"
 SEARCH_KEY = "sk-searxng-limits-0123"
 OTHER = "sk-other-key-0123456789"

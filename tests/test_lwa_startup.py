@@ -28,6 +28,8 @@ from responses_gateway.collector import YOUNG_GENERATION_THRESHOLD
 from responses_gateway.config import Settings
 from tests.helpers.scripted_upstream import DEFAULT_TEXT, ScriptedUpstream
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 RUN_SH = ROOT / "handler" / "run.sh"
 

@@ -63,6 +63,7 @@ def items_of(response: dict[str, Any]) -> list[str]:
 # -- list and call, streaming and not ---------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [True, False])
 def test_list_call_and_answer(client: OpenAI, upstream: ScriptedUpstream,
                               mcp_server: McpTestServer, stream: bool) -> None:
@@ -133,6 +134,7 @@ def test_secrets_never_stored_or_logged(client: OpenAI, gateway: GatewayServer,
 # -- failures are the mcp_call item's, never a crash ---------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("tool", "args", "error_type", "text"), [
     ("lab__fail", '{"message": "disk on fire"}', "mcp_tool_execution_error", "disk on fire"),
     ("lab__slow", '{"seconds": 10}', "mcp_protocol_error", "GATEWAY_MCP_CALL_TIMEOUT"),
@@ -162,6 +164,7 @@ def test_a_failing_call_is_a_failed_item_and_the_model_goes_on(
     assert time.monotonic() - started < 8
 
 
+@pytest.mark.slow
 def test_a_server_that_dies_mid_call(client: OpenAI) -> None:
     with McpTestServer() as doomed:
         events = sdk_events(client.responses.create(
@@ -297,6 +300,7 @@ def test_background_response_with_mcp(client: OpenAI, mcp_server: McpTestServer)
     check_stream(stream)
 
 
+@pytest.mark.slow
 def test_cancel_during_a_tool_call(client: OpenAI, mcp_server: McpTestServer) -> None:
     job = client.responses.create(
         model="m", input=call_search("cancel", tool="lab__slow", args='{"seconds": 2.5}'),

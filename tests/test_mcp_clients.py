@@ -27,6 +27,8 @@ from tests.test_e2e_bedrock import (
     tool,
 )
 
+pytestmark = pytest.mark.slow
+
 agents = pytest.importorskip("agents", reason="openai-agents is not installed (test extra)")
 from agents import (  # noqa: E402
     Agent,

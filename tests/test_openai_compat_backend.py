@@ -786,6 +786,7 @@ def _split_backend(pieces: list[bytes]) -> OpenAICompatBackend:
     return OpenAICompatBackend("http://upstream.test/v1", None, client=client)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"])
 def test_every_read_boundary(eol: bytes) -> None:
     events = [

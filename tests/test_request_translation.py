@@ -1792,6 +1792,7 @@ def _answered(items: Any) -> Any:
 REASONING_INPUT = st.sampled_from([None, "reasoning_content", "reasoning"])
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(valid_bodies(), REASONING_INPUT)
 def test_valid_bodies_always_translate(body: dict[str, Any], reasoning_input: str | None) -> None:
@@ -1883,6 +1884,7 @@ def translate_or_400(body: Any, reasoning_input: str | None) -> None:
             assert isinstance(err.param, str) and err.param, err
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(valid_bodies(), st.data(), REASONING_INPUT)
 def test_mutated_bodies_translate_or_400(
@@ -1891,6 +1893,7 @@ def test_mutated_bodies_translate_or_400(
     translate_or_400(mutate(data, body), reasoning_input)
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=6), REASONING_INPUT)
 def test_arbitrary_json_fields_translate_or_400(
@@ -1899,6 +1902,7 @@ def test_arbitrary_json_fields_translate_or_400(
     translate_or_400({"model": "m", **body}, reasoning_input)
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(json_values)
 def test_arbitrary_json_bodies_translate_or_400(body: Any) -> None:

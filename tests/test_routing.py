@@ -216,6 +216,7 @@ def test_a_body_cut_before_a_non_stream_answer_is_whole_falls_back(
 # -- the cool-down ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_deployment_that_keeps_failing_is_skipped_for_the_cooldown(
     first: ScriptedUpstream, second: ScriptedUpstream, tmp_path: Path
 ) -> None:

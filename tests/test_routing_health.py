@@ -61,6 +61,7 @@ def upstreams() -> Iterator[tuple[ScriptedUpstream, ScriptedUpstream]]:
         yield first, second
 
 
+@pytest.mark.slow
 def test_failures_one_gateway_saw_make_the_other_skip_the_deployment(
     store_setting: str, upstreams: tuple[ScriptedUpstream, ScriptedUpstream],
     caplog: pytest.LogCaptureFixture,
@@ -130,6 +131,7 @@ async def _served(router: Router) -> str:
     return request.extra["deployment"]
 
 
+@pytest.mark.slow
 def test_routers_share_failures_and_a_success_clears_them_for_both(store_setting: str) -> None:
     async def scenario() -> None:
         flaky_here, flaky_there = (_Answers(UpstreamError(503, "busy")),

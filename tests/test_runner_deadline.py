@@ -40,6 +40,7 @@ def _ended_by_the_deadline(response: dict, client: OpenAI) -> None:
     assert stored["status"] == "failed" and stored["output"] == response["output"]
 
 
+@pytest.mark.slow
 def test_a_keepalive_only_stream_ends_failed_at_the_deadline(
     client: OpenAI, upstream: ScriptedUpstream
 ) -> None:
@@ -61,6 +62,7 @@ def test_a_keepalive_only_stream_ends_failed_at_the_deadline(
     assert not stream.completed
 
 
+@pytest.mark.slow
 def test_a_non_stream_request_ends_failed_at_the_deadline(
     client: OpenAI, gateway: GatewayServer
 ) -> None:
@@ -73,6 +75,7 @@ def test_a_non_stream_request_ends_failed_at_the_deadline(
     _ended_by_the_deadline(response, client)
 
 
+@pytest.mark.slow
 def test_a_background_response_ends_failed_at_the_deadline(client: OpenAI) -> None:
     created = client.responses.create(model=MODEL, input=SCRIPT, background=True)
     deadline = time.monotonic() + 10

@@ -170,6 +170,7 @@ FIELDS = {"id", "model", "backend", "status", "duration_ms", "ttft_ms", "input_t
           "output_tokens", "upstream_status", "error_type", "error_message", "request_id"}
 
 
+@pytest.mark.slow
 def test_serve_logs_every_response_with_the_request_id(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
@@ -234,6 +235,7 @@ def test_serve_logs_every_response_with_the_request_id(
         assert "Traceback" not in text
 
 
+@pytest.mark.slow
 def test_a_misspelt_setting_is_a_warning_at_start_naming_the_closest_one(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
@@ -254,6 +256,7 @@ def test_a_misspelt_setting_is_a_warning_at_start_naming_the_closest_one(
         assert httpx.get(served.base + "/health", timeout=5).status_code == 200
 
 
+@pytest.mark.slow
 def test_log_level_and_content_logging_are_honoured_locally(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
@@ -281,6 +284,7 @@ def test_log_level_and_content_logging_are_honoured_locally(
         assert DEFAULT_TEXT in json.dumps(line["response"]["output"])
 
 
+@pytest.mark.slow
 def test_a_dead_upstream_is_named_at_start_and_to_the_client(tmp_path: Path) -> None:
     dead = f"http://user:pw7@127.0.0.1:{free_port()}/v1"
     with serve(tmp_path, GATEWAY_UPSTREAM_URL=dead, GATEWAY_MAX_RETRIES="0") as served:
@@ -305,6 +309,7 @@ def test_a_dead_upstream_is_named_at_start_and_to_the_client(tmp_path: Path) -> 
         assert "pw7" not in served.text()
 
 
+@pytest.mark.slow
 def test_an_upstream_url_without_v1_is_a_502_naming_the_setting_and_a_hint_at_start(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:

@@ -233,6 +233,7 @@ async def test_many_input_items_keep_their_order(store: Store) -> None:
     assert got.input_items == inputs
 
 
+@pytest.mark.slow
 async def test_get_items_across_responses(store: Store) -> None:
     first = record(output=[output_message("answer one")])
     second = record(status="in_progress", inputs=[message("again")])
@@ -358,6 +359,7 @@ async def test_retention_applies_to_record_and_events(make_store: StoreFactory) 
     assert await store.read_events(r.id) == []
 
 
+@pytest.mark.slow
 async def test_large_inputs_are_kept_whole(store: Store) -> None:
     inputs = [message(words(500_000, seed)) for seed in range(3)]  # 1.5 MB across 3 items
     inputs.append(message(words(600_000, 7)))  # one 600 KB item (compresses below 400 KB)
@@ -418,6 +420,7 @@ def item_packing_to(target: int) -> dict[str, Any]:
     return message(pool[:lo], item_id="msg_edge")
 
 
+@pytest.mark.slow
 async def test_dynamodb_input_item_size_boundary(aws: str) -> None:
     store = DynamoDBStore(create_dynamodb_table())
     fits = item_packing_to(INPUT_ITEM_LIMIT)
@@ -481,6 +484,7 @@ async def test_large_response_and_event_batch(store: Store) -> None:
     assert got is not None and got.response == small
 
 
+@pytest.mark.slow
 async def test_cancel_versus_complete_race(store: Store) -> None:
     for _ in range(15):
         r = record(status="in_progress", background=True)
@@ -780,6 +784,7 @@ async def test_conversation_round_trip_and_tenant_isolation(store: Any) -> None:
     assert await store.delete_conversation(conv.id, "tenant-a") is False
 
 
+@pytest.mark.slow
 async def test_conversation_append_list_get_delete_items(store: Any) -> None:
     conv = conversation()
     await store.create_conversation(conv, [])
@@ -819,6 +824,7 @@ async def test_conversation_append_list_get_delete_items(store: Any) -> None:
     assert ids_of(items)[-1] == added[5]["id"]
 
 
+@pytest.mark.slow
 async def test_conversation_turn_lock(store: Any) -> None:
     conv = conversation()
     await store.create_conversation(conv, [message("hi")])
@@ -855,6 +861,7 @@ async def test_conversation_turn_lock(store: Any) -> None:
     assert (await store.get_conversation(conv.id, "tenant-a")).length == 3
 
 
+@pytest.mark.slow
 async def test_concurrent_conversation_appends_lose_nothing(store: Any) -> None:
     conv = conversation()
     await store.create_conversation(conv, [])
@@ -878,6 +885,7 @@ async def test_concurrent_conversation_appends_lose_nothing(store: Any) -> None:
         assert ids_of(items[start : start + 3]) == ids_of(batch)
 
 
+@pytest.mark.slow
 async def test_long_conversation_spans_many_store_items(store: Any) -> None:
     """Far more than one DynamoDB item (400 KB) holds: every item is its own row."""
     conv = conversation()
@@ -1028,6 +1036,7 @@ def _big_turn(n_inputs: int, text: str) -> tuple[list[dict[str, Any]], StoredRes
     return [*inputs, answer], record(inputs=inputs, output=[answer])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("n_inputs", "size", "held"),
     [
@@ -1063,6 +1072,7 @@ async def test_dynamodb_a_settle_beyond_one_transaction(
     assert not (await store.get_conversation(conv.id, "tenant-a")).locked
 
 
+@pytest.mark.slow
 async def test_dynamodb_a_settle_beyond_one_transaction_failing_loses_nothing(
     aws: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1142,6 +1152,7 @@ def _terminal(r: StoredResponse, turn: list[Any], status: str = "completed") -> 
     return [{"type": f"response.{status}", "sequence_number": 0, "response": done}], done
 
 
+@pytest.mark.slow
 async def test_a_background_turn_settles_in_the_terminal_write(store: Any) -> None:
     conv, r, turn = await _running_turn(store)
     terminal, done = _terminal(r, turn)
@@ -1178,6 +1189,7 @@ async def test_a_background_turn_settles_in_the_terminal_write(store: Any) -> No
     assert (await store.get(r3.id, r3.tenant)).status == "failed"
 
 
+@pytest.mark.slow
 async def test_a_background_terminal_write_whose_append_fails_writes_nothing(
     store: Any,
 ) -> None:
@@ -1195,6 +1207,7 @@ async def test_a_background_terminal_write_whose_append_fails_writes_nothing(
     assert found.length == 1 and len(items) == 1 and found.holder == "t1"
 
 
+@pytest.mark.slow
 async def test_a_background_terminal_write_after_a_cancel_or_a_takeover(store: Any) -> None:
     """A cancel wins: nothing lands, the turn's items included. A lock taken over: nothing
     lands (the response ends failed). A conversation deleted: the response stands alone."""
@@ -1228,6 +1241,7 @@ async def test_a_background_terminal_write_after_a_cancel_or_a_takeover(store: A
     assert await store.read_events(r2.id) == terminal
 
 
+@pytest.mark.slow
 async def test_dynamodb_a_background_settle_beyond_one_transaction(aws: str) -> None:
     """122 item rows: they go first (under the renewed lock), the terminal record, events
     and the conversation's Update still in one transaction."""

@@ -104,6 +104,7 @@ async def test_item_writes_stop_at_the_item_bound(make_store: StoreFactory) -> N
         await store.append_conversation_items(conv.id, "tenant-a", [message("d")])
 
 
+@pytest.mark.slow
 async def test_item_writes_stop_at_the_byte_bound(make_store: StoreFactory) -> None:
     big = [message("x" * 10_000) for _ in range(3)]
     sizes = [item_bytes(item) for item in big]
@@ -233,6 +234,7 @@ class _FailingTransactions(_FailingBatches):
         raise ClientError(error, "TransactWriteItems")  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 async def test_a_terminal_write_carries_its_output_pointers(aws: str) -> None:
     """Nothing written after the terminal write is needed to resolve its output items: with
     every later batch write failing, the terminal write still succeeds and a reader who sees
@@ -258,6 +260,7 @@ async def test_a_terminal_write_carries_its_output_pointers(aws: str) -> None:
         assert found == {i["id"]: i for i in output}
 
 
+@pytest.mark.slow
 async def test_pointers_too_many_for_the_transaction_stay_unseen_until_it_lands(
     aws: str,
 ) -> None:

@@ -19,6 +19,8 @@ from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.mcp_server import McpTestServer
 from tests.helpers.scripted_upstream import ScriptedUpstream
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def mcp_server() -> Iterator[McpTestServer]:

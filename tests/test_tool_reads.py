@@ -38,12 +38,6 @@ def provider() -> Iterator[SearchProvider]:
         yield fake
 
 
-@pytest.fixture(scope="module")
-def embeddings() -> Iterator[EmbeddingServer]:
-    with EmbeddingServer().running() as server:
-        yield server
-
-
 @pytest.fixture(scope="module", params=ENGINES)
 def gateways(request: pytest.FixtureRequest, upstream: ScriptedUpstream,
              provider: SearchProvider, embeddings: EmbeddingServer,
@@ -111,6 +105,7 @@ def searched(server: GatewayServer, upstream: ScriptedUpstream, marker: str,
     return first, call, read
 
 
+@pytest.mark.slow
 def test_a_web_search_read_reaches_another_gateway(
         gateways: tuple[GatewayServer, GatewayServer], upstream: ScriptedUpstream,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -183,6 +178,7 @@ def test_nothing_is_kept_in_the_store_for_store_false(
     assert GONE in tool_result(upstream, "ws-unstored-there", call["id"])
 
 
+@pytest.mark.slow
 def test_file_search_passages_reach_another_gateway_through_a_conversation(
         gateways: tuple[GatewayServer, GatewayServer], upstream: ScriptedUpstream,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -232,6 +228,7 @@ def test_a_background_response_keeps_its_reads(
     assert tool_result(upstream, "ws-after-background", call["id"]) == read
 
 
+@pytest.mark.slow
 def test_input_tokens_count_what_the_model_would_read(
         gateways: tuple[GatewayServer, GatewayServer], upstream: ScriptedUpstream,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -69,6 +69,7 @@ def _call(call_id: str) -> dict[str, Any]:
             "action": {"type": "search", "query": "q"}}
 
 
+@pytest.mark.slow
 async def test_reads_are_kept_by_tenant_and_call_id(make_store: Callable[..., Store]) -> None:
     one, two = make_store(), make_store()
     first, second = _id("ws_"), _id("ws_")
@@ -103,6 +104,7 @@ async def test_reads_expire_with_their_response(make_store: Callable[..., Store]
     assert await store.get_tool_reads("t", [call]) == {}
 
 
+@pytest.mark.slow
 async def test_a_read_past_one_dynamodb_item_is_kept_whole(
         make_store: Callable[..., Store]) -> None:
     """Over 1 MB of text zlib shrinks little: several parts on DynamoDB, all read back."""

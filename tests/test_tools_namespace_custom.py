@@ -297,6 +297,7 @@ def test_openai_python_namespace_call_streams_with_its_namespace(client: OpenAI)
 # -- Bedrock --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_bedrock_namespace_and_custom_calls(tmp_path: Path) -> None:
     from tests.helpers.eventstream_server import FakeBedrock, use_dummy_aws
     from tests.test_e2e_bedrock import NOVA, bedrock_settings, converse_stream, tool

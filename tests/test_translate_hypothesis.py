@@ -33,6 +33,8 @@ from responses_gateway.translate.sealing import Sealer
 from responses_gateway.translate.to_chat import to_chat_request
 from tests.helpers.responses_validation import create_operation_spec, spec_validate_response
 
+pytestmark = pytest.mark.slow
+
 SEALER = Sealer.from_secret("hypothesis-secret")
 TENANT = "tenant-h"
 SETTINGS = settings(

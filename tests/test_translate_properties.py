@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +30,8 @@ from tests.helpers.responses_validation import (
     validate_event,
     validate_response,
 )
+
+pytestmark = pytest.mark.slow
 
 TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=6)
 PIECES = st.lists(TEXT, min_size=1, max_size=4)

@@ -92,6 +92,7 @@ def both_ways(
     return events, translator
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(), st.sampled_from(sorted(STYLES)))
 def test_any_stream_in_any_style_translates_the_same_as_bytes(scenario: Any, style: str) -> None:

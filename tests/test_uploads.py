@@ -16,7 +16,7 @@ from openai import OpenAI
 from openai.types import FileObject, Upload
 from openai.types.uploads import UploadPart
 
-from tests.helpers.file_storage import ENGINES, gateway_on
+from tests.helpers.file_storage import ENGINES, gateway_on, move_clock
 from tests.helpers.gateway_server import GatewayServer
 
 KEY_A, KEY_B = "key-tenant-a", "key-tenant-b"
@@ -52,6 +52,7 @@ def _exact(model: type, obj: object) -> dict[str, object]:
     return raw
 
 
+@pytest.mark.slow
 def test_upload_file_chunked_makes_a_file(alice: OpenAI, tmp_path: Path) -> None:
     data = bytes(range(256)) * 150  # 38,400 bytes: parts of 10,000
     path = tmp_path / "data.jsonl"
@@ -175,8 +176,7 @@ def test_an_expired_upload_takes_nothing(alice: OpenAI, gateway: GatewayServer,
     upload = alice.uploads.create(bytes=1, filename="late.txt", mime_type="text/plain",
                                   purpose="assistants")
     part = alice.uploads.parts.create(upload.id, data=b"l")
-    real = time.time
-    monkeypatch.setattr(time, "time", lambda: real() + 3601)  # the gateway runs in-process
+    move_clock(monkeypatch, gateway, 3601)  # past its hour
     for call in (lambda: alice.uploads.parts.create(upload.id, data=b"l"),
                  lambda: alice.uploads.complete(upload.id, part_ids=[part.id]),
                  lambda: alice.uploads.cancel(upload.id)):
@@ -240,6 +240,7 @@ def large_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer
         yield server
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sizes, s3_parts", [
     ((6 << 20, 6 << 20, 1 << 20), 3),  # each large part copied inside S3, the tail sent
     ((1 << 20, 6 << 20, 2 << 20), 2),  # a small part first: read and sent with the next
@@ -289,6 +290,7 @@ def quota(request: pytest.FixtureRequest, gateway: GatewayServer,
         yield server
 
 
+@pytest.mark.slow
 def test_parts_count_toward_the_tenant_total(quota: GatewayServer) -> None:
     """Parts are bytes the tenant keeps: one past GATEWAY_MAX_TENANT_FILE_BYTES is refused
     (nothing kept); cancelling gives them back; completing hands them to the File (which
@@ -333,8 +335,7 @@ def test_an_expired_upload_gives_its_bytes_back(quota: GatewayServer,
                          for n in ("touched", "left"))
         for upload in (touched, left):
             client.uploads.parts.create(upload.id, data=b"e" * (QUOTA // 2))
-        real = time.time
-        monkeypatch.setattr(time, "time", lambda: real() + 3601)
+        move_clock(monkeypatch, quota, 3601)  # past its hour
         with pytest.raises(openai.BadRequestError) as caught:
             client.uploads.cancel(touched.id)
         assert caught.value.body["code"] == "upload_expired"
@@ -345,6 +346,7 @@ def test_an_expired_upload_gives_its_bytes_back(quota: GatewayServer,
         client.files.delete(kept.id)
 
 
+@pytest.mark.slow
 def test_the_running_gateway_sweeps_expired_uploads_and_files(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """GATEWAY_FILE_SWEEP_SECONDS: expired Uploads' parts and expired Files' bytes leave the
@@ -358,10 +360,10 @@ def test_the_running_gateway_sweeps_expired_uploads_and_files(
                                    expires_after={"anchor": "created_at", "seconds": 3600})
         root = Path(server.settings.store.removeprefix("sqlite:") + ".files")
         assert list(root.rglob(file.id)) and _part_ids(server, upload.id)
-        real = time.time
-        monkeypatch.setattr(time, "time", lambda: real() + 3601)
-        deadline = real() + 30
-        while (list(root.rglob(file.id)) or _part_ids(server, upload.id)) and real() < deadline:
+        move_clock(monkeypatch, server, 3601)  # past its hour
+        deadline = time.monotonic() + 30
+        while (list(root.rglob(file.id)) or _part_ids(server, upload.id)) and \
+                time.monotonic() < deadline:
             time.sleep(0.05)
         assert not list(root.rglob(file.id)) and _part_ids(server, upload.id) == []
 

@@ -190,6 +190,7 @@ def test_a_proxy_from_the_environment_still_carries_the_upstream_requests(
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_the_chunks_of_one_read_come_as_one_batch() -> None:
     """What arrives together travels together: the gateway sends it on in one write."""
     more = asyncio.Event()
@@ -254,6 +255,7 @@ def test_paced_chunks_arrive_in_order_and_the_connection_is_reused() -> None:
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_a_stall_past_the_read_timeout_is_a_read_timeout() -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_request(reader)

@@ -23,6 +23,8 @@ from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.moto_server import create_dynamodb_table, use_moto
 from tests.helpers.scripted_upstream import ScriptedUpstream
 
+pytestmark = pytest.mark.slow
+
 KEYS = ("sk-tenant-one-0123456789", "sk-tenant-two-0123456789")
 ADMIN = "admin-key-0123456789abcdef"
 

@@ -65,6 +65,7 @@ def at_window_start(need: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_compact_and_input_tokens_are_counted_like_responses(
     upstream: ScriptedUpstream, store: str
 ) -> None:
@@ -105,6 +106,7 @@ def test_compact_and_input_tokens_are_counted_like_responses(
             assert key["window"]["requests"] == 2
 
 
+@pytest.mark.slow
 def test_compact_and_input_tokens_pass_the_keys_limits(
     upstream: ScriptedUpstream, store: str
 ) -> None:

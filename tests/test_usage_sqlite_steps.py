@@ -49,6 +49,7 @@ def test_steps_run_on_the_loop_while_the_file_is_free(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_the_ledgers_wal_is_checkpointed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """SQLite's own checkpoint is off on the ledger's connection (it would sync the file on
     the loop): the ledger's thread checkpoints, so a WAL of ledger writes alone stays small;

@@ -43,12 +43,6 @@ EXTRACT_TIMEOUT = 2.0  # seconds: the crafted files take pypdf / html.parser far
 HEALTH_BOUND = 5.0  # seconds: generous; before the fix /health waited 10-100 s
 
 
-@pytest.fixture(scope="module")
-def embeddings() -> Iterator[EmbeddingServer]:
-    with EmbeddingServer().running() as server:
-        yield server
-
-
 @pytest.fixture(scope="module", params=ENGINES)
 def gateway(request: pytest.FixtureRequest, embeddings: EmbeddingServer,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
@@ -93,6 +87,7 @@ def _names(client: OpenAI, store: VectorStore, filters: Any) -> set[str]:
 
 # -- filters --------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_million_value_nin_list_is_a_400(gateway: GatewayServer, store: VectorStore) -> None:
     """The issue's 15 MB body, refused by its size before any of it is compared (sent with
     httpx: openai-python takes ~40 s to walk a million values before sending them)."""
@@ -307,6 +302,7 @@ def _ingest(client: OpenAI, gateway: GatewayServer, name: str, data: bytes) -> A
     return f
 
 
+@pytest.mark.slow
 def test_crafted_pdf_fails_on_time_and_the_loop_answers(client: OpenAI,
                                                          gateway: GatewayServer) -> None:
     data = crafted_pdf()
@@ -317,6 +313,7 @@ def test_crafted_pdf_fails_on_time_and_the_loop_answers(client: OpenAI,
     assert "GATEWAY_EXTRACT_TIMEOUT" in f.last_error.message
 
 
+@pytest.mark.slow
 def test_big_html_fails_on_time_and_the_loop_answers(client: OpenAI,
                                                       gateway: GatewayServer) -> None:
     data = b"<html><body>" + b"<div><p>word and more</p></div>" * 650_000 + b"</body></html>"
@@ -339,6 +336,7 @@ def test_a_pdf_is_read_in_its_child_and_searchable(client: OpenAI) -> None:
     assert "Basalt columns form as lava cools" in hit.content[0].text
 
 
+@pytest.mark.slow
 def test_token_bound_fails_the_file_invalid() -> None:
     """OpenAI's 5,000,000 tokens per file (GATEWAY_MAX_FILE_TOKENS), here 1,000: a small file
     (read in a thread) and a large one (read in the child) past it are invalid_file."""

@@ -41,12 +41,6 @@ EMBEDDING_KEY = "emb-secret-0123456789abcdef"  # shaped like no provider's key: 
 # gateway's knowing it can keep it out of what a client sees
 
 
-@pytest.fixture(scope="module")
-def embeddings() -> Iterator[EmbeddingServer]:
-    with EmbeddingServer().running() as server:
-        yield server
-
-
 @pytest.fixture(autouse=True)
 def no_faults_left(embeddings: EmbeddingServer) -> Iterator[None]:
     yield
@@ -112,6 +106,7 @@ def cached_rows(settings: Settings, text: str) -> list[Any]:
 
 # -- tenancy ------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_another_tenants_identical_text_is_embedded_again(
         alice: OpenAI, bob: OpenAI, embeddings: EmbeddingServer) -> None:
     text = "Alice's secret: the vault code is 4711 and the key is under the mat."
@@ -129,6 +124,7 @@ def test_another_tenants_identical_text_is_embedded_again(
     bob.vector_stores.delete(theirs.id)
 
 
+@pytest.mark.slow
 def test_cached_vectors_go_with_the_data(alice: OpenAI, embeddings: EmbeddingServer,
                                          gateway: GatewayServer) -> None:
     """A tenant's cached vector of a text lives while one of its files in a store holds the
@@ -168,6 +164,7 @@ def test_a_transient_fault_is_retried(alice: OpenAI, embeddings: EmbeddingServer
     alice.vector_stores.delete(vs.id)
 
 
+@pytest.mark.slow
 def test_retries_are_bounded_then_the_file_fails(alice: OpenAI,
                                                  embeddings: EmbeddingServer) -> None:
     embeddings.fail(*["drop"] * 5, word="unreachable")
@@ -201,6 +198,7 @@ def test_bad_vectors_fail_the_file_and_are_never_cached(
     alice.vector_stores.delete(vs.id)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("faults", [["drop"] * 4, ["not_json"], ["nan"], [400]])
 def test_a_search_the_model_cannot_embed_is_a_502(
         alice: OpenAI, embeddings: EmbeddingServer, faults: list[Any]) -> None:
@@ -221,6 +219,7 @@ def test_a_search_the_model_cannot_embed_is_a_502(
 
 # -- leases -------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_file_left_in_progress_is_reingested_while_the_gateway_runs(
         embeddings: EmbeddingServer, tmp_path: Path, engine: str) -> None:
@@ -275,6 +274,7 @@ class _Embedder:
         return None
 
 
+@pytest.mark.slow
 def test_reading_a_files_status_reclaims_its_run_out_lease(tmp_path: Path) -> None:
     """Between two of the process's looks (every half lease), a read of a file whose lease
     ran out claims it and ingests it again: a client polling the file is never left

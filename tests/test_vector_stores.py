@@ -37,12 +37,6 @@ DOCS = {
 }
 
 
-@pytest.fixture(scope="module")
-def embeddings() -> Iterator[EmbeddingServer]:
-    with EmbeddingServer().running() as server:
-        yield server
-
-
 @pytest.fixture(scope="module", params=ENGINES)
 def gateway(request: pytest.FixtureRequest, embeddings: EmbeddingServer,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
@@ -93,6 +87,7 @@ def DOCS_ID(client: OpenAI, store_id: str, filename: str) -> str:
     raise AssertionError(filename)
 
 
+@pytest.mark.slow
 def test_store_object_and_counts(store: VectorStore) -> None:
     _exact(VectorStore, store)
     assert store.id.startswith("vs_") and store.status == "completed"
@@ -258,6 +253,7 @@ def test_tenants_are_isolated_on_every_route(alice: OpenAI, bob: OpenAI,
     assert answer.status_code == 401
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
 def test_killed_mid_ingestion_is_finished_on_restart(embeddings: EmbeddingServer,
                                                      tmp_path: Path, engine: str) -> None:
@@ -364,6 +360,7 @@ class _FakeLambda:
         return {"StatusCode": 202}
 
 
+@pytest.mark.slow
 def test_ingestion_runs_in_the_worker_lambda(embeddings: EmbeddingServer, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """With a worker function (AWS), the API process hands each file to the worker Lambda

@@ -32,6 +32,8 @@ from tests.helpers.file_storage import gateway_on
 from tests.helpers.gateway_server import GatewayServer
 from tests.test_clients_conversations import INSTALL_TIMEOUT, openai_node  # noqa: F401
 
+pytestmark = [pytest.mark.node, pytest.mark.slow]
+
 NODE_SCRIPT = r"""
 import OpenAI, { toFile } from "openai";
 

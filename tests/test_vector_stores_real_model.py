@@ -16,6 +16,8 @@ from tests.helpers.file_storage import gateway_on
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.real_embeddings import MODEL, real_embedding_server
 
+pytestmark = pytest.mark.slow
+
 DOCS = {
     "volcanoes.md": "# Volcanoes\nWhen pressure builds under the crust, magma erupts through "
                     "a vent. Lava flows down the slopes and cools into basalt; ash clouds can "

@@ -121,6 +121,7 @@ def test_sources_only_when_included(client: OpenAI) -> None:
     assert call["action"] == {"type": "search", "query": "rust edition"}
 
 
+@pytest.mark.slow
 def test_open_page_and_find_in_page(client: OpenAI, upstream: ScriptedUpstream,
                                     site: WebSite) -> None:
     url = site.url + "/page"
@@ -149,6 +150,7 @@ def test_open_page_and_find_in_page(client: OpenAI, upstream: ScriptedUpstream,
     assert "RPIT lifetime capture" in read["content"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["/unclosed-title", "/big-table"])
 def test_pages_slow_to_parse_never_hold_the_event_loop(
         gateway: GatewayServer, client: OpenAI, upstream: ScriptedUpstream, site: WebSite,

@@ -35,6 +35,8 @@ from tests.test_web_search import (  # noqa: F401
     web_search_items,
 )
 
+pytestmark = [pytest.mark.node, pytest.mark.slow]
+
 SOURCES = "web_search_call.action.sources"
 NODE_SCRIPT = r"""
 import OpenAI from "openai";

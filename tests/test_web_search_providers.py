@@ -291,6 +291,7 @@ def test_reader_stops_at_its_deadline(page: str) -> None:
     assert time.monotonic() - started < 3
 
 
+@pytest.mark.slow
 def test_slow_pages_are_read_in_a_child_killed_at_the_deadline(site: WebSite) -> None:
     """open_page reads HTML in a child process: the nested-list page (html2text: minutes)
     comes back cut within the page's timeout, and the big table is read in full when there
@@ -307,6 +308,7 @@ def test_slow_pages_are_read_in_a_child_killed_at_the_deadline(site: WebSite) ->
     assert table.title == "Table" and "cell 41999" in table.text and "the end" in table.text
 
 
+@pytest.mark.slow
 def test_reader_is_killed_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     """A reader that does not stop by itself is killed when the page's time is up."""
     import time
@@ -334,6 +336,7 @@ def test_reader_is_killed_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> No
     assert child.returncode == -9  # SIGKILL, and reaped
 
 
+@pytest.mark.slow
 def test_reader_in_a_thread_where_no_process_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where no child process can be started, the same reader runs in a thread, and still
     stops at its deadline."""

@@ -344,6 +344,7 @@ def test_handshake_is_authenticated(upstream: Any, tmp_path: Path) -> None:
         completed(turn)
 
 
+@pytest.mark.slow
 def test_idle_and_age_limits_close_the_socket(upstream: Any, tmp_path: Path) -> None:
     settings = e2e_settings(upstream, tmp_path / "g.db", ws_idle_seconds=0.3,
                             ws_max_connection_seconds=1.0)

@@ -21,12 +21,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from responses_gateway.entry import lambda_websocket as websocket_apigw
+from responses_gateway.store import connections
 from responses_gateway.store.base import StoreUnavailable
 from responses_gateway.store.connections import Connections
 from tests.helpers.e2e import MODEL, check_response, check_stream
 from tests.helpers.gateway_server import free_port
-from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
+from tests.helpers.moto_server import create_dynamodb_table, use_moto
 from tests.test_websocket import check_ws_event
+
+pytestmark = pytest.mark.slow
 
 EVENTS = Path(__file__).resolve().parent.parent / "events"
 KEY = "gw-key-1"
@@ -62,12 +65,6 @@ class ManagementApi:
     def __exit__(self, *exc: object) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    with moto_server() as endpoint:
-        yield endpoint
 
 
 @pytest.fixture(scope="module")
@@ -249,8 +246,22 @@ class Unprocessing:
         return {"UnprocessedItems": {name: requests[-1:]}}
 
 
-def test_disconnect_deletes_what_dynamodb_left_unprocessed(aws: str,
-                                                           management: ManagementApi) -> None:
+class _NoWait:
+    """The backoff's ``random``: draws 0 (which full jitter may draw) and keeps each cap, so
+    the test checks the backoff's growth without sleeping through it (up to 50 s)."""
+
+    def __init__(self) -> None:
+        self.caps: list[float] = []
+
+    def uniform(self, low: float, high: float) -> float:
+        self.caps.append(high)
+        return low
+
+
+def test_disconnect_deletes_what_dynamodb_left_unprocessed(
+        aws: str, management: ManagementApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    jitter = _NoWait()
+    monkeypatch.setattr(connections, "random", jitter)
     cid = "c-unprocessed"
     connect(cid)
     for lane in ("a", "b", "c"):
@@ -268,3 +279,4 @@ def test_disconnect_deletes_what_dynamodb_left_unprocessed(aws: str,
     with pytest.raises(StoreUnavailable):  # bounded: it gives up, loudly
         table(aws, stubborn).close(cid)
     assert len(stubborn.batches) == 10
+    assert jitter.caps[-10:] == [0.05 * 2**attempt for attempt in range(10)]  # exponential

@@ -35,6 +35,8 @@ from tests.test_websocket import (
     ws_url,
 )
 
+pytestmark = pytest.mark.slow
+
 NOISE = ("ASGI callable returned without completing handshake", "Exception in ASGI application",
          "Traceback", "unhandled error", '"level":"ERROR"')
 

@@ -174,9 +174,18 @@ class EmbeddingServer:
         self.hold.clear()
         self.released.set()
 
+    def settle(self) -> None:
+        """No stall and no fault left for whoever uses the server next (the session shares
+        one: tests/conftest.py); what it counted goes on counting (tests compare counts
+        before and after)."""
+        self.resume()
+        self.hold_word = None
+        self.fail()
+
     @contextmanager
     def running(self) -> Iterator[EmbeddingServer]:
-        thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
+                                  daemon=True)  # polls for shutdown every 50 ms, not 500
         thread.start()
         try:
             yield self

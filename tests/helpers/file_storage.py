@@ -52,3 +52,12 @@ def gateway_on(engine: str, tmp: Path, **overrides: Any) -> Iterator[GatewayServ
         values.update(overrides)
         with GatewayServer(Settings(**values)) as server:
             yield server
+
+
+def move_clock(monkeypatch: pytest.MonkeyPatch, server: GatewayServer, seconds: float) -> None:
+    """Move the gateway's Files clock (which its Uploads read) ``seconds`` ahead until the
+    test ends: the gateway's own clock, never the process's ``time.time``, which the test,
+    the HTTP client and every other thread share."""
+    files = server.gateway.files
+    real = files.clock
+    monkeypatch.setattr(files, "clock", lambda: real() + seconds)

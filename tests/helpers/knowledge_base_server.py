@@ -102,7 +102,7 @@ class FakeKnowledgeBases:
 
     @contextmanager
     def running(self) -> Iterator[FakeKnowledgeBases]:
-        thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
         thread.start()
         try:
             yield self

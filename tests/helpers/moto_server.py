@@ -1,11 +1,6 @@
 """A moto server on 127.0.0.1 for tests: boto3 talks to it over real HTTP, as in AWS.
 
-Usage in a test module (fixtures live in the module; the project keeps one conftest)::
-
-    @pytest.fixture(scope="module")
-    def moto_endpoint():
-        with moto_server() as endpoint:
-            yield endpoint
+Usage in a test module (``moto_endpoint`` is tests/conftest.py's, one server per session)::
 
     @pytest.fixture
     def aws(moto_endpoint, monkeypatch):
@@ -13,11 +8,12 @@ Usage in a test module (fixtures live in the module; the project keeps one conft
         return moto_endpoint
 
 Then ``create_dynamodb_table(unique_table_name())`` or any boto3 client created afterwards talks
-to the server. ``reset(endpoint)`` drops every resource moto holds.
+to the server. ``reset(endpoint)`` drops every resource moto holds (in the whole process).
 """
 
 from __future__ import annotations
 
+import atexit
 import threading
 import urllib.request
 import uuid
@@ -63,16 +59,30 @@ class SerializedMotoServer(ThreadedMotoServer):
         self._server.serve_forever()
 
 
+_shared: str | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_endpoint() -> str:
+    """The endpoint of the process's one moto server, started on first use and stopped at
+    exit. One is enough: moto keeps its resources in process-wide backends whatever server
+    serves them, so a server per module isolated nothing (tests isolate by unique table and
+    bucket names) and cost a start and a stop each."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            server = SerializedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+            server.start()
+            atexit.register(server.stop)
+            host, port = server.get_host_and_port()
+            _shared = f"http://{host}:{port}"
+        return _shared
+
+
 @contextmanager
 def moto_server() -> Iterator[str]:
-    """Start moto on 127.0.0.1 on a free port; yield its endpoint URL; stop it afterwards."""
-    server = SerializedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    """Yield the endpoint URL of moto on 127.0.0.1 (the process's shared server)."""
+    yield shared_endpoint()
 
 
 def aws_env(endpoint: str) -> dict[str, str]:

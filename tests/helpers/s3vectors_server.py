@@ -78,7 +78,7 @@ class FakeS3Vectors:
 
     @contextmanager
     def running(self) -> Iterator[FakeS3Vectors]:
-        thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
         thread.start()
         try:
             yield self

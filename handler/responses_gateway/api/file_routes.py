@@ -160,7 +160,8 @@ async def create_upload(request: Request) -> Response:
     body = await json_body(request)
     if not isinstance(body, dict):
         raise invalid_request("The request body must be a JSON object.", code="invalid_type")
-    return JSON((await uploads_of(request).create(tenant, body)).to_object())
+    uploads = uploads_of(request)
+    return JSON((await uploads.create(tenant, body)).to_object(uploads.clock()))
 
 
 async def add_upload_part(request: Request) -> Response:
@@ -183,15 +184,16 @@ async def complete_upload(request: Request) -> Response:
     body = await json_body(request)
     if not isinstance(body, dict):
         raise invalid_request("The request body must be a JSON object.", code="invalid_type")
-    record, file = await uploads_of(request).complete(
-        tenant, request.path_params["upload_id"], body)
-    return JSON(record.to_object(file))
+    uploads = uploads_of(request)
+    record, file = await uploads.complete(tenant, request.path_params["upload_id"], body)
+    return JSON(record.to_object(uploads.clock(), file))
 
 
 async def cancel_upload(request: Request) -> Response:
     tenant = tenant_of(request)
-    record = await uploads_of(request).cancel(tenant, request.path_params["upload_id"])
-    return JSON(record.to_object())
+    uploads = uploads_of(request)
+    record = await uploads.cancel(tenant, request.path_params["upload_id"])
+    return JSON(record.to_object(uploads.clock()))
 
 
 async def sweep_expired(app: Starlette, every: float) -> None:

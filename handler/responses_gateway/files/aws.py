@@ -196,11 +196,14 @@ def _upload_record(item: dict[str, Any]) -> UploadRecord:
 
 
 class DynamoDBUploadRecords(UploadRecords):
-    def __init__(self, table: str, client: Any = None) -> None:
+    def __init__(self, table: str, client: Any = None,
+                 clock: Callable[[], float] = time.time) -> None:
         from responses_gateway.store.dynamodb.table import make_client
 
         self.table = table
         self.client = client or make_client()
+        #: when a completed Upload's row starts its ENDED_ROW_SECONDS (the table's TTL)
+        self.clock = clock
 
     def _key(self, upload_id: str, tenant: str) -> dict[str, Any]:
         return {"pk": _pk(tenant), "sk": {"S": "UP#" + upload_id}}
@@ -286,7 +289,7 @@ class DynamoDBUploadRecords(UploadRecords):
             await self._change(upload_id, tenant, "SET #s = :s, claimed_until = :z, "
                                "file_id = :f, expires_at = :ttl", "#s = :c",
                                {":s": status, ":z": 0, ":c": COMPLETING, ":f": file_id,
-                                ":ttl": int(time.time()) + ENDED_ROW_SECONDS})
+                                ":ttl": int(self.clock()) + ENDED_ROW_SECONDS})
 
     async def cancel(self, upload_id: str, tenant: str, now: float) -> bool:
         return await self._end(upload_id, tenant, CANCELLED, now,

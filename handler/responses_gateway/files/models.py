@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,12 +91,13 @@ class UploadRecord:
             return "expired" if self.expires_at <= now else PENDING
         return self.status
 
-    def to_object(self, file: FileRecord | None = None) -> dict[str, Any]:
+    def to_object(self, now: float, file: FileRecord | None = None) -> dict[str, Any]:
+        """OpenAI's Upload object, its status as of ``now`` (the Uploads' clock)."""
         return {
             "id": self.id, "object": "upload", "bytes": self.bytes,
             "created_at": self.created_at, "expires_at": self.expires_at,
             "filename": self.filename, "purpose": self.purpose,
-            "status": self.shown_status(time.time()),
+            "status": self.shown_status(now),
             "file": file.to_object() if file is not None else None,
         }
 

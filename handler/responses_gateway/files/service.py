@@ -39,10 +39,13 @@ class FileLimits:
 
 
 class Files:
-    def __init__(self, records: FileRecords, blobs: Blobs, limits: FileLimits) -> None:
+    def __init__(self, records: FileRecords, blobs: Blobs, limits: FileLimits,
+                 clock: Callable[[], float] = time.time) -> None:
         self.records = records
         self.blobs = blobs
         self.limits = limits
+        #: what "now" is for expiry (seconds since the epoch): tests move it, not time.time
+        self.clock = clock
         #: what removes expired objects: its own Files, and the Uploads beside it (uploads.py)
         self.reclaimers: list[Reclaimer] = [self._reclaim_files]
 
@@ -91,7 +94,7 @@ class Files:
              expires_after: int | None) -> FileRecord:
         self.check_size(size)
         self.check_name(filename, "filename")
-        now = int(time.time())
+        now = int(self.clock())
         return FileRecord(
             id=ids.new_id(ids.FILE), tenant=tenant, filename=filename, bytes=size,
             purpose=purpose, created_at=now,
@@ -132,7 +135,7 @@ class Files:
 
     async def get(self, file_id: str, tenant: str) -> FileRecord:
         record = await self.records.get(file_id, tenant)
-        if record is not None and record.expired(time.time()):
+        if record is not None and record.expired(self.clock()):
             await self._remove(record)
             record = None
         if record is None:
@@ -162,7 +165,7 @@ class Files:
     ) -> tuple[list[FileRecord], bool]:
         records, more = await self.records.page(
             tenant, purpose=purpose, order=order, after=after, limit=limit)
-        now = time.time()
+        now = self.clock()
         for record in records:
             if record.expired(now):
                 await self._remove(record)
@@ -178,7 +181,7 @@ class Files:
 
     async def _reclaim_files(self, tenant: str | None) -> int:
         removed = 0
-        while found := await self.records.expired(tenant, time.time(), RECLAIM_BATCH):
+        while found := await self.records.expired(tenant, self.clock(), RECLAIM_BATCH):
             round_ = sum([await self._remove(record) for record in found])
             removed += round_
             if len(found) < RECLAIM_BATCH or not round_:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, BinaryIO
 
@@ -58,6 +58,11 @@ class Uploads:
         self.part_bytes = part_bytes  # GATEWAY_MAX_UPLOAD_PART_BYTES (0: no bound)
         files.reclaimers.append(self.reclaim)
 
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The Files' clock: an Upload expires, and becomes a File, on the same one."""
+        return self.files.clock
+
     async def create(self, tenant: str, body: dict[str, Any]) -> UploadRecord:
         for name in ("bytes", "filename", "mime_type", "purpose"):
             if body.get(name) is None:
@@ -92,7 +97,7 @@ class Uploads:
         if expiry is not None:
             raw = expiry.get("seconds")
             seconds = parse_expiry(expiry.get("anchor"), None if raw is None else str(raw))
-        created = int(time.time())
+        created = int(self.clock())
         record = UploadRecord(
             id=ids.new_id(ids.UPLOAD), tenant=tenant, filename=body["filename"], bytes=size,
             purpose=body["purpose"], mime_type=body["mime_type"], created_at=created,
@@ -122,7 +127,7 @@ class Uploads:
         limit = self.files.limits.tenant_bytes
         try:
             counted = await self.files.within_quota(tenant, lambda: self.records.add_part(
-                upload_id, tenant, size, time.time(), limit))
+                upload_id, tenant, size, self.clock(), limit))
         except TenantFull as full:
             await self.blobs.delete(key)
             raise self.files.storage_full(size, full.used, "data") from None
@@ -134,7 +139,7 @@ class Uploads:
             record = await self._get(tenant, upload_id)
             self._check_open(record, "add a part to")
             raise _over(record, size)
-        return {"id": part_id, "object": "upload.part", "created_at": int(time.time()),
+        return {"id": part_id, "object": "upload.part", "created_at": int(self.clock()),
                 "upload_id": upload_id}
 
     async def complete(self, tenant: str, upload_id: str, body: dict[str, Any]
@@ -154,7 +159,7 @@ class Uploads:
                                   code="invalid_type")
         record = await self._get(tenant, upload_id)
         self._check_open(record, "complete")
-        now = time.time()
+        now = self.clock()
         if not await self.records.claim(upload_id, tenant, now, now + CLAIM_SECONDS):
             self._check_open(await self._get(tenant, upload_id), "complete")
             raise invalid_request(f"Upload {upload_id} is already being completed.",
@@ -177,7 +182,7 @@ class Uploads:
     async def cancel(self, tenant: str, upload_id: str) -> UploadRecord:
         record = await self._get(tenant, upload_id)
         self._check_open(record, "cancel")
-        if not await self.records.cancel(upload_id, tenant, time.time()):
+        if not await self.records.cancel(upload_id, tenant, self.clock()):
             self._check_open(await self._get(tenant, upload_id), "cancel")
             raise invalid_request(f"Upload {upload_id} is being completed; it cannot be "
                                   "cancelled.", param="upload_id", code="upload_in_progress")
@@ -218,7 +223,7 @@ class Uploads:
     async def _get(self, tenant: str, upload_id: str) -> UploadRecord:
         """The Upload; one past its hour is ended here (parts removed, bytes given back)."""
         record = await self.records.get(upload_id, tenant)
-        if record is not None and record.expirable(time.time()):
+        if record is not None and record.expirable(self.clock()):
             await self._expire(record)
             record = await self.records.get(upload_id, tenant)
         if record is None:
@@ -229,7 +234,7 @@ class Uploads:
         """End the tenant's (``None``: every tenant's, where the engine can find them)
         expired Uploads, removing their parts; how many this call ended."""
         ended = 0
-        while found := await self.records.expired(tenant, time.time(), RECLAIM_BATCH):
+        while found := await self.records.expired(tenant, self.clock(), RECLAIM_BATCH):
             round_ = sum([await self._expire(record) for record in found])
             ended += round_
             if len(found) < RECLAIM_BATCH or not round_:
@@ -237,14 +242,13 @@ class Uploads:
         return ended
 
     async def _expire(self, record: UploadRecord) -> int:
-        if not await self.records.expire(record.id, record.tenant, time.time()):
+        if not await self.records.expire(record.id, record.tenant, self.clock()):
             return 0  # ended by another call meanwhile
         await self.blobs.delete_prefix(part_key(record.tenant, record.id, ""))
         return 1
 
-    @staticmethod
-    def _check_open(record: UploadRecord, action: str) -> None:
-        status = record.shown_status(time.time())
+    def _check_open(self, record: UploadRecord, action: str) -> None:
+        status = record.shown_status(self.clock())
         if status != PENDING:
             raise invalid_request(
                 f"Cannot {action} Upload {record.id}: it is {status}.", param="upload_id",

@@ -10,6 +10,7 @@ are reclaimed per tenant as they are served, not swept.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from responses_gateway.errors import GatewayError
@@ -49,10 +50,10 @@ class AWSPlatform(Platform):
 
         return S3Blobs(self._files_bucket())
 
-    def upload_records(self) -> DynamoDBUploadRecords:
+    def upload_records(self, clock: Callable[[], float]) -> DynamoDBUploadRecords:
         from responses_gateway.files.aws import DynamoDBUploadRecords
 
-        return DynamoDBUploadRecords(self.table)
+        return DynamoDBUploadRecords(self.table, clock=clock)
 
     @property
     def has_vector_stores(self) -> bool:

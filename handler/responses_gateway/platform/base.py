@@ -8,6 +8,7 @@ and a process imports only what it uses (tests/test_entry_imports.py).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from responses_gateway.errors import GatewayError
@@ -59,8 +60,8 @@ class Platform(ABC):
         """The Files API's bytes (files/)."""
 
     @abstractmethod
-    def upload_records(self) -> UploadRecords:
-        """The Uploads API's records (files/uploads.py)."""
+    def upload_records(self, clock: Callable[[], float]) -> UploadRecords:
+        """The Uploads API's records (files/uploads.py), on the Files' ``clock``."""
 
     @property
     @abstractmethod
@@ -128,7 +129,7 @@ class Platform(ABC):
         blobs."""
         from responses_gateway.files.uploads import Uploads
 
-        return Uploads(self.upload_records(), files.blobs, files,
+        return Uploads(self.upload_records(files.clock), files.blobs, files,
                        self.settings.max_upload_part_bytes)
 
     def vector_stores(self, files: Files) -> VectorStores:

@@ -7,6 +7,7 @@ file PATH; file bytes in ``PATH.files/``; images in ``PATH.blobs/`` (in memory f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,7 +49,9 @@ class LocalPlatform(Platform):
 
         return DiskBlobs(self._files_folder)
 
-    def upload_records(self) -> SQLiteUploadRecords:
+    def upload_records(self, clock: Callable[[], float]) -> SQLiteUploadRecords:
+        """SQLite's records take every time from their callers (no row expiry of their own),
+        so ``clock`` is not theirs to keep."""
         from responses_gateway.files.local import SQLiteUploadRecords
 
         return SQLiteUploadRecords(self.path)
