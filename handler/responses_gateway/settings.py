@@ -25,7 +25,6 @@ from responses_gateway.backends.kinds import ROUTE_PREFIX
 if TYPE_CHECKING:  # their modules load only when the setting is used (cold start)
     from responses_gateway.backends.route_config import Routes
     from responses_gateway.key_limits import Limits
-    from responses_gateway.vectors.knowledge_bases import KnowledgeBase
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 #: why template.yaml has no parameter for a secret: its ``_SECRET_ARN`` comes from SecretArn
@@ -472,7 +471,9 @@ class Settings:
              "vectors kept in memory for exact in-process search (about 1.5 KB per chunk of 384"
              " dimensions; least recently searched stores dropped first); a store larger than "
              "this, or `0`, is searched by sqlite-vec ([docs/files.md](docs/files.md))"))
-    knowledge_bases: dict[str, KnowledgeBase] = VECTOR_STORES(  # noqa: RUF009 (a field)
+    # vectors/knowledge_bases.py KnowledgeBase by store id (typed as Any: settings sit below
+    # vectors/, and an import for the type alone still runs up the layering for a reader)
+    knowledge_bases: dict[str, Any] = VECTOR_STORES(  # noqa: RUF009 (a field)
         "GATEWAY_KNOWLEDGE_BASES", {}, parse="knowledge_bases", parameter="KnowledgeBases",
         shown="unset",
         doc=("Bedrock Knowledge Bases served as read-only vector stores, JSON `{\"vs_handbook\": "
