@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 from responses_gateway import ids
 from responses_gateway.errors import GatewayError, invalid_request, not_found
@@ -23,6 +23,7 @@ from responses_gateway.files.store import Blobs, FileRecords, TenantFull
 #: ``expires_after.seconds`` bounds (OpenAI: one hour to thirty days).
 MIN_EXPIRY_SECONDS = 3600
 MAX_EXPIRY_SECONDS = 30 * 86400
+T = TypeVar("T")
 RECLAIM_BATCH = 100  # expired objects removed per look (a sweep looks until none is left)
 logger = logging.getLogger("responses_gateway.files")
 
@@ -180,13 +181,8 @@ class Files:
         return removed
 
     async def _reclaim_files(self, tenant: str | None) -> int:
-        removed = 0
-        while found := await self.records.expired(tenant, self.clock(), RECLAIM_BATCH):
-            round_ = sum([await self._remove(record) for record in found])
-            removed += round_
-            if len(found) < RECLAIM_BATCH or not round_:
-                break  # all seen, or none of these could be removed (another call's)
-        return removed
+        return await reclaim_expired(
+            lambda: self.records.expired(tenant, self.clock(), RECLAIM_BATCH), self._remove)
 
     async def _remove(self, record: FileRecord) -> int:
         """The record (its bytes given back) then its bytes; 1 if this call removed it."""
@@ -241,3 +237,17 @@ def parse_expiry(anchor: str | None, seconds: str | None) -> int | None:
             f"but got {value} instead.",
             param="expires_after.seconds", code="integer_out_of_range")
     return value
+
+
+async def reclaim_expired(find: Callable[[], Awaitable[Sequence[T]]],
+                          end: Callable[[T], Awaitable[int]]) -> int:
+    """End expired objects (Files, Uploads) a batch of :data:`RECLAIM_BATCH` at a time until
+    ``find`` has none left; how many ``end`` ended (1 each; 0: another call ended it first,
+    and a batch ending none stops the look rather than finding the same ones again)."""
+    ended = 0
+    while found := await find():
+        round_ = sum([await end(item) for item in found])
+        ended += round_
+        if len(found) < RECLAIM_BATCH or not round_:
+            break  # all seen, or none of these could be ended here (another call's)
+    return ended

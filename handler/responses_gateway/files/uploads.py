@@ -35,7 +35,12 @@ from responses_gateway.files.models import (
     FileRecord,
     UploadRecord,
 )
-from responses_gateway.files.service import RECLAIM_BATCH, Files, parse_expiry
+from responses_gateway.files.service import (
+    RECLAIM_BATCH,
+    Files,
+    parse_expiry,
+    reclaim_expired,
+)
 from responses_gateway.files.store import Blobs, TenantFull, UploadRecords
 
 UPLOAD_SECONDS = 3600  # OpenAI: an Upload expires an hour after it is created
@@ -233,13 +238,8 @@ class Uploads:
     async def reclaim(self, tenant: str | None) -> int:
         """End the tenant's (``None``: every tenant's, where the engine can find them)
         expired Uploads, removing their parts; how many this call ended."""
-        ended = 0
-        while found := await self.records.expired(tenant, self.clock(), RECLAIM_BATCH):
-            round_ = sum([await self._expire(record) for record in found])
-            ended += round_
-            if len(found) < RECLAIM_BATCH or not round_:
-                break  # all seen, or none of these could be removed (another call's)
-        return ended
+        return await reclaim_expired(
+            lambda: self.records.expired(tenant, self.clock(), RECLAIM_BATCH), self._expire)
 
     async def _expire(self, record: UploadRecord) -> int:
         if not await self.records.expire(record.id, record.tenant, self.clock()):
