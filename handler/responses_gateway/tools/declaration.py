@@ -9,6 +9,9 @@ Everything the rest of the gateway knows about a server tool comes from here: wh
 tools it serves, what ``tool_choice`` names it, its output items and their ids, the ``include``
 values it honours, what it adds to ``tool_usage`` and to the usage ledger, whether OpenAI hosts
 it too and what turns it on, what the start line says about it.
+
+Both classes compare by identity (``eq=False``): nothing compares two registrations, and
+generating ``__eq__`` over their fields cost every entry point ~0.5 ms at import.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class ItemType:
     """One output item type a server tool makes (``web_search_call``)."""
 
@@ -39,7 +42,7 @@ class ItemType:
     counter: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Registration:
     """One server tool as the gateway knows it before its module is imported."""
 
