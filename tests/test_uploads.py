@@ -402,3 +402,58 @@ def test_upload_strings_are_bounded(alice: OpenAI) -> None:
     ok = alice.uploads.create(bytes=1, filename="f" * 256, mime_type="text/plain",
                               purpose="assistants")
     alice.uploads.cancel(ok.id)
+
+
+def _stop_before_settling(monkeypatch: pytest.MonkeyPatch, server: GatewayServer) -> None:
+    """The next complete makes its File, then its process 'stops' before the Upload is
+    settled (its records' settle to completed raises, once)."""
+    records = server.gateway.uploads.records
+    settle = records.settle
+    stopped: list[str] = []
+
+    async def settle_once(upload_id: str, tenant: str, status: str,
+                          file_id: str | None) -> None:
+        if status == "completed" and not stopped:
+            stopped.append(upload_id)
+            raise RuntimeError("the process stopped here")
+        await settle(upload_id, tenant, status, file_id)
+
+    monkeypatch.setattr(records, "settle", settle_once)
+
+
+def test_a_complete_that_stopped_after_its_file_is_found_out(
+        quota: GatewayServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A complete whose process stopped after it made the File, before it settled the
+    Upload: trying the complete again answers that File (not a second one of the same
+    parts), and the Upload's expiry settles it as completed instead of giving the parts'
+    bytes back again (the File holds them: the tenant's total must still count them)."""
+    half = QUOTA // 2
+    with OpenAI(base_url=quota.base_url, api_key=KEY_A, max_retries=0) as client:
+        made = []
+        for name in ("again", "expired"):
+            upload = client.uploads.create(bytes=half, filename=f"{name}.bin",
+                                           mime_type="text/plain", purpose="assistants")
+            part = client.uploads.parts.create(upload.id, data=b"s" * half)
+            _stop_before_settling(monkeypatch, quota)
+            # a client of its own: the server drops the connection the error went out on
+            with OpenAI(base_url=quota.base_url, api_key=KEY_A, max_retries=0) as once, \
+                    pytest.raises((openai.InternalServerError, openai.APIConnectionError)):
+                once.uploads.complete(upload.id, part_ids=[part.id])
+            monkeypatch.undo()
+            made.append((upload, part))
+        (again, part), (expired, _) = made
+        done = client.uploads.complete(again.id, part_ids=[part.id])
+        assert done.status == "completed" and done.file is not None
+        assert [f.id for f in client.files.list() if f.filename == "again.bin"] == \
+            [done.file.id]
+        move_clock(monkeypatch, quota, 3601)  # past the Upload's hour and its claim
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.uploads.cancel(expired.id)
+        assert caught.value.body["code"] == "upload_completed"
+        assert _part_ids(quota, expired.id) == []
+        # both Files hold their bytes: the tenant is full
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.files.create(file=("over.bin", b"o"), purpose="assistants")
+        assert caught.value.body["code"] == "storage_limit_exceeded"
+        for f in client.files.list():
+            client.files.delete(f.id)

@@ -274,17 +274,19 @@ class DynamoDBUploadRecords(UploadRecords):
                     k: {"S": v} if isinstance(v, str) else {"N": str(v)}
                     for k, v in values.items()}}
 
-    async def claim(self, upload_id: str, tenant: str, now: float, until: float) -> bool:
+    async def claim(self, upload_id: str, tenant: str, now: float, until: float,
+                    file_id: str) -> bool:
         return await self._change(
-            upload_id, tenant, "SET #s = :c, claimed_until = :until",
+            upload_id, tenant, "SET #s = :c, claimed_until = :until, file_id = :f",
             f"{UPLOAD_EXPIRY} > :now AND (#s = :p OR (#s = :c AND claimed_until < :now))",
-            {":c": COMPLETING, ":until": until, ":now": now, ":p": PENDING})
+            {":c": COMPLETING, ":until": until, ":now": now, ":p": PENDING, ":f": file_id})
 
     async def settle(self, upload_id: str, tenant: str, status: str,
                      file_id: str | None) -> None:
         if file_id is None:
-            await self._change(upload_id, tenant, "SET #s = :s, claimed_until = :z",
-                               "#s = :c", {":s": status, ":z": 0, ":c": COMPLETING})
+            await self._change(upload_id, tenant, "SET #s = :s, claimed_until = :z "
+                               "REMOVE file_id", "#s = :c",
+                               {":s": status, ":z": 0, ":c": COMPLETING})
         else:
             await self._change(upload_id, tenant, "SET #s = :s, claimed_until = :z, "
                                "file_id = :f, expires_at = :ttl", "#s = :c",

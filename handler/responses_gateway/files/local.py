@@ -190,11 +190,13 @@ class SQLiteUploadRecords(UploadRecords):
 
         return await self.db.run(self.db.transaction, write)
 
-    async def claim(self, upload_id: str, tenant: str, now: float, until: float) -> bool:
+    async def claim(self, upload_id: str, tenant: str, now: float, until: float,
+                    file_id: str) -> bool:
         return await self._change(
-            "UPDATE uploads SET status = ?, claimed_until = ? WHERE tenant = ? AND id = ? AND "
-            "expires_at > ? AND (status = ? OR (status = ? AND claimed_until < ?))",
-            [COMPLETING, until, tenant, upload_id, now, PENDING, COMPLETING, now])
+            "UPDATE uploads SET status = ?, claimed_until = ?, file_id = ? WHERE tenant = ? "
+            "AND id = ? AND expires_at > ? AND (status = ? OR (status = ? AND "
+            "claimed_until < ?))",
+            [COMPLETING, until, file_id, tenant, upload_id, now, PENDING, COMPLETING, now])
 
     async def settle(self, upload_id: str, tenant: str, status: str,
                      file_id: str | None) -> None:

@@ -82,22 +82,23 @@ class Files:
 
     async def create_joined(
         self, tenant: str, filename: str, size: int, parts: list[str], purpose: str,
-        expires_after: int | None = None,
+        expires_after: int | None = None, *, file_id: str | None = None,
     ) -> FileRecord:
         """A File of ``size`` bytes made of the blobs ``parts`` (an Upload's), joined by the
         blob store without reading them all into memory; it takes over the ``size`` bytes
-        the parts hold in the tenant's total."""
-        record = self._new(tenant, filename, size, purpose, expires_after)
+        the parts hold in the tenant's total. ``file_id``: its id, chosen by the Upload's
+        claim."""
+        record = self._new(tenant, filename, size, purpose, expires_after, file_id)
         await self.blobs.join(parts, record.blob_key)
         return await self._register(record, credit=size)
 
     def _new(self, tenant: str, filename: str, size: int, purpose: str,
-             expires_after: int | None) -> FileRecord:
+             expires_after: int | None, file_id: str | None = None) -> FileRecord:
         self.check_size(size)
         self.check_name(filename, "filename")
         now = int(self.clock())
         return FileRecord(
-            id=ids.new_id(ids.FILE), tenant=tenant, filename=filename, bytes=size,
+            id=file_id or ids.new_id(ids.FILE), tenant=tenant, filename=filename, bytes=size,
             purpose=purpose, created_at=now,
             expires_at=now + expires_after if expires_after is not None else None)
 

@@ -142,13 +142,17 @@ class UploadRecords(ABC):
         (nothing changed) otherwise, TenantFull when the total would pass ``tenant_limit``."""
 
     @abstractmethod
-    async def claim(self, upload_id: str, tenant: str, now: float, until: float) -> bool:
-        """pending (or completing with a claim that ran out) -> completing until ``until``."""
+    async def claim(self, upload_id: str, tenant: str, now: float, until: float,
+                    file_id: str) -> bool:
+        """pending (or completing with a claim that ran out) -> completing until ``until``,
+        ``file_id`` kept as the File this complete will make (a complete that dies after
+        making it is then found out: files/uploads.py)."""
 
     @abstractmethod
     async def settle(self, upload_id: str, tenant: str, status: str,
                      file_id: str | None) -> None:
-        """completing -> ``status`` (completed with its file, or pending again)."""
+        """completing -> ``status`` (completed with its file, or pending again without
+        one)."""
 
     @abstractmethod
     async def cancel(self, upload_id: str, tenant: str, now: float) -> bool:

@@ -30,6 +30,7 @@ from responses_gateway.errors import GatewayError, invalid_request, missing_para
 from responses_gateway.files.models import (
     CANCELLED,
     COMPLETED,
+    COMPLETING,
     PENDING,
     UPLOAD_PURPOSES,
     FileRecord,
@@ -164,8 +165,12 @@ class Uploads:
                                   code="invalid_type")
         record = await self._get(tenant, upload_id)
         self._check_open(record, "complete")
+        made = await self._made(record)
+        if made is not None:  # an earlier complete made the File, then stopped
+            return replace(record, status=COMPLETED, file_id=made.id), made
         now = self.clock()
-        if not await self.records.claim(upload_id, tenant, now, now + CLAIM_SECONDS):
+        file_id = ids.new_id(ids.FILE)
+        if not await self.records.claim(upload_id, tenant, now, now + CLAIM_SECONDS, file_id):
             self._check_open(await self._get(tenant, upload_id), "complete")
             raise invalid_request(f"Upload {upload_id} is already being completed.",
                                   param="upload_id", code="upload_in_progress")
@@ -176,7 +181,8 @@ class Uploads:
                     "The md5 checksum of the uploaded parts does not match the 'md5' given.",
                     param="md5", code="md5_mismatch")
             file = await self.files.create_joined(tenant, record.filename, record.bytes, keys,
-                                                  record.purpose, record.file_expires_after)
+                                                  record.purpose, record.file_expires_after,
+                                                  file_id=file_id)
         except BaseException:
             await self.records.settle(upload_id, tenant, PENDING, None)
             raise
@@ -241,7 +247,24 @@ class Uploads:
         return await reclaim_expired(
             lambda: self.records.expired(tenant, self.clock(), RECLAIM_BATCH), self._expire)
 
+    async def _made(self, record: UploadRecord) -> FileRecord | None:
+        """The File an earlier complete of ``record`` made before it stopped (its claim chose
+        the id; the File holds the parts' bytes in the tenant's total), settled now as
+        completed with its parts removed; None when there is none. Without this, the
+        Upload's expiry would give those bytes back a second time, and a complete tried again
+        would make a second File of them."""
+        if record.status != COMPLETING or not record.file_id:
+            return None
+        file = await self.files.records.get(record.file_id, record.tenant)
+        if file is None:
+            return None
+        await self.records.settle(record.id, record.tenant, COMPLETED, file.id)
+        await self.blobs.delete_prefix(part_key(record.tenant, record.id, ""))
+        return file
+
     async def _expire(self, record: UploadRecord) -> int:
+        if await self._made(record) is not None:
+            return 1  # it had completed: nothing to give back
         if not await self.records.expire(record.id, record.tenant, self.clock()):
             return 0  # ended by another call meanwhile
         await self.blobs.delete_prefix(part_key(record.tenant, record.id, ""))
