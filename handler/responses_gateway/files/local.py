@@ -10,7 +10,7 @@ import contextlib
 import os
 import sqlite3
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -259,16 +259,7 @@ class DiskBlobs(Blobs):
 
     @staticmethod
     def _put(path: Path, data: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".upload-")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        _write_atomically(path, lambda out: out.write(data))
 
     async def put_file(self, key: str, source: BinaryIO) -> None:
         await asyncio.to_thread(self._put_file, self._path(key), source)
@@ -277,16 +268,7 @@ class DiskBlobs(Blobs):
     def _put_file(path: Path, source: BinaryIO) -> None:
         import shutil
 
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".upload-")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                shutil.copyfileobj(source, out, CHUNK_BYTES)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        _write_atomically(path, lambda out: shutil.copyfileobj(source, out, CHUNK_BYTES))
 
     def chunks(self, key: str) -> AsyncIterator[bytes] | None:
         return self._chunks(self._path(key))
@@ -332,15 +314,24 @@ class DiskBlobs(Blobs):
         """The sources copied in order into a temporary file, renamed into place."""
         import shutil
 
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".upload-")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                for source in sources:
-                    with source.open("rb") as part:
-                        shutil.copyfileobj(part, out, 1 << 20)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        def copy(out: BinaryIO) -> None:
+            for source in sources:
+                with source.open("rb") as part:
+                    shutil.copyfileobj(part, out, CHUNK_BYTES)
+
+        _write_atomically(path, copy)
+
+
+def _write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """``write`` into a temporary file beside ``path``, renamed into place: a reader sees the
+    whole blob or none, and a failure (or a crash) leaves no half-written one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".upload-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            write(out)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
