@@ -97,11 +97,12 @@ WEB_SEARCH = Section("web_search", "Web search (the web_search tool)")
 IMAGE_GENERATION = Section("image_generation", "Image generation (the image_generation tool)")
 FILES = Section("files", "Files and Uploads")
 VECTOR_STORES = Section("vector_stores", "Vector stores and file_search")
+CODE = Section("code", "Code execution (code_interpreter, hosted shell, Containers API)")
 WEBSOCKET = Section("websocket", "WebSocket mode")
 OBSERVABILITY = Section("observability", "Logs")
 #: in the README's order
 SECTIONS = (UPSTREAM, BEDROCK, RESPONSES, TENANTS, STORE, TOOLS, MCP, WEB_SEARCH,
-            IMAGE_GENERATION, FILES, VECTOR_STORES, WEBSOCKET, OBSERVABILITY)
+            IMAGE_GENERATION, FILES, VECTOR_STORES, CODE, WEBSOCKET, OBSERVABILITY)
 
 
 @dataclass(frozen=True, eq=False)
@@ -453,6 +454,56 @@ class Settings:
         parameter="MaxUploadPartBytes",
         doc=("largest part of the Uploads API (`/v1/uploads/{id}/parts`); larger is 413 "
              "`part_too_large` (a function URL takes 6 MB per request)"))
+
+    # -- code ------------------------------------------------------------------------------------
+    code_interpreter: str | None = CODE(
+        "GATEWAY_CODE_INTERPRETER", None, parse="choice", choices=("sandbox", "agentcore"),
+        parameter="CodeInterpreter",
+        doc=("where containers run code: `sandbox` (a bubblewrap jail per container on this "
+             "machine) or `agentcore` (Amazon Bedrock AgentCore Code Interpreter; the engine on "
+             "Lambda). Set: `code_interpreter`, hosted `shell` and `/v1/containers` are served "
+             "by the gateway; unset: `code_interpreter` stays a hosted tool"))
+    container_idle_seconds: float = CODE(
+        "GATEWAY_CONTAINER_IDLE_SECONDS", 1200.0, parse="seconds",
+        parameter="ContainerIdleSeconds",
+        doc=("a container expires after this long without use (OpenAI's 20 minutes); its "
+             "processes and files are then gone and its id answers 404"))
+    code_timeout: float = CODE(
+        "GATEWAY_CODE_TIMEOUT", 60.0, parse="seconds", parameter="CodeTimeout",
+        doc=("wall-clock seconds one execution (a code_interpreter call, a shell call) may run; "
+             "past it the call fails for the model and the container is reset"))
+    code_memory_mb: int = CODE(
+        "GATEWAY_CODE_MEMORY_MB", 1024, parse="count", floor=64,
+        not_parameter="a sandbox limit; AgentCore sizes its own sessions",
+        doc=("sandbox: memory (MiB) a container's processes may map; a container's "
+             "`memory_limit` (`1g`…) lowers it, never raises it"))
+    code_max_output_bytes: int = CODE(
+        "GATEWAY_CODE_MAX_OUTPUT_BYTES", 1024 * 1024, parse="count", floor=1024,
+        not_parameter="an internal bound on what the gateway holds per execution",
+        doc=("bytes of stdout/stderr one execution returns; the rest is cut (the gateway's "
+             "memory stays bounded whatever the code prints)"))
+    sandbox_python: str | None = CODE(
+        "GATEWAY_SANDBOX_PYTHON", None, not_parameter="the sandbox engine only (not on Lambda)",
+        shown="the gateway's own Python",
+        doc=("the Python the sandbox runs code with (an environment with numpy, pandas and "
+             "matplotlib: `pip install -e '.[code]'`)"))
+    container_dir: str | None = CODE(
+        "GATEWAY_CONTAINER_DIR", None, not_parameter="the sandbox engine only (not on Lambda)",
+        shown="`PATH.containers/` beside the SQLite file",
+        doc="sandbox: where containers' `/mnt/data` folders live on this machine")
+    agentcore_interpreter_id: str = CODE(
+        "GATEWAY_AGENTCORE_INTERPRETER_ID", "aws.codeinterpreter.v1",
+        parameter="AgentCoreInterpreterId",
+        doc="agentcore: the code interpreter (AWS's managed one, or one of yours)")
+    agentcore_endpoint_url: str | None = CODE(
+        "GATEWAY_AGENTCORE_ENDPOINT_URL", None, parse="http_url",
+        not_parameter="tests only: a local endpoint speaking AgentCore's wire format",
+        doc="agentcore: an endpoint override (tests)")
+    agentcore_session_seconds: int = CODE(
+        "GATEWAY_AGENTCORE_SESSION_SECONDS", 3600, parse="count", floor=60,
+        not_parameter="an internal choice under AgentCore's 8-hour bound",
+        doc=("agentcore: `sessionTimeoutSeconds` of each session (AgentCore ends a session "
+             "after it whatever its use; the gateway carries the container's files over)"))
 
     # -- vector_stores ---------------------------------------------------------------------------
     max_vector_store_files: int = VECTOR_STORES(
