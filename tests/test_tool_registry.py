@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from responses_gateway.tools import registry
+from responses_gateway.tools import client_tools, registry
 from responses_gateway.tools.declaration import Registration
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,10 +36,17 @@ MCP_FILES = {"tools/mcp.py", "tools/mcp_tool.py", "tools/mcp_items.py",
 
 
 def _names(registration: Registration) -> set[str]:
-    """Every string that names the tool: what the rest of the gateway must not spell out."""
+    """Every string that names the tool: what the rest of the gateway must not spell out.
+    A type it shares with a tool the client runs (hosted shell's ``shell``, ``shell_call``:
+    ``Registration.serves``, ``ItemType.shared``) names the client's tool there, and the
+    client tools' table (tools/client_tools.py) holds it."""
+    client = {*client_tools.CLIENT_TOOL_TYPES, *client_tools.CALL_TYPES,
+              *client_tools.OUTPUT_TYPES}
+    shared = {t for t in registration.tool_types if registration.serves and t in client} | {
+        item.type for item in registration.items if item.shared and item.type in client}
     return {registration.kind, *registration.tool_types, *registration.item_types,
             *registration.choices, *registration.choices.values(), *registration.includes,
-            *registration.tool_usage}
+            *registration.tool_usage} - shared
 
 
 def _home(registration: Registration) -> set[str]:

@@ -22,6 +22,7 @@ import orjson
 
 from responses_gateway import ids
 from responses_gateway.json_depth import fits_depth
+from responses_gateway.tools import registry
 
 _INT = {"type": "integer"}
 _STRINGS = {"type": "array", "items": {"type": "string"}}
@@ -214,9 +215,13 @@ KINDS_OF_CALL = {c: tuple(t.kind for t in CLIENT_TOOLS if t.call_type == c) for 
 
 def client_run(tool: Any) -> ClientTool | None:
     """The entry for a request tool the client runs (``tool_search`` only when the client
-    executes it; OpenAI runs it otherwise), or None."""
+    executes it; OpenAI runs it otherwise), or None. One a server tool claims by its params
+    (tools/registry.py ``serving``: a ``shell`` whose environment is a container) is not the
+    client's, whether or not the gateway runs that tool."""
     entry = BY_TOOL_TYPE.get(_get(tool, "type"))
     if entry is not None and entry.kind == "tool_search" and _get(tool, "execution") != "client":
+        return None
+    if entry is not None and registry.serving(tool) is not None:
         return None
     return entry
 

@@ -40,6 +40,10 @@ class ItemType:
     has_status: bool = True
     #: the usage ledger's counter (store/usage.py ``COUNTERS``) each such output item adds one to
     counter: str | None = None
+    #: the type is a client tool's too (tools/client_tools.py: hosted shell's ``shell_call``):
+    #: the client path keeps its request model and ids, and the tool's history reader tells
+    #: its own items from the client's (``HistoryReader.owns``, tools/server.py)
+    shared: bool = False
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -52,6 +56,12 @@ class Registration:
     tool_types: tuple[str, ...]
     items: tuple[ItemType, ...]  # the output (and input) items it makes
     target: str  # "module:Class", a ServerTool subclass
+    #: ``"module:function"`` of a test of one request tool param (a model or a dict): the tool
+    #: serves only the params of its types that pass (hosted shell: a ``shell`` whose
+    #: ``environment`` is a container); the others stay with the client path
+    #: (tools/client_tools.py). None: it serves every tool of its types. Keep its module light:
+    #: it is imported with the first request that names one of the types
+    serves: str | None = None
     #: a Settings field that must be set for the gateway to run it (else it stays hosted),
     #: or a test of the settings (file_search: vector stores on this storage)
     needs: str | Callable[[Any], bool] | None = None

@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import importlib
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from responses_gateway import ids
 from responses_gateway.tools.catalog import ToolCatalog
@@ -31,6 +31,7 @@ from responses_gateway.tools.server import (
     Seal,
     ServerCall,
     ServerTool,
+    SharedHistoryReader,
 )
 
 __all__ = ["ItemType", "Registration", "ServerTools", "register"]
@@ -56,6 +57,7 @@ PACKAGES = (
     "responses_gateway.tools.image_generation",
     "responses_gateway.tools.web_search",
     "responses_gateway.tools.file_search",
+    "responses_gateway.tools.hosted_shell",
 )
 
 REGISTRATIONS: tuple[Registration, ...] = ()
@@ -67,9 +69,12 @@ SERVER_TOOL_TYPES: frozenset[str] = frozenset()
 HOSTED_TOOL_TYPES: frozenset[str] = frozenset()
 #: Item types that belong to a server tool (how they go back to the model: ``read_history``).
 SERVER_ITEM_TYPES: frozenset[str] = frozenset()
+#: Item types a server tool shares with a client tool (``ItemType.shared``): the client's
+#: unless the tool's history reader owns the item (:func:`owns`).
+SHARED_ITEM_TYPES: frozenset[str] = frozenset()
 #: Item types whose calls' reads are kept (tools/reads.py).
 READ_ITEM_TYPES: frozenset[str] = frozenset()
-#: Each server item type, as a registration declares it.
+#: Each server item type, as a registration declares it (the shared ones are the client's).
 ITEMS: dict[str, ItemType] = {}
 #: ``tool_choice`` types naming a server tool, and the type a Response echoes for each.
 CHOICES: dict[str, str] = {}
@@ -87,7 +92,7 @@ def register(registration: Registration) -> None:
     tables above. Modules that copy a table at import (the request models) see a registration
     made before they are imported."""
     global REGISTRATIONS, SERVER_KINDS, SERVER_TOOL_TYPES, HOSTED_TOOL_TYPES
-    global SERVER_ITEM_TYPES, READ_ITEM_TYPES, INCLUDES
+    global SERVER_ITEM_TYPES, SHARED_ITEM_TYPES, READ_ITEM_TYPES, INCLUDES
     if registration.kind in _BY_KIND:
         raise ValueError(f"server tool {registration.kind!r} is registered twice")
     taken = {t for t in registration.tool_types if t in _BY_TOOL_TYPE} | {
@@ -98,7 +103,8 @@ def register(registration: Registration) -> None:
     SERVER_KINDS = frozenset(r.kind for r in regs)
     SERVER_TOOL_TYPES = frozenset(t for r in regs for t in r.tool_types)
     HOSTED_TOOL_TYPES = frozenset(t for r in regs if r.hosted for t in r.tool_types)
-    SERVER_ITEM_TYPES = frozenset(t for r in regs for t in r.item_types)
+    SERVER_ITEM_TYPES = frozenset(i.type for r in regs for i in r.items if not i.shared)
+    SHARED_ITEM_TYPES = frozenset(i.type for r in regs for i in r.items if i.shared)
     READ_ITEM_TYPES = frozenset(t for r in regs if r.keeps_reads for t in r.item_types)
     INCLUDES = frozenset(v for r in regs for v in r.includes)
     for table in (ITEMS, CHOICES, ITEM_COUNTERS, _BY_KIND, _BY_TOOL_TYPE, _BY_ITEM_TYPE):
@@ -109,8 +115,10 @@ def register(registration: Registration) -> None:
         for t in r.tool_types:
             _BY_TOOL_TYPE[t] = r
         for item in r.items:
-            ITEMS[item.type] = item
             _BY_ITEM_TYPE[item.type] = r
+            if item.shared:
+                continue
+            ITEMS[item.type] = item
             if item.counter is not None:
                 ITEM_COUNTERS[item.type] = item.counter
 
@@ -138,6 +146,24 @@ def start_line(settings: Any) -> dict[str, Any]:
 def registration_of(tool_type: str) -> Registration | None:
     """The server tool serving request tools of ``tool_type``, if any."""
     return _BY_TOOL_TYPE.get(tool_type)
+
+
+def serving(tool: Any) -> Registration | None:
+    """The server tool that serves the request tool param ``tool`` (a model or a dict) by its
+    type and, when it declares one, its test of the param (``Registration.serves``), whatever
+    the settings; None: no server tool would (a client tool's, a function...)."""
+    kind = tool.get("type") if isinstance(tool, Mapping) else getattr(tool, "type", None)
+    registration = _BY_TOOL_TYPE.get(kind) if isinstance(kind, str) else None
+    if registration is None or registration.serves is None:
+        return registration
+    return registration if _predicate(registration.serves)(tool) else None
+
+
+@cache
+def _predicate(target: str) -> Callable[[Any], bool]:
+    module, _, name = target.partition(":")
+    test: Callable[[Any], bool] = getattr(importlib.import_module(module), name)
+    return test
 
 
 def served(kind: str, settings: Any) -> bool:
@@ -175,6 +201,12 @@ def history_reader(
     return tool_class(_BY_ITEM_TYPE[item_type].kind).history_reader(items, reads)
 
 
+def owns(reader: HistoryReader, item: Mapping[str, Any]) -> bool:
+    """Whether an item of a shared type (:data:`SHARED_ITEM_TYPES`) is the server tool's
+    (its reader says: hosted shell's calls name a container), else the client's."""
+    return cast(SharedHistoryReader, reader).owns(item)
+
+
 def kind_of_item(item_type: str) -> str:
     return _BY_ITEM_TYPE[item_type].kind
 
@@ -196,7 +228,7 @@ class ServerTools:
         wanted: dict[str, list[Any]] = {}
         indexes: dict[str, list[int]] = {}
         for index, tool in enumerate(tools or ()):
-            registration = _BY_TOOL_TYPE.get(getattr(tool, "type", None))  # type: ignore[arg-type]
+            registration = serving(tool)
             if registration is not None and served(registration.kind, settings):
                 wanted.setdefault(registration.kind, []).append(tool)
                 indexes.setdefault(registration.kind, []).append(index)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from responses_gateway.tools.catalog import ToolCatalog, ToolSpec
 
 if TYPE_CHECKING:  # types only: building a tool never imports the engines for them
+    from responses_gateway.containers.service import Containers
     from responses_gateway.settings import Settings
     from responses_gateway.vectors.service import VectorStores
 
@@ -85,6 +86,11 @@ class ToolServices(Protocol):
     @property
     def vector_stores(self) -> VectorStores:
         """The vector stores file_search searches (built on first use)."""
+        ...
+
+    @property
+    def containers(self) -> Containers:
+        """The containers code runs in (code_interpreter, hosted shell; built on first use)."""
         ...
 
 
@@ -208,4 +214,13 @@ class HistoryReader(Protocol):
     def read(self, item: Mapping[str, Any], param: str) -> HistoryCall | None:
         """The call ``item`` stands for, or None for bookkeeping the model never sees;
         a malformed item raises the 400 naming ``param``."""
+        ...
+
+
+class SharedHistoryReader(HistoryReader, Protocol):
+    """The reader of a tool whose item types a client tool shares (``ItemType.shared``)."""
+
+    def owns(self, item: Mapping[str, Any]) -> bool:
+        """Whether ``item`` is this tool's (hosted shell: a ``shell_call`` that ran in a
+        container, and its output) rather than the client's."""
         ...

@@ -192,13 +192,18 @@ class ComputerUsePreviewTool(ClientRunTool):
 
 #: Client-run tool types without a model of their own (kept as sent).
 _CLIENT_RUN_TYPES = sorted(client_tools.CLIENT_TOOL_TYPES - HOSTED_TYPES - {"computer_use_preview"})
+#: Types both the client and OpenAI (or the gateway) run, told apart by their params.
+_EITHER_TYPES = sorted(client_tools.CLIENT_TOOL_TYPES & HOSTED_TYPES)
 
 
 def _tool_tag(value: Any) -> str | None:
-    """``tool_search`` is the client's when it says ``execution: "client"``, else OpenAI's."""
+    """A type both sides run is the client's when its params say so (client_tools.client_run:
+    ``tool_search`` with ``execution: "client"``; a ``shell`` whose environment is no
+    container), else hosted (OpenAI's, or a server tool's: tools/registry.py ``serving``)."""
     tag = by_type(value)
-    if tag == "~tool_search" and isinstance(value, dict) and value.get("execution") == "client":
-        return "~client:tool_search"
+    if (tag is not None and tag[1:] in _EITHER_TYPES and isinstance(value, dict)
+            and client_tools.client_run(value) is not None):
+        return f"~client:{tag[1:]}"
     return tag
 
 
@@ -211,7 +216,7 @@ Tool = Annotated[
         *(Annotated[HostedTool, Tag(f"~{kind}")] for kind in sorted(HOSTED_TYPES)),
         *(Annotated[ClientRunTool, Tag(f"~{kind}")] for kind in _CLIENT_RUN_TYPES),
         Annotated[ComputerUsePreviewTool, Tag("~computer_use_preview")],
-        Annotated[ClientRunTool, Tag("~client:tool_search")],
+        *(Annotated[ClientRunTool, Tag(f"~client:{kind}")] for kind in _EITHER_TYPES),
     ],
     Discriminator(_tool_tag),
 ]
@@ -450,7 +455,9 @@ def check_tool_choice(choice: Any, tools: list[BaseModel] | None) -> None:
             code="invalid_value",
         )
     if getattr(choice, "type", None) in client_tools.CLIENT_TOOL_TYPES:
-        if not any(_same_client_tool(tool, choice.type) for tool in tools):
+        if not any(_same_client_tool(tool, choice.type)
+                   or (isinstance(tool, HostedTool) and tool.type == choice.type)
+                   for tool in tools):  # (a hosted one left out: the choice goes with it)
             raise invalid_request(
                 f"Tool choice '{choice.type}' not found in 'tools' parameter.",
                 param="tool_choice", code="invalid_value")

@@ -258,7 +258,10 @@ def _add_tools(
         choice = {"type": "function", "function": {"name": name}}
     elif getattr(choice, "type", None) in client_tools.CLIENT_TOOL_TYPES:
         chosen = _client_choice(choice.type, catalog)
-        choice = {"type": "function", "function": {"name": chosen}} if chosen else "required"
+        # none: the tool of that type is a server tool's (hosted shell), whose functions come
+        # later and narrow the choice, or a hosted one left out: the choice goes with it
+        choice = ({"type": "function", "function": {"name": chosen}} if chosen
+                  else "required" if chooses_served(choice.type, req.tools) else None)
     elif isinstance(choice, ToolChoiceHosted):
         # a tool the gateway runs: its functions come later and it narrows the choice; one
         # left out for the model cannot be forced
@@ -380,7 +383,9 @@ class _Messages:
         if not isinstance(item, dict):
             raise invalid_request("Input items must be objects.", param=self.param(index))
         kind = item.get("type") or ("message" if "role" in item else None)
-        if kind == "message":
+        if kind in registry.SHARED_ITEM_TYPES and registry.owns(self._reader(kind), item):
+            self._server_item(index, item, kind)  # a server tool's item of a client type
+        elif kind == "message":
             self._message(index, item)
         elif kind == "function_call":
             self._function_call(index, item)
@@ -528,11 +533,7 @@ class _Messages:
         """An item of a tool the gateway runs, as its tool says the model reads it: a call and
         its answer (calls in a row are one assistant turn, their answers follow it in order),
         or nothing (the tool's bookkeeping)."""
-        reader = self._readers.get(kind)
-        if reader is None:
-            reader = self._readers[kind] = registry.history_reader(kind, self._history,
-                                                                   self._reads)
-        call = reader.read(item, self.param(index))
+        call = self._reader(kind).read(item, self.param(index))
         if call is None:
             return
         spec = call.spec
@@ -545,6 +546,14 @@ class _Messages:
             self._media.extend([{"type": "text",
                                  "text": f"{GENERATED_IMAGE_INTRO}{call.call_id}:"},
                                 {"type": "image_url", "image_url": {"url": call.image}}])
+
+    def _reader(self, kind: str) -> HistoryReader:
+        """The reader of a server tool's items of ``kind``, made once per walk."""
+        reader = self._readers.get(kind)
+        if reader is None:
+            reader = self._readers[kind] = registry.history_reader(kind, self._history,
+                                                                   self._reads)
+        return reader
 
     def _function_call_output(self, index: int, item: dict[str, Any]) -> None:
         self._close_assistant()
