@@ -162,6 +162,10 @@ def test_a_referenced_container_must_exist() -> None:
     with pytest.raises(GatewayError) as missing:
         build([ref], FakeContainers())
     assert missing.value.status == 404
+    assert missing.value.param == "tools[0].environment.container_id"
+    with pytest.raises(GatewayError) as two:
+        build([AUTO, AUTO], FakeContainers())
+    assert (two.value.status, two.value.param) == (400, "tools")
     assert build([ref], FakeContainers(alive=["cntr_gone"])) is not None
 
 
@@ -220,7 +224,7 @@ def test_a_call_makes_the_call_and_its_output_with_openais_events() -> None:
     translator = new_translator()
     batches = run(tool, {"action": {"commands": ["echo hi", "false"], "timeout_ms": 5000}},
                   translator)
-    assert containers.created == [{"name": "hosted shell", "file_ids": ["file_a"],
+    assert containers.created == [{"name": "shell auto container", "file_ids": ["file_a"],
                                    "memory_limit": "4g"}]
     assert containers.ran == [("cntr_1", ["echo hi", "false"], 5.0, 4096)]
     events = [e for batch in batches for e in batch]

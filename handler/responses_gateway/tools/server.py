@@ -90,7 +90,7 @@ class ToolServices(Protocol):
 
     @property
     def containers(self) -> Containers:
-        """The containers code runs in (code_interpreter, hosted shell; built on first use)."""
+        """The containers code runs in (containers/service.py; built on first use)."""
         ...
 
 

@@ -30,7 +30,7 @@ from dataclasses import asdict
 from typing import Any
 
 from responses_gateway.containers.engine import EngineError
-from responses_gateway.errors import GatewayError
+from responses_gateway.errors import GatewayError, invalid_request
 from responses_gateway.tools import client_tools
 from responses_gateway.tools.catalog import ToolCatalog, ToolSpec
 from responses_gateway.tools.hosted_shell import REGISTRATION, environment, items
@@ -53,6 +53,8 @@ DESCRIPTION = (
     "Run shell commands in a sandboxed Linux container; you get back each command's stdout, "
     "stderr and exit code. The working directory is /mnt/data, which holds the user's files "
     "and keeps what you write there between calls. The container has no network access.")
+#: the name of a container ``container_auto`` makes (the Containers API lists it)
+AUTO_NAME = "shell auto container"
 #: a model that reads ``max_output_length`` as bytes still gets whole characters: the engine
 #: keeps up to this many bytes per asked character (UTF-8's longest), the rest is cut by count
 _BYTES_PER_CHAR = 4
@@ -76,10 +78,17 @@ class HostedShellTool(ServerTool):
 
     @classmethod
     async def for_request(cls, request: RequestTools) -> HostedShellTool:
-        param = f"tools[{request.indexes[0]}].environment" if request.indexes else "tools"
+        if len(request.tools) > 1:
+            raise invalid_request("Only one 'shell' tool with a container environment may be "
+                                  "given.", param="tools", code="invalid_value")
+        param = f"tools[{request.indexes[0] if request.indexes else 0}].environment"
         env = Environment.of(request.tools[0], param)
         if env.container_id is not None:  # referenced: it must be this tenant's, and alive
-            await request.services.containers.get(request.tenant, env.container_id)
+            try:
+                await request.services.containers.get(request.tenant, env.container_id)
+            except GatewayError as exc:  # unknown, expired, another key's: OpenAI's 404
+                raise GatewayError(exc.status, exc.message, type=exc.type,
+                                   param=f"{param}.container_id", code=exc.code) from None
         earlier = None if not env.auto else _latest_container(
             [*request.history, *request.items])
         return cls(env, request.tenant, request.settings, request.services, earlier)
@@ -149,7 +158,7 @@ class HostedShellTool(ServerTool):
                 return self.env.container_id
             except GatewayError:  # expired or deleted since: a new one
                 pass
-        record = await containers.create(self.tenant, name="hosted shell",
+        record = await containers.create(self.tenant, name=AUTO_NAME,
                                          file_ids=self.env.file_ids,
                                          memory_limit=self.env.memory_limit)
         self.env.container_id = record.id
