@@ -386,3 +386,10 @@ def test_bounding_keeps_stdout_first() -> None:
                                                                 "exit_code": 1}}
     assert shell_items.chunk_of(CommandResult(stdout="abc"), None)["outcome"] == {
         "type": "timeout"}
+
+
+def test_allowed_tools_may_name_the_hosted_shell() -> None:
+    req = parse_create_request({"model": "m", "input": "hi", "tools": [AUTO], "tool_choice": {
+        "type": "allowed_tools", "mode": "required", "tools": [{"type": "shell"}]}},
+        served=frozenset({"shell"}))
+    assert req.tool_choice.mode == "required"

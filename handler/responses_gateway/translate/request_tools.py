@@ -472,7 +472,9 @@ def check_tool_choice(choice: Any, tools: list[BaseModel] | None) -> None:
     if isinstance(choice, ToolChoiceAllowed):
         for i, allowed in enumerate(choice.tools):
             if isinstance(allowed, AllowedClientTool):
-                if not any(_same_client_tool(tool, allowed.type) for tool in tools):
+                if not any(_same_client_tool(tool, allowed.type)
+                           or (isinstance(tool, HostedTool) and tool.type == allowed.type)
+                           for tool in tools):
                     raise invalid_request(
                         f"Allowed tool '{allowed.type}' is not one of the tools in 'tools'.",
                         param=f"tool_choice.tools[{i}].type", code="invalid_value")
