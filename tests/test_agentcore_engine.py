@@ -33,7 +33,16 @@ def clock() -> Clock:
 
 @pytest.fixture
 def fake(clock: Clock) -> Iterator[FakeAgentCore]:
+    """The fake AgentCore; every request the engine sent must have passed the model."""
     with FakeAgentCore(clock=clock) as server:
+        yield server
+        assert [r for r in server.refused if r[1] == "ValidationException"] == []
+
+
+@pytest.fixture
+def bare_fake() -> Iterator[FakeAgentCore]:
+    """The fake AgentCore for tests that send it what it must refuse."""
+    with FakeAgentCore() as server:
         yield server
 
 
@@ -82,7 +91,8 @@ def raw(fake: FakeAgentCore, method: str, path: str, body: Any, headers: dict[st
         return error.code, dict(error.headers), json.loads(error.read())
 
 
-def test_fake_refuses_a_misnamed_member_as_aws_does(fake: FakeAgentCore) -> None:
+def test_fake_refuses_a_misnamed_member_as_aws_does(bare_fake: FakeAgentCore) -> None:
+    fake = bare_fake
     status, headers, _ = raw(fake, "PUT", f"/code-interpreters/{INTERPRETER}/sessions/start",
                              {"sessionTimeoutSeconds": 60}, {})
     assert status == 200
@@ -101,8 +111,9 @@ def test_fake_refuses_a_misnamed_member_as_aws_does(fake: FakeAgentCore) -> None
     assert fake.calls("InvokeCodeInterpreter") == []
 
 
-def test_fake_errors_parse_as_botocore_exceptions(fake: FakeAgentCore,
+def test_fake_errors_parse_as_botocore_exceptions(bare_fake: FakeAgentCore,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = bare_fake
     from tests.helpers.eventstream_server import use_dummy_aws
 
     use_dummy_aws(monkeypatch)
@@ -141,7 +152,6 @@ def test_code_keeps_state_and_every_request_passes_the_model(engine: AgentCoreEn
 
     first, second, failed = run(scenario())
     assert first.error is None and not first.reset
-    assert second.stdout == "41\n" or second.stdout == "42\n"
     assert second.stdout == "42\n"
     assert failed.error is not None and failed.error.startswith("Traceback")
     assert "ZeroDivisionError" in failed.error
@@ -190,8 +200,9 @@ def test_mnt_data_is_mapped_for_code_commands_and_paths(engine: AgentCoreEngine,
 
 
 def test_session_ended_by_agentcore_is_carried_over_with_files(
-        engine: AgentCoreEngine, fake: FakeAgentCore, clock: Clock, bucket: str,
-        moto_endpoint: str) -> None:
+        fake: FakeAgentCore, clock: Clock, bucket: str, moto_endpoint: str) -> None:
+    # the engine's own clock stays put: it believes the session lives, AgentCore says not
+    engine = engine_for(fake, bucket, moto_endpoint, Clock())
     box = Box("cntr_carry", 1024)
 
     async def before() -> Any:
@@ -205,8 +216,7 @@ def test_session_ended_by_agentcore_is_carried_over_with_files(
     assert s3_keys(moto_endpoint, bucket) == [f"containers/{box.id}/made.txt",
                                               f"containers/{box.id}/upload.bin"]
     (old,) = fake.live()
-    clock.advance(901)  # AgentCore ends the session; the engine's own clock agrees...
-    engine._clock = lambda: clock.now - 901  # ...not: it still believes the session lives
+    clock.advance(901)  # AgentCore ends the session
 
     async def after() -> Any:
         return await engine.run_code(Box(box.id, 1024, state), (
@@ -235,6 +245,34 @@ def test_session_past_its_time_is_replaced_before_use(engine: AgentCoreEngine,
     assert ran.reset is True and ran.stdout == "1\n"
     assert len(fake.calls("StartCodeInterpreterSession")) == 2
     assert len(fake.calls("StopCodeInterpreterSession")) == 1  # the old one, not left running
+
+
+def test_a_new_engine_carries_over_a_session_agentcore_ended(
+        fake: FakeAgentCore, bucket: str, moto_endpoint: str, clock: Clock) -> None:
+    box = Box("cntr_restart", 1024)
+    first = engine_for(fake, bucket, moto_endpoint, Clock())
+    state = run(first.start(box))
+    run(first.run_code(Box(box.id, 1024, state), "open('/mnt/data/f.txt','w').write('f')",
+                       timeout=30, max_output=LIMIT))
+    clock.advance(901)
+    second = engine_for(fake, bucket, moto_endpoint, Clock())  # after a restart
+    ran = run(second.run_code(Box(box.id, 1024, state), "print(open('/mnt/data/f.txt').read())",
+                              timeout=30, max_output=LIMIT))
+    assert ran.reset and ran.stdout == "f\n"
+    assert [g["sessionId"] for g in fake.calls("GetCodeInterpreterSession")] == [
+        json.loads(state)["session"]]  # asked, TERMINATED, replaced
+
+
+def test_open_figures_are_saved_as_png_files(engine: AgentCoreEngine) -> None:
+    pytest.importorskip("matplotlib")
+    ran = run(engine.run_code(Box("cntr_plot", 1024), (
+        "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+        "plt.plot([1, 2, 3])"), timeout=60, max_output=LIMIT))
+    assert ran.error is None
+    (figure,) = ran.files
+    assert figure.startswith("/mnt/data/figure_") and figure.endswith(".png")
+    data = run(engine.read_file(Box("cntr_plot", 1024), figure, limit=LIMIT))
+    assert data.startswith(b"\x89PNG")
 
 
 def test_a_new_engine_adopts_a_live_session_from_the_state(

@@ -111,6 +111,7 @@ def __gw_scan(top, most):
                 continue
             seen[os.path.relpath(path, top)] = [info.st_size, info.st_mtime_ns]
             if len(seen) >= most:
+                dirs.clear()
                 break
     print(json.dumps(seen))
 __gw_scan({top!r}, {most!r})
