@@ -248,3 +248,33 @@ def test_the_gateway_off_leaves_it_hosted(upstream: ScriptedUpstream,
         with pytest.raises(openai.BadRequestError) as refused:
             off.responses.create(model="m", input="hi", tools=[AUTO])
         assert "GATEWAY_CODE_INTERPRETER" in refused.value.message
+
+
+def test_websocket_mode_store_false_chain(gateway: GatewayServer) -> None:
+    """On a ``responses.connect()`` socket, ``store: false``: the call's events are the
+    SDK's WebSocket events in OpenAI's order, and the chain held on the socket goes on in
+    its container."""
+    from tests.test_websocket import check_ws_event, sdk_turn
+
+    def finished(turn: list[dict[str, Any]], commands: int) -> dict[str, Any]:
+        for event in turn:
+            check_ws_event(event)
+            sdk_validate_event(event)
+        check_order(turn, commands)
+        response: dict[str, Any] = turn[-1]["response"]
+        sdk_validate_response(response)
+        return response
+
+    with client_for(gateway) as client, client.responses.connect() as connection:
+        connection.response.create(model="m", tools=[AUTO], store=False,
+                                   input=calling("ws-1", ["echo socket > ws.txt"]))
+        first = finished(sdk_turn(connection), 1)
+        call, output = shell_items(first)
+        assert output["output"][0]["outcome"] == {"type": "exit", "exit_code": 0}
+        connection.response.create(model="m", tools=[AUTO], store=False,
+                                   previous_response_id=first["id"],
+                                   input=calling("ws-2", ["cat ws.txt"]))
+        later = finished(sdk_turn(connection), 1)
+    again, output = shell_items(later)
+    assert again["environment"] == call["environment"]
+    assert output["output"][0]["stdout"] == "socket\n"
