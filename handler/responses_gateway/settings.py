@@ -299,10 +299,11 @@ class Settings:
         doc=("tools OpenAI runs on its servers that this gateway does not (`code_interpreter`, "
              "`tool_search` with server execution, and `web_search`, `file_search`, "
              "`image_generation` while their provider, vector stores or image backend are not "
-             "configured, hosted `shell` while no code engine is): `omit` leaves them out for the model (the response's `tools` lists "
-             "what the model had), so agents that send them unasked (the Codex CLI) work; "
-             "`reject` answers OpenAI's 400 naming the tool. Tools the client runs (`shell` with "
-             "no container environment, `apply_patch`, `local_shell`, `computer`) are never affected "
+             "configured, hosted `shell` while no code engine is): `omit` leaves them out for "
+             "the model (the response's `tools` lists what the model had), so agents that "
+             "send them unasked (the Codex CLI) work; `reject` answers OpenAI's 400 naming the "
+             "tool. Tools the client runs (`shell` with no container environment, "
+             "`apply_patch`, `local_shell`, `computer`) are never affected "
              "([docs/tools.md](docs/tools.md))"))
     max_tool_calls: int = TOOLS(
         "GATEWAY_MAX_TOOL_CALLS", 128, parse="count", parameter="MaxToolCalls",
