@@ -90,7 +90,8 @@ class ToolServices(Protocol):
 
     @property
     def containers(self) -> Containers:
-        """The containers code runs in (containers/service.py; built on first use)."""
+        """Containers code_interpreter and hosted shell run code in (built on first use;
+        OpenAI's 501 when GATEWAY_CODE_INTERPRETER is unset)."""
         ...
 
 
