@@ -125,8 +125,15 @@ class FakeContainers:
             files.append(file)
         return Ran(result, files)
 
-    async def file_content(self, tenant: str, container_id: str, file_id: str) -> bytes:
-        return self.data[file_id]
+    async def file_content(self, tenant: str, container_id: str, file_id: str
+                           ) -> tuple[File, Any]:
+        data = self.data[file_id]
+
+        async def chunks() -> Any:
+            yield data[:5]
+            yield data[5:]
+
+        return File(file_id, container_id, "/mnt/data/plot.png", len(data)), chunks()
 
 
 @dataclass

@@ -243,8 +243,10 @@ class CodeInterpreterTool(ServerTool):
             if media is None or file.bytes > bound or len(found) >= outputs.MAX_IMAGES:
                 continue
             try:
-                data = await self.containers.file_content(self.tenant, container_id, file.id)
-            except (GatewayError, EngineError, FileNotFoundError):
+                _, chunks = await self.containers.file_content(self.tenant, container_id,
+                                                               file.id)
+                data = b"".join([chunk async for chunk in chunks])
+            except (GatewayError, EngineError):
                 continue  # removed since: it stays out of the outputs
             encoded = await asyncio.to_thread(base64.b64encode, data)
             found.append({"type": "image", "url": f"data:{media};base64,{encoded.decode()}"})
