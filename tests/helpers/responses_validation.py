@@ -286,14 +286,16 @@ def beyond_spec(obj: Any) -> bool:
     kind = str(obj.get("type") or "")
     if kind.startswith(("response.mcp_", "response.custom_tool_call",
                         "response.image_generation_call", "response.web_search_call",
-                        "response.file_search_call",
+                        "response.file_search_call", "response.code_interpreter_call",
                         "response.output_text.annotation")):
         return True
     if obj.get("type") in _BEYOND_SPEC_ITEMS:
         return True
-    # The spec's annotations are url_citation only; file_citation is OpenAI's (file_search).
-    if kind == "output_text" and any(isinstance(a, dict) and a.get("type") == "file_citation"
-                                     for a in obj.get("annotations") or ()):
+    # The spec's annotations are url_citation only; file_citation (file_search) and
+    # container_file_citation (code_interpreter) are OpenAI's.
+    if kind == "output_text" and any(
+            isinstance(a, dict) and a.get("type") in ("file_citation", "container_file_citation")
+            for a in obj.get("annotations") or ()):
         return True
     if kind == "message" and any(beyond_spec(p) for p in obj.get("content") or ()):
         return True
