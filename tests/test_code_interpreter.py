@@ -64,7 +64,8 @@ def gateway(upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[GatewayServer]:
     where = tmp_path_factory.mktemp("code")
     settings = e2e_settings(upstream, where / "gateway.db", code_interpreter="sandbox",
-                            container_dir=str(where / "containers"), code_timeout=60.0)
+                            container_dir=str(where / "containers"), code_timeout=60.0,
+                            api_keys=("sk-test", "sk-other"))  # two tenants
     with GatewayServer(settings) as server:
         yield server
 
@@ -111,7 +112,7 @@ def test_state_is_kept_across_calls_and_responses(client: OpenAI, upstream: Scri
     assert again["container_id"] == one["container_id"] and again["outputs"] is None
     assert tool_messages(upstream, f"later-{stream}")[-1].strip() == "84"
     # the earlier calls go back to the model as its calls and what they printed
-    body = [b for b in upstream.requests if f"later-{stream}" in str(b["messages"])][0]
+    body = next(b for b in upstream.requests if f"later-{stream}" in str(b["messages"]))
     codes = [json.loads(c["function"]["arguments"])["code"] for m in body["messages"]
              for c in m.get("tool_calls") or ()]
     assert codes == [one["code"], two["code"]]
@@ -144,7 +145,11 @@ def test_done_when_a_csv_is_analysed_plotted_and_cited(client: OpenAI,
     assert "/mnt/data/sales.png" in tool_messages(upstream, "csv")[-1]
     part = first["output"][-1]["content"][0]
     assert part["text"] == answer
-    [citation] = part["annotations"]
+    # as OpenAI's: the figure shown (left open: saved as figure_1.png) spans nothing, the
+    # linked file spans its sandbox: target
+    shown, citation = part["annotations"]
+    assert (shown["filename"], shown["start_index"], shown["end_index"]) == (
+        "figure_1.png", 0, 0)
     start = answer.index("sandbox:")
     assert citation == {"type": "container_file_citation", "container_id": read["container_id"],
                         "file_id": citation["file_id"], "filename": "sales.png",
@@ -153,9 +158,11 @@ def test_done_when_a_csv_is_analysed_plotted_and_cited(client: OpenAI,
     # the cited file is the container file, served by the Containers API
     files = {f.path: f for f in client.containers.files.list(read["container_id"])}
     assert files["/mnt/data/sales.png"].id == citation["file_id"]
+    assert files["/mnt/data/figure_1.png"].id == shown["file_id"]
     assert files["/mnt/data/sales.csv"].source == "user"
+    assert files["/mnt/data/sales.png"].source == "assistant"
     content = client.containers.files.content.retrieve(
-        citation["file_id"], container_id=read["container_id"]).read()
+        shown["file_id"], container_id=read["container_id"]).read()
     assert base64.b64decode(image["url"].partition(",")[2]) == content
 
     # turn two: the variable of turn one
@@ -229,7 +236,7 @@ def test_tool_choice_forces_the_python_function(client: OpenAI,
         model="m", tools=AUTO, tool_choice={"type": "code_interpreter"},
         input=steps("choice", "print(1)")))
     assert response["tool_choice"] == {"type": "code_interpreter"}
-    first = [b for b in upstream.requests if "choice" in str(b["messages"])][0]
+    first = next(b for b in upstream.requests if "choice" in str(b["messages"]))
     assert first["tool_choice"] == {"type": "function", "function": {"name": "python"}}
     [tool] = first["tools"]
     assert tool["function"]["name"] == "python"
@@ -271,7 +278,8 @@ def test_a_timeout_fails_the_call_resets_and_the_response_goes_on(
             model="m", tools=AUTO, stream=True, include=[OUTPUTS],
             input=steps("timeout", "kept = 1\nopen('/mnt/data/k.txt', 'w').write('k')",
                         "while True:\n    pass",
-                        "import os\nprint('kept' in globals(), os.path.exists('/mnt/data/k.txt'))")))
+                        "import os\nprint('kept' in globals(), "
+                        "os.path.exists('/mnt/data/k.txt'))")))
     check_stream(events)
     response = events[-1]["response"]
     assert response["status"] == "completed"

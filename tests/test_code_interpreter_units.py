@@ -72,7 +72,8 @@ class Ran:
 @dataclass
 class FakeContainers:
     """Containers as the service keeps them, code run by ``exec``. ``PLOT`` in the code
-    writes /mnt/data/plot.png, ``SLEEP_FOREVER`` times out (and resets), ``BROKEN`` makes the
+    writes /mnt/data/plot.png, ``FIGURE`` a figure left open (/mnt/data/figure_N.png, as the
+    engines save one), ``SLEEP_FOREVER`` times out (and resets), ``BROKEN`` makes the
     engine fail."""
 
     made: list[Record] = field(default_factory=list)
@@ -118,11 +119,12 @@ class FakeContainers:
                 result.error = traceback.format_exc(limit=0)
         result.stdout = out.getvalue()
         files = []
-        if "PLOT" in code:
-            file = File(f"cfile_plot{len(self.data)}", container_id, "/mnt/data/plot.png",
-                        len(PNG))
-            self.data[file.id] = PNG
-            files.append(file)
+        for marker, path in (("PLOT", "/mnt/data/plot.png"),
+                             ("FIGURE", f"/mnt/data/figure_{len(self.data) + 1}.png")):
+            if marker in code:
+                file = File(f"cfile_{len(self.data)}", container_id, path, len(PNG))
+                self.data[file.id] = PNG
+                files.append(file)
         return Ran(result, files)
 
     async def file_content(self, tenant: str, container_id: str, file_id: str
@@ -326,10 +328,12 @@ def test_a_call_is_a_code_interpreter_call_with_openais_events() -> None:
     assert containers.made[0].file_ids == () and containers.ran == [("cntr_1", code)]
 
 
-def test_included_outputs_hold_images_then_logs() -> None:
+def test_included_outputs_hold_figures_then_logs_citations_as_openais() -> None:
+    """As OpenAI's recordings: a figure the code showed is an image output and a citation
+    spanning nothing; a file it saved is cited where the answer links it."""
     tool = build(request({"type": "code_interpreter", "container": {"type": "auto"}},
                          include=("code_interpreter_call.outputs",)))
-    code = "print('plotted')  # PLOT"
+    code = "print('plotted')  # PLOT FIGURE"
     events, response = one_response(
         tool, [json.dumps({"code": code})],
         answer="Here it is: [the plot](sandbox:/mnt/data/plot.png).")
@@ -341,12 +345,18 @@ def test_included_outputs_hold_images_then_logs() -> None:
     assert added["outputs"] == []
     # the model read where the file is, and its link is cited as OpenAI cites it
     assert "/mnt/data/plot.png" in tool.reads()[item["id"]]
+    assert "/mnt/data/figure_1.png" in tool.reads()[item["id"]]
     text = response["output"][1]["content"][0]
     start = text["text"].index("sandbox:")
     assert text["annotations"] == [{
-        "type": "container_file_citation", "container_id": "cntr_1", "file_id": "cfile_plot0",
+        "type": "container_file_citation", "container_id": "cntr_1", "file_id": "cfile_1",
+        "filename": "figure_1.png", "start_index": 0, "end_index": 0}, {
+        "type": "container_file_citation", "container_id": "cntr_1", "file_id": "cfile_0",
         "filename": "plot.png", "start_index": start,
         "end_index": start + len("sandbox:/mnt/data/plot.png")}]
+    added = [e["annotation"] for e in events
+             if e["type"] == "response.output_text.annotation.added"]
+    assert added == text["annotations"]
 
 
 def test_an_exception_is_completed_with_its_traceback_a_timeout_is_failed() -> None:
@@ -439,7 +449,7 @@ def test_the_record_rebuilds_the_tool_for_a_background_worker() -> None:
     containers = FakeContainers()
     tool = build(request({"type": "code_interpreter", "container": {"type": "auto"}},
                          containers=containers, include=("code_interpreter_call.outputs",)))
-    one_response(tool, [json.dumps({"code": "v = 1  # PLOT"})])
+    one_response(tool, [json.dumps({"code": "v = 1  # PLOT FIGURE"})])
     data = json.loads(json.dumps(tool.to_record(lambda d: "sealed")))
     again = CodeInterpreterTool.from_record(data, Rebuild(
         settings=SETTINGS, unseal=lambda s: {}, services=Services(containers)))  # type: ignore[arg-type]

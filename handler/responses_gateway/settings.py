@@ -299,8 +299,9 @@ class Settings:
         doc=("tools OpenAI runs on its servers that this gateway does not (`tool_search` with "
              "server execution, and `web_search`, `file_search`, `image_generation`, "
              "`code_interpreter` while their provider, vector stores, image backend or "
-             "`GATEWAY_CODE_INTERPRETER` are not configured): `omit` leaves them out for the model (the response's `tools` lists "
-             "what the model had), so agents that send them unasked (the Codex CLI) work; "
+             "`GATEWAY_CODE_INTERPRETER` are not configured): `omit` leaves them out for the "
+             "model (the response's `tools` lists what the model had), so agents that send "
+             "them unasked (the Codex CLI) work; "
              "`reject` answers OpenAI's 400 naming the tool. Tools the client runs (`shell`, "
              "`apply_patch`, `local_shell`, `computer`) are never affected "
              "([docs/tools.md](docs/tools.md))"))

@@ -5,10 +5,14 @@
   ``sandbox:/mnt/data/plot.png``), and, when the run timed out or crashed, that the container was
   reset (variables gone, files kept);
 - the client reads the item's ``outputs`` (only with ``include: ["code_interpreter_call.outputs"]``,
-  as OpenAI): an ``image`` output per image the code wrote (a data URL, as OpenAI's), then one
-  ``logs`` output of what it printed;
+  as OpenAI): an ``image`` output per figure the code showed (a data URL, as OpenAI's), then one
+  ``logs`` output of what it printed. A figure is what a notebook would show: one the code left
+  open, which the engine saves as ``/mnt/data/figure_N.png`` (containers/sandbox_runner.py,
+  the AgentCore engine alike); a file the code saved itself is a file, not an output, as with
+  OpenAI (its recordings: ``savefig`` then ``show`` gives one image output);
 - the final text's links to ``sandbox:/mnt/data/NAME`` become ``container_file_citation``
-  annotations (:func:`citations`) spanning the link's target, as OpenAI's do.
+  annotations (:func:`citations`) spanning the link's target, and each figure shown gets one
+  spanning nothing (indexes 0, 0), as OpenAI's do.
 """
 
 from __future__ import annotations
@@ -26,6 +30,12 @@ IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
 #: images one call returns as outputs at most (the rest stay container files)
 MAX_IMAGES = 8
 _SANDBOX_LINK = re.compile(r"sandbox:(/mnt/data/[^\s()\[\]<>\"']+)")
+#: what the engines name a figure the code left open
+FIGURE = re.compile(r"/mnt/data/figure_\d+\.png")
+
+
+def figure(path: str) -> bool:
+    return FIGURE.fullmatch(path) is not None
 
 
 def media_type(path: str) -> str | None:
@@ -67,6 +77,13 @@ def failed(result: Any) -> bool:
     """The call ends ``failed`` (OpenAI's status for a run that did not finish): it timed out
     or its process died. An exception of the code is a completed run whose logs show it."""
     return bool(result.timed_out or result.reset)
+
+
+def shown(path: str, known: Mapping[str, str]) -> dict[str, Any]:
+    """The citation of a figure the code showed: OpenAI's spans nothing (0, 0)."""
+    return {"type": "container_file_citation", "container_id": known["container_id"],
+            "file_id": known["id"], "filename": posixpath.basename(path), "start_index": 0,
+            "end_index": 0}
 
 
 def citations(text: str, files: Mapping[str, Mapping[str, str]], container_id: str | None

@@ -88,6 +88,8 @@ class CodeInterpreterTool(ServerTool):
         self.earlier = earlier
         #: container files this response knows (path -> id, container_id): what is cited
         self.files: dict[str, dict[str, str]] = files if files is not None else {}
+        #: figures shown since the last text part: the next one cites them (0, 0)
+        self.shown: list[str] = []
         self.read: dict[str, str] = {}
 
     # -- building (before response.created) ---------------------------------------------------
@@ -190,6 +192,8 @@ class CodeInterpreterTool(ServerTool):
         written = [f.path for f in ran.files]
         for file in ran.files:
             self.files[file.path] = {"id": file.id, "container_id": container_id}
+            if outputs.figure(file.path):
+                self.shown.append(file.path)
         self.read[item["id"]] = (note + outputs.model_text(
             result, written, timeout=self.settings.code_timeout))
         if self.include_outputs:
@@ -234,13 +238,14 @@ class CodeInterpreterTool(ServerTool):
 
     async def _outputs(self, container_id: str, result: Any, files: Sequence[Any]
                        ) -> list[dict[str, Any]]:
-        """OpenAI's ``outputs``: an image per image file the code wrote (a data URL, within
+        """OpenAI's ``outputs``: an image per figure the code showed (a data URL, within
         GATEWAY_CODE_MAX_OUTPUT_BYTES each), then the logs."""
         found: list[dict[str, Any]] = []
         bound = self.settings.code_max_output_bytes
         for file in files:
             media = outputs.media_type(file.path)
-            if media is None or file.bytes > bound or len(found) >= outputs.MAX_IMAGES:
+            if (media is None or not outputs.figure(file.path) or file.bytes > bound
+                    or len(found) >= outputs.MAX_IMAGES):
                 continue
             try:
                 _, chunks = await self.containers.file_content(self.tenant, container_id,
@@ -264,7 +269,12 @@ class CodeInterpreterTool(ServerTool):
     # -- citations -----------------------------------------------------------------------------
 
     def annotate(self, text: str) -> list[dict[str, Any]]:
-        return outputs.citations(text, self.files, self.container_id)
+        """The figures shown since the last text part (0, 0, as OpenAI cites a shown image),
+        then the text's ``sandbox:/mnt/data/…`` links to files this response knows."""
+        found = [outputs.shown(path, self.files[path]) for path in self.shown
+                 if path in self.files]
+        self.shown = []
+        return found + outputs.citations(text, self.files, self.container_id)
 
     # -- history -------------------------------------------------------------------------------
 
