@@ -363,11 +363,11 @@ def user(content: Any) -> dict[str, Any]:
     [
         ([5], "input[0]", "invalid_type", "expected an object, but got an integer"),
         ([user("a"), {}], "input[1].type", "missing_required_parameter", "'input[1].type'"),
-        (
+        (  # a server tool's item sent back is checked by its declared fields
             [{"type": "code_interpreter_call", "id": "ci_1"}],
-            "input[0].type",
-            "invalid_value",
-            "'code_interpreter_call'",
+            "input[0].code",
+            "missing_required_parameter",
+            "'input[0].code'",
         ),
         (
             [{"type": "no_such_item"}],
@@ -1384,10 +1384,10 @@ def test_unknown_item_types_in_items_are_a_400() -> None:
     req = parse(input="q")
     with pytest.raises(GatewayError) as info:
         to_chat_request(
-            req, [{"type": "code_interpreter_call", "id": "ci_1"}, *normalize_input(req)],
+            req, [{"type": "no_such_call", "id": "nsc_1"}, *normalize_input(req)],
             model="x",
         )
-    assert info.value.status == 400 and "code_interpreter_call" in info.value.message
+    assert info.value.status == 400 and "no_such_call" in info.value.message
     assert info.value.param == "previous_response_id.type"
     with pytest.raises(GatewayError) as info:
         to_chat_request(

@@ -85,7 +85,7 @@ def test_registrations_name_real_settings_sections() -> None:
 def test_no_module_outside_a_tools_package_names_the_tool() -> None:
     found: list[str] = []
     sources = {str(p.relative_to(PACKAGE)): _literals(p) for p in PACKAGE.rglob("*.py")}
-    assert len(registry.REGISTRATIONS) >= 4
+    assert len(registry.REGISTRATIONS) >= 5
     for registration in registry.REGISTRATIONS:
         names, home = _names(registration), _home(registration) | ANYWHERE
         assert home - ANYWHERE, registration.kind
@@ -227,3 +227,29 @@ def test_the_refusal_names_the_tools_the_gateway_runs() -> None:
     assert off.param == "tools[0].type"
     assert "it runs 'web_search_preview' itself when GATEWAY_WEB_SEARCH_PROVIDER is set" in (
         off.message)
+
+
+def test_code_interpreter_lands_as_one_package_and_one_line() -> None:
+    """Issue 41's proof: code_interpreter is its package and one line of ``PACKAGES``; the
+    hosted-tools catalogue, ``include`` names and ``tool_choice`` types the request models
+    read come from its registration, no longer from literals of their own."""
+    from responses_gateway.tools.code_interpreter import REGISTRATION
+    from responses_gateway.tools.hosted import HOSTED_TYPES, refused
+    from responses_gateway.translate.request_names import INCLUDABLE
+    from responses_gateway.translate.request_tools import HOSTED_CHOICES
+
+    assert registry.registration_of("code_interpreter") is REGISTRATION
+    assert [p for p in registry.PACKAGES if p.endswith(".code_interpreter")] == [
+        "responses_gateway.tools.code_interpreter"]
+    assert "code_interpreter" in HOSTED_TYPES and "code_interpreter" in HOSTED_CHOICES
+    assert "code_interpreter_call.outputs" in INCLUDABLE
+    assert registry.ITEMS["code_interpreter_call"].id_prefix == "ci_"
+    assert "code_interpreter" not in registry.zero_tool_usage()  # OpenAI reports none
+    for module in ("tools/hosted.py", "translate/request_names.py",
+                   "translate/request_tools.py"):
+        assert not [v for v, _ in _literals(PACKAGE / module) if v in _names(REGISTRATION)]
+    # served only when GATEWAY_CODE_INTERPRETER is set; else hosted, refused naming it
+    assert not registry.served("code_interpreter", type("S", (), {"code_interpreter": None}))
+    assert registry.served("code_interpreter", type("S", (), {"code_interpreter": "sandbox"}))
+    message = refused("code_interpreter", 0).message
+    assert "it runs 'code_interpreter' itself when GATEWAY_CODE_INTERPRETER is set" in message

@@ -296,11 +296,11 @@ class Settings:
     # -- tools -----------------------------------------------------------------------------------
     hosted_tools: str = TOOLS(
         "GATEWAY_HOSTED_TOOLS", "omit", parse="hosted_tools", parameter="HostedTools",
-        doc=("tools OpenAI runs on its servers that this gateway does not (`code_interpreter`, "
-             "`tool_search` with server execution, and `web_search`, `file_search`, "
-             "`image_generation` while their provider, vector stores or image backend are not "
-             "configured, hosted `shell` while no code engine is): `omit` leaves them out for "
-             "the model (the response's `tools` lists what the model had), so agents that "
+        doc=("tools OpenAI runs on its servers that this gateway does not (`tool_search` with "
+             "server execution, and `web_search`, `file_search`, `image_generation`, "
+             "`code_interpreter`, hosted `shell` while their provider, vector stores, image "
+             "backend or `GATEWAY_CODE_INTERPRETER` are not configured): `omit` leaves them out "
+             "for the model (the response's `tools` lists what the model had), so agents that "
              "send them unasked (the Codex CLI) work; `reject` answers OpenAI's 400 naming the "
              "tool. Tools the client runs (`shell` with no container environment, "
              "`apply_patch`, `local_shell`, `computer`) are never affected "

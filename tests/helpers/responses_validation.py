@@ -52,7 +52,7 @@ ITEM_ID_PREFIXES = {"message": "msg_", "function_call": "fc_", "reasoning": "rs_
                     "compaction": "cmp_", "custom_tool_call": "ctc_", "mcp_list_tools": "mcpl_",
                     "mcp_call": "mcp_", "mcp_approval_request": "mcpr_",
                     "image_generation_call": "ig_", "web_search_call": "ws_",
-                    "file_search_call": "fs_"}
+                    "file_search_call": "fs_", "code_interpreter_call": "ci_"}
 # Items added whole (no status, no deltas): done repeats added (a compaction item, an
 # approval request).
 _WHOLE_ITEMS = frozenset({"compaction", "mcp_approval_request"})
@@ -68,7 +68,8 @@ _MCP_CALL_EVENTS = ("response.mcp_call.in_progress", "response.mcp_call.complete
 # those are checked against openai-python's models only.
 _BEYOND_SPEC_ITEMS = frozenset({"custom_tool_call", "mcp_list_tools", "mcp_call",
                                 "mcp_approval_request", "mcp_approval_response",
-                                "image_generation_call", "web_search_call", "file_search_call"})
+                                "image_generation_call", "web_search_call", "file_search_call",
+                                "code_interpreter_call"})
 # web_search_call: in_progress, searching, then completed exactly when the item did (a failed
 # search ends with its output_item.done alone).
 _WEB_SEARCH_EVENTS = ("response.web_search_call.in_progress",
@@ -83,7 +84,16 @@ _IMAGE_EVENTS = ("response.image_generation_call.in_progress",
                  "response.image_generation_call.generating",
                  "response.image_generation_call.partial_image",
                  "response.image_generation_call.completed")
+# code_interpreter_call: in_progress, code deltas, code done (the deltas joined), interpreting,
+# then completed exactly when the item did (a failed run ends with its output_item.done alone);
+# OpenAI's recordings (pydantic-ai's cassettes of gpt-5) follow this order.
+_CODE_EVENTS = ("response.code_interpreter_call.in_progress",
+                "response.code_interpreter_call_code.delta",
+                "response.code_interpreter_call_code.done",
+                "response.code_interpreter_call.interpreting",
+                "response.code_interpreter_call.completed")
 _BEYOND_SPEC_TOOLS = frozenset({"custom", "namespace", "mcp", "image_generation", "web_search",
+                                "code_interpreter",
                                 "web_search_2025_08_26", "web_search_preview",
                                 "web_search_preview_2025_03_11", "file_search"})
 _TERMINAL_STATUS = {
@@ -276,14 +286,16 @@ def beyond_spec(obj: Any) -> bool:
     kind = str(obj.get("type") or "")
     if kind.startswith(("response.mcp_", "response.custom_tool_call",
                         "response.image_generation_call", "response.web_search_call",
-                        "response.file_search_call",
+                        "response.file_search_call", "response.code_interpreter_call",
                         "response.output_text.annotation")):
         return True
     if obj.get("type") in _BEYOND_SPEC_ITEMS:
         return True
-    # The spec's annotations are url_citation only; file_citation is OpenAI's (file_search).
-    if kind == "output_text" and any(isinstance(a, dict) and a.get("type") == "file_citation"
-                                     for a in obj.get("annotations") or ()):
+    # The spec's annotations are url_citation only; file_citation (file_search) and
+    # container_file_citation (code_interpreter) are OpenAI's.
+    if kind == "output_text" and any(
+            isinstance(a, dict) and a.get("type") in ("file_citation", "container_file_citation")
+            for a in obj.get("annotations") or ()):
         return True
     if kind == "message" and any(beyond_spec(p) for p in obj.get("content") or ()):
         return True
@@ -415,6 +427,7 @@ _ITEM_PART_TYPES = {
     "image_generation_call": {},
     "web_search_call": {},
     "file_search_call": {},
+    "code_interpreter_call": {},
 }
 
 
@@ -632,6 +645,22 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
                 raise fail(i, f"{kind} after {seen}")
             if kind == _IMAGE_EVENTS[2] and event["partial_image_index"] != seen.count(kind):
                 raise fail(i, "partial_image_index out of order")
+        elif kind in _CODE_EVENTS:
+            if item.type != "code_interpreter_call":
+                raise fail(i, f"{kind} outside an open code_interpreter_call")
+            seen = [e for e in item.events[:-1] if e in _CODE_EVENTS]
+            prior = seen[-1] if seen else None
+            before = {_CODE_EVENTS[0]: (None,), _CODE_EVENTS[1]: _CODE_EVENTS[:2],
+                      _CODE_EVENTS[2]: _CODE_EVENTS[:2], _CODE_EVENTS[3]: (_CODE_EVENTS[2],),
+                      _CODE_EVENTS[4]: (_CODE_EVENTS[3],)}
+            if prior not in before[kind]:
+                raise fail(i, f"{kind} after {prior}")
+            if kind == _CODE_EVENTS[1]:
+                args.append(event["delta"])
+            elif kind == _CODE_EVENTS[2]:
+                if event["code"] != "".join(args):
+                    raise fail(i, "the code differs from its deltas")
+                args_done = event["code"]
         elif kind == "response.output_item.done":
             if part is not None:
                 raise fail(i, "item closed with a part still open")
@@ -672,6 +701,17 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
                         (done.get("error") is None) != completed):
                     raise fail(i, "an image_generation_call is completed with a result after "
                                   "its .completed event, else failed with an error")
+            if item.type == "code_interpreter_call":
+                completed = _CODE_EVENTS[4] in item.events
+                if done.get("status") != ("completed" if completed else "failed"):
+                    raise fail(i, "a code_interpreter_call is completed after its .completed "
+                                  "event, else failed")
+                if args_done is not None and done.get("code") != args_done:
+                    raise fail(i, "the done item's code differs from its .done event")
+                if done.get("container_id") != item.added.get("container_id"):
+                    raise fail(i, "container_id changed between added and done")
+                if (done.get("outputs") is None) != (item.added.get("outputs") is None):
+                    raise fail(i, "outputs are null in added exactly when in done")
             if item.type == "mcp_list_tools":
                 ended = [e for e in item.events if e in _MCP_LIST_EVENTS[1:]]
                 if len(ended) != 1 or bool(done.get("error")) != ended[0].endswith("failed"):
@@ -690,7 +730,7 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
                     raise fail(i, "a whole item changed between added and done")
             elif item.type not in _NO_STATUS and item.type not in (
                     "mcp_call", "image_generation_call", "web_search_call",
-                    "file_search_call") and done.get(
+                    "file_search_call", "code_interpreter_call") and done.get(
                     "status") not in ("completed", "incomplete"):
                 raise fail(i, f"done item status {done.get('status')!r}")
             item.done = done

@@ -20,6 +20,7 @@ Scripts (details in each ``s_*`` docstring):
 
     text text= n=            echo n=                 deltas n=500 ("0 1 2 ... ")
     tool names=a,b name= args='{json}' n=            parallel names=a,b
+    steps calls=B64 text=B64 quote=1 name= n=  (base64url JSON list of arguments, a turn each)
     reasoning reasoning= text= field=reasoning_content|reasoning
     refusal text=            length text=            huge size= piece= random=
     rate_limit|429 retry_after=S|none retry_after_ms= retry_after_date=S code= message=
@@ -338,6 +339,30 @@ def s_call(ctx: Context, args: Args) -> Plan:
     return Plan(items=_call_items(ctx, [(names[done_steps], arguments)], _int(args, "n", 3)))
 
 
+def s_steps(ctx: Context, args: Args) -> Plan:
+    """A tool loop of arguments too rich for a directive: calls=B64 (base64url of a JSON list
+    of argument strings) calls name= (default: the request's first tool) once per turn with
+    each in turn, in n fragments (default 5), counted since the last user message; then
+    text=B64 (base64url of the answer's text; default "Done."), followed by every tool output
+    of this turn when quote=1 ("... Tool output: <t1> | <t2>")."""
+    import base64
+    import json
+
+    def unpacked(key: str) -> str:
+        return base64.urlsafe_b64decode(args[key].encode()).decode()
+
+    calls = json.loads(unpacked("calls")) if "calls" in args else []
+    name = args.get("name") or (ctx.tool_names()[:1] or ["get_weather"])[0]
+    done_steps = sum(1 for m in ctx.since_last_user()
+                     if m.get("role") == "assistant" and m.get("tool_calls"))
+    if done_steps < len(calls):
+        return Plan(items=_call_items(ctx, [(name, calls[done_steps])], _int(args, "n", 5)))
+    text = unpacked("text") if "text" in args else "Done."
+    if args.get("quote") == "1":
+        text += " Tool output: " + " | ".join(ctx.tool_outputs())
+    return Plan(items=_text_items(ctx, text, _int(args, "n", 4)))
+
+
 def s_parallel(ctx: Context, args: Args) -> Plan:
     """Several calls in one turn: names=a,b (default: the request's first two tools, else
     get_weather,get_time), each with {"city": CITIES[i]}; then a text answer with the outputs."""
@@ -560,6 +585,7 @@ SCRIPTS: dict[str, Callable[[Context, Args], Plan]] = {
     "echo": s_echo,
     "deltas": s_deltas,
     "tool": s_tool,
+    "steps": s_steps,
     "parallel": s_parallel,
     "call": s_call,
     "reasoning": s_reasoning,

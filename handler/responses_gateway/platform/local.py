@@ -90,7 +90,8 @@ class LocalPlatform(Platform):
         ``PATH.containers/`` beside the SQLite file)."""
         from responses_gateway.containers.sandbox import SandboxEngine
 
-        return SandboxEngine(self.container_folder, self.settings)
+        return SandboxEngine(self.container_folder, python=self.settings.sandbox_python,
+                             memory_mb=self.settings.code_memory_mb)
 
     @property
     def container_folder(self) -> str:

@@ -23,7 +23,6 @@ from responses_gateway.tools import registry
 #: OpenAI's hosted tool types: the catalogue of what only OpenAI runs, and the server tools
 #: OpenAI hosts too (tools/registry.py ``hosted``), hosted while the gateway does not run them.
 HOSTED_TYPES = frozenset({
-    "code_interpreter",
     "tool_search",  # with execution "server"; the client's own is tools/client_tools.py's
 }) | registry.HOSTED_TOOL_TYPES
 POLICIES = ("omit", "reject")

@@ -57,6 +57,7 @@ PACKAGES = (
     "responses_gateway.tools.image_generation",
     "responses_gateway.tools.web_search",
     "responses_gateway.tools.file_search",
+    "responses_gateway.tools.code_interpreter",
     "responses_gateway.tools.hosted_shell",
 )
 

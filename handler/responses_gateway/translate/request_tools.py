@@ -248,8 +248,7 @@ class ToolChoiceMcp(BaseModel):
 #: OpenAI's schema (``web_search``, which the Agents SDK sends for
 #: ``ModelSettings(tool_choice="web_search")``) is echoed as the schema's name for the same
 #: tool, so a Response stays valid for clients that check it.
-HOSTED_CHOICES = ("computer", "computer_use_preview", "computer_use", "code_interpreter",
-                  *registry.CHOICES)
+HOSTED_CHOICES = ("computer", "computer_use_preview", "computer_use", *registry.CHOICES)
 
 
 class ToolChoiceHosted(BaseModel):

@@ -1,0 +1,135 @@
+"""The request's ``code_interpreter`` tool, checked once with OpenAI's words and params.
+
+``container`` is required: a container's id (``cntr_…``, made by ``POST /v1/containers`` or an
+earlier ``auto``), or ``{"type": "auto", "file_ids": [...], "memory_limit": "1g"|"4g"|"16g"|
+"64g", "network_policy": ...}``: a container made on first use, holding those files. The
+gateway's containers have no network, so a ``network_policy`` other than ``disabled`` is
+refused rather than silently not honoured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
+
+MEMORY_LIMITS = ("1g", "4g", "16g", "64g")
+#: OpenAI's bound on ``file_ids`` of one auto container (as for a container's own create)
+MAX_FILE_IDS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerParams:
+    """What the client asked of the tool's container."""
+
+    param: str = "tools[0]"  # where the tool sits in the request, for a 400's param
+    container_id: str | None = None  # an explicit container; None: ``auto``
+    file_ids: tuple[str, ...] = ()
+    memory_limit: str | None = None
+    echo: Any = field(default=None, compare=False)  # ``container`` as sent
+
+    @property
+    def auto(self) -> bool:
+        return self.container_id is None
+
+    @classmethod
+    def of(cls, tool: Any, param: str) -> ContainerParams:
+        fields = _fields(tool)
+        where = f"{param}.container"
+        container = fields.get("container")
+        if container is None:
+            raise missing_parameter(where)
+        if isinstance(container, str):
+            if not container.strip():
+                raise invalid_request(f"Invalid '{where}': empty string. Expected a container "
+                                      f"id or an object.", param=where, code="invalid_value")
+            return cls(param, container_id=container, echo=container)
+        if not isinstance(container, Mapping):
+            raise _bad_type(where, container, "a string or an object")
+        kind = container.get("type")
+        if kind is None:
+            raise missing_parameter(f"{where}.type")
+        if kind != "auto":
+            raise invalid_request(f"Invalid value: {kind!r}. Supported values are: 'auto'.",
+                                  param=f"{where}.type", code="invalid_value")
+        unknown = sorted(set(container) - {"type", "file_ids", "memory_limit", "network_policy"})
+        if unknown:
+            raise invalid_request(f"Unknown parameter: '{where}.{unknown[0]}'.",
+                                  param=f"{where}.{unknown[0]}", code="unknown_parameter")
+        return cls(param, file_ids=_file_ids(container.get("file_ids"), f"{where}.file_ids"),
+                   memory_limit=_memory_limit(container.get("memory_limit"),
+                                              f"{where}.memory_limit"),
+                   echo=dict(container))._checked_network(container.get("network_policy"),
+                                                           f"{where}.network_policy")
+
+    def _checked_network(self, policy: Any, where: str) -> ContainerParams:
+        if policy is None:
+            return self
+        if not isinstance(policy, Mapping):
+            raise _bad_type(where, policy, "an object")
+        kind = policy.get("type")
+        if kind == "disabled":
+            return self
+        if kind == "allowlist":
+            raise invalid_request(
+                "This gateway's containers have no network access: only a network_policy of "
+                "type 'disabled' is supported.", param=f"{where}.type", code="invalid_value")
+        raise invalid_request(
+            f"Invalid value: {kind!r}. Supported values are: 'disabled' and 'allowlist'.",
+            param=f"{where}.type", code="invalid_value")
+
+    def to_record(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["file_ids"] = list(self.file_ids)
+        data.pop("echo", None)
+        return data
+
+    @classmethod
+    def from_record(cls, data: Mapping[str, Any]) -> ContainerParams:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "echo"}
+        known["file_ids"] = tuple(known.get("file_ids") or ())
+        return cls(**known)
+
+
+def _file_ids(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise _bad_type(where, value, "an array")
+    if len(value) > MAX_FILE_IDS:
+        raise invalid_request(
+            f"Invalid '{where}': array too long. Expected an array with maximum length "
+            f"{MAX_FILE_IDS}, but got an array with length {len(value)} instead.",
+            param=where, code="array_above_max_length")
+    for index, file_id in enumerate(value):
+        if not isinstance(file_id, str):
+            raise _bad_type(f"{where}[{index}]", file_id, "a string")
+    return tuple(dict.fromkeys(value))
+
+
+def _memory_limit(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    if value not in MEMORY_LIMITS:
+        listed = ", ".join(f"'{m}'" for m in MEMORY_LIMITS[:-1]) + f", and '{MEMORY_LIMITS[-1]}'"
+        raise invalid_request(f"Invalid value: {value!r}. Supported values are: {listed}.",
+                              param=where, code="invalid_value")
+    return str(value)
+
+
+def _bad_type(where: str, value: Any, expected: str) -> GatewayError:
+    got = {str: "a string", dict: "an object", list: "an array", bool: "a boolean",
+           int: "an integer", float: "a number"}.get(type(value), type(value).__name__)
+    return invalid_request(f"Invalid type for '{where}': expected {expected}, but got {got} "
+                           f"instead.", param=where, code="invalid_type")
+
+
+def _fields(tool: Any) -> dict[str, Any]:
+    if isinstance(tool, Mapping):
+        return dict(tool)
+    dump = getattr(tool, "model_dump", None)
+    if dump is not None:
+        return dict(dump())
+    return dict(vars(tool))
