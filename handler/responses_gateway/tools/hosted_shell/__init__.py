@@ -17,8 +17,17 @@ second stays the client tool it always was (tools/client_tools.py).
 Only this file's :data:`REGISTRATION` is read at start (tools/registry.py).
 """
 
+from typing import Any
+
 from responses_gateway import ids
 from responses_gateway.tools.declaration import ItemType, Registration
+
+
+def _engine_set(settings: Any) -> bool:
+    """A code engine runs containers (GATEWAY_CODE_INTERPRETER): the setting is the
+    code_interpreter tool's name too, so it is read, not named."""
+    return settings.code_interpreter is not None
+
 
 REGISTRATION = Registration(
     kind="hosted_shell",
@@ -28,7 +37,7 @@ REGISTRATION = Registration(
            ItemType("shell_call_output", ids.SHELL_CALL_OUTPUT, shared=True)),
     target="responses_gateway.tools.hosted_shell.tool:HostedShellTool",
     serves="responses_gateway.tools.hosted_shell.environment:in_container",
-    needs="code_interpreter",
+    needs=_engine_set,
     enabled_by="GATEWAY_CODE_INTERPRETER is set (a shell whose environment is a container)",
     settings="code",
 )
