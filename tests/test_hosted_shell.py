@@ -278,3 +278,38 @@ def test_websocket_mode_store_false_chain(gateway: GatewayServer) -> None:
     again, output = shell_items(later)
     assert again["environment"] == call["environment"]
     assert output["output"][0]["stdout"] == "socket\n"
+
+
+def test_agents_sdk_hosted_shell_tool(gateway: GatewayServer) -> None:
+    """The Agents SDK's ``ShellTool`` with a container environment, unmodified: the gateway
+    runs the call, and the run gets the typed ``shell_call`` / ``shell_call_output`` items and
+    the answer without running anything itself."""
+    agents = pytest.importorskip("agents", reason="openai-agents is not installed (test extra)")
+    import asyncio
+
+    from openai import AsyncOpenAI
+    from openai.types.responses import (
+        ResponseFunctionShellToolCall,
+        ResponseFunctionShellToolCallOutput,
+    )
+
+    agents.set_tracing_disabled(True)
+
+    async def main() -> Any:
+        async with AsyncOpenAI(base_url=gateway.base_url, api_key="sk-test", max_retries=0,
+                               timeout=60) as client:
+            tool = agents.ShellTool(environment={"type": "container_auto"})
+            agent = agents.Agent(name="ops", instructions="Use the shell.", tools=[tool],
+                                 model=agents.OpenAIResponsesModel("m", client))
+            return await agents.Runner.run(agent, calling("agents-shell", ["echo agent"]))
+
+    result = asyncio.run(main())
+    assert result.final_output == "Done."
+    raw = [i.raw_item for i in result.new_items]
+    items = [r if isinstance(r, dict) else r.model_dump() for r in raw]
+    [call] = [r for r in items if r.get("type") == "shell_call"]
+    [output] = [r for r in items if r.get("type") == "shell_call_output"]
+    call = ResponseFunctionShellToolCall.model_validate(call)
+    assert call.environment is not None and call.environment.type == "container_reference"
+    output = ResponseFunctionShellToolCallOutput.model_validate(output)
+    assert output.call_id == call.call_id and output.output[0].stdout == "agent\n"

@@ -19,7 +19,10 @@ Hosted items are told from the client shell's by the call's ``environment``: the
 ``shell_call`` always names its container (``container_reference``, as OpenAI's does for an
 auto container too); the client's has none or ``local``. A ``shell_call_output`` is hosted when
 it answers such a call. Hosted pairs go back to the model as this tool's function call and its
-result; the client's keep the client path (translate/to_chat.py).
+result; the client's keep the client path (translate/to_chat.py). The one hosted call that
+names no container is one whose auto container could not be made (a missing file id, the
+container bound): it reads as a client's call, with the output saying why, which is all the
+model needs of it.
 """
 
 from __future__ import annotations
