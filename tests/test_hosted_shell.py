@@ -313,3 +313,12 @@ def test_agents_sdk_hosted_shell_tool(gateway: GatewayServer) -> None:
     assert call.environment is not None and call.environment.type == "container_reference"
     output = ResponseFunctionShellToolCallOutput.model_validate(output)
     assert output.call_id == call.call_id and output.output[0].stdout == "agent\n"
+
+
+def test_file_ids_appear_under_mnt_data(client: OpenAI) -> None:
+    uploaded = client.files.create(file=("table.csv", b"a,b\n1,2\n"), purpose="user_data")
+    response = as_dict(client.responses.create(model="m", input=calling(
+        "file-ids", ["cat /mnt/data/table.csv"]), tools=[{"type": "shell", "environment": {
+            "type": "container_auto", "file_ids": [uploaded.id], "memory_limit": "1g"}}]))
+    _, output = shell_items(response)
+    assert output["output"][0]["stdout"] == "a,b\n1,2\n"
