@@ -2,9 +2,10 @@
 
 Constructed by the platform with the folder holding every container's ``/mnt/data``::
 
-    SandboxEngine(folder=Path(settings.container_dir),     # GATEWAY_CONTAINER_DIR
-                  python=settings.sandbox_python,          # None: the gateway's own Python
-                  memory_mb=settings.code_memory_mb)       # a cap over each Box.memory_mb
+    SandboxEngine(folder,              # GATEWAY_CONTAINER_DIR (else PATH.containers/)
+                  python=None,         # GATEWAY_SANDBOX_PYTHON; None: the gateway's own
+                  memory_mb=1024)      # GATEWAY_CODE_MEMORY_MB: a cap over each Box.memory_mb
+    SandboxEngine(folder, settings)    # the same, both read from the gateway's Settings
 
 A container's process (sandbox_runner.py in ``serve`` mode, in the jail sandbox_jail.py
 describes) starts on its first ``run_code``; its globals persist until the container stops
@@ -38,6 +39,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from . import sandbox_files as files
 from .engine import Box, CodeResult, CommandResult, ContainerEngine, EngineError, FileEntry
@@ -133,15 +135,21 @@ class SandboxEngine(ContainerEngine):
 
     name = "sandbox"
 
-    def __init__(self, folder: str | os.PathLike[str], *, python: str | None = None,
-                 memory_mb: int | None = None, max_processes: int = 64,
-                 max_file_mb: int = 1024, tmp_mb: int = 256, cpu_seconds: int = 3600,
-                 bwrap: str | None = None) -> None:
-        """``folder`` holds one sub-folder per container (its /mnt/data); ``python`` is the
-        interpreter run inside (GATEWAY_SANDBOX_PYTHON; None: the gateway's own);
-        ``memory_mb`` caps each box's ``memory_mb``; the rest bound every container:
-        processes, the size of one file, /tmp's size, CPU seconds over a process's life.
-        ``bwrap`` overrides where bubblewrap is found (tests)."""
+    def __init__(self, folder: str | os.PathLike[str], settings: Any = None, *,
+                 python: str | None = None, memory_mb: int | None = None,
+                 max_processes: int = 64, max_file_mb: int = 1024, tmp_mb: int = 256,
+                 cpu_seconds: int = 3600, bwrap: str | None = None) -> None:
+        """``folder`` holds one sub-folder per container (its /mnt/data); ``settings`` (the
+        gateway's Settings), when given, supplies ``python`` (GATEWAY_SANDBOX_PYTHON) and
+        ``memory_mb`` (GATEWAY_CODE_MEMORY_MB) unless they are passed.
+
+        ``python`` is the interpreter run inside (None: the gateway's own); ``memory_mb``
+        caps each box's ``memory_mb``; the rest bound every container: processes, the size
+        of one file, /tmp's size, CPU seconds over a process's life. ``bwrap`` overrides
+        where bubblewrap is found (tests)."""
+        if settings is not None:
+            python = python if python is not None else settings.sandbox_python
+            memory_mb = memory_mb if memory_mb is not None else settings.code_memory_mb
         self.folder = Path(folder)
         self.python = python
         self.memory_cap = memory_mb
