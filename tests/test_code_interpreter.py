@@ -117,6 +117,12 @@ def test_state_is_kept_across_calls_and_responses(client: OpenAI, upstream: Scri
              for c in m.get("tool_calls") or ()]
     assert codes == [one["code"], two["code"]]
     assert client.containers.retrieve(one["container_id"]).status == "running"
+    # a later request without the tool still reads the calls back (the model's own history)
+    plain = check_response(client.responses.create(
+        model="m", previous_response_id=later["id"], input=f"[[script:text text=ok]] p{stream}"))
+    assert plain["status"] == "completed"
+    body = next(b for b in upstream.requests if f"] p{stream}" in str(b["messages"]))
+    assert sum(1 for m in body["messages"] if m.get("role") == "tool") == 3
 
 
 def test_done_when_a_csv_is_analysed_plotted_and_cited(client: OpenAI,
