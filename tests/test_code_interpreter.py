@@ -171,13 +171,17 @@ def test_done_when_a_csv_is_analysed_plotted_and_cited(client: OpenAI,
         shown["file_id"], container_id=read["container_id"]).read()
     assert base64.b64decode(image["url"].partition(",")[2]) == content
 
-    # turn two: the variable of turn one
+    # turn two: the variable of turn one, and a file given now joins the same container
+    extra = client.files.create(file=("extra.csv", b"x\n1\n"), purpose="user_data")
+    tools[0]["container"]["file_ids"].append(extra.id)
     second = check_response(client.responses.create(
         model="m", tools=tools, previous_response_id=first["id"],
-        input=steps("csv-2", "print(total / len(df))")))
+        input=steps("csv-2", "print(total / len(df), len(pd.read_csv('/mnt/data/extra.csv')))")))
     [mean] = calls_of(second)
     assert mean["container_id"] == read["container_id"]
-    assert tool_messages(upstream, "csv-2")[-1].strip() == "110.0"
+    assert tool_messages(upstream, "csv-2")[-1].strip() == "110.0 1"
+    sources = {f.path: f.source for f in client.containers.files.list(read["container_id"])}
+    assert sources["/mnt/data/extra.csv"] == "user" and "/mnt/data/sales.csv" in sources
 
 
 def test_outputs_only_when_included_the_model_reads_them_anyway(
