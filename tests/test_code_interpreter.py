@@ -301,3 +301,25 @@ def test_a_timeout_fails_the_call_resets_and_the_response_goes_on(
     assert "2-second limit" in told[1] and "reset" in told[1]
     assert after["outputs"][-1]["logs"].strip() == "False True"  # variables gone, files kept
     assert after["container_id"] == first["container_id"]
+
+
+def test_items_sent_back_stateless_reuse_the_container(client: OpenAI,
+                                                      upstream: ScriptedUpstream) -> None:
+    """``store: false``, the output given back as input (as the Agents SDK does without
+    ``previous_response_id``): the call items are validated, read back to the model, and
+    their container is the one the next call runs in."""
+    first = check_response(client.responses.create(
+        model="m", tools=AUTO, store=False, include=[OUTPUTS],
+        input=steps("stateless", "v = 'kept'")))
+    [call] = calls_of(first)
+    replay = [*first["output"], {"role": "user", "content": steps("stateless-2", "print(v)")}]
+    second = check_response(client.responses.create(
+        model="m", tools=AUTO, store=False, input=replay))
+    [again] = calls_of(second)
+    assert again["container_id"] == call["container_id"]
+    assert tool_messages(upstream, "stateless-2")[-1].strip() == "kept"
+    with pytest.raises(openai.BadRequestError) as caught:  # a call item missing its fields
+        client.responses.create(model="m", tools=AUTO, store=False, input=[
+            {"type": "code_interpreter_call", "id": call["id"], "code": "x"},
+            {"role": "user", "content": "hi"}])
+    assert caught.value.body["param"].startswith("input[0].")  # type: ignore[index]
