@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -58,6 +58,9 @@ from responses_gateway.tools.server import (
     ServerTool,
 )
 
+if TYPE_CHECKING:
+    from responses_gateway.settings import Settings
+
 KIND = "code_interpreter"
 FUNCTION = "python"
 _EVENT = "response.code_interpreter_call"
@@ -72,7 +75,7 @@ class CodeInterpreterTool(ServerTool):
     kind = KIND
 
     def __init__(self, params: ContainerParams, *, tenant: str, containers: Containers,
-                 settings: Any, include_outputs: bool = False, container_id: str | None = None,
+                 settings: Settings, include_outputs: bool = False, container_id: str | None = None,
                  earlier: str | None = None,
                  files: dict[str, dict[str, str]] | None = None) -> None:
         self.params = params
@@ -104,7 +107,7 @@ class CodeInterpreterTool(ServerTool):
             assert params.container_id is not None
             try:
                 await containers.get(request.tenant, params.container_id)
-            except GatewayError as exc:  # unknown, expired, another key's: OpenAI's 404
+            except GatewayError as exc:  # unknown or another key's: 404; expired: 400
                 raise GatewayError(exc.status, exc.message, type=exc.type,
                                    param=f"{params.param}.container", code=exc.code) from None
         return cls(params, tenant=request.tenant, containers=containers,
