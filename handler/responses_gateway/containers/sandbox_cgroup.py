@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import signal
 import time
 from pathlib import Path
 
@@ -76,12 +77,21 @@ class PidsCgroup:
         return ["/bin/sh", "-c", script, str(self.folder / "cgroup.procs"), *argv]
 
     def remove(self) -> None:
-        """Remove the cgroup once its processes are gone (they die with the jail)."""
-        for _ in range(50):
+        """Kill what is left in the cgroup (its jails' processes die with them; this catches
+        any that did not), then remove it."""
+        for attempt in range(100):
             try:
                 self.folder.rmdir()
                 return
             except FileNotFoundError:
                 return
             except OSError:
+                if attempt % 10 == 0:
+                    self.kill()
                 time.sleep(0.02)
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            for pid in (self.folder / "cgroup.procs").read_text().split():
+                with contextlib.suppress(OSError):
+                    os.kill(int(pid), signal.SIGKILL)
