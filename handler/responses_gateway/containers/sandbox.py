@@ -16,10 +16,11 @@ written on the host folder by sandbox_files.py, which never follows a link.
 
 Bounds: wall time per call (the process is killed past it), CPU seconds (RLIMIT_CPU: a run's
 ``timeout`` each execution, ``cpu_seconds`` over the process's life), address space
-(RLIMIT_AS, the box's ``memory_mb``), processes (RLIMIT_NPROC, and a pids cgroup of the
-container when this machine lets the gateway make one: the kernel does not apply
-RLIMIT_NPROC to a gateway running as root), file size (RLIMIT_FSIZE), /tmp and /dev/shm
-(tmpfs of bounded size) and output bytes (read as they come, at most ``max_output`` kept).
+(RLIMIT_AS, the box's ``memory_mb``, per process), processes (RLIMIT_NPROC), file size
+(RLIMIT_FSIZE), /tmp and /dev/shm (tmpfs of bounded size) and output bytes (read as they
+come, at most ``max_output`` kept). Where this machine lets the gateway make cgroups, a
+container's jails also share one (sandbox_cgroup.py) bounding their processes (the kernel
+does not apply RLIMIT_NPROC to a gateway running as root) and their memory all together.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from typing import Any
 
 from . import sandbox_files as files
 from .engine import Box, CodeResult, CommandResult, ContainerEngine, EngineError, FileEntry
-from .sandbox_cgroup import PidsCgroup
+from .sandbox_cgroup import ContainerCgroup
 from .sandbox_jail import RUNNER, Runtime, etc_folder, find_bwrap, jail_argv
 from .sandbox_runner import marker
 
@@ -77,8 +78,8 @@ class _Container:
     jail: _Jail | None = None
     #: processes of hosted shell's commands running now (stop kills them)
     commands: set[asyncio.subprocess.Process] = field(default_factory=set)
-    #: the pids cgroup every jail of the container runs in (None: RLIMIT_NPROC only)
-    cgroup: PidsCgroup | None = None
+    #: the cgroup every jail of the container runs in (None: the rlimits only)
+    cgroup: ContainerCgroup | None = None
     cgroup_made: bool = False
     stopped: bool = False
     #: when its last execution ended (the least recent idle process goes first)
@@ -212,8 +213,9 @@ class SandboxEngine(ContainerEngine):
         if not container.cgroup_made:
             # One per container: its jails (the Python, commands) share the process bound.
             container.cgroup_made = True
-            container.cgroup = await asyncio.to_thread(PidsCgroup.create, box.id,
-                                                       self.max_processes)
+            container.cgroup = await asyncio.to_thread(
+                ContainerCgroup.create, box.id, pids=self.max_processes,
+                memory_bytes=self._limits(box)["as"])
         if container.cgroup is not None:
             argv = container.cgroup.wrap(argv)
         try:
