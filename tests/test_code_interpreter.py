@@ -117,6 +117,12 @@ def test_state_is_kept_across_calls_and_responses(client: OpenAI, upstream: Scri
              for c in m.get("tool_calls") or ()]
     assert codes == [one["code"], two["code"]]
     assert client.containers.retrieve(one["container_id"]).status == "running"
+    # a later request without the tool still reads the calls back (the model's own history)
+    plain = check_response(client.responses.create(
+        model="m", previous_response_id=later["id"], input=f"[[script:text text=ok]] p{stream}"))
+    assert plain["status"] == "completed"
+    body = next(b for b in upstream.requests if f"] p{stream}" in str(b["messages"]))
+    assert sum(1 for m in body["messages"] if m.get("role") == "tool") == 3
 
 
 def test_done_when_a_csv_is_analysed_plotted_and_cited(client: OpenAI,
@@ -165,13 +171,17 @@ def test_done_when_a_csv_is_analysed_plotted_and_cited(client: OpenAI,
         shown["file_id"], container_id=read["container_id"]).read()
     assert base64.b64decode(image["url"].partition(",")[2]) == content
 
-    # turn two: the variable of turn one
+    # turn two: the variable of turn one, and a file given now joins the same container
+    extra = client.files.create(file=("extra.csv", b"x\n1\n"), purpose="user_data")
+    tools[0]["container"]["file_ids"].append(extra.id)
     second = check_response(client.responses.create(
         model="m", tools=tools, previous_response_id=first["id"],
-        input=steps("csv-2", "print(total / len(df))")))
+        input=steps("csv-2", "print(total / len(df), len(pd.read_csv('/mnt/data/extra.csv')))")))
     [mean] = calls_of(second)
     assert mean["container_id"] == read["container_id"]
-    assert tool_messages(upstream, "csv-2")[-1].strip() == "110.0"
+    assert tool_messages(upstream, "csv-2")[-1].strip() == "110.0 1"
+    sources = {f.path: f.source for f in client.containers.files.list(read["container_id"])}
+    assert sources["/mnt/data/extra.csv"] == "user" and "/mnt/data/sales.csv" in sources
 
 
 def test_outputs_only_when_included_the_model_reads_them_anyway(
@@ -291,3 +301,25 @@ def test_a_timeout_fails_the_call_resets_and_the_response_goes_on(
     assert "2-second limit" in told[1] and "reset" in told[1]
     assert after["outputs"][-1]["logs"].strip() == "False True"  # variables gone, files kept
     assert after["container_id"] == first["container_id"]
+
+
+def test_items_sent_back_stateless_reuse_the_container(client: OpenAI,
+                                                      upstream: ScriptedUpstream) -> None:
+    """``store: false``, the output given back as input (as the Agents SDK does without
+    ``previous_response_id``): the call items are validated, read back to the model, and
+    their container is the one the next call runs in."""
+    first = check_response(client.responses.create(
+        model="m", tools=AUTO, store=False, include=[OUTPUTS],
+        input=steps("stateless", "v = 'kept'")))
+    [call] = calls_of(first)
+    replay = [*first["output"], {"role": "user", "content": steps("stateless-2", "print(v)")}]
+    second = check_response(client.responses.create(
+        model="m", tools=AUTO, store=False, input=replay))
+    [again] = calls_of(second)
+    assert again["container_id"] == call["container_id"]
+    assert tool_messages(upstream, "stateless-2")[-1].strip() == "kept"
+    with pytest.raises(openai.BadRequestError) as caught:  # a call item missing its fields
+        client.responses.create(model="m", tools=AUTO, store=False, input=[
+            {"type": "code_interpreter_call", "id": call["id"], "code": "x"},
+            {"role": "user", "content": "hi"}])
+    assert caught.value.body["param"].startswith("input[0].")  # type: ignore[index]

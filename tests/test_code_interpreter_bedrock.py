@@ -2,7 +2,7 @@
 (tests/helpers/eventstream_server.py) asks for the ``python`` function with a toolUse block,
 reads the run's output as a toolResult, and answers; the sandbox engine runs the code. A
 chained request runs in the same container. The model's turns depend on what it was sent, so
-they are computed per request (Converse; ConverseStream's steps are fixed per model)."""
+they are computed per request (Converse), or queued one a turn (ConverseStream)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,18 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from tests.helpers.e2e import check_response, client_for
+from tests.helpers.e2e import check_response, check_stream, client_for, sdk_events
 from tests.helpers.eventstream_server import FakeBedrock, use_dummy_aws
 from tests.helpers.gateway_server import GatewayServer
 from tests.test_code_interpreter import AUTO, OUTPUTS, calls_of
-from tests.test_e2e_bedrock import NOVA, bedrock_settings, converse_json
+from tests.test_e2e_bedrock import (
+    NOVA,
+    bedrock_settings,
+    converse_json,
+    converse_stream,
+    text,
+    tool,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -75,3 +82,19 @@ def test_bedrock_model_runs_code_and_keeps_state(fake: FakeBedrock, client: Open
     messages = fake.requests_for(NOVA)[-2].body["messages"]
     uses = [b["toolUse"] for m in messages for b in m["content"] if "toolUse" in b]
     assert uses[0]["name"] == "python" and uses[0]["input"] == {"code": call["code"]}
+
+
+def test_bedrock_streamed_code_deltas_come_from_the_tool_use_fragments(
+        fake: FakeBedrock, client: OpenAI) -> None:
+    fake.streams(NOVA, converse_stream(
+        tool("tooluse_ci", "python", '{"co', 'de": "print(\\"str', 'eam\\")"}'),
+        stop="tool_use"), converse_stream(text("Streamed.")))
+    events = sdk_events(client.responses.create(
+        model=NOVA, input="Run it.", tools=AUTO, include=[OUTPUTS], stream=True))
+    check_stream(events)
+    [call] = calls_of(events[-1]["response"])
+    deltas = [e["delta"] for e in events
+              if e["type"] == "response.code_interpreter_call_code.delta"]
+    assert deltas == ['print("str', 'eam")'] and call["code"] == 'print("stream")'
+    assert call["outputs"][-1]["logs"].strip() == "stream"
+    assert events[-1]["response"]["output"][-1]["content"][0]["text"] == "Streamed."

@@ -81,6 +81,7 @@ class FakeContainers:
     spaces: dict[str, dict[str, Any]] = field(default_factory=dict)
     data: dict[str, bytes] = field(default_factory=dict)  # file id -> bytes
     ran: list[tuple[str, str]] = field(default_factory=list)
+    looked_up: list[str] = field(default_factory=list)
 
     async def create(self, tenant: str, *, name: str, file_ids: Any = (),
                      memory_limit: str | None = None, expires_minutes: int | None = None
@@ -101,6 +102,24 @@ class FakeContainers:
         record = await self.get(tenant, container_id)
         return [File(f"cfile_{fid}", container_id, f"/mnt/data/{fid}.csv", 3)
                 for fid in record.file_ids]
+
+    async def add_file(self, tenant: str, container_id: str, *, file_id: str) -> File:
+        record = await self.get(tenant, container_id)
+        record.file_ids = (*record.file_ids, file_id)
+        return File(f"cfile_{file_id}", container_id, f"/mnt/data/{file_id}.csv", 3)
+
+    @property
+    def files_api(self) -> Any:
+        outer = self
+
+        class Files:  # the Files API: a File's filename
+            async def get(self, file_id: str, tenant: str) -> Any:
+                if file_id == "file_gone":
+                    raise not_found(f"No such File object: {file_id}")
+                outer.looked_up.append(file_id)
+                return type("F", (), {"filename": f"{file_id}.csv"})()
+
+        return Files()
 
     async def run_code(self, tenant: str, container_id: str, code: str) -> Ran:
         await self.get(tenant, container_id)
@@ -410,10 +429,21 @@ def test_auto_reuses_the_conversations_live_container_else_makes_one() -> None:
     item = response["output"][0]
     assert item["container_id"] == "cntr_2"
     assert "expired" in again.reads()[item["id"]]
+    # a later turn's new file_ids join a reused container; those it holds are left alone
+    more = {"type": "code_interpreter", "container": {
+        "type": "auto", "file_ids": ["file_x", "file_y", "file_gone"]}}
+    added = build(request(more, history=response["output"], containers=containers))
+    _, response = one_response(added, [json.dumps({"code": "print(4)"})])
+    item = response["output"][0]
+    assert item["container_id"] == "cntr_2" and containers.live["cntr_2"].file_ids == (
+        "file_x", "file_y")
+    assert "/mnt/data/file_y.csv" in added.files
+    assert "file_gone" in added.reads()[item["id"]]
     # another key's container is never reused
     theirs = build(request(auto, history=history, containers=containers, tenant="t9"))
     _, response = one_response(theirs, [json.dumps({"code": "print(3)"})])
     assert response["output"][0]["container_id"] == "cntr_3"
+    assert len(containers.made) == 3
 
 
 def test_an_explicit_container_that_expires_mid_chain_fails_the_call() -> None:

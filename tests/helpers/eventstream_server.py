@@ -96,6 +96,7 @@ class _Answer:
     status: int = 200
     payload: Any = None
     error_type: str = ""
+    queue: list[list[Any]] = field(default_factory=list)  # kind "streams": one per request
 
 
 class FakeBedrock:
@@ -116,6 +117,11 @@ class FakeBedrock:
 
     def stream(self, model_id: str, steps: list[Any]) -> None:
         self._answers[model_id] = _Answer("stream", steps=list(steps))
+
+    def streams(self, model_id: str, *answers: list[Any]) -> None:
+        """ConverseStream answered with each of ``answers`` in turn (the last one again once
+        they are used up): a model whose turns differ (a tool call, then the answer)."""
+        self._answers[model_id] = _Answer("streams", queue=[list(a) for a in answers])
 
     def json(self, model_id: str, payload: dict[str, Any], status: int = 200) -> None:
         self._answers[model_id] = _Answer("json", status=status, payload=payload)
@@ -221,6 +227,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(200, answer.compute(json.loads(raw or b"{}")))
             except ValueError as exc:
                 self._send_json(400, {"message": str(exc)}, "ValidationException")
+        elif answer.kind == "streams":
+            with self.owner.lock:
+                steps = answer.queue.pop(0) if len(answer.queue) > 1 else answer.queue[0]
+            self._send_stream(model_id, steps)
         else:
             self._send_stream(model_id, answer.steps)
 

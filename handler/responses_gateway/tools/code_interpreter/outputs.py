@@ -7,8 +7,8 @@
 - the client reads the item's ``outputs`` (only with ``include: ["code_interpreter_call.outputs"]``,
   as OpenAI): an ``image`` output per figure the code showed (a data URL, as OpenAI's), then one
   ``logs`` output of what it printed. A figure is what a notebook would show: one the code left
-  open, which the engine saves as ``/mnt/data/figure_N.png`` (containers/sandbox_runner.py,
-  the AgentCore engine alike); a file the code saved itself is a file, not an output, as with
+  open, which the engines save as ``/mnt/data/figure_….png`` (containers/sandbox_runner.py,
+  containers/agentcore.py); a file the code saved itself is a file, not an output, as with
   OpenAI (its recordings: ``savefig`` then ``show`` gives one image output);
 - the final text's links to ``sandbox:/mnt/data/NAME`` become ``container_file_citation``
   annotations (:func:`citations`) spanning the link's target, and each figure shown gets one
@@ -30,8 +30,9 @@ IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
 #: images one call returns as outputs at most (the rest stay container files)
 MAX_IMAGES = 8
 _SANDBOX_LINK = re.compile(r"sandbox:(/mnt/data/[^\s()\[\]<>\"']+)")
-#: what the engines name a figure the code left open
-FIGURE = re.compile(r"/mnt/data/figure_\d+\.png")
+#: what the engines name a figure the code left open (the sandbox ``figure_1.png``, AgentCore
+#: ``figure_<8 hex>.png``)
+FIGURE = re.compile(r"/mnt/data/figure_[0-9a-f]+\.png")
 
 
 def figure(path: str) -> bool:

@@ -41,6 +41,7 @@ import orjson
 
 from responses_gateway import ids
 from responses_gateway.containers.engine import EngineError
+from responses_gateway.containers.service import Containers, safe_filename
 from responses_gateway.errors import GatewayError, invalid_request
 from responses_gateway.tools.catalog import ToolCatalog, ToolSpec
 from responses_gateway.tools.code_interpreter import CALL_ID_PREFIX, ITEM, OUTPUTS, outputs
@@ -58,7 +59,7 @@ from responses_gateway.tools.server import (
 )
 
 if TYPE_CHECKING:
-    from responses_gateway.containers.service import Containers
+    from responses_gateway.settings import Settings
 
 KIND = "code_interpreter"
 FUNCTION = "python"
@@ -74,7 +75,7 @@ class CodeInterpreterTool(ServerTool):
     kind = KIND
 
     def __init__(self, params: ContainerParams, *, tenant: str, containers: Containers,
-                 settings: Any, include_outputs: bool = False, container_id: str | None = None,
+                 settings: Settings, include_outputs: bool = False, container_id: str | None = None,
                  earlier: str | None = None,
                  files: dict[str, dict[str, str]] | None = None) -> None:
         self.params = params
@@ -106,7 +107,7 @@ class CodeInterpreterTool(ServerTool):
             assert params.container_id is not None
             try:
                 await containers.get(request.tenant, params.container_id)
-            except GatewayError as exc:  # unknown, expired, another key's: OpenAI's 404
+            except GatewayError as exc:  # unknown or another key's: 404; expired: 400
                 raise GatewayError(exc.status, exc.message, type=exc.type,
                                    param=f"{params.param}.container", code=exc.code) from None
         return cls(params, tenant=request.tenant, containers=containers,
@@ -218,7 +219,7 @@ class CodeInterpreterTool(ServerTool):
                         f"code ran in a new one, without their variables and files.]\n")
             else:
                 self.container_id = found.id
-                return found.id, ""
+                return found.id, await self._add_files(found.id)
         made = await self.containers.create(
             self.tenant, name=AUTO_NAME, file_ids=self.params.file_ids,
             memory_limit=self.params.memory_limit)
@@ -226,6 +227,30 @@ class CodeInterpreterTool(ServerTool):
         for file in await self.containers.files(self.tenant, made.id):
             self.files[file.path] = {"id": file.id, "container_id": made.id}
         return made.id, note
+
+    async def _add_files(self, container_id: str) -> str:
+        """The tool's ``file_ids`` a reused container does not hold yet (by name under
+        /mnt/data), copied in: a later turn's new files appear, a file the code changed is
+        left as it is. A note for the model of any that could not be."""
+        if not self.params.file_ids:
+            return ""
+        held = {file.path: file for file in await self.containers.files(self.tenant,
+                                                                        container_id)}
+        for file in held.values():
+            self.files[file.path] = {"id": file.id, "container_id": container_id}
+        missed = []
+        for file_id in self.params.file_ids:
+            try:
+                found = await self.containers.files_api.get(file_id, self.tenant)
+                if f"{outputs.DATA}/{safe_filename(found.filename)}" in held:
+                    continue
+                added = await self.containers.add_file(self.tenant, container_id,
+                                                       file_id=file_id)
+            except GatewayError as exc:
+                missed.append(f"{file_id} ({_reason(exc)})")
+                continue
+            self.files[added.path] = {"id": added.id, "container_id": container_id}
+        return f"[Files that could not be added: {', '.join(missed)}]\n" if missed else ""
 
     def _unstarted(self, items: ItemWriter, code: str | None, why: str) -> list[Event]:
         """A call that could not start: its item opens and fails at once."""
