@@ -213,7 +213,8 @@ def test_session_ended_by_agentcore_is_carried_over_with_files(
         return state
 
     state = run(before())
-    assert s3_keys(moto_endpoint, bucket) == [f"containers/{box.id}/made.txt",
+    assert s3_keys(moto_endpoint, bucket) == [f"containers/{box.id}.session",
+                                              f"containers/{box.id}/made.txt",
                                               f"containers/{box.id}/upload.bin"]
     (old,) = fake.live()
     clock.advance(901)  # AgentCore ends the session
@@ -261,6 +262,24 @@ def test_a_new_engine_carries_over_a_session_agentcore_ended(
     assert ran.reset and ran.stdout == "f\n"
     assert [g["sessionId"] for g in fake.calls("GetCodeInterpreterSession")] == [
         json.loads(state)["session"]]  # asked, TERMINATED, replaced
+
+
+def test_another_engine_follows_a_carried_over_session(
+        fake: FakeAgentCore, bucket: str, moto_endpoint: str, clock: Clock) -> None:
+    """Lambda instance A carried the container to a new session; B, holding the service's
+    older state, goes to that session (the pointer in S3) instead of starting one more."""
+    box = Box("cntr_follow", 1024)
+    first = engine_for(fake, bucket, moto_endpoint, Clock())
+    state = run(first.start(box))
+    clock.advance(901)
+    run(first.run_code(Box(box.id, 1024, state), "w = 3", timeout=30, max_output=LIMIT))
+    second = engine_for(fake, bucket, moto_endpoint, Clock())
+    ran = run(second.run_code(Box(box.id, 1024, state), "print(w)", timeout=30,
+                              max_output=LIMIT))
+    assert (ran.stdout, ran.error, ran.reset) == ("3\n", None, False)
+    assert len(fake.calls("StartCodeInterpreterSession")) == 2
+    run(second.stop(Box(box.id, 1024, state)))
+    assert fake.live() == [] and s3_keys(moto_endpoint, bucket) == []
 
 
 def test_open_figures_are_saved_as_png_files(engine: AgentCoreEngine) -> None:

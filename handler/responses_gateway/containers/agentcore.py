@@ -37,7 +37,9 @@ Three things differ from a container as OpenAI keeps it, and this module carries
 
 State kept for a container (:attr:`Box.state`): JSON ``{"session", "started", "root"}``. The
 engine also remembers the current session of each container it served, so a session it
-carried over inside ``run_code`` is used by the next call; :meth:`start` returns it.
+carried over inside ``run_code`` is used by the next call (:meth:`start` returns it), and
+notes it in S3 (``containers/<cntr_id>.session``) so another process (another Lambda
+instance) with the service's older state goes to it rather than start one more.
 """
 
 from __future__ import annotations
@@ -50,9 +52,9 @@ import posixpath
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from responses_gateway.containers.engine import (
     DATA,
@@ -65,6 +67,7 @@ from responses_gateway.containers.engine import (
 )
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 #: the container's folder, relative to the session's working directory
 FOLDER = "mnt/data"
@@ -398,12 +401,23 @@ class AgentCoreEngine(ContainerEngine):
         cached = self._sessions.get(box.id)
         if cached is not None and self._fresh(cached, need):
             return cached, False
-        previous = cached or _parse_state(box.state)
+        previous = cached or await self._last_known(box)
         if (cached is None and previous is not None and self._fresh(previous, need)
                 and await asyncio.to_thread(self._alive_sync, previous)):
             self._sessions[box.id] = previous
             return previous, False
         return await self._replace(box, previous), previous is not None
+
+    async def _last_known(self, box: Box) -> _Session | None:
+        """The latest session known for ``box``: the pointer in S3 (every session started
+        for it is noted there, by whichever process started it), else the service's state."""
+        raw = await asyncio.to_thread(self._get_object, self._pointer(box))
+        return (_parse_state(raw.decode("utf-8", "replace")) if raw else None) or _parse_state(
+            box.state)
+
+    def _pointer(self, box: Box) -> str:
+        """Where the container's current session is noted (beside its files' prefix)."""
+        return f"{self.prefix}{box.id}.session"
 
     async def _replace(self, box: Box, previous: _Session | None) -> _Session:
         """A new session for ``box`` with the container's files; ``previous`` is stopped."""
@@ -426,6 +440,7 @@ class AgentCoreEngine(ContainerEngine):
             await self._stop(session_id)
             raise
         self._sessions[box.id] = session
+        await asyncio.to_thread(self._put_object, self._pointer(box), session.state().encode())
         return session
 
     async def _restore(self, box: Box, session: _Session) -> None:
@@ -538,31 +553,36 @@ class AgentCoreEngine(ContainerEngine):
             session, _reset = await self._ensure(box)
             return session.state()
 
-    async def _timed_out(self, box: Box, session: _Session) -> None:
-        """The call hangs: stop its session (ending what runs) and carry the container."""
-        self._sessions.pop(box.id, None)
-        await self._replace(box, session)
+    async def _attempt(self, box: Box, need: float,
+                       work: Callable[[_Session], Awaitable[_T]]) -> tuple[_T, _Session, bool]:
+        """``work`` on the container's session; when AgentCore says that session has ended,
+        on a new one (the work never ran). Returns its value, the session and whether the
+        container's variables were lost on the way."""
+        session, reset = await self._ensure(box, need)
+        try:
+            return await work(session), session, reset
+        except _Ended:
+            session = await self._replace(box, session)
+            return await work(session), session, True
+
+    async def _timed_out(self, box: Box) -> None:
+        """A call hangs: stop its session (ending what runs) and carry the container."""
+        await self._replace(box, self._sessions.pop(box.id, None))
 
     async def run_code(self, box: Box, code: str, *, timeout: float,
                        max_output: int) -> CodeResult:
-        async with self._lock(box):
-            session, reset = await self._ensure(box, need=timeout + MARGIN)
+        async def execute(session: _Session) -> _Result:
             if session.snapshot is None:
                 session.snapshot = await self._scan(session)
-            arguments = {"language": "python", "code": session.to_box(code),
-                         "clearContext": False}
+            return await asyncio.wait_for(self._invoke(session, "executeCode", {
+                "language": "python", "code": session.to_box(code), "clearContext": False}),
+                timeout)
+
+        async with self._lock(box):
             try:
-                try:
-                    ran = await asyncio.wait_for(
-                        self._invoke(session, "executeCode", arguments), timeout)
-                except _Ended:
-                    session, reset = await self._replace(box, session), True
-                    session.snapshot = await self._scan(session)
-                    arguments["code"] = session.to_box(code)
-                    ran = await asyncio.wait_for(
-                        self._invoke(session, "executeCode", arguments), timeout)
+                ran, session, reset = await self._attempt(box, timeout + MARGIN, execute)
             except TimeoutError:
-                await self._timed_out(box, session)
+                await self._timed_out(box)
                 return CodeResult(timed_out=True, reset=True,
                                   error=f"TimeoutError: the code ran past {timeout:g} seconds")
             stderr, error = _split_traceback(session.from_box(ran.stderr))
@@ -576,32 +596,31 @@ class AgentCoreEngine(ContainerEngine):
 
     async def run_commands(self, box: Box, commands: Sequence[str], *, timeout: float,
                            max_output: int) -> list[CommandResult]:
+        deadline = time.monotonic() + timeout
+
+        def one(command: str) -> Callable[[_Session], Awaitable[_Result]]:
+            async def execute(session: _Session) -> _Result:
+                if session.snapshot is None:
+                    session.snapshot = await self._scan(session)
+                line = f"cd {_quote(session.data)} && {session.to_box(command)}"
+                return await asyncio.wait_for(
+                    self._invoke(session, "executeCommand", {"command": line}),
+                    max(deadline - time.monotonic(), 0.001))
+            return execute
+
         async with self._lock(box):
-            deadline = time.monotonic() + timeout
-            session, _reset = await self._ensure(box, need=timeout + MARGIN)
-            if session.snapshot is None:
-                session.snapshot = await self._scan(session)
             results: list[CommandResult] = []
+            session: _Session | None = None
             for command in commands:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                if deadline <= time.monotonic():
                     results.append(CommandResult(timed_out=True))
                     continue
-                line = f"cd {_quote(session.data)} && {session.to_box(command)}"
                 try:
-                    try:
-                        ran = await asyncio.wait_for(
-                            self._invoke(session, "executeCommand", {"command": line}), left)
-                    except _Ended:
-                        session = await self._replace(box, session)
-                        session.snapshot = await self._scan(session)
-                        line = f"cd {_quote(session.data)} && {session.to_box(command)}"
-                        ran = await asyncio.wait_for(self._invoke(
-                            session, "executeCommand", {"command": line}),
-                            max(deadline - time.monotonic(), 0.001))
+                    ran, session, _reset = await self._attempt(box, timeout + MARGIN,
+                                                               one(command))
                 except TimeoutError:
-                    await self._timed_out(box, session)
-                    results.append(CommandResult(timed_out=True))
+                    await self._timed_out(box)
+                    session = None
                     results.extend(CommandResult(timed_out=True)
                                    for _ in commands[len(results):])
                     break
@@ -612,26 +631,23 @@ class AgentCoreEngine(ContainerEngine):
                 results.append(CommandResult(
                     stdout=stdout, stderr=stderr, dropped=dropped + dropped_err,
                     exit_code=int(code) if code is not None else (1 if ran.is_error else 0)))
-            session = self._sessions.get(box.id, session)
-            await self._sync(box, session)
+            if session is not None:
+                await self._sync(box, session)
             return results
-
     async def write_file(self, box: Box, path: str, data: bytes) -> None:
         rel = _relative(path)
+        async def write(session: _Session) -> None:
+            await self._write(session, [{"path": f"{FOLDER}/{rel}", "blob": data}])
+
         async with self._lock(box):
-            session, _reset = await self._ensure(box)
-            try:
-                await self._write(session, [{"path": f"{FOLDER}/{rel}", "blob": data}])
-            except _Ended:
-                session = await self._replace(box, session)
-                await self._write(session, [{"path": f"{FOLDER}/{rel}", "blob": data}])
+            _none, session, _reset = await self._attempt(box, MARGIN, write)
             await asyncio.to_thread(self._put_object, self._key(box, rel), data)
             session.snapshot = None  # not the code's: the next run looks again first
 
     async def read_file(self, box: Box, path: str, *, limit: int) -> bytes:
         rel = _relative(path)
         async with self._lock(box):
-            session = self._sessions.get(box.id) or _parse_state(box.state)
+            session = self._sessions.get(box.id) or await self._last_known(box)
             data: bytes | None = None
             if session is not None and self._fresh(session, MARGIN):
                 try:
@@ -648,12 +664,7 @@ class AgentCoreEngine(ContainerEngine):
 
     async def list_files(self, box: Box) -> list[FileEntry]:
         async with self._lock(box):
-            session, _reset = await self._ensure(box)
-            try:
-                seen = await self._scan(session)
-            except _Ended:
-                session = await self._replace(box, session)
-                seen = await self._scan(session)
+            seen, _session, _reset = await self._attempt(box, MARGIN, self._scan)
             return [FileEntry(f"{DATA}/{rel}", size) for rel, (size, _m) in sorted(seen.items())]
 
     async def remove_file(self, box: Box, path: str) -> None:
@@ -669,12 +680,13 @@ class AgentCoreEngine(ContainerEngine):
 
     async def stop(self, box: Box) -> None:
         async with self._lock(box):
-            session = self._sessions.pop(box.id, None) or _parse_state(box.state)
-            if session is not None:
-                await self._stop(session.id)
+            sessions = {s.id for s in (self._sessions.pop(box.id, None),
+                                       _parse_state(box.state), await self._last_known(box))
+                        if s is not None}
+            for session_id in sessions:
+                await self._stop(session_id)
             keys = [key for key, _size in await asyncio.to_thread(self._list_objects, box)]
-            if keys:
-                await asyncio.to_thread(self._delete_objects, keys)
+            await asyncio.to_thread(self._delete_objects, [*keys, self._pointer(box)])
         self._locks.pop(box.id, None)
 
 
