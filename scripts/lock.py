@@ -2,7 +2,7 @@
 
     python3 -m pip install uv && python3 scripts/lock.py [--upgrade | --upgrade-package NAME]
 
-- ``requirements-test.lock``: the runtime, the Lambda extra and the test extra, for every
+- ``requirements-test.lock``: the runtime, the Lambda, code and test extras, for every
   platform (``uv pip compile --universal``). CI and the README's test command install it.
 - ``requirements.lock``: the runtime and the Lambda extra only, resolved under the test lock
   as a constraint, so every version is the one the tests ran with. The README's run command
@@ -88,7 +88,7 @@ def _compile(output: Path, *args: str) -> None:
 
 def main(argv: list[str]) -> int:
     upgrade = list(argv)
-    _compile(TEST_LOCK, "--extra", "lambda", "--extra", "test", *upgrade)
+    _compile(TEST_LOCK, "--extra", "lambda", "--extra", "code", "--extra", "test", *upgrade)
     # Under the test lock: the same versions, whatever a fresh resolution would pick.
     _compile(RUNTIME_LOCK, "--extra", "lambda", "-c", TEST_LOCK.name)
     LAYER.write_text(layer_text(RUNTIME_LOCK.read_text()))

@@ -447,8 +447,9 @@ def test_the_runtime_lock_has_the_test_locks_versions_and_pyprojects_ranges() ->
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     for group, specs in [("runtime", project["dependencies"]),
                          ("lambda", project["optional-dependencies"]["lambda"]),
+                         ("code", project["optional-dependencies"]["code"]),
                          ("test", project["optional-dependencies"]["test"])]:
-        pinned = tested if group == "test" else runtime
+        pinned = tested if group in ("test", "code") else runtime
         for spec in specs:
             req = Requirement(spec)
             name = lock.normal(req.name)

@@ -39,6 +39,8 @@ VECTOR_STORE = "vs_"
 VECTOR_STORE_FILE_BATCH = "vsfb_"
 UPLOAD = "upload_"
 UPLOAD_PART = "part_"
+CONTAINER = "cntr_"
+CONTAINER_FILE = "cfile_"
 
 
 def new_id(prefix: str) -> str:

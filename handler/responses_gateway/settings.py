@@ -491,6 +491,12 @@ class Settings:
         "GATEWAY_CONTAINER_DIR", None, not_parameter="the sandbox engine only (not on Lambda)",
         shown="`PATH.containers/` beside the SQLite file",
         doc="sandbox: where containers' `/mnt/data` folders live on this machine")
+    max_containers: int = CODE(
+        "GATEWAY_MAX_CONTAINERS", 100, parse="count",
+        not_parameter="an internal bound per API key; its default suits most deployments",
+        doc=("running containers one API key may have (`/v1/containers` and auto containers); "
+             "past it 400 `container_limit_exceeded` (expired ones are reclaimed first). `0`: "
+             "no bound"))
     agentcore_interpreter_id: str = CODE(
         "GATEWAY_AGENTCORE_INTERPRETER_ID", "aws.codeinterpreter.v1",
         parameter="AgentCoreInterpreterId",

@@ -17,6 +17,7 @@ from starlette.websockets import WebSocket
 from responses_gateway import collector
 from responses_gateway.api import (
     common,
+    container_routes,
     context_routes,
     conversation_routes,
     file_routes,
@@ -130,11 +131,19 @@ def create_app(
             app, settings.file_sweep_seconds)) if settings.file_sweep_seconds > 0 \
             and app.state.gateway.platform.sweeps_expired_files else None
         reclaim = startup.reclaim_vector_files(app.state.gateway)
+        # the container engine checked once (its one line if it cannot run containers here),
+        # and expired containers ended on the files' timer (local: AWS reclaims per tenant)
+        engine = startup.check_containers(app.state.gateway)
+        containers = asyncio.ensure_future(container_routes.sweep_expired(
+            app, settings.file_sweep_seconds)) if settings.file_sweep_seconds > 0 \
+            and settings.code_interpreter is not None \
+            and app.state.gateway.platform.sweeps_expired_files else None
         try:
             yield
         finally:
             # the app's own tasks end (and are waited for) before what they use closes
-            tasks = [task for task in (check, sweep, reclaim) if task is not None]
+            tasks = [task for task in (check, sweep, reclaim, engine, containers)
+                     if task is not None]
             for task in tasks:
                 task.cancel()
             for task in tasks:
@@ -167,6 +176,7 @@ def create_app(
             *(Route(path, fn, methods=[m]) for path, fn, m in conversation_routes.ROUTES),
             *(Route(path, fn, methods=[m]) for path, fn, m in file_routes.ROUTES),
             *(Route(path, fn, methods=[m]) for path, fn, m in vector_store_routes.ROUTES),
+            *(Route(path, fn, methods=[m]) for path, fn, m in container_routes.ROUTES),
             Route("/v1/models", models.list_models, methods=["GET"]),
             Route("/health", response_routes.health, methods=["GET"]),
             # Admin routes and the dashboard, imported on first use (admin keys only).

@@ -44,6 +44,7 @@ def summary(settings: Settings) -> dict[str, Any]:
         "mapped_models": sorted(settings.model_map),
         "hosted_tools": settings.hosted_tools,
         **registry.start_line(settings),
+        "container_engine": settings.code_interpreter,
         "background": "worker function" if settings.worker_function else "in process",
         "log_level": settings.log_level,
         "debug_log_content": settings.debug_log_content,
@@ -106,6 +107,26 @@ async def check_upstream(settings: Settings) -> str | None:
     if problem is not None:
         logger.warning("upstream check: %s", problem)
     return problem
+
+
+def check_containers(gateway: Any) -> asyncio.Task[None] | None:
+    """Whether the container engine (``GATEWAY_CODE_INTERPRETER``) can run containers here,
+    checked once per process in the background; one warning line saying why not (the gateway
+    still starts: the Containers API and the tools then answer the engine's error)."""
+    if gateway.settings.code_interpreter is None or "containers" in _said:
+        return None
+    _said.add("containers")
+
+    async def run() -> None:
+        try:
+            problem = await gateway.containers.check()
+        except Exception as exc:  # the engine could not even be built
+            problem = str(exc)
+        if problem is not None:
+            logger.warning("code execution (%s) cannot run containers here: %s",
+                           gateway.settings.code_interpreter, problem)
+
+    return asyncio.get_running_loop().create_task(run(), name="check-containers")
 
 
 def reclaim_vector_files(gateway: Any) -> asyncio.Task[None] | None:

@@ -17,6 +17,7 @@ from responses_gateway.errors import GatewayError
 from responses_gateway.platform.base import Platform
 
 if TYPE_CHECKING:
+    from responses_gateway.containers.aws import DynamoDBContainerRecords
     from responses_gateway.files.aws import DynamoDBFileRecords, DynamoDBUploadRecords, S3Blobs
     from responses_gateway.settings import Settings
     from responses_gateway.store.base import StoreLimits
@@ -75,6 +76,13 @@ class AWSPlatform(Platform):
         from responses_gateway.store.connections import Connections
 
         return Connections(self.table, dynamodb)
+
+    def container_records(self) -> DynamoDBContainerRecords:
+        """In the table, one partition per tenant; rows expire with the table's TTL."""
+        from responses_gateway.containers.aws import DynamoDBContainerRecords
+
+        return DynamoDBContainerRecords(self.table,
+                                        keep_seconds=self.settings.retention_days * 86400.0)
 
     def _files_bucket(self) -> str:
         if not self.settings.files_bucket:

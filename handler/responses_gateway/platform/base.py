@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Any
 from responses_gateway.errors import GatewayError
 
 if TYPE_CHECKING:
+    from responses_gateway.containers.engine import ContainerEngine
+    from responses_gateway.containers.records import ContainerRecords
+    from responses_gateway.containers.service import Containers
     from responses_gateway.files.service import Files
     from responses_gateway.files.store import Blobs as FileBlobs
     from responses_gateway.files.store import FileRecords, UploadRecords
@@ -81,6 +84,29 @@ class Platform(ABC):
         ``dynamodb`` client; only AWS has them."""
         raise RuntimeError("the WebSocket function needs GATEWAY_STORE=dynamodb:TABLE")
 
+    @abstractmethod
+    def container_records(self) -> ContainerRecords:
+        """The Containers API's records (containers/)."""
+
+    def sandbox_engine(self) -> ContainerEngine:
+        """The bubblewrap sandbox engine; only where this platform can run a jail."""
+        raise GatewayError(
+            501, "GATEWAY_CODE_INTERPRETER=sandbox runs on a machine the gateway runs on "
+            "(GATEWAY_STORE=sqlite:PATH), not on Lambda: use agentcore there.",
+            type="server_error", code="code_interpreter_unavailable")
+
+    def container_engine(self) -> ContainerEngine:
+        """Where containers run code (``GATEWAY_CODE_INTERPRETER``): the sandbox (local) or
+        Amazon Bedrock AgentCore Code Interpreter (any platform; the engine on Lambda)."""
+        s = self.settings
+        if s.code_interpreter == "agentcore":
+            from responses_gateway.containers.agentcore import AgentCoreEngine
+
+            return AgentCoreEngine(s)
+        if s.code_interpreter == "sandbox":
+            return self.sandbox_engine()
+        raise code_interpreter_off()
+
     def files_stored(self) -> bool:
         """Whether any file may have been stored (the sweep skips building the engines
         before then)."""
@@ -132,6 +158,23 @@ class Platform(ABC):
         return Uploads(self.upload_records(files.clock), files.blobs, files,
                        self.settings.max_upload_part_bytes)
 
+    def containers(self, files: Files | None) -> Containers:
+        """The Containers API over this platform's engine and records, with its bounds;
+        ``files``: the Files API ``file_ids`` are copied from (None: not configured). A 501
+        when ``GATEWAY_CODE_INTERPRETER`` is unset."""
+        if self.settings.code_interpreter is None:
+            raise code_interpreter_off()
+        from responses_gateway.containers.service import ContainerLimits, Containers
+
+        s = self.settings
+        limits = ContainerLimits(
+            idle_seconds=s.container_idle_seconds, code_timeout=s.code_timeout,
+            memory_mb=s.code_memory_mb, max_output=s.code_max_output_bytes,
+            file_bytes=s.max_file_bytes, name_chars=s.max_name_chars,
+            max_running=s.max_containers, keep_expired_seconds=s.retention_days * 86400.0)
+        engine = self.container_engine()
+        return Containers(self.container_records(), engine, files, limits)
+
     def vector_stores(self, files: Files) -> VectorStores:
         """The vector stores over ``files``, with the configured embedding model and Bedrock
         Knowledge Bases; a 501 where this platform has none."""
@@ -179,3 +222,10 @@ class Platform(ABC):
 
         return KnowledgeBases(s.knowledge_bases, region=s.bedrock_region,
                               max_retries=s.max_retries, timeout=s.read_timeout)
+
+
+def code_interpreter_off() -> GatewayError:
+    """The Containers API (and what runs code) where no engine is configured."""
+    return GatewayError(
+        501, "Code execution is not configured on this gateway (GATEWAY_CODE_INTERPRETER=sandbox"
+        " or agentcore).", type="server_error", code="code_interpreter_not_configured")

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from responses_gateway.platform.base import Platform
 
 if TYPE_CHECKING:
+    from responses_gateway.containers.engine import ContainerEngine
+    from responses_gateway.containers.local import SQLiteContainerRecords
     from responses_gateway.files.local import DiskBlobs, SQLiteFileRecords, SQLiteUploadRecords
     from responses_gateway.settings import Settings
     from responses_gateway.store.base import StoreLimits
@@ -77,6 +79,22 @@ class LocalPlatform(Platform):
         from responses_gateway.store.blobs import MemoryBlobs
 
         return MemoryBlobs()
+
+    def container_records(self) -> SQLiteContainerRecords:
+        from responses_gateway.containers.local import SQLiteContainerRecords
+
+        return SQLiteContainerRecords(self.path)
+
+    def sandbox_engine(self) -> ContainerEngine:
+        """A bubblewrap jail per container, its /mnt/data in ``GATEWAY_CONTAINER_DIR`` (else
+        ``PATH.containers/`` beside the SQLite file)."""
+        from responses_gateway.containers.sandbox import SandboxEngine
+
+        return SandboxEngine(self.container_folder, self.settings)
+
+    @property
+    def container_folder(self) -> str:
+        return self.settings.container_dir or self.path + ".containers"
 
     def files_stored(self) -> bool:
         return Path(self._files_folder).exists()

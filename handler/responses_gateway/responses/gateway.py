@@ -38,6 +38,7 @@ from responses_gateway.translate.sealing import Sealer
 logger = logging.getLogger("responses_gateway")
 
 if TYPE_CHECKING:
+    from responses_gateway.containers.service import Containers
     from responses_gateway.files.service import Files
     from responses_gateway.files.uploads import Uploads
     from responses_gateway.platform.base import Platform
@@ -99,6 +100,23 @@ class Gateway:
         """The vector stores, built on first use: one instance for the routes and file_search
         (it owns the ingestion tasks)."""
         return self.platform.vector_stores(self.files)
+
+    @cached_property
+    def containers(self) -> Containers:
+        """The Containers API and what runs code (code_interpreter, hosted shell), built on
+        first use over the platform's engine; OpenAI's 501 when GATEWAY_CODE_INTERPRETER is
+        unset (raised on every use: a failed build is not cached). ``file_ids`` come from
+        :attr:`files` when this platform stores files."""
+        from responses_gateway.errors import GatewayError
+        from responses_gateway.platform.base import code_interpreter_off
+
+        if self.settings.code_interpreter is None:
+            raise code_interpreter_off()
+        try:
+            files: Files | None = self.files
+        except GatewayError:
+            files = None  # no file storage here (AWS without GATEWAY_FILES_BUCKET)
+        return self.platform.containers(files)
 
     async def new_job(
         self, body: Any, tenant: str, *, cached: Mapping[str, StoredResponse] | None = None,
@@ -232,7 +250,8 @@ class Gateway:
         await self.local_feed.stop_all()  # background responses running here
         # what was built on first use: ingestion tasks (and their extraction children) end
         # before the files they read, the embedder's and engines' connections close
-        for name in ("vector_stores", "uploads", "files"):
+        # containers first: their engine's processes end (no sandbox outlives the gateway)
+        for name in ("containers", "vector_stores", "uploads", "files"):
             service = self.__dict__.get(name)
             if service is not None:
                 try:

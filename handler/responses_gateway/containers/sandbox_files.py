@@ -1,0 +1,209 @@
+"""A container's /mnt/data as the gateway touches it: the host folder, never past it.
+
+The container's code writes what it likes in its folder, symlinks included (a link to
+``/etc/passwd`` is a dangling link inside the jail, but the same link on the host points at the
+host's file). So every path is walked one component at a time from the folder's own
+descriptor with ``O_NOFOLLOW``: a symlink anywhere on the way is refused, never followed, and
+``..`` is refused before that. Listings walk without following links either. Blocking: run
+these in a thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import posixpath
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from .engine import DATA, EngineError, FileEntry
+
+#: files a listing or a before/after comparison looks at (the rest are not listed)
+MAX_ENTRIES = 10_000
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def parts_of(path: str) -> list[str]:
+    """The components of ``path`` under /mnt/data (absolute, or relative to it)."""
+    if not isinstance(path, str) or not path or "\x00" in path:
+        raise EngineError("a container file's path must be a non-empty string")
+    full = path if path.startswith("/") else f"{DATA}/{path}"
+    if not (full + "/").startswith(DATA + "/"):
+        raise EngineError(f"a container file's path must be under {DATA}: {path!r}")
+    parts = [p for p in full[len(DATA):].split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise EngineError(f"a container file's path may not contain '..': {path!r}")
+    if not parts:
+        raise EngineError(f"{path!r} is the folder {DATA}, not a file in it")
+    if len(parts) > 64 or any(len(p.encode()) > 255 for p in parts):
+        raise EngineError(f"a container file's path is too long: {path[:80]!r}")
+    return parts
+
+
+def _open_folder(root: Path, parts: list[str], *, create: bool) -> int:
+    """A descriptor of the folder holding ``parts[-1]``, walked without following links."""
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except FileNotFoundError:
+        raise EngineError("the container's folder is gone") from None
+    try:
+        for name in parts[:-1]:
+            try:
+                next_fd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o755, dir_fd=fd)
+                next_fd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+        return fd
+    except OSError as exc:
+        os.close(fd)
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise _refused(exc, parts) from None
+
+
+def _refused(exc: OSError, parts: list[str]) -> EngineError:
+    where = posixpath.join(DATA, *parts)
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+        return EngineError(f"{where} goes through a symbolic link or a file: refused")
+    if exc.errno == errno.EISDIR:
+        return EngineError(f"{where} is a folder")
+    return EngineError(f"{where}: {os.strerror(exc.errno or 0)}")
+
+
+def write(root: Path, path: str, data: bytes) -> None:
+    parts = parts_of(path)
+    folder = _open_folder(root, parts, create=True)
+    try:
+        name = parts[-1]
+        try:
+            existing = os.stat(name, dir_fd=folder, follow_symlinks=False)
+        except FileNotFoundError:
+            existing = None
+        if existing is not None and stat.S_ISDIR(existing.st_mode):
+            raise EngineError(f"{posixpath.join(DATA, *parts)} is a folder")
+        if existing is not None and not stat.S_ISREG(existing.st_mode):
+            os.unlink(name, dir_fd=folder)  # a link (or fifo) the code made: replaced
+        # Written beside, then renamed over: a reader never sees half a file.
+        temporary = f".{name[:200]}.{os.getpid()}.partial"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o644, dir_fd=folder)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.rename(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
+    except OSError as exc:
+        raise _refused(exc, parts) from None
+    finally:
+        os.close(folder)
+
+
+def read(root: Path, path: str, limit: int) -> bytes:
+    parts = parts_of(path)
+    folder = _open_folder(root, parts, create=False)
+    try:
+        try:
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                         dir_fd=folder)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise _refused(exc, parts) from None
+    finally:
+        os.close(folder)
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise EngineError(f"{posixpath.join(DATA, *parts)} is a folder")
+        if not stat.S_ISREG(info.st_mode):
+            raise EngineError(f"{posixpath.join(DATA, *parts)} is not a regular file")
+        if info.st_size > limit:
+            raise EngineError(f"{posixpath.join(DATA, *parts)} is larger than {limit} bytes")
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:  # it grew while read
+                raise EngineError(f"{posixpath.join(DATA, *parts)} is larger than {limit} "
+                                  "bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def remove(root: Path, path: str) -> None:
+    parts = parts_of(path)
+    try:
+        folder = _open_folder(root, parts, create=False)
+    except FileNotFoundError:
+        return
+    try:
+        os.unlink(parts[-1], dir_fd=folder)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        raise EngineError(f"{posixpath.join(DATA, *parts)} is a folder") from None
+    except OSError as exc:
+        if exc.errno == errno.EISDIR or exc.errno == errno.EPERM:
+            raise EngineError(f"{posixpath.join(DATA, *parts)} is a folder") from None
+        raise _refused(exc, parts) from None
+    finally:
+        os.close(folder)
+
+
+def walk(root: Path) -> Iterator[tuple[str, os.stat_result]]:
+    """(path under /mnt/data, stat) of each regular file, links not followed, at most
+    MAX_ENTRIES entries looked at."""
+    seen = 0
+    stack = [(str(root), DATA)]
+    while stack:
+        host, inside = stack.pop()
+        try:
+            entries = list(os.scandir(host))
+        except OSError:
+            continue
+        entries.sort(key=lambda e: e.name, reverse=True)
+        for entry in entries:
+            seen += 1
+            if seen > MAX_ENTRIES:
+                return
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            path = f"{inside}/{entry.name}"
+            if stat.S_ISDIR(info.st_mode):
+                stack.append((entry.path, path))
+            elif stat.S_ISREG(info.st_mode):
+                yield path, info
+
+
+def listing(root: Path) -> list[FileEntry]:
+    return sorted((FileEntry(path=path, bytes=info.st_size) for path, info in walk(root)),
+                  key=lambda e: e.path)
+
+
+Snapshot = dict[str, tuple[int, int, int]]
+
+
+def snapshot(root: Path) -> Snapshot:
+    """What tells a file changed: size, modification time, inode."""
+    return {path: (info.st_size, info.st_mtime_ns, info.st_ino) for path, info in walk(root)}
+
+
+def changed(before: Snapshot, after: Snapshot, *, limit: int = 1000) -> list[str]:
+    """Files of ``after`` new or different since ``before``, oldest change first."""
+    fresh = [(state[1], path) for path, state in after.items() if before.get(path) != state]
+    return [path for _, path in sorted(fresh)[:limit]]
