@@ -25,15 +25,22 @@ Three things differ from a container as OpenAI keeps it, and this module carries
   not writable there, so neither a folder nor a symlink at ``/mnt/data`` can be made (and a
   prelude that tried would, on a machine where it could, write outside the sandbox). The
   engine instead keeps the container's files in ``<working directory>/mnt/data`` (a prelude
-  run once per session makes it and reports the working directory), rewrites the literal
-  ``/mnt/data`` in the model's code and commands to that folder, and rewrites the folder back
-  to ``/mnt/data`` in what it returns (stdout, stderr, tracebacks, paths). ``writeFiles`` and
-  ``readFiles`` take the same folder as a relative path. A path the code builds from pieces
-  (``os.path.join("/mnt", "data")``) is not mapped; models write the literal path.
+  run once per session makes it, goes into it, so relative paths land there as in the
+  sandbox, and reports the working directory), rewrites the literal ``/mnt/data`` in the
+  model's code and commands to that folder, and rewrites the folder back to ``/mnt/data`` in
+  what it returns (stdout, stderr, tracebacks, paths). ``writeFiles``, ``readFiles`` and
+  ``removeFiles`` take the folder relative to the session's working directory (their base,
+  which the prelude's ``chdir`` in the Python does not move). A path the code builds from
+  pieces (``os.path.join("/mnt", "data")``) is not mapped; models write the literal path.
+  After a failed execution the engine asks whether the session's Python is still the one the
+  prelude ran in (code that crashed it is answered ``reset``, and the prelude runs again).
 - **Bounds**: a call is bounded by ``timeout`` with ``asyncio.wait_for``; past it the engine
   stops the session (which ends what hangs in it), starts a new one with the container's
-  files and answers ``timed_out`` and ``reset``. Output is cut at ``max_output`` bytes
-  (AgentCore bounds what it returns itself).
+  files and answers ``timed_out`` and ``reset``; AgentCore answers an execution whole at its
+  end, so nothing of what a cut execution printed comes back. Output is cut at
+  ``max_output`` bytes (AgentCore bounds what it returns itself). Each execution costs one
+  more ``executeCode`` call, the scan of the folder that finds the files it made or changed
+  (and saves the figures it left open as PNG).
 
 State kept for a container (:attr:`Box.state`): JSON ``{"session", "started", "root"}``. The
 engine also remembers the current session of each container it served, so a session it
@@ -84,13 +91,20 @@ _ENDED = ("not found", "terminated", "expired", "stopped", "no longer", "inactiv
 # Snippets run in the session's Python. They share the model's globals (clearContext false),
 # so each defines one function under a dunder name, calls it and deletes it.
 _PRELUDE = """
-def __gw_prelude():
+def __gw_prelude(root, folder):
     import json, os
-    os.makedirs(os.path.join(os.getcwd(), {folder!r}), exist_ok=True)
-    print(json.dumps({{"root": os.getcwd()}}))
-__gw_prelude()
+    root = root or os.getcwd()
+    top = os.path.join(root, folder)
+    os.makedirs(top, exist_ok=True)
+    os.chdir(top)
+    print(json.dumps({{"root": root}}))
+__gw_prelude({root!r}, {folder!r})
 del __gw_prelude
+__gw_kernel__ = True
 """
+
+#: prints whether the Python that runs the code is still the one the prelude ran in
+_KERNEL = "print('__gw_kernel__' in globals())"
 
 _SCAN = """
 def __gw_scan(top, most):
@@ -427,10 +441,7 @@ class AgentCoreEngine(ContainerEngine):
         session_id = await asyncio.to_thread(self._start_sync, box)
         session = _Session(session_id, self._clock(), "")
         try:
-            ran = await self._invoke(session, "executeCode", {
-                "language": "python", "code": _PRELUDE.format(folder=FOLDER),
-                "clearContext": False})
-            session.root = str(json.loads(ran.stdout.strip().splitlines()[-1])["root"])
+            await self._prelude(session)
             await self._restore(box, session)
         except (_Ended, ValueError, KeyError, IndexError) as exc:
             await self._stop(session_id)
@@ -442,6 +453,24 @@ class AgentCoreEngine(ContainerEngine):
         self._sessions[box.id] = session
         await asyncio.to_thread(self._put_object, self._pointer(box), session.state().encode())
         return session
+
+    async def _prelude(self, session: _Session) -> None:
+        """Make the session's folder, go into it (relative paths land in /mnt/data, as in
+        the sandbox) and learn the working directory (``writeFiles``' base)."""
+        ran = await self._invoke(session, "executeCode", {
+            "language": "python", "clearContext": False,
+            "code": _PRELUDE.format(root=session.root or None, folder=FOLDER)})
+        session.root = str(json.loads(ran.stdout.strip().splitlines()[-1])["root"])
+
+    async def _kernel_lost(self, session: _Session) -> bool:
+        """After a failed execution: was the session's Python started again (the code
+        crashed it)? Then its variables are gone and the prelude runs again."""
+        ran = await self._invoke(session, "executeCode", {
+            "language": "python", "clearContext": False, "code": _KERNEL})
+        if ran.stdout.strip() == "True":
+            return False
+        await self._prelude(session)
+        return True
 
     async def _restore(self, box: Box, session: _Session) -> None:
         """Write the container's S3 copy into the new session (in batches)."""
@@ -525,7 +554,12 @@ class AgentCoreEngine(ContainerEngine):
         """Copy what changed under the folder since the last scan to S3 (bounded), drop what
         was removed; the changed paths, absolute."""
         before = session.snapshot or {}
-        after = await self._scan(session)
+        try:
+            after = await self._scan(session)
+        except _Ended:  # it ended just now: the next call carries the container over
+            if self._sessions.get(box.id) is session:
+                del self._sessions[box.id]
+            return []
         session.snapshot = after
         changed = [rel for rel, seen in after.items() if before.get(rel) != seen]
         removed = [rel for rel in before if rel not in after]
@@ -537,7 +571,7 @@ class AgentCoreEngine(ContainerEngine):
                 continue
             try:
                 data = await self._read(session, rel)
-            except FileNotFoundError:
+            except (FileNotFoundError, _Ended):
                 continue
             await asyncio.to_thread(self._put_object, self._key(box, rel), data)
             budget -= len(data)
@@ -563,7 +597,11 @@ class AgentCoreEngine(ContainerEngine):
             return await work(session), session, reset
         except _Ended:
             session = await self._replace(box, session)
+        try:
             return await work(session), session, True
+        except _Ended:
+            self._sessions.pop(box.id, None)
+            raise EngineError("AgentCore ended the container's new session at once") from None
 
     async def _timed_out(self, box: Box) -> None:
         """A call hangs: stop its session (ending what runs) and carry the container."""
@@ -585,6 +623,12 @@ class AgentCoreEngine(ContainerEngine):
                 await self._timed_out(box)
                 return CodeResult(timed_out=True, reset=True,
                                   error=f"TimeoutError: the code ran past {timeout:g} seconds")
+            if ran.is_error and not reset:
+                try:
+                    reset = await self._kernel_lost(session)
+                except _Ended:
+                    self._sessions.pop(box.id, None)  # the next call carries it over
+                    reset = True
             stderr, error = _split_traceback(session.from_box(ran.stderr))
             if ran.is_error and error is None:
                 error, stderr = (stderr or session.from_box(ran.text) or "error").rstrip(), ""
