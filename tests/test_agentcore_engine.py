@@ -385,3 +385,21 @@ def test_unreachable_agentcore_is_an_engine_error(bucket: str, moto_endpoint: st
                              s3_endpoint_url=moto_endpoint, clock=clock)
     with pytest.raises(EngineError, match="could not be reached"):
         run(engine.start(Box("cntr_down", 1024)))
+
+
+def test_listing_after_an_execution_costs_no_call(engine: AgentCoreEngine,
+                                                  fake: FakeAgentCore) -> None:
+    box = Box("cntr_list", 1024)
+
+    async def scenario() -> list[Any]:
+        await engine.run_code(box, "open('/mnt/data/l.txt', 'w').write('l')", timeout=30,
+                              max_output=LIMIT)
+        calls = len(fake.calls("InvokeCodeInterpreter"))
+        listed = await engine.list_files(box)
+        assert len(fake.calls("InvokeCodeInterpreter")) == calls  # the scan it just made
+        await engine.write_file(box, "/mnt/data/w.txt", b"w")
+        return [listed, await engine.list_files(box)]  # written since: looked at again
+
+    first, second = run(scenario())
+    assert [f.path for f in first] == ["/mnt/data/l.txt"]
+    assert [f.path for f in second] == ["/mnt/data/l.txt", "/mnt/data/w.txt"]

@@ -170,6 +170,9 @@ class _Session:
     root: str  # its working directory
     #: relative path -> [size, mtime_ns] of the folder's files as last seen; None: unknown
     snapshot: dict[str, list[int]] | None = None
+    #: the snapshot is what the folder holds now (nothing ran since it was taken), so
+    #: list_files (which the service calls after every execution) needs no call
+    exact: bool = False
 
     @property
     def data(self) -> str:
@@ -526,6 +529,7 @@ class AgentCoreEngine(ContainerEngine):
     # -- files in the session --------------------------------------------------------------
 
     async def _scan(self, session: _Session) -> dict[str, list[int]]:
+        session.exact = False
         ran = await self._invoke(session, "executeCode", {
             "language": "python", "clearContext": False,
             "code": _SCAN.format(top=session.data, most=10_000)})
@@ -560,7 +564,7 @@ class AgentCoreEngine(ContainerEngine):
             if self._sessions.get(box.id) is session:
                 del self._sessions[box.id]
             return []
-        session.snapshot = after
+        session.snapshot, session.exact = after, True
         changed = [rel for rel, seen in after.items() if before.get(rel) != seen]
         removed = [rel for rel in before if rel not in after]
         budget, count = self.sync_max_bytes, 0
@@ -612,6 +616,7 @@ class AgentCoreEngine(ContainerEngine):
         async def execute(session: _Session) -> _Result:
             if session.snapshot is None:
                 session.snapshot = await self._scan(session)
+            session.exact = False
             return await asyncio.wait_for(self._invoke(session, "executeCode", {
                 "language": "python", "code": session.to_box(code), "clearContext": False}),
                 timeout)
@@ -646,6 +651,7 @@ class AgentCoreEngine(ContainerEngine):
             async def execute(session: _Session) -> _Result:
                 if session.snapshot is None:
                     session.snapshot = await self._scan(session)
+                session.exact = False
                 line = f"cd {_quote(session.data)} && {session.to_box(command)}"
                 return await asyncio.wait_for(
                     self._invoke(session, "executeCommand", {"command": line}),
@@ -707,8 +713,15 @@ class AgentCoreEngine(ContainerEngine):
             return data
 
     async def list_files(self, box: Box) -> list[FileEntry]:
+        async def scan(session: _Session) -> dict[str, list[int]]:
+            if session.exact and session.snapshot is not None:
+                return session.snapshot
+            session.snapshot = await self._scan(session)
+            session.exact = True
+            return session.snapshot
+
         async with self._lock(box):
-            seen, _session, _reset = await self._attempt(box, MARGIN, self._scan)
+            seen, _session, _reset = await self._attempt(box, MARGIN, scan)
             return [FileEntry(f"{DATA}/{rel}", size) for rel, (size, _m) in sorted(seen.items())]
 
     async def remove_file(self, box: Box, path: str) -> None:
