@@ -403,3 +403,17 @@ def test_listing_after_an_execution_costs_no_call(engine: AgentCoreEngine,
     first, second = run(scenario())
     assert [f.path for f in first] == ["/mnt/data/l.txt"]
     assert [f.path for f in second] == ["/mnt/data/l.txt", "/mnt/data/w.txt"]
+
+
+def test_the_s3_copy_of_one_execution_is_bounded(fake: FakeAgentCore, bucket: str,
+                                                 moto_endpoint: str, clock: Clock) -> None:
+    engine = engine_for(fake, bucket, moto_endpoint, clock, sync_max_files=2,
+                        sync_max_bytes=10)
+    ran = run(engine.run_code(Box("cntr_bound", 1024), (
+        "for name, size in (('a', 4), ('b', 20), ('c', 4), ('d', 1)):\n"
+        "    open(f'/mnt/data/{name}', 'w').write('x' * size)"), timeout=30, max_output=LIMIT))
+    assert ran.files == ["/mnt/data/a", "/mnt/data/b", "/mnt/data/c", "/mnt/data/d"]
+    # a (4 bytes) and c (4): b is past the bytes left, d past the count
+    assert s3_keys(moto_endpoint, bucket) == ["containers/cntr_bound.session",
+                                              "containers/cntr_bound/a",
+                                              "containers/cntr_bound/c"]

@@ -55,6 +55,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import posixpath
 import re
 import threading
@@ -232,6 +233,11 @@ class AgentCoreEngine(ContainerEngine):
                  restore_max_bytes: int = 512 * 1024 * 1024,
                  clock: Callable[[], float] = time.time, client: Any = None,
                  s3_client: Any = None) -> None:
+        """``bucket`` (with ``prefix``) holds the containers' S3 copies; ``region`` is
+        AgentCore's (the Bedrock region; the bucket's is the function's own);
+        ``sync_max_files``/``sync_max_bytes`` bound what one execution copies to S3 and
+        ``restore_max_bytes`` what a new session gets back; ``clock``, ``client`` and
+        ``s3_client`` are for tests."""
         self.bucket = bucket
         self.interpreter_id = interpreter_id
         self.region = region
@@ -286,11 +292,14 @@ class AgentCoreEngine(ContainerEngine):
                 import boto3
                 from botocore.config import Config
 
+                # The bucket is the stack's (the function's region, not Bedrock's); a
+                # configured endpoint (local S3, tests) is addressed by path, as files/ does.
+                local = (self.s3_endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3")
+                         or os.environ.get("AWS_ENDPOINT_URL"))
                 self._s3 = boto3.session.Session().client(
-                    "s3", region_name=self.region, endpoint_url=self.s3_endpoint_url,
+                    "s3", endpoint_url=self.s3_endpoint_url,
                     config=Config(retries={"mode": "standard", "max_attempts": 5},
-                                  s3={"addressing_style": "path" if self.s3_endpoint_url
-                                      else "auto"}))
+                                  s3={"addressing_style": "path" if local else "auto"}))
             return self._s3
 
     def _key(self, box: Box, rel: str = "") -> str:
