@@ -288,3 +288,50 @@ print("spawned")
             next(gen)  # the engine closes
     assert wait_until_gone(mark) == []
     assert (tmp_path / "containers" / "cntr_two").exists()  # closing keeps the files
+
+
+def test_memory_of_many_processes_is_bounded_together(sandbox: Harness) -> None:
+    from responses_gateway.containers.sandbox_cgroup import _own_folders
+
+    if "memory" not in _own_folders():
+        pytest.skip("no memory cgroup can be made here: each process has its RLIMIT_AS only")
+    # Three processes of 150 MB each, every one within its own 256 MB: together past the
+    # container's 256 MB, so the kernel ends one of them (this container's, nothing else).
+    result = run(sandbox, """
+import subprocess, sys
+hog = "import time; b = b'x' * 150_000_000; time.sleep(3); print('kept')"
+children = [subprocess.Popen([sys.executable, "-c", hog]) for _ in range(3)]
+print(sorted(child.wait() for child in children))
+""")
+    assert result.reset or "-9" in result.stdout, result
+    assert "kept" not in result.stdout or result.stdout.count("kept") < 3
+    assert run(sandbox, "print('alive')").stdout.endswith("alive\n")
+
+
+def test_a_gateway_that_dies_takes_its_jails_along(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    mark = f"orphan-{secrets.token_hex(6)}"
+    script = f"""
+import asyncio, os, sys
+sys.path.insert(0, {str(ROOT / "handler")!r})
+from responses_gateway.containers.engine import Box
+from responses_gateway.containers.sandbox import SandboxEngine
+
+async def main():
+    engine = SandboxEngine({str(tmp_path / "containers")!r})
+    code = '''import subprocess, sys
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "{mark}"])
+print("spawned")'''
+    result = await engine.run_code(Box(id="cntr_orphan", memory_mb=256), code, timeout=60,
+                                   max_output=1000)
+    print(result.stdout, flush=True)
+    os.kill(os.getpid(), 9)  # no cleanup of any kind
+
+asyncio.run(main())
+"""
+    gateway = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             timeout=120)
+    assert gateway.returncode == -9 and "spawned" in gateway.stdout, gateway.stderr
+    assert wait_until_gone(mark) == []

@@ -16,10 +16,11 @@ written on the host folder by sandbox_files.py, which never follows a link.
 
 Bounds: wall time per call (the process is killed past it), CPU seconds (RLIMIT_CPU: a run's
 ``timeout`` each execution, ``cpu_seconds`` over the process's life), address space
-(RLIMIT_AS, the box's ``memory_mb``), processes (RLIMIT_NPROC, and a pids cgroup of the
-container when this machine lets the gateway make one: the kernel does not apply
-RLIMIT_NPROC to a gateway running as root), file size (RLIMIT_FSIZE), /tmp and /dev/shm
-(tmpfs of bounded size) and output bytes (read as they come, at most ``max_output`` kept).
+(RLIMIT_AS, the box's ``memory_mb``, per process), processes (RLIMIT_NPROC), file size
+(RLIMIT_FSIZE), /tmp and /dev/shm (tmpfs of bounded size) and output bytes (read as they
+come, at most ``max_output`` kept). Where this machine lets the gateway make cgroups, a
+container's jails also share one (sandbox_cgroup.py) bounding their processes (the kernel
+does not apply RLIMIT_NPROC to a gateway running as root) and their memory all together.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from typing import Any
 
 from . import sandbox_files as files
 from .engine import Box, CodeResult, CommandResult, ContainerEngine, EngineError, FileEntry
-from .sandbox_cgroup import PidsCgroup
+from .sandbox_cgroup import ContainerCgroup
 from .sandbox_jail import RUNNER, Runtime, etc_folder, find_bwrap, jail_argv
 from .sandbox_runner import marker
 
@@ -65,7 +66,6 @@ class _Jail:
     process: asyncio.subprocess.Process
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
-    cgroup: PidsCgroup | None
     lost: bool = False  # it died or was killed: a new one is needed
 
     def alive(self) -> bool:
@@ -78,6 +78,14 @@ class _Container:
     jail: _Jail | None = None
     #: processes of hosted shell's commands running now (stop kills them)
     commands: set[asyncio.subprocess.Process] = field(default_factory=set)
+    #: the cgroup every jail of the container runs in (None: the rlimits only)
+    cgroup: ContainerCgroup | None = None
+    cgroup_made: bool = False
+    stopped: bool = False
+    #: when its last execution ended (the least recent idle process goes first)
+    last_used: float = 0.0
+    #: its process was ended while idle (max_running): the next result says ``reset``
+    evicted: bool = False
 
 
 class _Budget:
@@ -138,15 +146,18 @@ class SandboxEngine(ContainerEngine):
     def __init__(self, folder: str | os.PathLike[str], settings: Any = None, *,
                  python: str | None = None, memory_mb: int | None = None,
                  max_processes: int = 64, max_file_mb: int = 1024, tmp_mb: int = 256,
-                 cpu_seconds: int = 3600, bwrap: str | None = None) -> None:
+                 cpu_seconds: int = 3600, max_running: int = 32,
+                 bwrap: str | None = None) -> None:
         """``folder`` holds one sub-folder per container (its /mnt/data); ``settings`` (the
         gateway's Settings), when given, supplies ``python`` (GATEWAY_SANDBOX_PYTHON) and
         ``memory_mb`` (GATEWAY_CODE_MEMORY_MB) unless they are passed.
 
         ``python`` is the interpreter run inside (None: the gateway's own); ``memory_mb``
         caps each box's ``memory_mb``; the rest bound every container: processes, the size
-        of one file, /tmp's size, CPU seconds over a process's life. ``bwrap`` overrides
-        where bubblewrap is found (tests)."""
+        of one file, /tmp's size, CPU seconds over a process's life. ``max_running`` bounds
+        the containers with a live Python: past it the least recently used idle one's
+        process is ended (its next execution starts a new one and says ``reset``).
+        ``bwrap`` overrides where bubblewrap is found (tests)."""
         if settings is not None:
             python = python if python is not None else settings.sandbox_python
             memory_mb = memory_mb if memory_mb is not None else settings.code_memory_mb
@@ -157,6 +168,7 @@ class SandboxEngine(ContainerEngine):
         self.max_file_bytes = max_file_mb * 1024 * 1024
         self.tmp_bytes = tmp_mb * 1024 * 1024
         self.cpu_seconds = cpu_seconds
+        self.max_running = max(1, max_running)
         self._bwrap = bwrap
         self._runtime: Runtime | None = None
         self._etc: Path | None = None
@@ -190,37 +202,42 @@ class SandboxEngine(ContainerEngine):
             raise EngineError("a container id may hold only letters, digits, '_' and '-'")
         return self.folder / box.id
 
-    async def _spawn(self, box: Box, command: list[str], *, pass_fds: Sequence[int] = ()
-                     ) -> tuple[asyncio.subprocess.Process, PidsCgroup | None]:
+    async def _spawn(self, box: Box, container: _Container, command: list[str], *,
+                     pass_fds: Sequence[int] = ()) -> asyncio.subprocess.Process:
         """A jail over the box's folder running ``command`` (a path inside the jail)."""
+        if container.stopped:
+            raise EngineError("the container was stopped")
         bwrap, runtime, etc = await self._setup()
         argv = jail_argv(bwrap, runtime, self._box_folder(box), etc, tmp_bytes=self.tmp_bytes)
         argv += command
-        cgroup = await asyncio.to_thread(PidsCgroup.create, box.id, self.max_processes)
-        if cgroup is not None:
-            argv = cgroup.wrap(argv)
+        if not container.cgroup_made:
+            # One per container: its jails (the Python, commands) share the process bound.
+            container.cgroup_made = True
+            container.cgroup = await asyncio.to_thread(
+                ContainerCgroup.create, box.id, pids=self.max_processes,
+                memory_bytes=self._limits(box)["as"])
+        if container.cgroup is not None:
+            argv = container.cgroup.wrap(argv)
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, pass_fds=tuple(pass_fds),
                 start_new_session=True, env={}, limit=CHUNK)
         except OSError as exc:
-            if cgroup is not None:
-                await asyncio.to_thread(cgroup.remove)
             raise EngineError(f"the sandbox could not start: {exc.strerror or exc}") from None
-        return process, cgroup
+        return process
 
-    async def _start_jail(self, box: Box) -> _Jail:
+    async def _start_jail(self, box: Box, container: _Container) -> _Jail:
         runtime = (await self._setup())[1]
         ours, theirs = socket.socketpair()
         try:
             command = [runtime.executable, "-I", RUNNER, "serve",
                        json.dumps(self._limits(box)), str(theirs.fileno())]
-            process, cgroup = await self._spawn(box, command, pass_fds=(theirs.fileno(),))
+            process = await self._spawn(box, container, command, pass_fds=(theirs.fileno(),))
         finally:
             theirs.close()
         reader, writer = await asyncio.open_unix_connection(sock=ours, limit=CHUNK)
-        jail = _Jail(process=process, reader=reader, writer=writer, cgroup=cgroup)
+        jail = _Jail(process=process, reader=reader, writer=writer)
         try:
             ready = await asyncio.wait_for(_receive(reader), START_SECONDS)
         except (TimeoutError, asyncio.IncompleteReadError, ValueError, OSError):
@@ -245,8 +262,6 @@ class SandboxEngine(ContainerEngine):
                 tail = await asyncio.wait_for(jail.process.stderr.read(4096), 1)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(jail.process.wait(), 10)
-        if jail.cgroup is not None:
-            await asyncio.to_thread(jail.cgroup.remove)
         words = tail.decode(errors="replace").strip().splitlines()
         return f": {words[-1][:300]}" if words else ""
 
@@ -269,6 +284,7 @@ class SandboxEngine(ContainerEngine):
                 _kill(process)
                 await process.wait()
                 err = b"it did not answer within 60 seconds"
+            await asyncio.to_thread(shutil.rmtree, probe, ignore_errors=True)
             lines = err.decode(errors="replace").strip().splitlines()
             if process.returncode != 0:
                 self._check = ("the sandbox cannot run here (bwrap): "
@@ -277,6 +293,8 @@ class SandboxEngine(ContainerEngine):
                 self._check = None
         except EngineError as exc:
             self._check = str(exc)
+        except OSError as exc:
+            self._check = f"the sandbox cannot run here (bwrap): {exc.strerror or exc}"
         return self._check  # type: ignore[return-value]
 
     async def start(self, box: Box) -> str | None:
@@ -290,7 +308,8 @@ class SandboxEngine(ContainerEngine):
         await self.start(box)
         container = self._containers[box.id]
         async with container.lock:
-            result = CodeResult()
+            result = CodeResult(reset=container.evicted)
+            container.evicted = False
             jail = container.jail
             if jail is not None and not jail.alive():
                 await self._end_jail(jail)
@@ -300,7 +319,11 @@ class SandboxEngine(ContainerEngine):
             before = await asyncio.to_thread(files.snapshot, folder)
             deadline = time.monotonic() + timeout
             if jail is None:
-                jail = container.jail = await self._start_jail(box)
+                await self._make_room(container)
+                jail = container.jail = await self._start_jail(box, container)
+                if container.stopped:  # stopped while it started
+                    await self._kill_container(container)
+                    raise EngineError("the container was stopped")
             nonce = secrets.token_hex(8)
             end = marker(nonce)
             budget = _Budget(max_output)
@@ -349,6 +372,7 @@ class SandboxEngine(ContainerEngine):
             result.dropped = budget.dropped
             after = await asyncio.to_thread(files.snapshot, folder)
             result.files = files.changed(before, after)
+            container.last_used = time.monotonic()
             return result
 
     async def run_commands(self, box: Box, commands: Sequence[str], *, timeout: float,
@@ -366,8 +390,11 @@ class SandboxEngine(ContainerEngine):
                 continue
             argv = [runtime.executable, "-I", "-S", RUNNER, "exec", json.dumps(limits), "--",
                     runtime.shell, "-c", command]
-            process, cgroup = await self._spawn(box, argv)
+            process = await self._spawn(box, container, argv)
             container.commands.add(process)
+            if container.stopped:  # stopped while it started
+                await self._kill_container(container)
+                raise EngineError("the container was stopped")
             budget = _Budget(max_output)
             out, err = _Capture(budget, None), _Capture(budget, None)
             result = CommandResult()
@@ -385,8 +412,6 @@ class SandboxEngine(ContainerEngine):
                     await asyncio.wait_for(process.wait(), 10)
             finally:
                 container.commands.discard(process)
-                if cgroup is not None:
-                    await asyncio.to_thread(cgroup.remove)
             result.stdout, result.stderr, result.dropped = out.text(), err.text(), budget.dropped
             results.append(result)
         return results
@@ -418,7 +443,24 @@ class SandboxEngine(ContainerEngine):
         await asyncio.gather(*(self._kill_container(c) for c in containers),
                              return_exceptions=True)
 
+    async def _make_room(self, starting: _Container) -> None:
+        """End the least recently used idle processes while ``max_running`` are live."""
+        while True:
+            live = [c for c in self._containers.values()
+                    if c is not starting and c.jail is not None]
+            if len(live) < self.max_running:
+                return
+            idle = sorted((c for c in live if not c.lock.locked()), key=lambda c: c.last_used)
+            if not idle:
+                return  # all busy: this one runs beside them
+            oldest = idle[0]
+            jail, oldest.jail = oldest.jail, None
+            oldest.evicted = True
+            assert jail is not None
+            await self._end_jail(jail)
+
     async def _kill_container(self, container: _Container) -> None:
+        container.stopped = True  # a jail starting now is ended as soon as it exists
         for process in list(container.commands):
             _kill(process)
             with contextlib.suppress(Exception):
@@ -426,6 +468,9 @@ class SandboxEngine(ContainerEngine):
         if container.jail is not None:
             await self._end_jail(container.jail)
             container.jail = None
+        if container.cgroup is not None:
+            await asyncio.to_thread(container.cgroup.remove)
+            container.cgroup, container.cgroup_made = None, False
 
 
 def _kill(process: asyncio.subprocess.Process) -> None:

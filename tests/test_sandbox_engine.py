@@ -1,0 +1,131 @@
+"""The sandbox engine's own behaviour, beyond the shared suite (tests/test_container_engines.py)
+and its walls (tests/test_sandbox_walls.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import stat
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from responses_gateway.containers.engine import Box, EngineError
+from responses_gateway.containers.sandbox import SandboxEngine
+from tests.helpers.container_engines import Harness, harness
+
+OUT = 64 * 1024
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path):
+    yield from harness(SandboxEngine(tmp_path / "containers", max_running=2))
+
+
+def run(h: Harness, code: str, b: Box, timeout: float = 60.0):
+    return h.run(h.engine.run_code(b, code, timeout=timeout, max_output=OUT))
+
+
+def fake_bwrap(tmp_path: Path, message: str) -> str:
+    """A bwrap that fails as bubblewrap does where it cannot make namespaces."""
+    script = tmp_path / "bwrap"
+    script.write_text(f"#!/bin/sh\necho '{message}' >&2\nexit 1\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return str(script)
+
+
+def test_check_says_why_no_jail_runs(tmp_path: Path) -> None:
+    why = "bwrap: No permissions to create a new namespace"
+    engine = SandboxEngine(tmp_path / "c", bwrap=fake_bwrap(tmp_path, why))
+    line = asyncio.run(engine.check())
+    assert line is not None and why in line and "\n" not in line
+    engine = SandboxEngine(tmp_path / "c", bwrap=str(tmp_path / "missing"))
+    assert "cannot run here" in asyncio.run(engine.check())
+
+
+def test_a_jail_that_cannot_start_is_an_engine_error(tmp_path: Path) -> None:
+    engine = SandboxEngine(tmp_path / "c", bwrap=fake_bwrap(tmp_path, "bwrap: no namespaces"))
+
+    async def go() -> None:
+        with pytest.raises(EngineError, match="no namespaces"):
+            await engine.run_code(Box(id="cntr_x", memory_mb=256), "1", timeout=10,
+                                  max_output=OUT)
+        await engine.aclose()
+
+    asyncio.run(go())
+
+
+def test_settings_supply_the_python_and_the_memory_cap(tmp_path: Path) -> None:
+    settings = SimpleNamespace(sandbox_python="/opt/py/bin/python3", code_memory_mb=300)
+    engine = SandboxEngine(tmp_path, settings)
+    assert engine.python == "/opt/py/bin/python3"
+    assert engine._limits(Box(id="cntr_x", memory_mb=4096))["as"] == 300 * 1024 * 1024
+    assert SandboxEngine(tmp_path, settings, memory_mb=200).memory_cap == 200
+
+
+@pytest.mark.parametrize("name", ["../up", ".hidden", "a/b", "", "x" * 200])
+def test_a_container_id_names_one_folder(tmp_path: Path, name: str) -> None:
+    engine = SandboxEngine(tmp_path)
+    with pytest.raises(EngineError):
+        asyncio.run(engine.start(Box(id=name, memory_mb=256)))
+
+
+@pytest.mark.slow
+def test_a_last_expression_is_shown_like_a_notebook(sandbox: Harness) -> None:
+    b = Box(id="cntr_expr", memory_mb=512)
+    assert run(sandbox, "x = 3\nx * 2", b).stdout == "6\n"
+    assert run(sandbox, "None", b).stdout == ""
+    assert run(sandbox, "print('a')\n'b'", b).stdout == "a\n'b'\n"
+
+
+@pytest.mark.slow
+def test_a_crash_between_calls_is_reported_by_the_next(sandbox: Harness) -> None:
+    b = Box(id="cntr_later", memory_mb=512)
+    done = run(sandbox, "import os, threading\nkept = 1\n"
+                        "threading.Timer(0.2, os._exit, (9,)).start()", b)
+    assert done.error is None and not done.reset
+    assert run(sandbox, "import time\ntime.sleep(1)", b).reset  # it died during this one or before
+    after = run(sandbox, "print('kept' in globals())", b)
+    assert after.stdout == "False\n" and not after.reset
+
+
+@pytest.mark.slow
+def test_calls_on_one_container_take_turns(sandbox: Harness) -> None:
+    b = Box(id="cntr_turns", memory_mb=512)
+    run(sandbox, "log = []", b)
+
+    async def both():
+        return await asyncio.gather(*(
+            sandbox.engine.run_code(b, f"import time\nlog.append({i})\ntime.sleep(0.3)\n"
+                                       f"log.append({i})\nprint(log[-2:])", timeout=60,
+                                    max_output=OUT) for i in range(2)))
+
+    first, second = sandbox.run(both())
+    assert first.stdout == "[0, 0]\n" and second.stdout == "[1, 1]\n"
+
+
+@pytest.mark.slow
+def test_past_max_running_the_least_recent_idle_process_ends(sandbox: Harness) -> None:
+    boxes = [Box(id=f"cntr_lru{i}", memory_mb=256) for i in range(3)]
+    for i, b in enumerate(boxes):
+        assert not run(sandbox, f"v = {i}", b).reset
+    # Two may run (max_running=2): the third's start ended the first's process.
+    first = run(sandbox, "print('v' in globals())", boxes[0])
+    assert first.reset and first.stdout == "False\n"
+    assert run(sandbox, "print(v)", boxes[2]).stdout == "2\n"
+
+
+@pytest.mark.slow
+def test_a_container_stopped_mid_call_ends_the_call(sandbox: Harness) -> None:
+    b = Box(id="cntr_midway", memory_mb=256)
+    run(sandbox, "1", b)
+
+    async def stop_during() -> object:
+        call = asyncio.ensure_future(sandbox.engine.run_code(
+            b, "import time\ntime.sleep(30)", timeout=60, max_output=OUT))
+        await asyncio.sleep(0.5)
+        await sandbox.engine.stop(b)
+        return await asyncio.wait_for(call, 10)
+
+    result = sandbox.run(stop_during())
+    assert result.reset and not result.timed_out
