@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from responses_gateway.tools.catalog import ToolCatalog
-from responses_gateway.tools.mcp import Limits, McpServer
-from responses_gateway.tools.mcp_tool import McpServerTool
+from responses_gateway.tools.mcp.client import Limits, McpServer
+from responses_gateway.tools.mcp.tool import McpServerTool
 from responses_gateway.translate.request_models import parse_create_request
 from responses_gateway.translate.sealing import Sealer
 from responses_gateway.translate.to_chat import to_chat_request, turn_messages
@@ -90,3 +90,13 @@ def test_the_record_keeps_headers_sealed_and_opens_them_on_connecting() -> None:
     echoed = req.echo()["tools"][0] if isinstance(req.echo(), dict) else None
     if echoed is not None:
         assert "headers" not in echoed and "authorization" not in echoed
+
+
+def test_the_mcp_models_are_configured_as_the_request_models() -> None:
+    """tools/mcp/params.py keeps its own copy of the request models' config and name pattern
+    (a tools package does not import translate/): the two stay equal."""
+    from responses_gateway.tools.mcp import params
+    from responses_gateway.translate import request_base
+
+    assert params.CONFIG == request_base.PARAMS_CONFIG
+    assert params.LABEL_PATTERN == request_base.NAME_PATTERN
