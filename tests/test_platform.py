@@ -38,21 +38,21 @@ def _settings_object(node: ast.expr) -> bool:
     return False
 
 
-def store_reads(package: Path) -> list[str]:
+def store_reads(package: Path, name: str = "store") -> list[str]:
     """``path:line`` of every read of ``<settings>.store`` (or ``getattr(<settings>,
-    "store")``) in ``package`` outside its platform/ package."""
+    "store")``; another setting: ``name``) in ``package`` outside its platform/ package."""
     found: list[tuple[str, int]] = []
     for path in sorted(package.rglob("*.py")):
         if (package / "platform") in path.parents:
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            read = (isinstance(node, ast.Attribute) and node.attr == "store"
+            read = (isinstance(node, ast.Attribute) and node.attr == name
                     and _settings_object(node.value))
             read = read or (
                 isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                 and node.func.id == "getattr" and len(node.args) >= 2
                 and _settings_object(node.args[0])
-                and isinstance(node.args[1], ast.Constant) and node.args[1].value == "store")
+                and isinstance(node.args[1], ast.Constant) and node.args[1].value == name)
             if read:
                 found.append((str(path.relative_to(package)), node.lineno))
     return [f"{path}:{line}" for path, line in sorted(found)]
@@ -63,6 +63,20 @@ def test_only_the_platform_reads_settings_store() -> None:
     GATEWAY_STORE again."""
     assert PLATFORM.is_dir()
     assert store_reads(PACKAGE) == []
+
+
+def test_only_the_platform_reads_settings_worker_function() -> None:
+    """Where background work runs (the worker Lambda or this process) is decided once
+    (``Platform.worker``, platform/worker.py)."""
+    assert store_reads(PACKAGE, "worker_function") == []
+
+
+def test_the_worker_is_the_platform_s(tmp_path: Path) -> None:
+    for store in (f"sqlite:{tmp_path / 'g.db'}", "dynamodb:t"):
+        assert platform_for(Settings(store=store)).worker().in_process
+        worker = platform_for(Settings(store=store, worker_function="w")).worker()
+        assert not worker.in_process and worker.function == "w"
+        assert worker.shown == "worker function"
 
 
 def test_the_check_finds_a_read(tmp_path: Path) -> None:

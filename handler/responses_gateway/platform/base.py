@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from responses_gateway.files.store import Blobs as FileBlobs
     from responses_gateway.files.store import FileRecords, UploadRecords
     from responses_gateway.files.uploads import Uploads
+    from responses_gateway.platform.worker import Worker
     from responses_gateway.settings import Settings
     from responses_gateway.store.base import Store, StoreLimits
     from responses_gateway.store.blobs import Blobs
@@ -81,6 +82,13 @@ class Platform(ABC):
         ``dynamodb`` client; only AWS has them."""
         raise RuntimeError("the WebSocket function needs GATEWAY_STORE=dynamodb:TABLE")
 
+    def worker(self) -> Worker:
+        """Where background work runs (platform/worker.py): the worker Lambda when
+        ``GATEWAY_WORKER_FUNCTION`` names one (AWS), else a task of this process."""
+        from responses_gateway.platform.worker import Worker
+
+        return Worker(self.settings.worker_function)
+
     def files_stored(self) -> bool:
         """Whether any file may have been stored (the sweep skips building the engines
         before then)."""
@@ -143,11 +151,11 @@ class Platform(ABC):
         from responses_gateway.vectors.extract import ExtractLimits
         from responses_gateway.vectors.service import SearchLimits, VectorStores
 
-        s = self.settings
+        s, worker = self.settings, self.worker()
         return VectorStores(self.vector_engine(), files, self._embedder(),
                             max_files=s.max_vector_store_files,
                             lease_seconds=s.lease_seconds,
-                            worker_function=s.worker_function,
+                            hand_off=None if worker.in_process else worker.queue,
                             knowledge_bases=self._knowledge_bases(),
                             search_limits=SearchLimits.of(s),
                             extract_limits=ExtractLimits.of(s))
