@@ -54,7 +54,8 @@ class Registration:
     items: tuple[ItemType, ...]  # the output (and input) items it makes
     target: str  # "module:Class", a ServerTool subclass
     #: a Settings field that must be set for the gateway to run it (else it stays hosted),
-    #: or a test of the settings (file_search: vector stores on this storage)
+    #: or a test of the settings, given or named ``"module:NAME"`` (imported when first
+    #: asked; file_search: ``platform:vector_stores_available``, vector stores on this storage)
     needs: str | Callable[[Any], bool] | None = None
     #: its calls give the model text their items do not hold (``ServerTool.reads``), kept
     #: for later requests (tools/reads.py)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import importlib
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
@@ -128,9 +128,20 @@ def served(kind: str, settings: Any) -> bool:
     """Whether the gateway runs ``kind`` with these settings (its ``needs`` set: an image
     backend for image_generation); if not, the tool stays hosted (tools/hosted.py)."""
     needs = _BY_KIND[kind].needs
+    if isinstance(needs, str) and ":" in needs:
+        needs = _test_named(needs)
     if callable(needs):
         return bool(needs(settings))
     return needs is None or getattr(settings, needs, None) is not None
+
+
+@cache
+def _test_named(ref: str) -> Callable[[Any], bool]:
+    """A registration's ``needs`` named ``"module:NAME"`` (a test of the settings another
+    layer answers: file_search asks the platform whether it has vector stores)."""
+    module, _, name = ref.partition(":")
+    test: Callable[[Any], bool] = getattr(importlib.import_module(module), name)
+    return test
 
 
 def served_type(tool_type: str, settings: Any) -> bool:
