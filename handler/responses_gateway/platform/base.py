@@ -82,17 +82,17 @@ class Platform(ABC):
         ``dynamodb`` client; only AWS has them."""
         raise RuntimeError("the WebSocket function needs GATEWAY_STORE=dynamodb:TABLE")
 
+    def files_stored(self) -> bool:
+        """Whether any file may have been stored (the sweep skips building the engines
+        before then)."""
+        return True
+
     def worker(self) -> Worker:
         """Where background work runs (platform/worker.py): the worker Lambda when
         ``GATEWAY_WORKER_FUNCTION`` names one (AWS), else a task of this process."""
         from responses_gateway.platform.worker import Worker
 
         return Worker(self.settings.worker_function)
-
-    def files_stored(self) -> bool:
-        """Whether any file may have been stored (the sweep skips building the engines
-        before then)."""
-        return True
 
     # -- services assembled from the engines ------------------------------------------------
 

@@ -6,8 +6,10 @@
 - :mod:`.hosted` is the policy for tools OpenAI runs and the gateway does not
   (``code_interpreter``, and a server tool while it is not configured);
 - :mod:`.server` and :mod:`.registry` are the seam for tools the gateway runs, each a package
-  declaring itself (:mod:`.declaration`): :mod:`.mcp` (remote MCP servers' tools; the ``mcp``
-  SDK loads on first use), :mod:`.web_search`, :mod:`.file_search`, :mod:`.image_generation`.
+  declaring itself (:mod:`.declaration`): :mod:`.web_search`, :mod:`.file_search`,
+  :mod:`.image_generation`;
+- :mod:`.mcp` runs remote MCP servers' tools in the gateway (imported lazily: it needs the
+  ``mcp`` SDK).
 """
 
 from responses_gateway.tools.catalog import ToolCatalog, ToolSpec
