@@ -155,3 +155,27 @@ def test_choosing_a_platform_imports_no_engine(tmp_path: Path) -> None:
     engines = ("boto3", "botocore", "sqlite3", "responses_gateway.store.",
                "responses_gateway.files.", "responses_gateway.vectors.")
     assert [m for m in loaded if m.startswith(engines) or m in ("boto3", "sqlite3")] == []
+
+
+def test_each_declared_platform_is_one_subclass_and_one_line() -> None:
+    """``PLATFORMS`` is what config.py checks GATEWAY_STORE against and what platform_for
+    builds: each line names a Platform subclass, its form starts with its kind, and the
+    start refuses anything else naming every form."""
+    import importlib
+
+    from responses_gateway.config import SettingsError, settings_from_env
+    from responses_gateway.platform import PLATFORMS
+    from responses_gateway.platform.base import Platform
+
+    for kind, declared in PLATFORMS.items():
+        module, _, name = declared.target.partition(":")
+        assert issubclass(getattr(importlib.import_module(module), name), Platform)
+        assert declared.form.startswith(f"{kind}:")
+    with pytest.raises(SettingsError) as exc:
+        settings_from_env({"GATEWAY_STORE": "postgres:db"})
+    assert all(p.form in str(exc.value) for p in PLATFORMS.values())
+    with pytest.raises(SettingsError, match="GATEWAY_IMAGE_BUCKET"):
+        settings_from_env({"GATEWAY_STORE": "dynamodb:t", "GATEWAY_IMAGE_BACKEND": "openai",
+                           "GATEWAY_IMAGE_URL": "http://images:8000/v1"})
+    assert settings_from_env({"GATEWAY_STORE": "sqlite:", "GATEWAY_IMAGE_BACKEND": "openai",
+                              "GATEWAY_IMAGE_URL": "http://images:8000/v1"}).image_bucket is None
