@@ -100,3 +100,24 @@ def test_the_mcp_models_are_configured_as_the_request_models() -> None:
 
     assert params.CONFIG == request_base.PARAMS_CONFIG
     assert params.LABEL_PATTERN == request_base.NAME_PATTERN
+
+
+def test_a_record_stored_before_the_seam_still_rebuilds_its_mcp_servers() -> None:
+    """Background records written before server tools had a seam kept MCP's state under the
+    tool's kind in the request (``request["mcp"]``), not under ``server_tools``: a worker
+    still rebuilds the servers from it (responses/job.py ``_tools_of``)."""
+    from types import SimpleNamespace
+
+    from responses_gateway.config import Settings
+    from responses_gateway.responses.job import _tools_of
+    from responses_gateway.store.base import StoredResponse
+
+    entry = {"servers": [{"label": "lab", "url": "https://mcp.example/mcp"}],
+             "tools": {"lab": [SEARCH]}, "listed": [], "approved": []}
+    gateway = SimpleNamespace(settings=Settings(), sealer=Sealer.from_secret(None))
+    old = StoredResponse("resp_1", "t", {}, {"model": "m", "mcp": entry})
+    tools = _tools_of(gateway, old)  # type: ignore[arg-type]
+    assert tools is not None and list(tools.by_kind) == ["mcp"]
+    assert isinstance(tools.by_kind["mcp"], McpServerTool)
+    assert list(tools.by_kind["mcp"].servers) == ["lab"]
+    assert _tools_of(gateway, StoredResponse("resp_2", "t", {}, {"model": "m"})) is None  # type: ignore[arg-type]
