@@ -22,12 +22,11 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from responses_gateway.errors import GatewayError, UpstreamError, invalid_request
-from responses_gateway.platform.worker import Worker
 from responses_gateway.responses import conversations
 from responses_gateway.responses.gateway import Gateway
 from responses_gateway.responses.job import Job
@@ -46,6 +45,9 @@ from responses_gateway.store.base import (
 )
 from responses_gateway.translate.response_object import response_error
 from responses_gateway.translate.stream import Event
+
+if TYPE_CHECKING:
+    from responses_gateway.platform.worker import Worker  # built on first use: cold start
 
 logger = logging.getLogger("responses_gateway.worker")
 
