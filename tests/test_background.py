@@ -188,7 +188,7 @@ class FakeLambdaClient:
 
 @pytest.fixture
 def lambda_client(monkeypatch: pytest.MonkeyPatch) -> FakeLambdaClient:
-    from responses_gateway import worker_invoke as invoke
+    from responses_gateway.platform import worker as invoke
 
     fake = FakeLambdaClient()
     monkeypatch.setattr(invoke, "_lambda_client", lambda: fake)
@@ -778,7 +778,7 @@ def test_lambda_worker_time_limit(
 
 
 def test_worker_invoke_failure_is_a_503(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    from responses_gateway import worker_invoke as invoke
+    from responses_gateway.platform import worker as invoke
 
     monkeypatch.setattr(invoke, "_lambda_client", lambda: FakeLambdaClient(fail=True))
     server = env.server(worker_function="gateway-worker")

@@ -5,7 +5,6 @@ SDK's own types."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import threading
 import time
@@ -511,16 +510,13 @@ def test_the_lock_is_renewed_while_a_turn_runs(
 def test_a_background_create_whose_worker_cannot_start_frees_the_conversation(
     client: openai.OpenAI, gateway: GatewayServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from responses_gateway import worker_invoke as invoke
+    from responses_gateway.platform.worker import Worker
 
-    async def unreachable(function: str, response_id: str, tenant: str) -> None:
-        raise ConnectionError("lambda endpoint unreachable")
+    class Unreachable(Worker):
+        async def queue(self, event: dict[str, Any]) -> None:
+            raise ConnectionError("lambda endpoint unreachable")
 
-    running = gateway.gateway
-    monkeypatch.setattr(
-        running, "settings", dataclasses.replace(running.settings, worker_function="worker")
-    )
-    monkeypatch.setattr(invoke, "invoke_worker", unreachable)
+    monkeypatch.setattr(gateway.gateway.platform, "worker", lambda: Unreachable("worker"))
     conv = client.conversations.create()
     with pytest.raises(openai.InternalServerError) as exc:
         client.responses.create(

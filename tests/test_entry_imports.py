@@ -30,7 +30,7 @@ LAZY = (
     "responses_gateway.backends.bedrock",
     "responses_gateway.api.websocket",
     "responses_gateway.entry.lambda_websocket",
-    "responses_gateway.tools.mcp",
+    "responses_gateway.tools.mcp.client",
 )
 #: Not imported with the embedded store either (only the DynamoDB store needs them).
 AWS_SDK = ("boto3", "botocore")
@@ -44,6 +44,7 @@ REQUEST_MODELS = (
     "responses_gateway.translate.request_tools",
     "responses_gateway.translate.request_base",
     "responses_gateway.translate.request_errors",
+    "responses_gateway.tools.mcp.params",  # the mcp tool's models (its registration names them)
 )
 
 PROBE = """

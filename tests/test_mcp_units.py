@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from responses_gateway.tools.catalog import ToolCatalog
-from responses_gateway.tools.mcp import Limits, McpServer
-from responses_gateway.tools.mcp_tool import McpServerTool
+from responses_gateway.tools.mcp.client import Limits, McpServer
+from responses_gateway.tools.mcp.tool import McpServerTool
 from responses_gateway.translate.request_models import parse_create_request
 from responses_gateway.translate.sealing import Sealer
 from responses_gateway.translate.to_chat import to_chat_request, turn_messages
@@ -90,3 +90,34 @@ def test_the_record_keeps_headers_sealed_and_opens_them_on_connecting() -> None:
     echoed = req.echo()["tools"][0] if isinstance(req.echo(), dict) else None
     if echoed is not None:
         assert "headers" not in echoed and "authorization" not in echoed
+
+
+def test_the_mcp_models_are_configured_as_the_request_models() -> None:
+    """tools/mcp/params.py keeps its own copy of the request models' config and name pattern
+    (a tools package does not import translate/): the two stay equal."""
+    from responses_gateway.tools.mcp import params
+    from responses_gateway.translate import request_base
+
+    assert params.CONFIG == request_base.PARAMS_CONFIG
+    assert params.LABEL_PATTERN == request_base.NAME_PATTERN
+
+
+def test_a_record_stored_before_the_seam_still_rebuilds_its_mcp_servers() -> None:
+    """Background records written before server tools had a seam kept MCP's state under the
+    tool's kind in the request (``request["mcp"]``), not under ``server_tools``: a worker
+    still rebuilds the servers from it (responses/job.py ``_tools_of``)."""
+    from types import SimpleNamespace
+
+    from responses_gateway.config import Settings
+    from responses_gateway.responses.job import _tools_of
+    from responses_gateway.store.base import StoredResponse
+
+    entry = {"servers": [{"label": "lab", "url": "https://mcp.example/mcp"}],
+             "tools": {"lab": [SEARCH]}, "listed": [], "approved": []}
+    gateway = SimpleNamespace(settings=Settings(), sealer=Sealer.from_secret(None))
+    old = StoredResponse("resp_1", "t", {}, {"model": "m", "mcp": entry})
+    tools = _tools_of(gateway, old)  # type: ignore[arg-type]
+    assert tools is not None and list(tools.by_kind) == ["mcp"]
+    assert isinstance(tools.by_kind["mcp"], McpServerTool)
+    assert list(tools.by_kind["mcp"].servers) == ["lab"]
+    assert _tools_of(gateway, StoredResponse("resp_2", "t", {}, {"model": "m"})) is None  # type: ignore[arg-type]

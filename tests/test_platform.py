@@ -38,21 +38,21 @@ def _settings_object(node: ast.expr) -> bool:
     return False
 
 
-def store_reads(package: Path) -> list[str]:
+def store_reads(package: Path, name: str = "store") -> list[str]:
     """``path:line`` of every read of ``<settings>.store`` (or ``getattr(<settings>,
-    "store")``) in ``package`` outside its platform/ package."""
+    "store")``; another setting: ``name``) in ``package`` outside its platform/ package."""
     found: list[tuple[str, int]] = []
     for path in sorted(package.rglob("*.py")):
         if (package / "platform") in path.parents:
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            read = (isinstance(node, ast.Attribute) and node.attr == "store"
+            read = (isinstance(node, ast.Attribute) and node.attr == name
                     and _settings_object(node.value))
             read = read or (
                 isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                 and node.func.id == "getattr" and len(node.args) >= 2
                 and _settings_object(node.args[0])
-                and isinstance(node.args[1], ast.Constant) and node.args[1].value == "store")
+                and isinstance(node.args[1], ast.Constant) and node.args[1].value == name)
             if read:
                 found.append((str(path.relative_to(package)), node.lineno))
     return [f"{path}:{line}" for path, line in sorted(found)]
@@ -63,6 +63,20 @@ def test_only_the_platform_reads_settings_store() -> None:
     GATEWAY_STORE again."""
     assert PLATFORM.is_dir()
     assert store_reads(PACKAGE) == []
+
+
+def test_only_the_platform_reads_settings_worker_function() -> None:
+    """Where background work runs (the worker Lambda or this process) is decided once
+    (``Platform.worker``, platform/worker.py)."""
+    assert store_reads(PACKAGE, "worker_function") == []
+
+
+def test_the_worker_is_the_platform_s(tmp_path: Path) -> None:
+    for store in (f"sqlite:{tmp_path / 'g.db'}", "dynamodb:t"):
+        assert platform_for(Settings(store=store)).worker().in_process
+        worker = platform_for(Settings(store=store, worker_function="w")).worker()
+        assert not worker.in_process and worker.function == "w"
+        assert worker.shown == "worker function"
 
 
 def test_the_check_finds_a_read(tmp_path: Path) -> None:
@@ -141,3 +155,27 @@ def test_choosing_a_platform_imports_no_engine(tmp_path: Path) -> None:
     engines = ("boto3", "botocore", "sqlite3", "responses_gateway.store.",
                "responses_gateway.files.", "responses_gateway.vectors.")
     assert [m for m in loaded if m.startswith(engines) or m in ("boto3", "sqlite3")] == []
+
+
+def test_each_declared_platform_is_one_subclass_and_one_line() -> None:
+    """``PLATFORMS`` is what config.py checks GATEWAY_STORE against and what platform_for
+    builds: each line names a Platform subclass, its form starts with its kind, and the
+    start refuses anything else naming every form."""
+    import importlib
+
+    from responses_gateway.config import SettingsError, settings_from_env
+    from responses_gateway.platform import PLATFORMS
+    from responses_gateway.platform.base import Platform
+
+    for kind, declared in PLATFORMS.items():
+        module, _, name = declared.target.partition(":")
+        assert issubclass(getattr(importlib.import_module(module), name), Platform)
+        assert declared.form.startswith(f"{kind}:")
+    with pytest.raises(SettingsError) as exc:
+        settings_from_env({"GATEWAY_STORE": "postgres:db"})
+    assert all(p.form in str(exc.value) for p in PLATFORMS.values())
+    with pytest.raises(SettingsError, match="GATEWAY_IMAGE_BUCKET"):
+        settings_from_env({"GATEWAY_STORE": "dynamodb:t", "GATEWAY_IMAGE_BACKEND": "openai",
+                           "GATEWAY_IMAGE_URL": "http://images:8000/v1"})
+    assert settings_from_env({"GATEWAY_STORE": "sqlite:", "GATEWAY_IMAGE_BACKEND": "openai",
+                              "GATEWAY_IMAGE_URL": "http://images:8000/v1"}).image_bucket is None

@@ -26,13 +26,8 @@ from responses_gateway.tools.declaration import Registration
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "handler" / "responses_gateway"
 
-#: Where a tool's names may appear besides its package: the registry (MCP's registration)
-#: and, for MCP, which predates the packages, the files that still hold its request model
-#: (the ``mcp`` tool and ``tool_choice`` models, translate/request_tools.py) and the record
-#: format of responses stored before the seam (responses/job.py).
+#: Where a tool's names may appear besides its package: the registry, which lists the packages.
 ANYWHERE = {"tools/registry.py"}
-MCP_FILES = {"tools/mcp.py", "tools/mcp_tool.py", "tools/mcp_items.py",
-             "translate/request_tools.py", "responses/job.py"}
 
 
 def _names(registration: Registration) -> set[str]:
@@ -51,8 +46,6 @@ def _names(registration: Registration) -> set[str]:
 
 def _home(registration: Registration) -> set[str]:
     """The files a tool's names may appear in: its package, where its class lives."""
-    if registration.kind == "mcp":
-        return MCP_FILES
     module = registration.target.partition(":")[0]
     package = module.removeprefix("responses_gateway.").split(".")[:2]
     return {str(p.relative_to(PACKAGE)) for p in (PACKAGE / Path(*package)).rglob("*.py")}
@@ -98,8 +91,6 @@ def test_no_module_outside_a_tools_package_names_the_tool() -> None:
 
 def test_each_packaged_tool_declares_itself_in_its_package() -> None:
     for registration in registry.REGISTRATIONS:
-        if registration.kind == "mcp":
-            continue
         package = registration.target.partition(":")[0].rsplit(".", 1)[0]
         assert sys.modules[package].REGISTRATION is registration  # type: ignore[attr-defined]
         assert package in registry.PACKAGES
@@ -119,6 +110,9 @@ def test_the_registry_is_read_without_the_tools_code() -> None:
         for item in registration.items:
             if item.input_fields:
                 assert item.input_fields.partition(":")[0] not in loaded
+        for models in (registration.request_tool, registration.request_choice):
+            if models:
+                assert models.partition(":")[0] not in loaded
     assert "pydantic" not in loaded
 
 

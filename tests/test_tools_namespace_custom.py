@@ -230,7 +230,7 @@ def test_hosted_tools_are_left_out_or_refused_as_configured() -> None:
 def test_mcp_tools_are_accepted_and_connectors_are_a_clear_400() -> None:
     tool = {"type": "mcp", "server_label": "docs", "server_url": "https://example.com/mcp"}
     req = parse_create_request({"model": "m", "tools": [WEATHER_TOOL, tool]}, hosted_tools="omit")
-    assert [t.type for t in req.tools] == ["function", "mcp"]  # run by tools/mcp.py
+    assert [t.type for t in req.tools] == ["function", "mcp"]  # run by tools/mcp/
     with pytest.raises(GatewayError) as info:
         parse_create_request({"model": "m", "tools": [{**tool, "connector_id": "x"}]})
     assert info.value.param == "tools[0].connector_id"

@@ -14,8 +14,8 @@ import asyncio
 from typing import Any
 
 from responses_gateway.tools.catalog import ToolSpec
-from responses_gateway.tools.mcp import Limits, McpServer
-from responses_gateway.tools.mcp_tool import McpServerTool
+from responses_gateway.tools.mcp.client import Limits, McpServer
+from responses_gateway.tools.mcp.tool import McpServerTool
 from responses_gateway.tools.server import ServerCall
 from responses_gateway.translate.request_models import parse_create_request
 from responses_gateway.translate.response_object import new_response

@@ -365,9 +365,9 @@ def test_ingestion_runs_in_the_worker_lambda(embeddings: EmbeddingServer, tmp_pa
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """With a worker function (AWS), the API process hands each file to the worker Lambda
     (event kind vector_store_file) instead of ingesting it itself."""
-    from responses_gateway import worker_invoke as dispatch
     from responses_gateway.config import Settings
     from responses_gateway.entry import lambda_worker
+    from responses_gateway.platform import worker as dispatch
 
     fake = _FakeLambda()
     monkeypatch.setattr(dispatch, "_client", fake)

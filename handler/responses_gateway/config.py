@@ -275,11 +275,14 @@ def _bedrock_region(text: str | None, spec: _Spec, reading: Reading) -> str | No
 
 
 def _store(text: str | None, spec: _Spec, reading: Reading) -> str:
+    """A platform's form (platform/: ``PLATFORMS``)."""
+    from responses_gateway.platform import declared as platform_declared
+
     text = text or spec.default
-    kind, _, target = text.strip().partition(":")
-    if kind not in ("sqlite", "dynamodb") or (kind == "dynamodb" and not target):
-        raise SettingsError(
-            f"{spec.env} must be sqlite:PATH or dynamodb:TABLE, not {text!r}")
+    try:
+        platform_declared(text)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
     return text.strip()
 
 
@@ -331,9 +334,13 @@ def _image_backend(text: str | None, spec: _Spec, reading: Reading) -> str | Non
     if name not in IMAGE_KINDS:
         raise SettingsError(f"{spec.env} must be one of {', '.join(IMAGE_KINDS)} "
                             f"(or unset), not {name!r}")
-    if reading.value("store").startswith("dynamodb:") and not reading.value("image_bucket"):
+    from responses_gateway.platform import declared as platform_declared
+
+    platform = platform_declared(reading.value("store"))
+    if platform.needs_image_bucket and not reading.value("image_bucket"):
         raise SettingsError("GATEWAY_IMAGE_BUCKET must name an S3 bucket for generated images "
-                            f"when {spec.env} is set and GATEWAY_STORE is dynamodb")
+                            f"when {spec.env} is set and GATEWAY_STORE is "
+                            f"{platform.form.partition(':')[0]}")
     return name
 
 

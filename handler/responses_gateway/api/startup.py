@@ -45,7 +45,7 @@ def summary(settings: Settings) -> dict[str, Any]:
         "hosted_tools": settings.hosted_tools,
         **registry.start_line(settings),
         "container_engine": settings.code_interpreter,
-        "background": "worker function" if settings.worker_function else "in process",
+        "background": platform_for(settings).worker().shown,
         "log_level": settings.log_level,
         "debug_log_content": settings.debug_log_content,
     }

@@ -6,10 +6,10 @@ request, so each is checked again), connects to the checked address while the Ho
 and TLS SNI keep the name, so a second DNS answer cannot swap in a private address between
 check and connect, and optionally stops reading an answer past a byte limit.
 
-Used by the Bedrock media fetcher (backends/bedrock/images.py, on ``httpx``) and by remote MCP
-(tools/mcp.py, on ``httpx2``, the MCP SDK's client). The two libraries share the transport
-API, so the transport is built for whichever module the caller passes; neither is imported
-here until a caller asks.
+Used by the Bedrock media fetcher (backends/bedrock/images.py, on ``httpx``) and by remote
+MCP (tools/mcp/client.py, on ``httpx2``, the MCP SDK's client). The two libraries share the
+transport API, so the transport is built for whichever module the caller passes; neither is
+imported here until a caller asks.
 """
 
 from __future__ import annotations

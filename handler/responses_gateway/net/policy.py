@@ -1,8 +1,8 @@
 """Where the gateway may connect on a client's behalf: the SSRF rules, in one place.
 
 A client names URLs the gateway then fetches (Bedrock image and file URLs,
-backends/bedrock/images.py) or talks to (remote MCP servers, tools/mcp.py). The gateway runs
-inside a VPC or a Lambda with access to metadata services and private networks, so every such
+backends/bedrock/images.py) or talks to (remote MCP servers, tools/mcp/client.py). The gateway
+runs inside a VPC or a Lambda with access to metadata services and private networks, so every such
 connection goes through the same checks: the URL is parsed strictly, its host resolved here,
 *all* its addresses must be public unless the deployment lists the host as allowed, and the
 connection is pinned to the checked address (Host header and TLS SNI keep the name) so a

@@ -14,6 +14,8 @@ its module then: a process loads boto3 only for AWS, and an engine it never uses
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -24,27 +26,66 @@ LOCAL = "sqlite"  # GATEWAY_STORE=sqlite:PATH
 AWS = "dynamodb"  # GATEWAY_STORE=dynamodb:TABLE
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Declared:
+    """One platform as the gateway knows it before its module is imported (compared by
+    identity, as tools/declaration.py's registrations: this module is on every cold start)."""
+
+    #: what ``GATEWAY_STORE`` looks like for it (``dynamodb:TABLE``)
+    form: str
+    #: ``"module:Class"`` of its :class:`~responses_gateway.platform.base.Platform`, built with
+    #: ``(settings, target)``
+    target: str
+    #: its ``GATEWAY_STORE`` must name something after the colon (a table)
+    needs_target: bool = False
+    #: large values (generated images) cannot be kept beside its records, so an image
+    #: backend needs ``GATEWAY_IMAGE_BUCKET`` (a DynamoDB item holds 400 KB)
+    needs_image_bucket: bool = False
+
+
+#: The platforms by ``GATEWAY_STORE``'s kind: a new storage engine is one subclass of
+#: ``Platform`` and one line here (config.py checks the setting against this table).
+PLATFORMS: dict[str, Declared] = {
+    LOCAL: Declared("sqlite:PATH", "responses_gateway.platform.local:LocalPlatform"),
+    AWS: Declared("dynamodb:TABLE", "responses_gateway.platform.aws:AWSPlatform",
+                  needs_target=True, needs_image_bucket=True),
+}
+
+
 def store_parts(text: str) -> tuple[str, str]:
     """A ``GATEWAY_STORE`` value as (kind, target): ``("sqlite", PATH)``, ``("dynamodb",
-    TABLE)``; the kind is whatever precedes the colon (config.py refuses an unknown one)."""
+    TABLE)``; the kind is whatever precedes the colon (:func:`declared` refuses an unknown
+    one)."""
     kind, _, target = text.partition(":")
     return kind, target
+
+
+def declared(text: str) -> Declared:
+    """The platform a ``GATEWAY_STORE`` value names, checked (config.py, at start): a
+    ``ValueError`` naming the forms when it names none."""
+    kind, target = store_parts(text.strip())
+    platform = PLATFORMS.get(kind)
+    if platform is None or (platform.needs_target and not target):
+        raise ValueError(f"GATEWAY_STORE must be {_forms()}, not {text!r}")
+    return platform
+
+
+def _forms() -> str:
+    return " or ".join(p.form for p in PLATFORMS.values())
 
 
 def platform_for(settings: Settings) -> Platform:
     """The platform ``settings`` choose (cheap: no engine is built or imported yet)."""
     kind, target = store_parts(settings.store)
-    if kind == LOCAL:
-        from responses_gateway.platform.local import LocalPlatform
-
-        return LocalPlatform(settings, target)
-    if kind == AWS:
-        from responses_gateway.platform.aws import AWSPlatform
-
-        if not target:
-            raise ValueError("GATEWAY_STORE=dynamodb:TABLE needs a table name")
-        return AWSPlatform(settings, target)
-    raise ValueError(f"GATEWAY_STORE must be sqlite:PATH or dynamodb:TABLE, not {settings.store!r}")
+    platform = PLATFORMS.get(kind)
+    if platform is None:
+        raise ValueError(f"GATEWAY_STORE must be {_forms()}, not {settings.store!r}")
+    if platform.needs_target and not target:
+        noun = platform.form.partition(":")[2].lower()
+        raise ValueError(f"GATEWAY_STORE={platform.form} needs a {noun} name")
+    module, _, name = platform.target.partition(":")
+    cls: type[Platform] = getattr(importlib.import_module(module), name)
+    return cls(settings, target)  # type: ignore[call-arg]
 
 
 def vector_stores_available(settings: Settings) -> bool:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from responses_gateway.files.store import Blobs as FileBlobs
     from responses_gateway.files.store import FileRecords, UploadRecords
     from responses_gateway.files.uploads import Uploads
+    from responses_gateway.platform.worker import Worker
     from responses_gateway.settings import Settings
     from responses_gateway.store.base import Store, StoreLimits
     from responses_gateway.store.blobs import Blobs
@@ -120,6 +121,13 @@ class Platform(ABC):
         before then)."""
         return True
 
+    def worker(self) -> Worker:
+        """Where background work runs (platform/worker.py): the worker Lambda when
+        ``GATEWAY_WORKER_FUNCTION`` names one (AWS), else a task of this process."""
+        from responses_gateway.platform.worker import Worker
+
+        return Worker(self.settings.worker_function)
+
     # -- services assembled from the engines ------------------------------------------------
 
     def store(self) -> Store:
@@ -194,11 +202,11 @@ class Platform(ABC):
         from responses_gateway.vectors.extract import ExtractLimits
         from responses_gateway.vectors.service import SearchLimits, VectorStores
 
-        s = self.settings
+        s, worker = self.settings, self.worker()
         return VectorStores(self.vector_engine(), files, self._embedder(),
                             max_files=s.max_vector_store_files,
                             lease_seconds=s.lease_seconds,
-                            worker_function=s.worker_function,
+                            hand_off=None if worker.in_process else worker.queue,
                             knowledge_bases=self._knowledge_bases(),
                             search_limits=SearchLimits.of(s),
                             extract_limits=ExtractLimits.of(s))

@@ -22,7 +22,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -46,6 +46,9 @@ from responses_gateway.store.base import (
 from responses_gateway.translate.response_object import response_error
 from responses_gateway.translate.stream import Event
 
+if TYPE_CHECKING:
+    from responses_gateway.platform.worker import Worker  # built on first use: cold start
+
 logger = logging.getLogger("responses_gateway.worker")
 
 FLUSH_SECONDS = 0.25  # events reach the store (and other invocations) this often
@@ -68,24 +71,23 @@ async def start(gateway: Gateway, job: Job) -> None:
     # Until a worker claims it, this lease bounds how long it may stay queued. An async Lambda
     # invocation may wait in its queue up to the template's MaximumEventAgeInSeconds (300 s;
     # after that the dead letter ends it failed), so in AWS the bound is past that.
-    settings = gateway.settings
+    settings, worker = gateway.settings, gateway.platform.worker()
     queued_for = settings.queued_seconds or (
-        QUEUED_SECONDS_AWS if settings.worker_function else 2 * settings.lease_seconds
+        2 * settings.lease_seconds if worker.in_process else QUEUED_SECONDS_AWS
     )
     record.lease_until = time.time() + queued_for
     await gateway.store.put(record)
-    await dispatch(gateway, record)
+    await dispatch(gateway, record, worker)
 
 
-async def dispatch(gateway: Gateway, record: StoredResponse) -> None:
-    function = gateway.settings.worker_function
-    if function:
-        from responses_gateway.worker_invoke import invoke_worker
-
+async def dispatch(gateway: Gateway, record: StoredResponse, worker: Worker) -> None:
+    """Queue the record for the worker Lambda, or run it as a task of this process
+    (platform/worker.py); a worker that cannot be reached is a 503 and no response."""
+    if not worker.in_process:
         try:
-            await invoke_worker(function, record.id, record.tenant)
+            await worker.queue({"response_id": record.id, "tenant": record.tenant})
         except Exception as exc:
-            logger.exception("could not invoke worker %s for %s", function, record.id)
+            logger.exception("could not invoke worker %s for %s", worker.function, record.id)
             with contextlib.suppress(Exception):
                 await gateway.store.delete(record.id, record.tenant)
             await conversations.release_record(gateway.store, record)  # never ran: let go

@@ -32,7 +32,7 @@ from responses_gateway.store.base import CancelledError as StoreCancelled
 from responses_gateway.store.base import Store, StoredResponse, StoreUnavailable
 from responses_gateway.tools import reads as tool_reads
 from responses_gateway.tools.catalog import specs_from_record
-from responses_gateway.tools.registry import ITEM_COUNTERS, ServerTools
+from responses_gateway.tools.registry import ITEM_COUNTERS, SERVER_KINDS, ServerTools
 from responses_gateway.tools.server import Rebuild, ServerCall
 from responses_gateway.translate.response_object import response_error
 from responses_gateway.translate.sealing import Sealer
@@ -353,8 +353,8 @@ def _tools_of(gateway: Services, record: StoredResponse) -> ServerTools | None:
     """The server tools a stored response runs (a background worker's job)."""
     request = record.request
     data = request.get("server_tools")
-    if data is None and request.get("mcp"):  # a record written before server tools had a seam
-        data = {"mcp": request["mcp"]}
+    if data is None:  # a record written before server tools had a seam: under the tool's kind
+        data = {kind: request[kind] for kind in SERVER_KINDS if request.get(kind)}
     if not data:
         return None
     return ServerTools.from_record(

@@ -3,7 +3,8 @@
 A registration is data only: the gateway reads it on every process start (tools/registry.py
 lists the packages), so declaring a tool must not import its code (search providers, image
 backends, the ``mcp`` SDK). Its class (``target``) and the fields of the items a client may send
-back (``ItemType.input_fields``) are named by ``"module:NAME"`` strings, imported on first use.
+back (``ItemType.input_fields``), and its request models when it has some (``request_tool``),
+are named by ``"module:NAME"`` strings, imported on first use.
 
 Everything the rest of the gateway knows about a server tool comes from here: which request
 tools it serves, what ``tool_choice`` names it, its output items and their ids, the ``include``
@@ -63,7 +64,8 @@ class Registration:
     #: it is imported with the first request that names one of the types
     serves: str | None = None
     #: a Settings field that must be set for the gateway to run it (else it stays hosted),
-    #: or a test of the settings (file_search: vector stores on this storage)
+    #: or a test of the settings, given or named ``"module:NAME"`` (imported when first
+    #: asked; file_search: ``platform:vector_stores_available``, vector stores on this storage)
     needs: str | Callable[[Any], bool] | None = None
     #: its calls give the model text their items do not hold (``ServerTool.reads``), kept
     #: for later requests (tools/reads.py)
@@ -72,6 +74,15 @@ class Registration:
     #: type the Response echoes for it (a choice outside OpenAI's schema is echoed as the
     #: schema's name for the same tool)
     choices: Mapping[str, str] = field(default_factory=dict)
+    #: ``"module:NAME"`` of the pydantic model of its request tool, when the request models
+    #: check it field by field (mcp; its ``echo()`` is what a Response lists, its
+    #: ``check_tools([(index, tool), ...])`` checks across the request); ``None``: the tool is
+    #: kept as sent and its package checks it. Imported with the request models (first create)
+    request_tool: str | None = None
+    #: ``"module:NAME"`` of the model of a ``tool_choice`` shaped its own way
+    #: (``{"type": "mcp", "server_label"}``; its ``echo()`` and ``check(tools)``), beside
+    #: ``choices``
+    request_choice: str | None = None
     #: the ``include`` values it honours (``web_search_call.action.sources``)
     includes: tuple[str, ...] = ()
     #: what it adds to a Response's ``tool_usage`` before any call: key and zero counts

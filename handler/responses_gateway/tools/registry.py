@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from functools import cache
 from typing import Any, cast
 
-from responses_gateway import ids
 from responses_gateway.tools.catalog import ToolCatalog
 from responses_gateway.tools.declaration import ItemType, Registration
 from responses_gateway.tools.server import (
@@ -36,24 +35,10 @@ from responses_gateway.tools.server import (
 
 __all__ = ["ItemType", "Registration", "ServerTools", "register"]
 
-#: Remote MCP servers' tools (tools/mcp.py, tools/mcp_tool.py). Always on; OpenAI's request
-#: model of the ``mcp`` tool and its ``tool_choice`` live with the request models
-#: (translate/request_tools.py).
-MCP = Registration(
-    "mcp", ("mcp",),
-    (ItemType("mcp_list_tools", ids.MCP_LIST_TOOLS, has_status=False,
-              input_fields="responses_gateway.tools.mcp_items:LIST_TOOLS"),
-     ItemType("mcp_call", ids.MCP_CALL, input_fields="responses_gateway.tools.mcp_items:CALL"),
-     ItemType("mcp_approval_request", ids.MCP_APPROVAL_REQUEST, has_status=False,
-              input_fields="responses_gateway.tools.mcp_items:APPROVAL_REQUEST"),
-     ItemType("mcp_approval_response", ids.MCP_APPROVAL_RESPONSE, has_status=False,
-              input_fields="responses_gateway.tools.mcp_items:APPROVAL_RESPONSE")),
-    "responses_gateway.tools.mcp_tool:McpServerTool",
-    hosted=False, start_line=("mcp_allow_hosts",),
-)
-#: The packages of the other server tools, each declaring its ``REGISTRATION``
+#: The packages of the server tools, each declaring its ``REGISTRATION``
 #: (tools/declaration.py): adding a tool is its package and one line here.
 PACKAGES = (
+    "responses_gateway.tools.mcp",
     "responses_gateway.tools.image_generation",
     "responses_gateway.tools.web_search",
     "responses_gateway.tools.file_search",
@@ -124,7 +109,6 @@ def register(registration: Registration) -> None:
                 ITEM_COUNTERS[item.type] = item.counter
 
 
-register(MCP)
 for _package in PACKAGES:
     register(importlib.import_module(_package).REGISTRATION)
 
@@ -171,9 +155,20 @@ def served(kind: str, settings: Any) -> bool:
     """Whether the gateway runs ``kind`` with these settings (its ``needs`` set: an image
     backend for image_generation); if not, the tool stays hosted (tools/hosted.py)."""
     needs = _BY_KIND[kind].needs
+    if isinstance(needs, str) and ":" in needs:
+        needs = _test_named(needs)
     if callable(needs):
         return bool(needs(settings))
     return needs is None or getattr(settings, needs, None) is not None
+
+
+@cache
+def _test_named(ref: str) -> Callable[[Any], bool]:
+    """A registration's ``needs`` named ``"module:NAME"`` (a test of the settings another
+    layer answers: file_search asks the platform whether it has vector stores)."""
+    module, _, name = ref.partition(":")
+    test: Callable[[Any], bool] = getattr(importlib.import_module(module), name)
+    return test
 
 
 def served_type(tool_type: str, settings: Any) -> bool:

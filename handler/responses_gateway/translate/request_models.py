@@ -69,7 +69,7 @@ from responses_gateway.translate.request_tools import (
     ToolChoiceAllowed,
     ToolChoiceCustom,
     ToolChoiceFunction,
-    check_mcp_tools,
+    check_server_tools,
     check_tool_choice,
     choosable_names,
     echo_tool_choice,
@@ -389,7 +389,7 @@ def _check(req: CreateResponseRequest) -> None:
             "'stream_options' is only allowed when 'stream' is true.", param="stream_options"
         )
     check_tool_choice(req.tool_choice, req.tools)
-    check_mcp_tools(req.tools)
+    check_server_tools(req.tools)
     if isinstance(req.input, list):
         check_input(req.input)
 

@@ -1,7 +1,8 @@
 """The create body's ``tools`` and ``tool_choice``: their models, their echo, their checks.
 
-Function, custom and namespace tools are offered to the model (tools/catalog.py); ``mcp`` names
-a remote server the gateway runs (tools/mcp.py); tools the client runs (shell, apply_patch,
+Function, custom and namespace tools are offered to the model (tools/catalog.py); a server
+tool's request tool is its package's model where its registration names one (``mcp``:
+tools/mcp/params.py), else kept as sent; tools the client runs (shell, apply_patch,
 computer...) are offered as functions whose calls come back typed (tools/client_tools.py);
 OpenAI's hosted tools are left out for the model or refused, as GATEWAY_HOSTED_TOOLS says
 (tools/hosted.py).
@@ -9,6 +10,7 @@ OpenAI's hosted tools are left out for the model or refused, as GATEWAY_HOSTED_T
 
 from __future__ import annotations
 
+import importlib
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -22,11 +24,10 @@ from pydantic import (
     model_validator,
 )
 
-from responses_gateway.errors import invalid_request, missing_parameter
+from responses_gateway.errors import invalid_request
 from responses_gateway.tools import client_tools, registry
 from responses_gateway.tools.hosted import HOSTED_TYPES, refused
 from responses_gateway.translate.request_base import NAME_PATTERN, PARAMS_CONFIG, by_type
-from responses_gateway.translate.request_errors import unsupported
 
 #: The validation context key naming the hosted tool types the gateway runs itself
 #: (``CreateResponseRequest.model_validate(body, context={SERVED: types})``).
@@ -97,58 +98,23 @@ class NamespaceTool(BaseModel):
     tools: list[NamespaceMember] = Field(min_length=1)
 
 
-class McpToolFilter(BaseModel):
-    model_config = PARAMS_CONFIG
-    tool_names: list[str] | None = None
-    read_only: bool | None = None
+def _imported(ref: str) -> Any:
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
-class McpApprovalFilter(BaseModel):
-    model_config = PARAMS_CONFIG
-    always: McpToolFilter | None = None
-    never: McpToolFilter | None = None
-
-
-def _list_or_object(value: Any) -> str | None:
-    return "~list" if isinstance(value, list) else "~filter" if isinstance(value, dict) else None
-
-
-def _mode_or_object(value: Any) -> str | None:
-    return "~mode" if isinstance(value, str) else "~filter" if isinstance(value, dict) else None
-
-
-class McpTool(BaseModel):
-    """A remote MCP server whose tools the gateway runs (tools/mcp.py)."""
-
-    model_config = PARAMS_CONFIG
-    type: Literal["mcp"]
-    server_label: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN)
-    server_url: str | None = Field(default=None, max_length=2048)
-    connector_id: str | None = None
-    tunnel_id: str | None = None
-    server_description: str | None = None
-    headers: dict[str, str] | None = None
-    authorization: str | None = None
-    allowed_tools: (
-        Annotated[
-            Union[  # noqa: UP007
-                Annotated[list[str], Tag("~list")],
-                Annotated[McpToolFilter, Tag("~filter")],
-            ],
-            Discriminator(_list_or_object),
-        ]
-        | None
-    ) = None
-    require_approval: (
-        Annotated[
-            Union[  # noqa: UP007
-                Annotated[Literal["always", "never"], Tag("~mode")],
-                Annotated[McpApprovalFilter, Tag("~filter")],
-            ],
-            Discriminator(_mode_or_object),
-        ]
-        | None
-    ) = None
+#: Server tools whose request tool has a model of its own (the registration's
+#: ``request_tool``: mcp), each with the request tool type it serves; imported here, with the
+#: request models, never at start.
+SERVER_TOOL_MODELS: tuple[tuple[str, type[BaseModel]], ...] = tuple(
+    (tool_type, _imported(r.request_tool))
+    for r in registry.REGISTRATIONS if r.request_tool for tool_type in r.tool_types)
+#: The ``tool_choice`` models server tools shape their own way (``request_choice``).
+SERVER_CHOICE_MODELS: tuple[tuple[str, type[BaseModel]], ...] = tuple(
+    (tool_type, _imported(r.request_choice))
+    for r in registry.REGISTRATIONS if r.request_choice for tool_type in r.tool_types)
+_MODELLED = tuple(model for _, model in SERVER_TOOL_MODELS)
+_CHOICE_MODELLED = tuple(model for _, model in SERVER_CHOICE_MODELS)
 
 
 class HostedTool(BaseModel):
@@ -212,7 +178,7 @@ Tool = Annotated[
         Annotated[FunctionTool, Tag("~function")],
         Annotated[CustomTool, Tag("~custom")],
         Annotated[NamespaceTool, Tag("~namespace")],
-        Annotated[McpTool, Tag("~mcp")],
+        *(Annotated[model, Tag(f"~{kind}")] for kind, model in SERVER_TOOL_MODELS),
         *(Annotated[HostedTool, Tag(f"~{kind}")] for kind in sorted(HOSTED_TYPES)),
         *(Annotated[ClientRunTool, Tag(f"~{kind}")] for kind in _CLIENT_RUN_TYPES),
         Annotated[ComputerUsePreviewTool, Tag("~computer_use_preview")],
@@ -232,15 +198,6 @@ class ToolChoiceCustom(BaseModel):
     model_config = PARAMS_CONFIG
     type: Literal["custom"]
     name: str
-
-
-class ToolChoiceMcp(BaseModel):
-    """Use a tool of one MCP server (``name``), or any of its tools (no ``name``)."""
-
-    model_config = PARAMS_CONFIG
-    type: Literal["mcp"]
-    server_label: str
-    name: str | None = None
 
 
 #: OpenAI's ``ToolChoiceTypes``: use this built-in tool. The server tools' choices come from
@@ -303,7 +260,7 @@ ToolChoice = Annotated[
         Annotated[Literal["none", "auto", "required"], Tag("~mode")],
         Annotated[ToolChoiceFunction, Tag("~function")],
         Annotated[ToolChoiceCustom, Tag("~custom")],
-        Annotated[ToolChoiceMcp, Tag("~mcp")],
+        *(Annotated[model, Tag(f"~{kind}")] for kind, model in SERVER_CHOICE_MODELS),
         Annotated[ToolChoiceAllowed, Tag("~allowed_tools")],
         *(Annotated[ToolChoiceHosted, Tag(f"~{kind}")] for kind in HOSTED_CHOICES),
         *(Annotated[ToolChoiceClient, Tag(f"~{kind}")] for kind in CLIENT_CHOICES),
@@ -328,8 +285,8 @@ def echo_tool_choice(choice: Any) -> Any:
         return choice
     if isinstance(choice, (ToolChoiceFunction, ToolChoiceCustom)):
         return {"type": choice.type, "name": choice.name}
-    if isinstance(choice, ToolChoiceMcp):
-        return {"type": "mcp", "server_label": choice.server_label, "name": choice.name}
+    if isinstance(choice, _CHOICE_MODELLED):
+        return choice.echo()  # type: ignore[attr-defined]
     if isinstance(choice, ToolChoiceHosted):
         return {"type": registry.CHOICES.get(choice.type, choice.type)}
     if isinstance(choice, ToolChoiceClient):
@@ -380,18 +337,8 @@ def _echo_tool(tool: BaseModel) -> dict[str, Any]:
         }
     if isinstance(tool, (HostedTool, ClientRunTool)):  # as the client sent it
         return tool.model_dump(exclude_unset=True)
-    assert isinstance(tool, McpTool)
-    # headers and authorization are secrets: never echoed, stored or logged (OpenAI leaves
-    # them out of the response too).
-    echoed = {
-        name: getattr(tool, name)
-        for name in McpTool.model_fields
-        if name not in ("headers", "authorization", "connector_id", "tunnel_id")
-    }
-    for name in ("allowed_tools", "require_approval"):  # filters: plain dicts, as sent
-        if isinstance(echoed[name], BaseModel):
-            echoed[name] = echoed[name].model_dump()
-    return echoed
+    assert isinstance(tool, _MODELLED), tool
+    return tool.echo()  # type: ignore[attr-defined,no-any-return]
 
 
 def _echo_member(tool: BaseModel) -> dict[str, Any]:
@@ -444,15 +391,8 @@ def check_tool_choice(choice: Any, tools: list[BaseModel] | None) -> None:
             param="tool_choice.name",
             code="invalid_value",
         )
-    if isinstance(choice, ToolChoiceMcp) and choice.server_label not in {
-        tool.server_label for tool in tools if isinstance(tool, McpTool)
-    }:
-        raise invalid_request(
-            f"Tool choice MCP server '{choice.server_label}' is not one of the MCP servers in "
-            "'tools'.",
-            param="tool_choice.server_label",
-            code="invalid_value",
-        )
+    if isinstance(choice, _CHOICE_MODELLED):
+        choice.check(tools)  # type: ignore[attr-defined]
     if getattr(choice, "type", None) in client_tools.CLIENT_TOOL_TYPES:
         if not any(_same_client_tool(tool, choice.type)
                    or (isinstance(tool, HostedTool) and tool.type == choice.type)
@@ -507,42 +447,10 @@ def _same_tool(tool_type: str, choice_type: str) -> bool:
         choice_type.split("_20")[0].removesuffix("_preview"))
 
 
-def check_mcp_tools(tools: list[BaseModel] | None) -> None:
-    """OpenAI's connectors and tunnels live inside OpenAI; the gateway reaches a server URL
-    (tools/mcp.py runs it; where it may connect is decided when it connects)."""
-    labels: set[str] = set()
-    for i, tool in enumerate(tools or ()):
-        if not isinstance(tool, McpTool):
-            continue
-        for field_name in ("connector_id", "tunnel_id"):
-            if getattr(tool, field_name) is not None:
-                raise unsupported(
-                    f"tools[{i}].{field_name}",
-                    f"'{field_name}' is not supported by this gateway (OpenAI's connectors and "
-                    f"tunnels run inside OpenAI); give the MCP server's 'server_url' instead.",
-                )
-        if tool.server_url is None:
-            raise missing_parameter(f"tools[{i}].server_url")
-        if tool.server_label in labels:
-            raise invalid_request(
-                f"Duplicate MCP server_label '{tool.server_label}': each MCP tool needs its own "
-                f"label.",
-                param=f"tools[{i}].server_label",
-                code="invalid_value",
-            )
-        labels.add(tool.server_label)
-        _check_server_url(tool.server_url, f"tools[{i}].server_url")
-
-
-def _check_server_url(url: str, param: str) -> None:
-    """A ``server_url`` the gateway can use at all: http(s), a host DNS can carry. Whether
-    it may connect there is decided when it connects (net/policy.py, net/pinned.py)."""
-    from responses_gateway.net import pinned, policy  # loads only for MCP requests
-
-    try:
-        pinned.http_url(url)
-    except pinned.BadUrl as exc:
-        raise invalid_request(
-            f"Invalid 'server_url': {policy.shown_url(url)!r} is not a usable URL ({exc}).",
-            param=param, code="invalid_value",
-        ) from None
+def check_server_tools(tools: list[BaseModel] | None) -> None:
+    """Each modelled server tool's checks across the request's tools (an MCP server's label
+    is unique, its URL usable), with each tool's index for the error's ``param``."""
+    for model in _MODELLED:
+        found = [(i, tool) for i, tool in enumerate(tools or ()) if isinstance(tool, model)]
+        if found:
+            model.check_tools(found)  # type: ignore[attr-defined]

@@ -13,7 +13,7 @@ import asyncio
 import json
 from typing import Any
 
-from responses_gateway.backends.bedrock.clients import LazyClient
+from responses_gateway.aws_clients import LazyClient
 from responses_gateway.vectors.embeddings import Dimensions, EmbeddingError
 
 COHERE_BATCH = 96  # Cohere Embed's texts per request

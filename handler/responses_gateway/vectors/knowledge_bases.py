@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from responses_gateway.backends.bedrock.clients import LazyClient
+from responses_gateway.aws_clients import LazyClient
 from responses_gateway.errors import GatewayError, invalid_request
 
 MAX_RESULTS = 100  # Retrieve's numberOfResults

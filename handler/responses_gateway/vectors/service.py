@@ -16,6 +16,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -59,13 +60,16 @@ class SearchLimits:
 
 class VectorStores:
     def __init__(self, engine: VectorEngine, files: Files, embedder: Embedder, *,
-                 max_files: int, lease_seconds: float, worker_function: str | None = None,
+                 max_files: int, lease_seconds: float,
+                 hand_off: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
                  knowledge_bases: KnowledgeBases | None = None,
                  search_limits: SearchLimits | None = None,
                  extract_limits: ExtractLimits | None = None) -> None:
         self.engine = engine
         self.knowledge_bases = knowledge_bases  # GATEWAY_KNOWLEDGE_BASES: read-only stores
-        self.worker_function = worker_function  # AWS: ingestion runs in the worker Lambda
+        #: AWS: queues an ingestion for the worker Lambda (platform/worker.py ``Worker.queue``);
+        #: ``None``: ingestion runs in this process
+        self.hand_off = hand_off
         self.files = files
         self.embedder = embedder
         self.max_files = max_files
@@ -391,11 +395,9 @@ class VectorStores:
         the request waits until Lambda took the event, since a Lambda process may be frozen
         once it answered), else to an in-process task; either way the file's lease brings it
         back if its ingestion is cut short."""
-        if self.worker_function:
-            from responses_gateway.worker_invoke import invoke_worker_event
-
+        if self.hand_off is not None:
             try:
-                await invoke_worker_event(self.worker_function, {
+                await self.hand_off({
                     "kind": "vector_store_file", "tenant": tenant, "store_id": store_id,
                     "file_id": file_id})
                 return

@@ -172,7 +172,7 @@ class BedrockBackend(BaseBackend):
             return self._control
 
     def _boto3_client(self, service: str, endpoint_url: str | None) -> Any:
-        from responses_gateway.backends.bedrock.clients import make_client
+        from responses_gateway.aws_clients import make_client
 
         return make_client(service, region=self.region, endpoint_url=endpoint_url,
                            read_timeout=self.read_timeout, connect_timeout=self.connect_timeout,

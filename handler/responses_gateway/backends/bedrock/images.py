@@ -32,7 +32,7 @@ import httpx
 from responses_gateway.backends.bedrock.media import DOCUMENT_FORMATS, IMAGE_FORMATS, media_type
 from responses_gateway.errors import GatewayError
 from responses_gateway.net.pinned import BadUrl, http_url, pinned_transport
-from responses_gateway.net.policy import (  # the SSRF rules, shared with tools/mcp.py
+from responses_gateway.net.policy import (  # the SSRF rules, shared with tools/mcp/
     Refused,
     Resolver,
     allow_list,

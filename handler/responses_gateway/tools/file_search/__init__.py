@@ -10,7 +10,6 @@ Only this file's :data:`REGISTRATION` is read at start (tools/registry.py): the 
 imported when a request names ``file_search`` on a storage with vector stores.
 """
 
-from responses_gateway.platform import vector_stores_available
 from responses_gateway.tools.declaration import ItemType, Registration
 
 #: the call items' id prefix (ids.new_id)
@@ -21,7 +20,7 @@ REGISTRATION = Registration(
     tool_types=("file_search",),
     items=(ItemType("file_search_call", CALL_ID_PREFIX),),
     target="responses_gateway.tools.file_search.tool:FileSearchTool",
-    needs=vector_stores_available,
+    needs="responses_gateway.platform:vector_stores_available",  # asked of the platform
     keeps_reads=True,
     choices={"file_search": "file_search"},
     includes=("file_search_call.results",),

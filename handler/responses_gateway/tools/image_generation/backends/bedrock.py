@@ -24,7 +24,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from responses_gateway.backends.bedrock.clients import LazyClient
+from responses_gateway.aws_clients import LazyClient
 from responses_gateway.tools.image_generation.backends.base import (
     Drawing,
     Drawn,

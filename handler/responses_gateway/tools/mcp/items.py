@@ -1,6 +1,6 @@
-"""MCP's items a client sends back as input (tools/registry.py ``MCP``): their fields, which
-translate/request_items.py makes into the items' models. Imported with the request models, on
-the first create."""
+"""MCP's items a client sends back as input (``REGISTRATION``, tools/mcp/__init__.py): their
+fields, which translate/request_items.py makes into the items' models. Imported with the
+request models, on the first create."""
 
 from __future__ import annotations
 

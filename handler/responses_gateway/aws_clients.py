@@ -1,5 +1,7 @@
-"""One way to make a boto3 client for Bedrock's services (runtime, control plane), so the chat
-backend, the image models and the embedding models share their timeouts and retry policy.
+"""One way to make a boto3 client for Bedrock's services (runtime, control plane, agent
+runtime), so the chat backend (backends/bedrock/), the image models
+(tools/image_generation/backends/) and the embedding models and knowledge bases (vectors/)
+share their timeouts and retry policy. It sits below all three: none imports another for it.
 
 boto3 is imported here, on the first client made: nothing at the gateway's start needs it.
 """

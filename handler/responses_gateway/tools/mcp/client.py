@@ -4,7 +4,7 @@ A request's ``{"type": "mcp", ...}`` tool names a server; the gateway connects t
 official ``mcp`` SDK (Streamable HTTP, or the older SSE transport for a URL ending in ``/sse``),
 lists its tools before the response starts (a failure is OpenAI's 424), offers them to the
 model as ``<server_label>__<tool>`` functions (tools/catalog.py), and runs the model's calls
-between model turns (responses/turns.py; tools/mcp_tool.py makes the items).
+between model turns (responses/turns.py; tools/mcp/tool.py makes the items).
 
 What this module keeps safe:
 
@@ -56,8 +56,8 @@ _WIRE_SLACK = 64 * 1024  # JSON-RPC framing and escapes around a capped output
 
 
 class McpTool(Protocol):
-    """A request's ``mcp`` tool as this module reads it (translate/request_models.py's
-    ``McpTool``; tools/ sit below translate/ and do not import it)."""
+    """A request's ``mcp`` tool as this module reads it (params.py's ``McpTool``, or any
+    object with these fields: a test's)."""
 
     server_label: str
     server_url: str | None

@@ -1,6 +1,6 @@
 """Remote MCP as a server tool: the servers of one response, their items and their history.
 
-tools/mcp.py connects to a server and runs one call safely; this module is what the turn loop
+tools/mcp/client.py connects to a server and runs one call safely; this module is what the turn loop
 sees (tools/server.py): the servers listed before the response starts (their
 ``mcp_list_tools`` items, or the listing already in the conversation: OpenAI lists a server
 once per conversation), the tools offered as ``<server_label>__<tool>`` functions, a call run
@@ -21,6 +21,11 @@ from responses_gateway import ids
 from responses_gateway.errors import GatewayError, invalid_request
 from responses_gateway.tools.catalog import ToolCatalog, ToolSpec
 from responses_gateway.tools.mcp import (
+    APPROVAL_REQUEST_ID_PREFIX,
+    CALL_ID_PREFIX,
+    LIST_TOOLS_ID_PREFIX,
+)
+from responses_gateway.tools.mcp.client import (
     CONNECTION_CLOSED,
     INVALID_PARAMS,
     Connection,
@@ -209,7 +214,7 @@ class McpServerTool(ServerTool):
         events: list[Event] = []
         for listed in self.listed:
             events += items.start_tool_item(
-                {"id": ids.new_id(ids.MCP_LIST_TOOLS), "type": "mcp_list_tools",
+                {"id": ids.new_id(LIST_TOOLS_ID_PREFIX), "type": "mcp_list_tools",
                  "server_label": listed["server_label"], "tools": []},
                 "response.mcp_list_tools.in_progress",
             )
@@ -242,7 +247,7 @@ class McpServerTool(ServerTool):
             # The response ends after this turn; the client's next request approves or not.
             call.pauses = True
             events = items.start_tool_item(
-                {"id": ids.new_id(ids.MCP_APPROVAL_REQUEST), "type": "mcp_approval_request",
+                {"id": ids.new_id(APPROVAL_REQUEST_ID_PREFIX), "type": "mcp_approval_request",
                  "arguments": arguments, "name": name, "server_label": label}, None)
             yield events + items.end_tool_item("completed", None)
             return
@@ -307,7 +312,7 @@ def _call_started(
     after it), so the deltas leave when it starts, not as the model writes them."""
     arguments = "".join(fragments)
     item: dict[str, Any] = {
-        "id": ids.new_id(ids.MCP_CALL), "type": "mcp_call", "status": "in_progress",
+        "id": ids.new_id(CALL_ID_PREFIX), "type": "mcp_call", "status": "in_progress",
         "arguments": "", "name": name, "server_label": label,
     }
     if approval_request_id is not None:
