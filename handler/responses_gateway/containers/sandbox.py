@@ -249,19 +249,22 @@ class SandboxEngine(ContainerEngine):
 
     async def _end_jail(self, jail: _Jail) -> str:
         """Kill the jail (its pid namespace goes with its outer process) and wait for it;
-        returns a few words on how it ended (with the jail's stderr tail if it failed)."""
+        returns a few words on how it ended: the last line it wrote on stderr that nobody
+        read (bwrap's complaint when it could not start)."""
         jail.lost = True
         with contextlib.suppress(Exception):
             jail.writer.close()
-        tail = b""
         if jail.process.returncode is None:
             _kill(jail.process)
-        else:
-            with contextlib.suppress(Exception):
-                assert jail.process.stderr is not None
-                tail = await asyncio.wait_for(jail.process.stderr.read(4096), 1)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(jail.process.wait(), 10)
+        tail = b""
+        with contextlib.suppress(Exception):
+            assert jail.process.stderr is not None
+            stream = jail.process.stderr
+            async with asyncio.timeout(1):
+                while chunk := await stream.read(CHUNK):
+                    tail = (tail + chunk)[-4096:]
         words = tail.decode(errors="replace").strip().splitlines()
         return f": {words[-1][:300]}" if words else ""
 
