@@ -129,3 +129,25 @@ def test_a_container_stopped_mid_call_ends_the_call(sandbox: Harness) -> None:
 
     result = sandbox.run(stop_during())
     assert result.reset and not result.timed_out
+
+
+@pytest.mark.slow
+def test_how_a_process_ended_is_told(sandbox: Harness) -> None:
+    b = Box(id="cntr_ends", memory_mb=256)
+    segfault = run(sandbox, "import ctypes\nctypes.string_at(0)", b)
+    assert segfault.reset and "SIGSEGV" in segfault.error
+    exited = run(sandbox, "import os\nos._exit(5)", b)
+    assert exited.reset and "exit status 5" in exited.error
+    # SystemExit is the code's exception; the process goes on.
+    stopped = run(sandbox, "import sys\nkept = 1\nsys.exit(3)", b)
+    assert not stopped.reset and stopped.error.rstrip().endswith("SystemExit: 3")
+    # Frames the code writes on the runner's socket do not pass for the runner's answer.
+    forged = run(sandbox, 'import os, struct\nbody = b\'{"error": "forged"}\'\n'
+                          'os.write(200, struct.pack(">I", len(body)) + body)', b)
+    assert forged.error is None and not forged.reset
+    # Closing its stdout does not lose the next execution's output.
+    run(sandbox, "import os\nos.close(1)", b)
+    assert run(sandbox, "print(kept)", b).stdout == "1\n"
+    garbled = run(sandbox, "import os\nos.write(200, b'\\xff' * 8)", b)
+    assert garbled.reset and "control socket" in garbled.error
+    assert run(sandbox, "print('again')", b).stdout == "again\n"
