@@ -335,3 +335,34 @@ asyncio.run(main())
                              timeout=120)
     assert gateway.returncode == -9 and "spawned" in gateway.stdout, gateway.stderr
     assert wait_until_gone(mark) == []
+
+
+def test_file_size_and_tmp_are_bounded(tmp_path: Path) -> None:
+    engine = SandboxEngine(tmp_path / "containers", memory_mb=256, max_file_mb=2, tmp_mb=4)
+    gen = harness(engine)
+    h = next(gen)
+    try:
+        result = run(h, """
+import os
+try:
+    with open("/mnt/data/big.bin", "wb") as f:
+        for _ in range(8):
+            f.write(b"x" * 1024 * 1024)
+except OSError as exc:
+    print("big file stopped", exc.strerror, os.path.getsize("/mnt/data/big.bin") >> 20)
+for folder in ("/tmp", "/dev/shm"):  # files each within the bound, 8 MiB in all
+    try:
+        for n in range(8):
+            with open(f"{folder}/part{n}", "wb") as f:
+                f.write(b"x" * 1024 * 1024)
+        print(folder, "took all")
+    except OSError as exc:
+        print(folder, "stopped", exc.strerror)
+""")
+    finally:
+        with pytest.raises(StopIteration):
+            next(gen)
+    assert result.error is None, result.error
+    assert "big file stopped File too large 2" in result.stdout
+    assert "/tmp stopped No space left on device" in result.stdout
+    assert "/dev/shm stopped No space left on device" in result.stdout
