@@ -112,13 +112,19 @@ def _under(path: str, folder: str) -> bool:
 
 def etc_folder(root: Path) -> Path:
     """A folder of the jail's own /etc/passwd and /etc/group (one user, ``sandbox``), so
-    ``getpass.getuser()`` and ``~`` work without showing the host's users."""
+    ``getpass.getuser()`` and ``~`` work without showing the host's users, and of the
+    runner's copy (the jail sees neither where the gateway's code lives nor a later edit of
+    it mid-run)."""
     folder = root / ".jail-etc"
     folder.mkdir(parents=True, exist_ok=True)
-    for name, text in (("passwd", PASSWD), ("group", GROUP), ("hostname", "sandbox\n")):
+    for name, text in (("passwd", PASSWD), ("group", GROUP), ("hostname", "sandbox\n"),
+                       ("runner.py", RUNNER_SOURCE.read_text())):
         path = folder / name
         if not path.exists() or path.read_text() != text:
-            path.write_text(text)
+            # Beside, then renamed over: a jail another gateway starts never reads half.
+            partial = folder / f".{name}.{os.getpid()}.partial"
+            partial.write_text(text)
+            partial.replace(path)
     return folder
 
 
@@ -141,7 +147,7 @@ def jail_argv(bwrap: str, runtime: Runtime, folder: Path, etc: Path, *,
         argv += ["--ro-bind", str(etc / name), f"/etc/{name}"]
     for prefix in runtime.prefixes:
         argv += ["--ro-bind", prefix, prefix]
-    argv += ["--ro-bind", str(RUNNER_SOURCE), RUNNER,
+    argv += ["--ro-bind", str(etc / "runner.py"), RUNNER,
              "--proc", "/proc", "--dev", "/dev",
              "--size", str(tmp_bytes), "--tmpfs", "/dev/shm",
              "--size", str(tmp_bytes), "--tmpfs", "/tmp",
