@@ -339,6 +339,23 @@ asyncio.run(main())
                              timeout=120)
     assert gateway.returncode == -9 and "spawned" in gateway.stdout, gateway.stderr
     assert wait_until_gone(mark) == []
+    # Its cgroups too, once another gateway starts a jail (where cgroups are made).
+    from responses_gateway.containers.sandbox_cgroup import PARENT, ContainerCgroup, _own_folders
+
+    bases = _own_folders()
+    if bases:
+        engine = SandboxEngine(tmp_path / "after")
+        box = Box(id="cntr_after", memory_mb=256)
+
+        async def one_run() -> None:
+            await engine.run_code(box, "1", timeout=60, max_output=100)
+            await engine.stop(box)
+
+        ContainerCgroup._bases = None  # as in a new gateway process
+        asyncio.run(one_run())
+        left = [d for base, _ in bases.values() for owner in (base / PARENT).iterdir()
+                if owner.is_dir() for d in owner.glob("cntr_orphan-*")]
+        assert left == []
 
 
 def test_file_size_and_tmp_are_bounded(tmp_path: Path) -> None:

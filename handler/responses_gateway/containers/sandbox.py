@@ -455,6 +455,7 @@ class SandboxEngine(ContainerEngine):
         containers, self._containers = list(self._containers.values()), {}
         await asyncio.gather(*(self._kill_container(c) for c in containers),
                              return_exceptions=True)
+        await asyncio.to_thread(ContainerCgroup.release)
 
     async def _make_room(self, starting: _Container) -> None:
         """End the least recently used idle processes while ``max_running`` are live."""
