@@ -292,6 +292,7 @@ class SandboxEngine(ContainerEngine):
             if process.returncode != 0:
                 self._check = ("the sandbox cannot run here (bwrap): "
                                + (lines[-1][:300] if lines else f"exit {process.returncode}"))
+                logger.debug("sandbox check failed: %s", "\n".join(lines[-20:]))
             else:
                 self._check = None
         except EngineError as exc:
@@ -372,6 +373,9 @@ class SandboxEngine(ContainerEngine):
                 how = await self._end_jail(jail)
                 container.jail = None
                 result.reset = True
+                logger.info("sandbox container %s reset: %s", box.id,
+                            "timed out" if result.timed_out else "garbled answer" if garbled
+                            else f"process ended ({jail.process.returncode})")
                 if garbled:
                     result.error = ("The container's Python process was ended: the code wrote "
                                     "on the gateway's control socket. Its variables are gone, "
