@@ -2,7 +2,8 @@
 ``client.containers.files``, unmodified, on both record engines (SQLite; DynamoDB on moto)
 over the fake engine (tests/helpers/fake_container_engine.py): every object validated against
 the SDK's types, paging, content, deletes, expiry, the bounds, OpenAI's 400s and tenants'
-404s. The real engines run the same flow in tests/test_containers_sandbox_api.py."""
+404s. The real engines run the flow in tests/test_containers_sandbox_api.py and
+tests/test_containers_agentcore_api.py."""
 
 from __future__ import annotations
 
@@ -236,3 +237,4 @@ def test_not_configured_is_501(tmp_path: Path) -> None:
         answer = httpx.get(server.base_url + "/containers")
     assert answer.status_code == 501
     assert answer.json()["error"]["code"] == "code_interpreter_not_configured"
+

@@ -140,7 +140,7 @@ async def list_containers(request: Request) -> Response:
     limit, order = page_params(request.query_params)
     params = request.query_params
     records, more = await containers_of(request).page(
-        tenant, name=params.get("name"), order=order, after=params.get("after") or None,
+        tenant, name=params.get("name") or None, order=order, after=params.get("after") or None,
         limit=limit)
     return _list([r.to_api() for r in records], more)
 

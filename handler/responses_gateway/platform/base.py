@@ -100,9 +100,17 @@ class Platform(ABC):
         Amazon Bedrock AgentCore Code Interpreter (any platform; the engine on Lambda)."""
         s = self.settings
         if s.code_interpreter == "agentcore":
+            if not s.files_bucket:  # where a container's files outlive its sessions
+                raise GatewayError(
+                    501, "GATEWAY_CODE_INTERPRETER=agentcore keeps containers' files in S3: "
+                    "set GATEWAY_FILES_BUCKET.", type="server_error",
+                    code="code_interpreter_unavailable")
             from responses_gateway.containers.agentcore import AgentCoreEngine
 
-            return AgentCoreEngine(s)
+            return AgentCoreEngine(
+                bucket=s.files_bucket, interpreter_id=s.agentcore_interpreter_id,
+                region=s.bedrock_region, endpoint_url=s.agentcore_endpoint_url,
+                session_seconds=s.agentcore_session_seconds)
         if s.code_interpreter == "sandbox":
             return self.sandbox_engine()
         raise code_interpreter_off()

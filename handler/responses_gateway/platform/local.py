@@ -90,7 +90,9 @@ class LocalPlatform(Platform):
         ``PATH.containers/`` beside the SQLite file)."""
         from responses_gateway.containers.sandbox import SandboxEngine
 
-        return SandboxEngine(self.container_folder, self.settings)
+        s = self.settings
+        return SandboxEngine(self.container_folder, python=s.sandbox_python,
+                             memory_mb=s.code_memory_mb)
 
     @property
     def container_folder(self) -> str:
