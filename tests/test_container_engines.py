@@ -144,7 +144,7 @@ def test_commands_past_the_timeout_time_out(engine) -> None:  # noqa: F811
     b = box("cntr_shell_slow")
     engine.run(engine.engine.start(b))
     results = engine.run(engine.engine.run_commands(
-        b, ["echo first", "echo started; sleep 60", "echo never"], timeout=3, max_output=OUT))
+        b, ["echo first", "echo started; sleep 60", "echo never"], timeout=5, max_output=OUT))
     assert results[0].exit_code == 0 and results[0].stdout == "first\n"
     assert results[1].timed_out and results[1].exit_code is None
     assert results[1].stdout == "started\n"

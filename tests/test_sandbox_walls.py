@@ -278,7 +278,9 @@ print("spawned")
         # A command's background process ends with its command.
         h.run(engine.run_commands(one, [f"python3 -c 'import time; time.sleep(300)' {mark} &"
                                         " echo started"], timeout=30, max_output=OUT))
-        time.sleep(0.3)
+        deadline = time.monotonic() + 10  # the daemon execs after the code returned
+        while len(processes_with(mark)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert len(processes_with(mark)) == 4
         h.run(engine.stop(one))
         assert len(wait_until_gone(mark, 3)) == 2  # two's processes only
