@@ -389,3 +389,17 @@ for folder in ("/tmp", "/dev/shm"):  # files each within the bound, 8 MiB in all
     assert "big file stopped File too large 2" in result.stdout
     assert "/tmp stopped No space left on device" in result.stdout
     assert "/dev/shm stopped No space left on device" in result.stdout
+
+
+def test_cpu_left_burning_after_a_call_is_bounded(sandbox: Harness) -> None:
+    mark = f"burn-{secrets.token_hex(6)}"
+    # A process left spinning after the call returned: its CPU seconds are bounded by the
+    # call's timeout (RLIMIT_CPU, inherited), so it ends although nobody waits for it.
+    result = run(sandbox, f"""
+import subprocess, sys
+subprocess.Popen([sys.executable, "-c", "while True: pass", "{mark}"])
+print("left burning")
+""", timeout=1)
+    assert result.stdout == "left burning\n" and not result.timed_out
+    assert processes_with(mark)
+    assert wait_until_gone(mark, 60) == []
