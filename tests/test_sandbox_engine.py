@@ -151,3 +151,24 @@ def test_how_a_process_ended_is_told(sandbox: Harness) -> None:
     garbled = run(sandbox, "import os\nos.write(200, b'\\xff' * 8)", b)
     assert garbled.reset and "control socket" in garbled.error
     assert run(sandbox, "print('again')", b).stdout == "again\n"
+
+
+@pytest.mark.slow
+def test_the_sandbox_python_may_be_a_virtual_environment(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    gen = harness(SandboxEngine(tmp_path / "containers", python=str(venv / "bin" / "python")))
+    h = next(gen)
+    try:
+        b = Box(id="cntr_venv", memory_mb=512)
+        result = run(h, "import sys\nprint(sys.prefix)", b)
+        assert result.error is None and result.stdout == f"{venv}\n"
+        (shell,) = h.run(h.engine.run_commands(b, ["python -c 'import sys; print(sys.prefix)'"],
+                                               timeout=60, max_output=OUT))
+        assert shell.stdout == f"{venv}\n"
+    finally:
+        with pytest.raises(StopIteration):
+            next(gen)

@@ -83,13 +83,16 @@ class Runtime:
             probe = ("import json, sys; print(json.dumps([sys.executable, sys.prefix, "
                      "sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]))")
             try:
-                done = subprocess.run([python, "-I", "-S", "-c", probe], capture_output=True,
+                # Not -S: site is what sets sys.prefix to a virtual environment's folder.
+                done = subprocess.run([python, "-I", "-c", probe], capture_output=True,
                                       timeout=30, env={"PATH": "/usr/bin:/bin"}, check=True)
                 executable, *found = json.loads(done.stdout)
             except (OSError, subprocess.SubprocessError, ValueError) as exc:
                 raise EngineError(f"GATEWAY_SANDBOX_PYTHON {python!r} does not run: "
                                   f"{type(exc).__name__}") from exc
         executable = os.path.abspath(executable)
+        # The folder holding the interpreter's bin/ too (a venv's python is a link in it).
+        found.append(os.path.dirname(os.path.dirname(executable)))
         prefixes: list[str] = []
         for prefix in found:
             for path in (os.path.abspath(prefix), os.path.realpath(prefix)):
@@ -145,14 +148,15 @@ def jail_argv(bwrap: str, runtime: Runtime, folder: Path, etc: Path, *,
             argv += ["--ro-bind", path, path]
     for name in ("passwd", "group", "hostname"):
         argv += ["--ro-bind", str(etc / name), f"/etc/{name}"]
-    for prefix in runtime.prefixes:
-        argv += ["--ro-bind", prefix, prefix]
     argv += ["--ro-bind", str(etc / "runner.py"), RUNNER,
              "--proc", "/proc", "--dev", "/dev",
              "--size", str(tmp_bytes), "--tmpfs", "/dev/shm",
              "--size", str(tmp_bytes), "--tmpfs", "/tmp",
-             "--bind", str(folder), DATA,
-             "--remount-ro", "/dev", "--remount-ro", "/",
+             "--bind", str(folder), DATA]
+    # After /tmp's tmpfs, which would hide a Python living under /tmp.
+    for prefix in runtime.prefixes:
+        argv += ["--ro-bind", prefix, prefix]
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/",
              "--chdir", DATA, "--clearenv"]
     # The sandbox's Python first on PATH: ``python3`` and ``pip`` in a command are its own.
     env = {**ENV, "PATH": f"{os.path.dirname(runtime.executable)}:{ENV['PATH']}"}
