@@ -81,6 +81,12 @@ def test_no_connection_reaches_the_host(sandbox: Harness) -> None:
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
+    # A unix socket in the abstract namespace (the kind desktop buses listen on).
+    abstract = socket.socket(socket.AF_UNIX)
+    name = f"\0sandbox-wall-{secrets.token_hex(6)}"
+    abstract.bind(name)
+    abstract.listen(1)
+    abstract.setblocking(False)
     try:
         result = run(sandbox, f"""
 import socket
@@ -90,6 +96,11 @@ for host in ("127.0.0.1", "1.1.1.1", "example.com"):
         print(host, "connected")
     except OSError as exc:
         print(host, "refused", type(exc).__name__)
+try:
+    socket.socket(socket.AF_UNIX).connect({name!r})
+    print("abstract connected")
+except OSError as exc:
+    print("abstract refused", type(exc).__name__)
 """)
     finally:
         stop.set()
@@ -97,8 +108,11 @@ for host in ("127.0.0.1", "1.1.1.1", "example.com"):
         listener.close()
     assert result.error is None, result.error
     assert "connected" not in result.stdout
-    assert result.stdout.count("refused") == 3
+    assert result.stdout.count("refused") == 4
     assert accepted == []
+    with pytest.raises(BlockingIOError):
+        abstract.accept()
+    abstract.close()
 
 
 def test_host_files_are_not_there(sandbox: Harness, tmp_path: Path) -> None:
