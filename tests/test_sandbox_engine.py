@@ -172,3 +172,12 @@ def test_the_sandbox_python_may_be_a_virtual_environment(tmp_path: Path) -> None
     finally:
         with pytest.raises(StopIteration):
             next(gen)
+
+
+@pytest.mark.slow
+def test_what_ran_out_of_time_printed_comes_back(sandbox: Harness) -> None:
+    b = Box(id="cntr_partial", memory_mb=256)
+    result = run(sandbox, "import sys\nprint('line one')\nsys.stderr.write('err\\n')\n"
+                          "while True:\n    pass", b, timeout=2)
+    assert result.timed_out and result.reset
+    assert result.stdout == "line one\n" and result.stderr == "err\n"

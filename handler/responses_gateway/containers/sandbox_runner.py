@@ -223,6 +223,11 @@ def main(argv: list[str]) -> int:
     apply_limits(limits)
     os.chdir(DATA)
     sys.path.insert(0, DATA)
+    # Line by line, as on a terminal: what an execution printed before it ran out of time
+    # has reached the gateway when the process is killed.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.reconfigure(line_buffering=True)
     sys.argv = [""]
     Server(high).serve()
     return 0
