@@ -181,3 +181,9 @@ def test_what_ran_out_of_time_printed_comes_back(sandbox: Harness) -> None:
                           "while True:\n    pass", b, timeout=2)
     assert result.timed_out and result.reset
     assert result.stdout == "line one\n" and result.stderr == "err\n"
+    # A command's too, and a crashed process's.
+    (command,) = sandbox.run(sandbox.engine.run_commands(
+        b, ["echo started; sleep 60"], timeout=2, max_output=OUT))
+    assert command.timed_out and command.stdout == "started\n"
+    crashed = run(sandbox, "import os\nprint('going')\nos._exit(7)", b)
+    assert crashed.reset and crashed.stdout == "going\n"
