@@ -213,7 +213,8 @@ def test_session_ended_by_agentcore_is_carried_over_with_files(
         return state
 
     state = run(before())
-    assert s3_keys(moto_endpoint, bucket) == [f"containers/{box.id}/made.txt",
+    assert s3_keys(moto_endpoint, bucket) == [f"containers/{box.id}.session",
+                                              f"containers/{box.id}/made.txt",
                                               f"containers/{box.id}/upload.bin"]
     (old,) = fake.live()
     clock.advance(901)  # AgentCore ends the session
@@ -261,6 +262,24 @@ def test_a_new_engine_carries_over_a_session_agentcore_ended(
     assert ran.reset and ran.stdout == "f\n"
     assert [g["sessionId"] for g in fake.calls("GetCodeInterpreterSession")] == [
         json.loads(state)["session"]]  # asked, TERMINATED, replaced
+
+
+def test_another_engine_follows_a_carried_over_session(
+        fake: FakeAgentCore, bucket: str, moto_endpoint: str, clock: Clock) -> None:
+    """Lambda instance A carried the container to a new session; B, holding the service's
+    older state, goes to that session (the pointer in S3) instead of starting one more."""
+    box = Box("cntr_follow", 1024)
+    first = engine_for(fake, bucket, moto_endpoint, Clock())
+    state = run(first.start(box))
+    clock.advance(901)
+    run(first.run_code(Box(box.id, 1024, state), "w = 3", timeout=30, max_output=LIMIT))
+    second = engine_for(fake, bucket, moto_endpoint, Clock())
+    ran = run(second.run_code(Box(box.id, 1024, state), "print(w)", timeout=30,
+                              max_output=LIMIT))
+    assert (ran.stdout, ran.error, ran.reset) == ("3\n", None, False)
+    assert len(fake.calls("StartCodeInterpreterSession")) == 2
+    run(second.stop(Box(box.id, 1024, state)))
+    assert fake.live() == [] and s3_keys(moto_endpoint, bucket) == []
 
 
 def test_open_figures_are_saved_as_png_files(engine: AgentCoreEngine) -> None:
@@ -366,3 +385,35 @@ def test_unreachable_agentcore_is_an_engine_error(bucket: str, moto_endpoint: st
                              s3_endpoint_url=moto_endpoint, clock=clock)
     with pytest.raises(EngineError, match="could not be reached"):
         run(engine.start(Box("cntr_down", 1024)))
+
+
+def test_listing_after_an_execution_costs_no_call(engine: AgentCoreEngine,
+                                                  fake: FakeAgentCore) -> None:
+    box = Box("cntr_list", 1024)
+
+    async def scenario() -> list[Any]:
+        await engine.run_code(box, "open('/mnt/data/l.txt', 'w').write('l')", timeout=30,
+                              max_output=LIMIT)
+        calls = len(fake.calls("InvokeCodeInterpreter"))
+        listed = await engine.list_files(box)
+        assert len(fake.calls("InvokeCodeInterpreter")) == calls  # the scan it just made
+        await engine.write_file(box, "/mnt/data/w.txt", b"w")
+        return [listed, await engine.list_files(box)]  # written since: looked at again
+
+    first, second = run(scenario())
+    assert [f.path for f in first] == ["/mnt/data/l.txt"]
+    assert [f.path for f in second] == ["/mnt/data/l.txt", "/mnt/data/w.txt"]
+
+
+def test_the_s3_copy_of_one_execution_is_bounded(fake: FakeAgentCore, bucket: str,
+                                                 moto_endpoint: str, clock: Clock) -> None:
+    engine = engine_for(fake, bucket, moto_endpoint, clock, sync_max_files=2,
+                        sync_max_bytes=10)
+    ran = run(engine.run_code(Box("cntr_bound", 1024), (
+        "for name, size in (('a', 4), ('b', 20), ('c', 4), ('d', 1)):\n"
+        "    open(f'/mnt/data/{name}', 'w').write('x' * size)"), timeout=30, max_output=LIMIT))
+    assert ran.files == ["/mnt/data/a", "/mnt/data/b", "/mnt/data/c", "/mnt/data/d"]
+    # a (4 bytes) and c (4): b is past the bytes left, d past the count
+    assert s3_keys(moto_endpoint, bucket) == ["containers/cntr_bound.session",
+                                              "containers/cntr_bound/a",
+                                              "containers/cntr_bound/c"]

@@ -236,29 +236,43 @@ def parse_request(route: Route, match: re.Match[str], query: str, headers: dict[
 
 # -- the interpreter behind it -------------------------------------------------------------
 
+# A Python whose globals persist, one JSON line in per execution; what the code prints is
+# sent out as it is written (as a Jupyter kernel does), so output before a crash is kept.
 KERNEL = r"""
-import io, json, os, sys, time, traceback
+import io, json, linecache, os, sys, time, traceback
 proto = os.fdopen(os.dup(1), "w")
 quiet = os.open(os.devnull, os.O_WRONLY)
 os.dup2(quiet, 1)
 os.dup2(quiet, 2)
+
+class Stream(io.TextIOBase):
+    def __init__(self, name):
+        self.name = name
+    def writable(self):
+        return True
+    def write(self, text):
+        proto.write(json.dumps({"stream": self.name, "text": text}) + "\n")
+        proto.flush()
+        return len(text)
+
 space = {"__name__": "__main__", "__builtins__": __builtins__}
-for line in sys.stdin:
+for cell, line in enumerate(sys.stdin, 1):
     request = json.loads(line)
-    out, err = io.StringIO(), io.StringIO()
-    sys.stdout, sys.stderr = out, err
+    name = "<cell %d>" % cell  # its lines show in tracebacks, as a notebook cell's do
+    linecache.cache[name] = (len(request["code"]), None, request["code"].splitlines(True), name)
+    sys.stdout, sys.stderr = Stream("stdout"), Stream("stderr")
     failed, began = False, time.monotonic()
     try:
-        exec(compile(request["code"], "<string>", "exec"), space)
+        exec(compile(request["code"], name, "exec"), space)
     except SystemExit:
         pass
     except BaseException as exc:
         failed = True
-        err.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next)))
+        sys.stderr.write("".join(
+            traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next)))
     finally:
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
-    proto.write(json.dumps({"stdout": out.getvalue(), "stderr": err.getvalue(),
-                            "failed": failed,
+    proto.write(json.dumps({"done": True, "failed": failed,
                             "ms": (time.monotonic() - began) * 1000}) + "\n")
     proto.flush()
 """
@@ -425,17 +439,30 @@ class FakeAgentCore:
                     start_new_session=True, env=_clean_env())
             kernel = session.kernel
             assert kernel.stdin is not None and kernel.stdout is not None
+            began = time.monotonic()
+            printed = {"stdout": [], "stderr": []}
+            done: dict[str, Any] | None = None
             try:
                 kernel.stdin.write(json.dumps({"code": args["code"]}) + "\n")
                 kernel.stdin.flush()
-                line = kernel.stdout.readline()
+                while done is None and (line := kernel.stdout.readline()):
+                    message = json.loads(line)
+                    if message.get("done"):
+                        done = message
+                    else:
+                        printed[message["stream"]].append(message["text"])
             except (BrokenPipeError, OSError):
-                line = ""
-        if not line:  # killed: the session was stopped or ended under it
-            raise not_found(f"Session {session.id} not found")
-        ran = json.loads(line)
-        return _result(ran["stdout"], ran["stderr"], 1 if ran["failed"] else 0, ran["ms"],
-                       text=ran["stderr"] if ran["failed"] else ran["stdout"])
+                pass
+            if done is None:
+                session.kernel = None  # it died; the next execution starts another
+        stdout, stderr = "".join(printed["stdout"]), "".join(printed["stderr"])
+        if done is None:
+            if session.ended(self.clock()):  # killed with its session
+                raise not_found(f"Session {session.id} not found")
+            stderr += "The Python kernel died; it was restarted.\n"
+            return _result(stdout, stderr, 1, (time.monotonic() - began) * 1000, text=stderr)
+        return _result(stdout, stderr, 1 if done["failed"] else 0, done["ms"],
+                       text=stderr if done["failed"] else stdout)
 
     def _tool_executeCommand(self, session: FakeSession,
                              args: dict[str, Any]) -> dict[str, Any]:

@@ -27,9 +27,36 @@ def sandbox(request: pytest.FixtureRequest, tmp_path: Path) -> ContainerEngine:
     return SandboxEngine(tmp_path / "containers", memory_mb=1024)
 
 
+def agentcore(request: pytest.FixtureRequest, tmp_path: Path) -> ContainerEngine:
+    """The AgentCore engine on the fake AgentCore (tests/helpers/agentcore_server.py), its
+    files' S3 copy in a fresh bucket on moto."""
+    import uuid
+
+    import boto3
+
+    from responses_gateway.containers.agentcore import AgentCoreEngine
+    from tests.helpers.agentcore_server import FakeAgentCore
+    from tests.helpers.moto_server import use_moto
+
+    endpoint = request.getfixturevalue("moto_endpoint")
+    use_moto(request.getfixturevalue("monkeypatch"), endpoint)
+    bucket = f"containers-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
+    fake = FakeAgentCore().start()
+    request.addfinalizer(fake.stop)
+    return AgentCoreEngine(bucket=bucket, region="us-east-1", endpoint_url=fake.url,
+                           session_seconds=900, s3_endpoint_url=endpoint)
+
+
 ENGINES: dict[str, Factory] = {
     "sandbox": sandbox,
+    "agentcore": agentcore,
 }
+
+#: Engines that answer an execution whole when it ends (AgentCore's InvokeCodeInterpreter
+#: sends one ``result`` event): of one stopped at its timeout nothing comes back, where the
+#: sandbox returns what it printed before. The tests that check that output skip it for them.
+WHOLE_ANSWERS = frozenset({"agentcore"})
 
 
 class Harness:

@@ -25,19 +25,28 @@ Three things differ from a container as OpenAI keeps it, and this module carries
   not writable there, so neither a folder nor a symlink at ``/mnt/data`` can be made (and a
   prelude that tried would, on a machine where it could, write outside the sandbox). The
   engine instead keeps the container's files in ``<working directory>/mnt/data`` (a prelude
-  run once per session makes it and reports the working directory), rewrites the literal
-  ``/mnt/data`` in the model's code and commands to that folder, and rewrites the folder back
-  to ``/mnt/data`` in what it returns (stdout, stderr, tracebacks, paths). ``writeFiles`` and
-  ``readFiles`` take the same folder as a relative path. A path the code builds from pieces
-  (``os.path.join("/mnt", "data")``) is not mapped; models write the literal path.
+  run once per session makes it, goes into it, so relative paths land there as in the
+  sandbox, and reports the working directory), rewrites the literal ``/mnt/data`` in the
+  model's code and commands to that folder, and rewrites the folder back to ``/mnt/data`` in
+  what it returns (stdout, stderr, tracebacks, paths). ``writeFiles``, ``readFiles`` and
+  ``removeFiles`` take the folder relative to the session's working directory (their base,
+  which the prelude's ``chdir`` in the Python does not move). A path the code builds from
+  pieces (``os.path.join("/mnt", "data")``) is not mapped; models write the literal path.
+  After a failed execution the engine asks whether the session's Python is still the one the
+  prelude ran in (code that crashed it is answered ``reset``, and the prelude runs again).
 - **Bounds**: a call is bounded by ``timeout`` with ``asyncio.wait_for``; past it the engine
   stops the session (which ends what hangs in it), starts a new one with the container's
-  files and answers ``timed_out`` and ``reset``. Output is cut at ``max_output`` bytes
-  (AgentCore bounds what it returns itself).
+  files and answers ``timed_out`` and ``reset``; AgentCore answers an execution whole at its
+  end, so nothing of what a cut execution printed comes back. Output is cut at
+  ``max_output`` bytes (AgentCore bounds what it returns itself). Each execution costs one
+  more ``executeCode`` call, the scan of the folder that finds the files it made or changed
+  (and saves the figures it left open as PNG).
 
 State kept for a container (:attr:`Box.state`): JSON ``{"session", "started", "root"}``. The
 engine also remembers the current session of each container it served, so a session it
-carried over inside ``run_code`` is used by the next call; :meth:`start` returns it.
+carried over inside ``run_code`` is used by the next call (:meth:`start` returns it), and
+notes it in S3 (``containers/<cntr_id>.session``) so another process (another Lambda
+instance) with the service's older state goes to it rather than start one more.
 """
 
 from __future__ import annotations
@@ -46,13 +55,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import posixpath
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from responses_gateway.containers.engine import (
     DATA,
@@ -65,6 +75,7 @@ from responses_gateway.containers.engine import (
 )
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 #: the container's folder, relative to the session's working directory
 FOLDER = "mnt/data"
@@ -81,13 +92,20 @@ _ENDED = ("not found", "terminated", "expired", "stopped", "no longer", "inactiv
 # Snippets run in the session's Python. They share the model's globals (clearContext false),
 # so each defines one function under a dunder name, calls it and deletes it.
 _PRELUDE = """
-def __gw_prelude():
+def __gw_prelude(root, folder):
     import json, os
-    os.makedirs(os.path.join(os.getcwd(), {folder!r}), exist_ok=True)
-    print(json.dumps({{"root": os.getcwd()}}))
-__gw_prelude()
+    root = root or os.getcwd()
+    top = os.path.join(root, folder)
+    os.makedirs(top, exist_ok=True)
+    os.chdir(top)
+    print(json.dumps({{"root": root}}))
+__gw_prelude({root!r}, {folder!r})
 del __gw_prelude
+__gw_kernel__ = True
 """
+
+#: prints whether the Python that runs the code is still the one the prelude ran in
+_KERNEL = "print('__gw_kernel__' in globals())"
 
 _SCAN = """
 def __gw_scan(top, most):
@@ -153,6 +171,9 @@ class _Session:
     root: str  # its working directory
     #: relative path -> [size, mtime_ns] of the folder's files as last seen; None: unknown
     snapshot: dict[str, list[int]] | None = None
+    #: the snapshot is what the folder holds now (nothing ran since it was taken), so
+    #: list_files (which the service calls after every execution) needs no call
+    exact: bool = False
 
     @property
     def data(self) -> str:
@@ -212,6 +233,11 @@ class AgentCoreEngine(ContainerEngine):
                  restore_max_bytes: int = 512 * 1024 * 1024,
                  clock: Callable[[], float] = time.time, client: Any = None,
                  s3_client: Any = None) -> None:
+        """``bucket`` (with ``prefix``) holds the containers' S3 copies; ``region`` is
+        AgentCore's (the Bedrock region; the bucket's is the function's own);
+        ``sync_max_files``/``sync_max_bytes`` bound what one execution copies to S3 and
+        ``restore_max_bytes`` what a new session gets back; ``clock``, ``client`` and
+        ``s3_client`` are for tests."""
         self.bucket = bucket
         self.interpreter_id = interpreter_id
         self.region = region
@@ -266,11 +292,14 @@ class AgentCoreEngine(ContainerEngine):
                 import boto3
                 from botocore.config import Config
 
+                # The bucket is the stack's (the function's region, not Bedrock's); a
+                # configured endpoint (local S3, tests) is addressed by path, as files/ does.
+                local = (self.s3_endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3")
+                         or os.environ.get("AWS_ENDPOINT_URL"))
                 self._s3 = boto3.session.Session().client(
-                    "s3", region_name=self.region, endpoint_url=self.s3_endpoint_url,
+                    "s3", endpoint_url=self.s3_endpoint_url,
                     config=Config(retries={"mode": "standard", "max_attempts": 5},
-                                  s3={"addressing_style": "path" if self.s3_endpoint_url
-                                      else "auto"}))
+                                  s3={"addressing_style": "path" if local else "auto"}))
             return self._s3
 
     def _key(self, box: Box, rel: str = "") -> str:
@@ -398,12 +427,23 @@ class AgentCoreEngine(ContainerEngine):
         cached = self._sessions.get(box.id)
         if cached is not None and self._fresh(cached, need):
             return cached, False
-        previous = cached or _parse_state(box.state)
+        previous = cached or await self._last_known(box)
         if (cached is None and previous is not None and self._fresh(previous, need)
                 and await asyncio.to_thread(self._alive_sync, previous)):
             self._sessions[box.id] = previous
             return previous, False
         return await self._replace(box, previous), previous is not None
+
+    async def _last_known(self, box: Box) -> _Session | None:
+        """The latest session known for ``box``: the pointer in S3 (every session started
+        for it is noted there, by whichever process started it), else the service's state."""
+        raw = await asyncio.to_thread(self._get_object, self._pointer(box))
+        return (_parse_state(raw.decode("utf-8", "replace")) if raw else None) or _parse_state(
+            box.state)
+
+    def _pointer(self, box: Box) -> str:
+        """Where the container's current session is noted (beside its files' prefix)."""
+        return f"{self.prefix}{box.id}.session"
 
     async def _replace(self, box: Box, previous: _Session | None) -> _Session:
         """A new session for ``box`` with the container's files; ``previous`` is stopped."""
@@ -413,10 +453,7 @@ class AgentCoreEngine(ContainerEngine):
         session_id = await asyncio.to_thread(self._start_sync, box)
         session = _Session(session_id, self._clock(), "")
         try:
-            ran = await self._invoke(session, "executeCode", {
-                "language": "python", "code": _PRELUDE.format(folder=FOLDER),
-                "clearContext": False})
-            session.root = str(json.loads(ran.stdout.strip().splitlines()[-1])["root"])
+            await self._prelude(session)
             await self._restore(box, session)
         except (_Ended, ValueError, KeyError, IndexError) as exc:
             await self._stop(session_id)
@@ -426,7 +463,26 @@ class AgentCoreEngine(ContainerEngine):
             await self._stop(session_id)
             raise
         self._sessions[box.id] = session
+        await asyncio.to_thread(self._put_object, self._pointer(box), session.state().encode())
         return session
+
+    async def _prelude(self, session: _Session) -> None:
+        """Make the session's folder, go into it (relative paths land in /mnt/data, as in
+        the sandbox) and learn the working directory (``writeFiles``' base)."""
+        ran = await self._invoke(session, "executeCode", {
+            "language": "python", "clearContext": False,
+            "code": _PRELUDE.format(root=session.root or None, folder=FOLDER)})
+        session.root = str(json.loads(ran.stdout.strip().splitlines()[-1])["root"])
+
+    async def _kernel_lost(self, session: _Session) -> bool:
+        """After a failed execution: was the session's Python started again (the code
+        crashed it)? Then its variables are gone and the prelude runs again."""
+        ran = await self._invoke(session, "executeCode", {
+            "language": "python", "clearContext": False, "code": _KERNEL})
+        if ran.stdout.strip() == "True":
+            return False
+        await self._prelude(session)
+        return True
 
     async def _restore(self, box: Box, session: _Session) -> None:
         """Write the container's S3 copy into the new session (in batches)."""
@@ -482,6 +538,7 @@ class AgentCoreEngine(ContainerEngine):
     # -- files in the session --------------------------------------------------------------
 
     async def _scan(self, session: _Session) -> dict[str, list[int]]:
+        session.exact = False
         ran = await self._invoke(session, "executeCode", {
             "language": "python", "clearContext": False,
             "code": _SCAN.format(top=session.data, most=10_000)})
@@ -510,8 +567,13 @@ class AgentCoreEngine(ContainerEngine):
         """Copy what changed under the folder since the last scan to S3 (bounded), drop what
         was removed; the changed paths, absolute."""
         before = session.snapshot or {}
-        after = await self._scan(session)
-        session.snapshot = after
+        try:
+            after = await self._scan(session)
+        except _Ended:  # it ended just now: the next call carries the container over
+            if self._sessions.get(box.id) is session:
+                del self._sessions[box.id]
+            return []
+        session.snapshot, session.exact = after, True
         changed = [rel for rel, seen in after.items() if before.get(rel) != seen]
         removed = [rel for rel in before if rel not in after]
         budget, count = self.sync_max_bytes, 0
@@ -522,7 +584,7 @@ class AgentCoreEngine(ContainerEngine):
                 continue
             try:
                 data = await self._read(session, rel)
-            except FileNotFoundError:
+            except (FileNotFoundError, _Ended):
                 continue
             await asyncio.to_thread(self._put_object, self._key(box, rel), data)
             budget -= len(data)
@@ -538,33 +600,49 @@ class AgentCoreEngine(ContainerEngine):
             session, _reset = await self._ensure(box)
             return session.state()
 
-    async def _timed_out(self, box: Box, session: _Session) -> None:
-        """The call hangs: stop its session (ending what runs) and carry the container."""
-        self._sessions.pop(box.id, None)
-        await self._replace(box, session)
+    async def _attempt(self, box: Box, need: float,
+                       work: Callable[[_Session], Awaitable[_T]]) -> tuple[_T, _Session, bool]:
+        """``work`` on the container's session; when AgentCore says that session has ended,
+        on a new one (the work never ran). Returns its value, the session and whether the
+        container's variables were lost on the way."""
+        session, reset = await self._ensure(box, need)
+        try:
+            return await work(session), session, reset
+        except _Ended:
+            session = await self._replace(box, session)
+        try:
+            return await work(session), session, True
+        except _Ended:
+            self._sessions.pop(box.id, None)
+            raise EngineError("AgentCore ended the container's new session at once") from None
+
+    async def _timed_out(self, box: Box) -> None:
+        """A call hangs: stop its session (ending what runs) and carry the container."""
+        await self._replace(box, self._sessions.pop(box.id, None))
 
     async def run_code(self, box: Box, code: str, *, timeout: float,
                        max_output: int) -> CodeResult:
-        async with self._lock(box):
-            session, reset = await self._ensure(box, need=timeout + MARGIN)
+        async def execute(session: _Session) -> _Result:
             if session.snapshot is None:
                 session.snapshot = await self._scan(session)
-            arguments = {"language": "python", "code": session.to_box(code),
-                         "clearContext": False}
+            session.exact = False
+            return await asyncio.wait_for(self._invoke(session, "executeCode", {
+                "language": "python", "code": session.to_box(code), "clearContext": False}),
+                timeout)
+
+        async with self._lock(box):
             try:
-                try:
-                    ran = await asyncio.wait_for(
-                        self._invoke(session, "executeCode", arguments), timeout)
-                except _Ended:
-                    session, reset = await self._replace(box, session), True
-                    session.snapshot = await self._scan(session)
-                    arguments["code"] = session.to_box(code)
-                    ran = await asyncio.wait_for(
-                        self._invoke(session, "executeCode", arguments), timeout)
+                ran, session, reset = await self._attempt(box, timeout + MARGIN, execute)
             except TimeoutError:
-                await self._timed_out(box, session)
+                await self._timed_out(box)
                 return CodeResult(timed_out=True, reset=True,
                                   error=f"TimeoutError: the code ran past {timeout:g} seconds")
+            if ran.is_error and not reset:
+                try:
+                    reset = await self._kernel_lost(session)
+                except _Ended:
+                    self._sessions.pop(box.id, None)  # the next call carries it over
+                    reset = True
             stderr, error = _split_traceback(session.from_box(ran.stderr))
             if ran.is_error and error is None:
                 error, stderr = (stderr or session.from_box(ran.text) or "error").rstrip(), ""
@@ -576,32 +654,32 @@ class AgentCoreEngine(ContainerEngine):
 
     async def run_commands(self, box: Box, commands: Sequence[str], *, timeout: float,
                            max_output: int) -> list[CommandResult]:
+        deadline = time.monotonic() + timeout
+
+        def one(command: str) -> Callable[[_Session], Awaitable[_Result]]:
+            async def execute(session: _Session) -> _Result:
+                if session.snapshot is None:
+                    session.snapshot = await self._scan(session)
+                session.exact = False
+                line = f"cd {_quote(session.data)} && {session.to_box(command)}"
+                return await asyncio.wait_for(
+                    self._invoke(session, "executeCommand", {"command": line}),
+                    max(deadline - time.monotonic(), 0.001))
+            return execute
+
         async with self._lock(box):
-            deadline = time.monotonic() + timeout
-            session, _reset = await self._ensure(box, need=timeout + MARGIN)
-            if session.snapshot is None:
-                session.snapshot = await self._scan(session)
             results: list[CommandResult] = []
+            session: _Session | None = None
             for command in commands:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                if deadline <= time.monotonic():
                     results.append(CommandResult(timed_out=True))
                     continue
-                line = f"cd {_quote(session.data)} && {session.to_box(command)}"
                 try:
-                    try:
-                        ran = await asyncio.wait_for(
-                            self._invoke(session, "executeCommand", {"command": line}), left)
-                    except _Ended:
-                        session = await self._replace(box, session)
-                        session.snapshot = await self._scan(session)
-                        line = f"cd {_quote(session.data)} && {session.to_box(command)}"
-                        ran = await asyncio.wait_for(self._invoke(
-                            session, "executeCommand", {"command": line}),
-                            max(deadline - time.monotonic(), 0.001))
+                    ran, session, _reset = await self._attempt(box, timeout + MARGIN,
+                                                               one(command))
                 except TimeoutError:
-                    await self._timed_out(box, session)
-                    results.append(CommandResult(timed_out=True))
+                    await self._timed_out(box)
+                    session = None
                     results.extend(CommandResult(timed_out=True)
                                    for _ in commands[len(results):])
                     break
@@ -612,26 +690,23 @@ class AgentCoreEngine(ContainerEngine):
                 results.append(CommandResult(
                     stdout=stdout, stderr=stderr, dropped=dropped + dropped_err,
                     exit_code=int(code) if code is not None else (1 if ran.is_error else 0)))
-            session = self._sessions.get(box.id, session)
-            await self._sync(box, session)
+            if session is not None:
+                await self._sync(box, session)
             return results
-
     async def write_file(self, box: Box, path: str, data: bytes) -> None:
         rel = _relative(path)
+        async def write(session: _Session) -> None:
+            await self._write(session, [{"path": f"{FOLDER}/{rel}", "blob": data}])
+
         async with self._lock(box):
-            session, _reset = await self._ensure(box)
-            try:
-                await self._write(session, [{"path": f"{FOLDER}/{rel}", "blob": data}])
-            except _Ended:
-                session = await self._replace(box, session)
-                await self._write(session, [{"path": f"{FOLDER}/{rel}", "blob": data}])
+            _none, session, _reset = await self._attempt(box, MARGIN, write)
             await asyncio.to_thread(self._put_object, self._key(box, rel), data)
             session.snapshot = None  # not the code's: the next run looks again first
 
     async def read_file(self, box: Box, path: str, *, limit: int) -> bytes:
         rel = _relative(path)
         async with self._lock(box):
-            session = self._sessions.get(box.id) or _parse_state(box.state)
+            session = self._sessions.get(box.id) or await self._last_known(box)
             data: bytes | None = None
             if session is not None and self._fresh(session, MARGIN):
                 try:
@@ -647,13 +722,15 @@ class AgentCoreEngine(ContainerEngine):
             return data
 
     async def list_files(self, box: Box) -> list[FileEntry]:
+        async def scan(session: _Session) -> dict[str, list[int]]:
+            if session.exact and session.snapshot is not None:
+                return session.snapshot
+            session.snapshot = await self._scan(session)
+            session.exact = True
+            return session.snapshot
+
         async with self._lock(box):
-            session, _reset = await self._ensure(box)
-            try:
-                seen = await self._scan(session)
-            except _Ended:
-                session = await self._replace(box, session)
-                seen = await self._scan(session)
+            seen, _session, _reset = await self._attempt(box, MARGIN, scan)
             return [FileEntry(f"{DATA}/{rel}", size) for rel, (size, _m) in sorted(seen.items())]
 
     async def remove_file(self, box: Box, path: str) -> None:
@@ -669,12 +746,13 @@ class AgentCoreEngine(ContainerEngine):
 
     async def stop(self, box: Box) -> None:
         async with self._lock(box):
-            session = self._sessions.pop(box.id, None) or _parse_state(box.state)
-            if session is not None:
-                await self._stop(session.id)
+            sessions = {s.id for s in (self._sessions.pop(box.id, None),
+                                       _parse_state(box.state), await self._last_known(box))
+                        if s is not None}
+            for session_id in sessions:
+                await self._stop(session_id)
             keys = [key for key, _size in await asyncio.to_thread(self._list_objects, box)]
-            if keys:
-                await asyncio.to_thread(self._delete_objects, keys)
+            await asyncio.to_thread(self._delete_objects, [*keys, self._pointer(box)])
         self._locks.pop(box.id, None)
 
 
