@@ -44,10 +44,7 @@ def parts_of(path: str) -> list[str]:
 
 def _open_folder(root: Path, parts: list[str], *, create: bool) -> int:
     """A descriptor of the folder holding ``parts[-1]``, walked without following links."""
-    try:
-        fd = os.open(root, _DIR_FLAGS)
-    except FileNotFoundError:
-        raise EngineError("the container's folder is gone") from None
+    fd = os.open(root, _DIR_FLAGS)  # FileNotFoundError: the container has no files
     try:
         for name in parts[:-1]:
             try:
