@@ -43,16 +43,20 @@ def test_check_says_why_no_jail_runs(tmp_path: Path) -> None:
     assert "cannot run here" in asyncio.run(engine.check())
 
 
-def test_a_jail_that_cannot_start_is_an_engine_error(tmp_path: Path) -> None:
-    engine = SandboxEngine(tmp_path / "c", bwrap=fake_bwrap(tmp_path, "bwrap: no namespaces"))
+def test_a_jail_that_cannot_start_is_an_engine_error(tmp_path: Path,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    engine = SandboxEngine(tmp_path / "c", bwrap=fake_bwrap(tmp_path, f"bwrap: {tmp_path}"))
 
     async def go() -> None:
-        with pytest.raises(EngineError, match="no namespaces"):
+        with pytest.raises(EngineError, match="did not start") as raised:
             await engine.run_code(Box(id="cntr_x", memory_mb=256), "1", timeout=10,
                                   max_output=OUT)
+        assert str(tmp_path) not in str(raised.value)  # the client sees no host path
         await engine.aclose()
 
-    asyncio.run(go())
+    with caplog.at_level("WARNING", logger="responses_gateway.containers"):
+        asyncio.run(go())
+    assert f"bwrap: {tmp_path}" in caplog.text  # the operator does
 
 
 def test_settings_supply_the_python_and_the_memory_cap(tmp_path: Path) -> None:

@@ -244,7 +244,10 @@ class SandboxEngine(ContainerEngine):
             ready = None
         if not ready or not ready.get("ready"):
             why = await self._end_jail(jail)
-            raise EngineError(f"the sandbox's Python did not start{why}")
+            # bwrap's words may name the host's paths: for the log, not for the client.
+            logger.warning("sandbox container %s: the jail did not start%s", box.id, why)
+            raise EngineError("the sandbox's Python did not start (the gateway's log says "
+                              "why)")
         return jail
 
     async def _end_jail(self, jail: _Jail) -> str:

@@ -88,7 +88,7 @@ class Runtime:
                                       timeout=30, env={"PATH": "/usr/bin:/bin"}, check=True)
                 executable, *found = json.loads(done.stdout)
             except (OSError, subprocess.SubprocessError, ValueError) as exc:
-                raise EngineError(f"GATEWAY_SANDBOX_PYTHON {python!r} does not run: "
+                raise EngineError("GATEWAY_SANDBOX_PYTHON does not run here: "
                                   f"{type(exc).__name__}") from exc
         executable = os.path.abspath(executable)
         # The folder holding the interpreter's bin/ too (a venv's python is a link in it).
