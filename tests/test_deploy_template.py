@@ -351,6 +351,10 @@ def test_every_package_the_runtime_imports_is_a_runtime_dependency() -> None:
                   "typing_extensions": "pydantic", "httpcore": "httpx",
                   "httpx2": "mcp"}  # the mcp SDK's own HTTP client
     declared.add("aws-xray-sdk")  # layer-only: the Powertools Tracer, used only when tracing
+    # The sandbox engine's extra: the local platform only (Lambda has no user namespaces for a
+    # jail, so the AWS platform runs code on AgentCore and never imports it).
+    declared |= {_normal(Requirement(spec).name) for spec in tomllib.loads(
+        (ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["code"]}
     missing = []
     for top, where in sorted(imported.items()):
         names = {_normal(d) for d in distributions.get(top, [top])}
