@@ -354,3 +354,32 @@ def test_the_servers_failures_are_openais_errors(openai_client: OpenAI,
         openai_client.images.generate(prompt="forbidden fruit")
     assert caught.value.body["code"] == "moderation_blocked"  # type: ignore[index]
     assert IMAGE_KEY not in str(caught.value.body)
+
+
+def test_a_stream_failing_before_its_first_event_is_an_http_error(
+        openai_client: OpenAI, images_server: FakeImagesServer) -> None:
+    images_server.errors.append((429, {"message": "Slow down.", "type": "requests",
+                                       "code": "rate_limit_exceeded"}))
+    with pytest.raises(openai.RateLimitError):
+        list(openai_client.images.generate(prompt="a lighthouse", stream=True))
+
+
+def test_image_bounds(upstream: ScriptedUpstream, images_server: FakeImagesServer,
+                      tmp_path: Path) -> None:
+    """GATEWAY_IMAGE_MAX_BYTES bounds what a client sends to edit and what a model answers."""
+    settings = e2e_settings(upstream, tmp_path / "small.db", image_backend="openai",
+                            image_url=images_server.base_url, image_api_key=IMAGE_KEY,
+                            image_model="gpt-image-1", image_max_bytes=3000)
+    with GatewayServer(settings) as server, client_for(server) as c:
+        big = png(64, 64, (1, 1, 1), noise_rows=64, seed="big")  # ~12 KB: noise
+        assert len(big) > 3000
+        calls = len(images_server.calls)
+        with pytest.raises(openai.BadRequestError) as caught:
+            c.images.edit(image=("big.png", big, "image/png"), prompt="x")
+        assert caught.value.body["param"] == "image"  # type: ignore[index]
+        assert caught.value.body["code"] == "image_too_large"  # type: ignore[index]
+        assert len(images_server.calls) == calls  # never sent on
+        with pytest.raises(openai.APIStatusError) as answered:
+            c.images.generate(prompt="a lighthouse")  # the server's 1024x1024 is larger
+        assert answered.value.status_code == 502
+        assert answered.value.body["code"] == "image_too_large"  # type: ignore[index]
