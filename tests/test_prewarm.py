@@ -183,3 +183,19 @@ def test_without_prewarm_nothing_changes(openai_client: OpenAI,
     assert "max_completion_tokens" not in body and "max_tokens" not in body
     assert response["output"][0]["content"][0]["text"] == "Hi."
     assert response["prompt_cache_options"] == {"mode": "implicit", "ttl": "30m"}
+
+
+def test_over_a_websocket_prewarm_wins_over_generate_false(
+        openai_gateway: GatewayServer, upstream: ScriptedUpstream) -> None:
+    """OpenAI's types: ``prewarm`` "overrides the ``generate`` field to ``false``"; the
+    backend still reads the prompt (a plain ``generate: false`` never calls it)."""
+    from tests.test_websocket import completed, create, session
+
+    [warm] = session(openai_gateway, [create(
+        "[[script:text text='never sent']] ws-prewarm", generate=False, store=False,
+        prompt_cache_options={"prewarm": True})])
+    response = completed(warm)
+    assert response["status"] == "completed" and response["output"] == []
+    assert response["usage"]["input_tokens"] > 0 and response["usage"]["output_tokens"] == 0
+    [body] = [b for b in upstream.requests if "ws-prewarm" in str(b["messages"])]
+    assert body["max_tokens"] == 1
