@@ -4,10 +4,11 @@ backends drew as OpenAI's ``ImagesResponse`` or its stream events.
 
 The same parameters as the tool (params.py: ``size``, ``quality``, ``background``,
 ``output_format``, ``output_compression``, ``moderation``, ``partial_images``), here at the
-top level of the body (a 400 names ``size``, not ``tools[0].size``). What no backend of the
-gateway honours is OpenAI's 400 naming the parameter: ``response_format: "url"`` (images come
-back as base64, as from OpenAI's GPT image models), ``style`` (DALL-E's), ``complexity``, the
-GIF and SVG options, ``input_fidelity``, ``markup``. ``model`` is accepted and the gateway's
+top level of the body (a 400 names ``size``, not ``tools[0].size``). Images always come back
+as base64 (``b64_json``), as from OpenAI's GPT image models, which refuse ``response_format``
+(``unknown_parameter``): so does the gateway. What no backend of the gateway honours is
+OpenAI's 400 naming the parameter: ``style`` (DALL-E's), ``complexity``, the GIF and SVG
+options, ``input_fidelity``, ``markup``. ``model`` is accepted and the gateway's
 image model (``GATEWAY_IMAGE_MODEL``) draws, as its chat routes map model names.
 The HTTP side (auth, bodies, streaming, the usage ledger) is api/image_routes.py.
 """
@@ -94,14 +95,11 @@ def parse(fields: Mapping[str, Any], *, edit: bool) -> ImagesRequest:
             f"Invalid 'n': integer below minimum value or above maximum value. Expected a "
             f"value between 1 and {MAX_N}, but got {n} instead.", param="n",
             code="integer_out_of_range")
-    response_format = fields.get("response_format")
-    if response_format not in (None, "b64_json"):
-        if response_format == "url":
-            raise unsupported("response_format", response_format,
-                              "images are returned as base64 ('b64_json')")
-        raise invalid_request(
-            f"Invalid value: {response_format!r}. Supported values are: 'url' and "
-            "'b64_json'.", param="response_format", code="invalid_value")
+    if fields.get("response_format") is not None:
+        # OpenAI's GPT image models always answer base64 and refuse the parameter (the
+        # DALL-E models that took it are retired): so does the gateway, in OpenAI's words
+        raise invalid_request("Unknown parameter: 'response_format'.", param="response_format",
+                              code="unknown_parameter")
     stream = fields.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise _wrong_type("stream", "a boolean", stream)
