@@ -254,6 +254,10 @@ def test_bad_edits_are_400s(client: OpenAI) -> None:
                            mask=("m.jpg", b"\xff\xd8\xff\xe0 not a png", "image/jpeg"),
                            prompt="x")
     assert caught.value.body["param"] == "mask"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as caught:  # not one of ImageEditParams
+        client.images.edit(image=("a.png", png(512, 512, (1, 1, 1)), "image/png"),
+                           prompt="x", extra_body={"moderation": "low"})
+    assert caught.value.body["code"] == "unknown_parameter"  # type: ignore[index]
 
 
 def test_the_content_filter_is_openais_moderation_400(client: OpenAI) -> None:

@@ -34,8 +34,9 @@ _PLAIN_FIELDS = ("prompt", "model", "n", "response_format", "stream", "user",
 #: OpenAI's fields that no image backend of the gateway honours: a 400 naming them when set
 UNSUPPORTED = ("style", "complexity", "frame_count", "frame_duration_ms", "svg")
 GENERATE_FIELDS = frozenset((*_PARAM_FIELDS, *_PLAIN_FIELDS, *UNSUPPORTED))
+#: (an edit has no ``moderation``: OpenAI's ImageEditParams)
 EDIT_FIELDS = frozenset((*_PARAM_FIELDS, *_PLAIN_FIELDS, "frame_count", "frame_duration_ms",
-                         "input_fidelity", "svg", "complexity"))
+                         "input_fidelity", "svg", "complexity")) - {"moderation"}
 #: form fields of an edit that are numbers or booleans (multipart sends text)
 INTEGERS = ("n", "output_compression", "partial_images", "frame_count", "frame_duration_ms")
 BOOLEANS = ("stream",)
