@@ -346,9 +346,10 @@ async def _account(gateway: Gateway, tenant: str, backend: ImageBackend, count: 
 
     model = str(getattr(backend, "model_id", None) or getattr(backend, "model", "") or "")
     answer = {"id": ids.new_id(ids.RESPONSE), "output": [{"type": ITEM}] * count}
-    entry = UsageEntry.of(answer, tenant=tenant, model=model,
-                          status="completed" if count else "failed", endpoint=endpoint,
-                          counters={ITEM: "image_generations"})
+    entry = replace(UsageEntry.of(answer, tenant=tenant, model=model,
+                                  status="completed" if count else "failed",
+                                  endpoint=endpoint, counters={ITEM: "image_generations"}),
+                    tool_calls={})  # images, not a model's tool calls
     await limits.count(gateway.store, gateway.settings.limits, entry, None)
 
 
