@@ -388,3 +388,19 @@ def test_image_bounds(upstream: ScriptedUpstream, images_server: FakeImagesServe
             c.images.generate(prompt="a lighthouse")  # the server's 1024x1024 is larger
         assert answered.value.status_code == 502
         assert answered.value.body["code"] == "image_too_large"  # type: ignore[index]
+
+
+def test_a_failure_after_the_first_event_is_an_error_event(
+        openai_client: OpenAI, images_server: FakeImagesServer) -> None:
+    good = base64.b64encode(png(64, 64, (5, 5, 5))).decode()
+    images_server.replies.extend([{"created": 1, "data": [{"b64_json": good}]},
+                                  {"created": 1, "data": [{"url": "http://x/y.png"}]}])
+    seen: list[Any] = []
+    with pytest.raises(openai.APIError) as caught:
+        for event in openai_client.images.generate(prompt="two", n=2, stream=True):
+            seen.append(GEN_EVENTS.validate_python(event.to_dict()))
+    assert [e.type for e in seen] == ["image_generation.completed"]
+    assert seen[0].b64_json == good
+    assert caught.value.body == {  # type: ignore[comparison-overlap]
+        "message": "The image model answered without base64 image data ('b64_json').",
+        "type": "server_error", "param": None, "code": "image_generation_failed"}
