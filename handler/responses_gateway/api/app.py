@@ -90,6 +90,21 @@ ADMIN_PATHS = (
 )
 
 
+#: api/image_routes.py's paths (its ROUTES), imported on first use: a deployment that never
+#: draws never loads the image backends
+IMAGE_PATHS = ("/v1/images/generations", "/v1/images/edits")
+
+
+def _images(path: str) -> Callable[[Request], Awaitable[Response]]:
+    async def route(request: Request) -> Response:
+        from responses_gateway.api.image_routes import ROUTES
+
+        [handler] = [fn for p, fn, _ in ROUTES if p == path]
+        return await handler(request)
+
+    return route
+
+
 def _admin(path: str) -> Callable[[Request], Awaitable[Response]]:
     async def route(request: Request) -> Response:
         from responses_gateway.api.admin_routes import handler_for
@@ -177,6 +192,7 @@ def create_app(
             *(Route(path, fn, methods=[m]) for path, fn, m in file_routes.ROUTES),
             *(Route(path, fn, methods=[m]) for path, fn, m in vector_store_routes.ROUTES),
             *(Route(path, fn, methods=[m]) for path, fn, m in container_routes.ROUTES),
+            *(Route(path, _images(path), methods=["POST"]) for path in IMAGE_PATHS),
             Route("/v1/models", models.list_models, methods=["GET"]),
             Route("/health", response_routes.health, methods=["GET"]),
             # Admin routes and the dashboard, imported on first use (admin keys only).

@@ -202,6 +202,7 @@ class Gateway:
                 "output_items": fitted.output_items,  # made before the model runs (compaction)
                 "output_usage": fitted.usage,  # what making them cost (summarising calls)
                 "model_runs": fitted.model_runs,  # False: a compaction_trigger's response
+                "prewarm": req.prewarm,  # warm the prompt cache, generate nothing (job.py)
                 "tools": catalog.to_record(),  # chat function name -> what it stands for
                 # server tools (tools/registry.py): their state, secrets sealed
                 "server_tools": tools.to_record(seal) if tools else None,

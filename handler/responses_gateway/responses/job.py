@@ -67,11 +67,15 @@ class Job:
         self.record = record
         self.store = store
         self._persist = persist
-        generate = generate and record.request.get("model_runs", True)  # compaction_trigger
+        runs = record.request.get("model_runs", True)  # False: a compaction_trigger's
+        #: ``prompt_cache_options.prewarm``: the backend reads the prompt, nothing is generated
+        #: (responses/prewarm.py); it overrides ``generate: false``, as OpenAI's does
+        self._prewarm = bool(record.request.get("prewarm")) and runs
+        generate = (generate or self._prewarm) and runs
         options = record.request["options"]
         #: the server tools this response runs between model turns (tools/server.py)
         self.tools = tools if tools is not None else _tools_of(gateway, record)
-        if self.tools is not None and not generate:
+        if self.tools is not None and (not generate or self._prewarm):
             self.tools.skip_first_calls()  # nothing is generated: nothing approved runs
         self.first_calls: list[ServerCall] = (
             self.tools.first_calls() if self.tools is not None else [])
@@ -200,8 +204,14 @@ class Job:
 
     def _start_turn(self) -> None:
         self._turns_started += 1
-        self.chunks = (self.backend.stream(self.backend_request) if self._generate
-                       else _no_generation())
+        if not self._generate:
+            self.chunks = _no_generation()
+        elif self._prewarm:
+            from responses_gateway.responses.prewarm import prewarm_request, prewarmed
+
+            self.chunks = prewarmed(self.backend.stream(prewarm_request(self.backend_request)))
+        else:
+            self.chunks = self.backend.stream(self.backend_request)
         self._first = asyncio.ensure_future(self._first_chunk())
 
     async def _first_chunk(self) -> list[Chunk]:

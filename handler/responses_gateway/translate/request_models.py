@@ -266,6 +266,11 @@ class CreateResponseRequest(BaseModel):
         return self.reasoning.effort if self.reasoning else None
 
     @property
+    def prewarm(self) -> bool:
+        """``prompt_cache_options.prewarm``: warm the prompt cache, generate nothing."""
+        return bool(self.prompt_cache_options and self.prompt_cache_options.prewarm)
+
+    @property
     def wants_logprobs(self) -> bool:
         return LOGPROBS in (self.include or ())
 
@@ -310,8 +315,20 @@ class CreateResponseRequest(BaseModel):
             "safety_identifier": self.safety_identifier,
             "prompt_cache_key": self.prompt_cache_key,
             "prompt_cache_retention": self.prompt_cache_retention,
+            **self._echo_cache_options(),
             "metadata": dict(self.metadata or {}),
         }
+
+    def _echo_cache_options(self) -> dict[str, Any]:
+        """``prompt_cache_options`` as applied (OpenAI's defaults: ``implicit``, ``30m``),
+        when the request set it."""
+        options = self.prompt_cache_options
+        if options is None:
+            return {}
+        echoed: dict[str, Any] = {"mode": options.mode or "implicit", "ttl": options.ttl or "30m"}
+        if options.comparison_response_id is not None:
+            echoed["comparison_response_id"] = options.comparison_response_id
+        return {"prompt_cache_options": echoed}
 
     def _echo_text(self) -> dict[str, Any]:
         text = self.text or TextConfig()

@@ -61,6 +61,8 @@ def new_response(
         value = echo.get(key, default)
         response[key] = default if value is None and default is not None else value
     response["output"] = []
+    if echo.get("prompt_cache_options") is not None:  # as applied, when the request set it
+        response["prompt_cache_options"] = echo["prompt_cache_options"]
     if response["tools"] is None:
         response["tools"] = []
     if response["metadata"] is None:

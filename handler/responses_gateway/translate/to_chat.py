@@ -300,7 +300,9 @@ def _add_options(body: dict[str, Any], req: CreateResponseRequest) -> None:
         if value is not None:
             body[name] = value
     if req.prompt_cache_options is not None:
-        body["prompt_cache_options"] = req.prompt_cache_options.model_dump(exclude_none=True)
+        # ``prewarm`` is the gateway's to honour (responses/prewarm.py), not the upstream's
+        body["prompt_cache_options"] = req.prompt_cache_options.model_dump(
+            exclude_none=True, exclude={"prewarm"})
     if req.max_output_tokens is not None:
         body["max_completion_tokens"] = req.max_output_tokens
     if req.effort is not None:

@@ -12,6 +12,7 @@ import base64
 import binascii
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
 from responses_gateway.errors import GatewayError, invalid_request
@@ -43,8 +44,11 @@ class ImageParams:
 
     @classmethod
     def of(cls, tool: Any, param: str) -> ImageParams:
+        """The tool's fields checked; ``param`` is where it sits (``tools[0]``), or ``""``
+        for the Images API's top-level fields (api/image_routes.py)."""
         fields = _fields(tool)
         values: dict[str, Any] = {"param": param}
+        at = partial(_at, param)
         for name, allowed in (("action", ACTIONS), ("background", BACKGROUNDS),
                               ("output_format", FORMATS), ("quality", QUALITIES),
                               ("moderation", MODERATIONS)):
@@ -52,7 +56,7 @@ class ImageParams:
             if value is None:
                 continue
             if value not in allowed:
-                raise _bad_value(value, allowed, f"{param}.{name}")
+                raise _bad_value(value, allowed, at(name))
             values[name] = value
         size = fields.get("size")
         if size is not None:
@@ -60,7 +64,7 @@ class ImageParams:
                 raise invalid_request(
                     f"Invalid value: {size!r}. Supported values are 'auto' or a size "
                     f"'WIDTHxHEIGHT' such as '1024x1024', '1024x1536' or '1536x1024'.",
-                    param=f"{param}.size", code="invalid_value")
+                    param=at("size"), code="invalid_value")
             values["size"] = size
         for name, low, high in (("output_compression", 0, 100),
                                 ("partial_images", 0, MAX_PARTIAL_IMAGES)):
@@ -69,17 +73,17 @@ class ImageParams:
                 continue
             if not isinstance(value, int) or isinstance(value, bool):
                 raise invalid_request(
-                    f"Invalid type for '{param}.{name}': expected an integer, but got "
-                    f"{type(value).__name__} instead.", param=f"{param}.{name}",
+                    f"Invalid type for '{at(name)}': expected an integer, but got "
+                    f"{type(value).__name__} instead.", param=at(name),
                     code="invalid_type")
             if not low <= value <= high:
                 raise invalid_request(
-                    f"Invalid '{param}.{name}': {value} is not between {low} and {high}.",
-                    param=f"{param}.{name}", code="invalid_value")
+                    f"Invalid '{at(name)}': {value} is not between {low} and {high}.",
+                    param=at(name), code="invalid_value")
             values[name] = value
         mask = fields.get("input_image_mask")
         if mask is not None:
-            values["mask"] = _mask(mask, f"{param}.input_image_mask")
+            values["mask"] = _mask(mask, at("input_image_mask"))
         return cls(**values)
 
     def to_record(self) -> dict[str, Any]:
@@ -90,7 +94,12 @@ class ImageParams:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
     def named(self, field: str) -> str:
-        return f"{self.param}.{field}"
+        return _at(self.param, field)
+
+
+def _at(param: str, field: str) -> str:
+    """A field's name in a 400: under the tool (``tools[0].size``) or top-level (``size``)."""
+    return f"{param}.{field}" if param else field
 
 
 def dimensions(size: str) -> tuple[int, int] | None:

@@ -25,6 +25,7 @@ from responses_gateway.tools.image_generation.backends.base import (
     Partial,
     image_usage,
 )
+from responses_gateway.tools.image_generation.backends.convert import format_of
 from responses_gateway.tools.image_generation.params import MEDIA_TYPES
 
 if TYPE_CHECKING:
@@ -130,7 +131,8 @@ class OpenAIImages(ImageBackend):
         if drawing.image is None:
             return client.build_request("POST", f"{self.url}/images/generations", json=fields,
                                         headers=headers)
-        files = [("image", ("image.png", drawing.image, MEDIA_TYPES["png"]))]
+        kind = format_of(drawing.image) or "png"  # the Images API's edits take jpeg, webp too
+        files = [("image", (f"image.{kind}", drawing.image, MEDIA_TYPES[kind]))]
         if drawing.mask is not None:
             files.append(("mask", ("mask.png", drawing.mask, MEDIA_TYPES["png"])))
         data = {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in fields.items()}
