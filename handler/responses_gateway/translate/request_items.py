@@ -368,6 +368,12 @@ class UpdateFormatJsonSchema(BaseModel):
     strict: bool | None = None
 
 
+def _format_tag(value: Any) -> str | None:
+    """:func:`by_type`, for validation (a dict) and for the dump (the model) alike."""
+    kind = getattr(value, "type", None)
+    return f"~{kind}" if isinstance(kind, str) else by_type(value)
+
+
 class UpdateText(BaseModel):
     """``configuration_update.text``: a format, plain text or a JSON schema (no json_object)."""
 
@@ -377,7 +383,7 @@ class UpdateText(BaseModel):
             Annotated[UpdateFormatText, Tag("~text")],
             Annotated[UpdateFormatJsonSchema, Tag("~json_schema")],
         ],
-        Discriminator(by_type),
+        Discriminator(_format_tag),
     ]
 
 
