@@ -190,6 +190,21 @@ def test_configuration_updates_apply_to_what_follows(
     assert final["reasoning"]["effort"] == "medium"
 
 
+def test_a_configuration_update_in_a_conversation_holds_for_its_responses(
+        client: OpenAI, upstream: ScriptedUpstream) -> None:
+    conversation = client.conversations.create(items=[{"role": "user", "content": "Hello"}])
+    client.conversations.items.create(conversation.id, items=[
+        {"type": "configuration_update", "reasoning": {"effort": "low"}}])
+    upstream.reset()
+    response = client.responses.create(model="script/text", input="Go",
+                                       conversation=conversation.id)
+    check_response(response)
+    assert last_request(upstream)["reasoning_effort"] == "low"
+    items = client.conversations.items.list(conversation.id, order="asc").data
+    assert [item.type for item in items][:2] == ["message", "configuration_update"]
+    assert isinstance(items[1], ResponseConfigurationUpdateItem)
+
+
 def test_a_configuration_update_with_more_than_it_may_set_is_refused(client: OpenAI) -> None:
     with pytest.raises(BadRequestError) as refused:
         client.responses.create(model="script/text", input=[
