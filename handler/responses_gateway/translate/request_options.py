@@ -44,8 +44,7 @@ def check_options(req: CreateResponseRequest) -> None:
             403,
             f"You are not authorized to use the '{cyber}' access program with this model.",
             type="permission_error", param="access_programs.cyber",
-            code="access_program_not_authorized",
-        )
+        )  # no code: OpenAI documents the 403, not a code for it
     compression = req.image.context_compression if req.image is not None else None
     if compression == "enabled":
         raise invalid_request(
