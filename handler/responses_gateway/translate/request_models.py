@@ -163,7 +163,7 @@ class BackgroundOptions(BaseModel):
 
     model_config = PARAMS_CONFIG
     completion_window: Literal["soonest", "2h", "8h"] | None = None
-    continuation_id: str | None = Field(default=None, min_length=1, max_length=512)
+    continuation_id: str | None = None  # opaque; bounded by the body size only
 
 
 class AccessPrograms(BaseModel):
