@@ -256,12 +256,12 @@ def test_compaction_trigger_streams_its_item(client: OpenAI, upstream: ScriptedU
                                  stream=True) as stream:
         events = sdk_events(stream)
     check_stream(events)
-    assert [e["type"] for e in events] == [
-        "response.created", "response.in_progress", "response.output_item.added",
-        "response.output_item.done", "response.completed"] or [
-        e["type"] for e in events if e["type"] != "response.in_progress"] == [
-        "response.created", "response.output_item.added", "response.output_item.done",
-        "response.completed"]
+    assert [e["type"] for e in events if e["type"] != "response.in_progress"] == [
+        "response.created", "response.output_item.added", "response.compaction.compacting",
+        "response.output_item.done", "response.completed"]
+    compacting = next(e for e in events if e["type"] == "response.compaction.compacting")
+    assert compacting["item_id"] == events[-1]["response"]["output"][0]["id"]
+    assert compacting["output_index"] == 0
     final = events[-1]["response"]
     assert [i["type"] for i in final["output"]] == ["compaction"]
     assert final["usage"]["input_tokens"] > 0

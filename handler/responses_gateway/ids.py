@@ -19,6 +19,7 @@ FUNCTION_CALL_OUTPUT = "fco_"
 CUSTOM_TOOL_CALL = "ctc_"
 CUSTOM_TOOL_CALL_OUTPUT = "ctco_"
 COMPACTION = "cmp_"
+CONFIGURATION_UPDATE = "cfg_"
 # Calls of the tools the client runs (tools/client_tools.py), and their outputs.
 SHELL_CALL = "sh_"
 SHELL_CALL_OUTPUT = "sho_"

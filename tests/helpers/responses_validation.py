@@ -287,7 +287,7 @@ def beyond_spec(obj: Any) -> bool:
     if kind.startswith(("response.mcp_", "response.custom_tool_call",
                         "response.image_generation_call", "response.web_search_call",
                         "response.file_search_call", "response.code_interpreter_call",
-                        "response.output_text.annotation")):
+                        "response.output_text.annotation", "response.compaction.")):
         return True
     if obj.get("type") in _BEYOND_SPEC_ITEMS:
         return True
@@ -661,6 +661,9 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
                 if event["code"] != "".join(args):
                     raise fail(i, "the code differs from its deltas")
                 args_done = event["code"]
+        elif kind == "response.compaction.compacting":
+            if item.type != "compaction":
+                raise fail(i, f"{kind} outside an open compaction item")
         elif kind == "response.output_item.done":
             if part is not None:
                 raise fail(i, "item closed with a part still open")

@@ -22,7 +22,7 @@ from responses_gateway import ids
 from responses_gateway.backends.base import Backend
 from responses_gateway.config import Settings
 from responses_gateway.platform import platform_for
-from responses_gateway.responses import conversations, history
+from responses_gateway.responses import configuration, conversations, history
 from responses_gateway.responses.fitting import fit
 from responses_gateway.responses.fitting.compaction_bounds import CompactionLimits, Departure
 from responses_gateway.responses.job import Job, Persist
@@ -31,6 +31,7 @@ from responses_gateway.store.base import Store, StoredResponse
 from responses_gateway.tools import reads as tool_reads
 from responses_gateway.tools.catalog import ToolCatalog
 from responses_gateway.tools.registry import ServerTools, served_tool_types
+from responses_gateway.translate import reasoning_context
 from responses_gateway.translate.request import normalize_input, parse_create_request
 from responses_gateway.translate.response_object import new_response
 from responses_gateway.translate.sealing import Sealer
@@ -141,6 +142,8 @@ class Gateway:
         turn = await conversations.begin(self.store, req, tenant, items)
         if turn is not None:  # ``conversation``: its items come before this turn's input
             earlier = turn.history
+        # The newest configuration_update items set effort and format (configuration.py).
+        configuration.apply_updates(req, earlier + items)
         route = self.settings.route(req.model)
         # What the server tools' calls in it gave the model, this process's or the store's.
         reads = await tool_reads.gather(self.store, tenant, earlier + items,
@@ -151,7 +154,8 @@ class Gateway:
         chat, catalog = fitted.chat, fitted.catalog
         tools = await self._server_tools(req, chat, catalog, earlier, items, tenant)
         try:
-            record = self._record(req, tenant, items, route.backend, fitted, catalog, tools)
+            record = self._record(req, tenant, items, route.backend, fitted, catalog, tools,
+                                  earlier + items)
             if turn is not None:
                 await turn.lock(record)  # the request is ready: hold the conversation till it ends
             if reserve is not None and generate and record.request["model_runs"] is not False:
@@ -176,10 +180,16 @@ class Gateway:
     def _record(
         self, req: CreateResponseRequest, tenant: str, items: list[dict[str, Any]],
         backend: str, fitted: fit.Fitted, catalog: ToolCatalog, tools: ServerTools | None,
+        conversation: list[dict[str, Any]],
     ) -> StoredResponse:
         response_id = ids.new_id(ids.RESPONSE)
+        reasoning_input = self.backend_for(backend).reasoning_input(self.settings.reasoning_input)
+        echo = req.echo(reasoning_input)
+        if req.reasoning_context is not None:  # what ``current_turn`` kept from the model
+            echo["input_transformations"] = reasoning_context.withheld(
+                conversation, echo["reasoning"]["context"])
         response = new_response(
-            req.echo(),
+            echo,
             response_id=response_id,
             created_at=int(time.time()),
             status="queued" if req.background else "in_progress",

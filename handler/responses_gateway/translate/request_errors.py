@@ -49,7 +49,7 @@ _SUPPORTED_ITEMS = ", ".join(f"'{kind}'" for kind in (
     "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output",
     "local_shell_call", "local_shell_call_output", "computer_call", "computer_call_output",
     "tool_search_call", "tool_search_output", "item_reference", "compaction",
-    "compaction_trigger",
+    "compaction_trigger", "configuration_update",
 ))
 
 
@@ -70,6 +70,9 @@ def from_validation(exc: ValidationError, model: type[BaseModel]) -> GatewayErro
         if not isinstance(value, dict):
             return invalid_type(param, "an object", value)
         return missing_parameter(f"{param}.type")
+    if kind == "extra_forbidden":
+        return invalid_request(f"Unknown parameter: '{param}'.", param=param,
+                               code="unknown_parameter")
     if kind in ("invalid_value", "string_above_max_length"):  # our own PydanticCustomErrors
         return invalid_request(error["msg"], param=param, code=kind)
     if kind == "finite_number":

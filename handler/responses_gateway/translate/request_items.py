@@ -343,6 +343,62 @@ class CompactionTrigger(BaseModel):
     id: ItemId | None = None
 
 
+_UPDATE_CONFIG = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, defer_build=True)
+
+
+class UpdateReasoning(BaseModel):
+    """``configuration_update.reasoning``: "Only effort is supported." (openai-python 3.57)."""
+
+    model_config = _UPDATE_CONFIG
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+
+
+class UpdateFormatText(BaseModel):
+    model_config = _UPDATE_CONFIG
+    type: Literal["text"]
+
+
+class UpdateFormatJsonSchema(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True,
+                              defer_build=True)
+    type: Literal["json_schema"]
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")
+    schema_: dict[str, Any] = Field(alias="schema")
+    description: str | None = None
+    strict: bool | None = None
+
+
+def _format_tag(value: Any) -> str | None:
+    """:func:`by_type`, for validation (a dict) and for the dump (the model) alike."""
+    kind = getattr(value, "type", None)
+    return f"~{kind}" if isinstance(kind, str) else by_type(value)
+
+
+class UpdateText(BaseModel):
+    """``configuration_update.text``: a format, plain text or a JSON schema (no json_object)."""
+
+    model_config = _UPDATE_CONFIG
+    format: Annotated[
+        Union[  # noqa: UP007
+            Annotated[UpdateFormatText, Tag("~text")],
+            Annotated[UpdateFormatJsonSchema, Tag("~json_schema")],
+        ],
+        Discriminator(_format_tag),
+    ]
+
+
+class ConfigurationUpdate(BaseModel):
+    """A ``configuration_update`` input item: the reasoning effort and text format of the
+    responses from here on, until a later update replaces a setting
+    (responses/configuration.py applies the newest)."""
+
+    model_config = _UPDATE_CONFIG
+    type: Literal["configuration_update"]
+    id: ItemId | None = None
+    reasoning: UpdateReasoning | None = None
+    text: UpdateText | None = None
+
+
 def _item_tag(value: Any) -> str | None:
     """Easy messages (``{"role", "content"}``) and bare ``{"id"}`` references have no type."""
     if isinstance(value, dict) and value.get("type") is None:
@@ -392,6 +448,7 @@ InputItem = Annotated[
         Annotated[ItemReference, Tag("~item_reference")],
         Annotated[CompactionItem, Tag("~compaction")],
         Annotated[CompactionTrigger, Tag("~compaction_trigger")],
+        Annotated[ConfigurationUpdate, Tag("~configuration_update")],
         *(Annotated[model, Tag(f"~{model.model_fields['type'].annotation.__args__[0]}")]
           for model in _CLIENT_ITEMS),
         *(Annotated[ServerToolItem, Tag(f"~{kind}")] for kind, model in SERVER_ITEM_MODELS.items()
@@ -436,6 +493,7 @@ _ID_PREFIX = {
     "custom_tool_call_output": ids.CUSTOM_TOOL_CALL_OUTPUT,
     "compaction": ids.COMPACTION,
     "compaction_trigger": ids.COMPACTION,
+    "configuration_update": ids.CONFIGURATION_UPDATE,
     **{kind: item.id_prefix for kind, item in registry.ITEMS.items()},
     "shell_call": ids.SHELL_CALL,
     "shell_call_output": ids.SHELL_CALL_OUTPUT,
@@ -449,7 +507,7 @@ _ID_PREFIX = {
     "tool_search_output": ids.TOOL_SEARCH_OUTPUT,
 }
 _NO_STATUS = frozenset(
-    {"reasoning", "compaction", "compaction_trigger",
+    {"reasoning", "compaction", "compaction_trigger", "configuration_update",
      *(kind for kind, item in registry.ITEMS.items() if not item.has_status)}
 )
 

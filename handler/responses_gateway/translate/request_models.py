@@ -59,6 +59,7 @@ from responses_gateway.translate.request_names import (
     LOGPROBS,
     MAX_ID_LENGTH,
 )
+from responses_gateway.translate.request_options import check_options, echo_options
 from responses_gateway.translate.request_tools import (
     SERVED,
     CustomTool,
@@ -143,6 +144,40 @@ class ReasoningConfig(BaseModel):
     effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
     summary: SummaryMode | None = None
     generate_summary: SummaryMode | None = None  # deprecated spelling of ``summary``
+    # Which earlier reasoning goes back to the model (translate/reasoning_context.py).
+    context: Literal["auto", "current_turn", "all_turns"] | None = None
+    # The execution mode: any string to the SDK; only ``standard`` runs here (_check).
+    mode: str | None = None
+
+
+#: ``reasoning.mode`` the gateway runs: a backend model has one way of reasoning.
+STANDARD_MODE = "standard"
+
+
+class BackgroundOptions(BaseModel):
+    """``background_options`` (openai-python 3.57): a completion window and a continuation id.
+
+    A gateway has no discounted batch capacity: every window runs as soon as the worker takes
+    the job (``soonest``); the window and the id are checked as OpenAI checks them and kept on
+    the record. docs/background.md says so."""
+
+    model_config = PARAMS_CONFIG
+    completion_window: Literal["soonest", "2h", "8h"] | None = None
+    continuation_id: str | None = None  # opaque; bounded by the body size only
+
+
+class AccessPrograms(BaseModel):
+    """``access_programs``: OpenAI's Cyber access programs (docs/compatibility.md)."""
+
+    model_config = PARAMS_CONFIG
+    cyber: Literal["standard", "daybreak_blue", "daybreak_red"] | None = None
+
+
+class ImageOptions(BaseModel):
+    """``image``: request-level image options; compression is OpenAI's own transport."""
+
+    model_config = PARAMS_CONFIG
+    context_compression: Literal["auto", "enabled", "disabled"] | None = None
 
 
 class PromptCacheOptions(BaseModel):
@@ -214,6 +249,10 @@ class CreateResponseRequest(BaseModel):
     ) = None
     conversation: Any = None
     prompt: Any = None
+    background_options: BackgroundOptions | None = None
+    access_programs: AccessPrograms | None = None
+    image: ImageOptions | None = None
+    moderation: Any = None
 
     @field_validator("store", "background", mode="before")
     @classmethod
@@ -271,6 +310,11 @@ class CreateResponseRequest(BaseModel):
         return bool(self.prompt_cache_options and self.prompt_cache_options.prewarm)
 
     @property
+    def reasoning_context(self) -> str | None:
+        """``reasoning.context`` as sent (``None``: omitted, the same as ``auto``)."""
+        return self.reasoning.context if self.reasoning else None
+
+    @property
     def wants_logprobs(self) -> bool:
         return LOGPROBS in (self.include or ())
 
@@ -287,8 +331,10 @@ class CreateResponseRequest(BaseModel):
         """(type, name) a ``tool_choice`` may name: functions, namespace members, custom."""
         return choosable_names(self.tools)
 
-    def echo(self) -> dict[str, Any]:
-        """The request fields a Response object repeats, with OpenAI's defaults filled in."""
+    def echo(self, reasoning_input: str | None = None) -> dict[str, Any]:
+        """The request fields a Response object repeats, with OpenAI's defaults filled in.
+        ``reasoning_input``: how the backend takes reasoning back, which resolves an ``auto``
+        ``reasoning.context`` (translate/reasoning_context.py)."""
         return {
             "model": self.model,
             "instructions": self.instructions,
@@ -298,7 +344,7 @@ class CreateResponseRequest(BaseModel):
                 True if self.parallel_tool_calls is None else self.parallel_tool_calls
             ),
             "previous_response_id": self.previous_response_id,
-            "reasoning": {"effort": self.effort, "summary": self.summary},
+            "reasoning": self._echo_reasoning(reasoning_input),
             "service_tier": self.service_tier or "auto",
             "store": self.store,
             "background": self.background,
@@ -317,6 +363,7 @@ class CreateResponseRequest(BaseModel):
             "prompt_cache_retention": self.prompt_cache_retention,
             **self._echo_cache_options(),
             "metadata": dict(self.metadata or {}),
+            **echo_options(self),
         }
 
     def _echo_cache_options(self) -> dict[str, Any]:
@@ -329,6 +376,18 @@ class CreateResponseRequest(BaseModel):
         if options.comparison_response_id is not None:
             echoed["comparison_response_id"] = options.comparison_response_id
         return {"prompt_cache_options": echoed}
+
+    def _echo_reasoning(self, reasoning_input: str | None) -> dict[str, Any]:
+        """``effort`` and ``summary`` always (OpenAI's recorded echo); ``context`` (``auto``
+        resolved to what was done) and ``mode`` when the client sent them."""
+        from responses_gateway.translate.reasoning_context import effective
+
+        echoed: dict[str, Any] = {"effort": self.effort, "summary": self.summary}
+        if self.reasoning is not None and self.reasoning.context is not None:
+            echoed["context"] = effective(self.reasoning.context, reasoning_input)
+        if self.reasoning is not None and self.reasoning.mode is not None:
+            echoed["mode"] = STANDARD_MODE
+        return echoed
 
     def _echo_text(self) -> dict[str, Any]:
         text = self.text or TextConfig()
@@ -405,6 +464,7 @@ def _check(req: CreateResponseRequest) -> None:
         raise invalid_request(
             "'stream_options' is only allowed when 'stream' is true.", param="stream_options"
         )
+    check_options(req)
     check_tool_choice(req.tool_choice, req.tools)
     check_server_tools(req.tools)
     if isinstance(req.input, list):

@@ -45,6 +45,10 @@ class FunctionTool(BaseModel):
     strict: bool | None = None
     output_schema: dict[str, Any] | None = None  # echoed; the chat function has no place for it
     defer_loading: bool | None = None  # echoed; no tool search here hides it, so it is offered
+    # Echoed as sent (openai-python 3.57): ``async`` marks a function whose result may come
+    # later; the chat function has no place for it, the model is offered the function as is.
+    async_: bool | None = Field(default=None, alias="async")
+    allowed_callers: list[Literal["direct", "programmatic"]] | None = None
 
 
 class FormatGrammar(BaseModel):
@@ -317,8 +321,10 @@ def _echo_tool(tool: BaseModel) -> dict[str, Any]:
             "parameters": tool.parameters,
             "strict": True if tool.strict is None else tool.strict,
         }
-        if tool.defer_loading is not None:
-            echoed["defer_loading"] = tool.defer_loading
+        for name, value in (("defer_loading", tool.defer_loading), ("async", tool.async_),
+                            ("allowed_callers", tool.allowed_callers)):
+            if value is not None:  # as sent; OpenAI's echo leaves out what was not
+                echoed[name] = list(value) if isinstance(value, list) else value
         return echoed
     if isinstance(tool, CustomTool):
         echoed = {"type": "custom", "name": tool.name}

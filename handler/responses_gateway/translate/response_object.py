@@ -46,6 +46,10 @@ _DEFAULTS: tuple[tuple[str, Any], ...] = (
     ("metadata", None),
 )
 
+#: Fields a Response carries only when the request set them (openai-python 3.57):
+#: translate/request_options.py and translate/reasoning_context.py.
+_WHEN_SENT = ("access_programs", "image", "input_transformations")
+
 
 def new_response(
     echo: dict[str, Any], *, response_id: str, created_at: int, status: str = "in_progress"
@@ -60,6 +64,9 @@ def new_response(
     for key, default in _DEFAULTS:
         value = echo.get(key, default)
         response[key] = default if value is None and default is not None else value
+    for key in _WHEN_SENT:
+        if echo.get(key):
+            response[key] = echo[key]
     response["output"] = []
     if echo.get("prompt_cache_options") is not None:  # as applied, when the request set it
         response["prompt_cache_options"] = echo["prompt_cache_options"]

@@ -591,14 +591,24 @@ class ResponseTranslator(CallItems, ReasoningItems):
 
     def add_finished_item(self, item: dict[str, Any]) -> list[Event]:
         """An item the gateway made whole before the model ran (a compaction item, by
-        context.py): its ``output_item.added`` and ``.done`` at the next output index."""
+        responses/fitting/): its ``output_item.added`` and ``.done`` at the next output index.
+
+        A compaction item's summary was sampled: ``response.compaction.compacting`` between
+        the two, as OpenAI reports sampled summary output (openai-python 3.57). The gateway
+        compacts before ``response.created`` (a failed compaction stays an HTTP error), so it
+        comes at the stream's start, once, not while the summary is written."""
         out: list[Event] = []
         self._close(out, "completed")
         output = self.response["output"]
         index = len(output)
         output.append(item)
-        for kind in ("response.output_item.added", "response.output_item.done"):
-            out.append(self._event({"type": kind, "output_index": index, "item": dict(item)}))
+        out.append(self._event({"type": "response.output_item.added", "output_index": index,
+                                "item": dict(item)}))
+        if item.get("type") == "compaction":
+            out.append(self._event({"type": "response.compaction.compacting",
+                                    "item_id": item["id"], "output_index": index}))
+        out.append(self._event({"type": "response.output_item.done", "output_index": index,
+                                "item": dict(item)}))
         return out
 
     def add_usage(self, usage: dict[str, Any] | None) -> None:

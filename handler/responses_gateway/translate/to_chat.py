@@ -35,7 +35,11 @@ The body is OpenAI's own form (``max_completion_tokens``, ``content: null`` besi
 - Reasoning items are dropped unless the backend accepts reasoning back: ``reasoning_input``
   names the assistant field that carries it (``"reasoning_content"`` for DeepSeek, vLLM, Z.ai;
   ``"reasoning"`` for OpenRouter). Their text goes onto the next assistant message, and a sealed
-  ``encrypted_content`` is opened with ``unseal`` into ``reasoning_details``.
+  ``encrypted_content`` is opened with ``unseal`` into ``reasoning_details``. Which ones go
+  back is ``reasoning.context``'s (translate/reasoning_context.py): ``current_turn`` keeps
+  only those after the last user message, ``all_turns`` (``auto`` here) every one.
+- ``configuration_update`` items are not messages: their settings were applied to the
+  request before rendering (responses/configuration.py).
 - ``user`` and ``safety_identifier`` are both passed on under their own names (OpenAI's chat
   API takes both), as are ``service_tier``, ``prompt_cache_key``, ``prompt_cache_retention``,
   ``prompt_cache_options`` and an input part's ``prompt_cache_breakpoint`` (docs/routing.md:
@@ -55,7 +59,7 @@ from responses_gateway.errors import GatewayError, invalid_request, missing_para
 from responses_gateway.tools import client_tools, custom, registry
 from responses_gateway.tools.catalog import ToolCatalog
 from responses_gateway.tools.server import HistoryReader
-from responses_gateway.translate import compaction_items
+from responses_gateway.translate import compaction_items, reasoning_context
 
 if TYPE_CHECKING:  # the request models load with the first create (translate/request.py)
     from responses_gateway.translate.request_models import CreateResponseRequest
@@ -112,7 +116,10 @@ def to_chat_request(
     current = 0 if req.input is None else 1 if isinstance(req.input, str) else len(req.input)
     builder = _Messages(reasoning_input, unseal, first_current=len(items) - current,
                         catalog=catalog, history=items, known_calls=_call_ids(items),
-                        images=images, reads=reads)
+                        images=images, reads=reads,
+                        reasoning_from=reasoning_context.replay_from(
+                            [*items, *output_items],
+                            reasoning_context.effective(req.reasoning_context, reasoning_input)))
     sources = message_params if message_params is not None else []
     if req.instructions:
         builder.messages.append({"role": "system", "content": req.instructions})
@@ -345,6 +352,7 @@ class _Messages:
         "_reads",
         "_reasoning",
         "_reasoning_field",
+        "_reasoning_from",
         "_tool_results",
         "_unseal",
         "messages",
@@ -354,9 +362,11 @@ class _Messages:
         self, reasoning_field: str | None, unseal: Unseal | None, first_current: int,
         catalog: ToolCatalog, history: Sequence[dict[str, Any]] = (),
         known_calls: Collection[str] | None = None, images: bool = False,
-        reads: Mapping[str, str] | None = None,
+        reads: Mapping[str, str] | None = None, reasoning_from: int = 0,
     ):
         self.messages: list[dict[str, Any]] = []
+        # Reasoning items before this index are not replayed (``reasoning.context``).
+        self._reasoning_from = reasoning_from
         self._reads = reads or {}  # what server tools' calls gave the model, by call id
         self._images = images  # the model reads images: a server tool's go back as parts
         self._catalog = catalog
@@ -405,6 +415,8 @@ class _Messages:
             self._reasoning_item(index, item)
         elif kind == "compaction_trigger":
             pass  # asked for the compaction before the model runs (compaction_items.py)
+        elif kind == "configuration_update":
+            pass  # applied to the request's options (responses/configuration.py)
         elif kind == "item_reference":
             raise invalid_request(
                 f"Item reference '{item.get('id')}' cannot be resolved: no stored item has "
@@ -587,7 +599,7 @@ class _Messages:
         self.messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
 
     def _reasoning_item(self, index: int, item: dict[str, Any]) -> None:
-        if self._reasoning_field is None:
+        if self._reasoning_field is None or index < self._reasoning_from:
             return
         self._assistant = None  # reasoning precedes the assistant turn it belongs to
         parts = item.get("content") or ()
