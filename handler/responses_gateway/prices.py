@@ -54,7 +54,7 @@ class Price:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def _p(input: float, output: float, cached: float | None = None) -> Price:  # noqa: A002
+def _p(input: float, output: float, cached: float | None = None) -> Price:
     return Price(input=input, output=output, cached_input=cached)
 
 

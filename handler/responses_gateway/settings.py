@@ -257,7 +257,8 @@ class Settings:
     limits: Limits | None = TENANTS(  # noqa: RUF009 (a field)
         "GATEWAY_LIMITS", None, parse="limits", parameter="Limits",
         doc=("per-key limits, JSON: `requests_per_minute`, `tokens_per_minute`, "
-             "`tokens_per_period` (`period` `day`/`month`), `usd_per_day`, `usd_per_month` under `default` and per tenant id "
+             "`tokens_per_period` (`period` `day`/`month`), `usd_per_day`, `usd_per_month` "
+             "under `default` and per tenant id "
              "`t_…`; past one, OpenAI's 429 with `x-ratelimit-*` headers "
              "([docs/dashboard.md](docs/dashboard.md))"))
     prices: Prices | None = TENANTS(  # noqa: RUF009 (a field)
