@@ -200,6 +200,9 @@ class Job:
 
     def _start_turn(self) -> None:
         self._turns_started += 1
+        trace = self.metrics.trace
+        if trace is not None and self._generate:  # (otel.py: one span per model turn)
+            trace.turn_started(str(self.backend_request.body.get("model") or ""))
         self.chunks = (self.backend.stream(self.backend_request) if self._generate
                        else _no_generation())
         self._first = asyncio.ensure_future(self._first_chunk())
