@@ -20,6 +20,7 @@ from typing import Any
 import openai
 import pytest
 from openai import OpenAI
+from websockets.sync.client import connect
 
 from tests.helpers.gateway_process import ROOT, GatewayProcess
 from tests.helpers.mcp_server import McpTestServer
@@ -133,6 +134,24 @@ def test_a_tool_running_response_is_one_trace_in_the_clients(
         assert own.attributes["gateway.stream"] is True
         assert own.attributes["gateway.time_to_first_token_ms"] >= 0
         assert turn.name == "model_turn 1"
+
+        # A WebSocket's upgrade header holds for each response on the socket.
+        ws_trace, ws_span = secrets.token_hex(16), secrets.token_hex(8)
+        with connect(gw.ws_url, additional_headers={
+                "Authorization": f"Bearer {KEY}",
+                "traceparent": f"00-{ws_trace}-{ws_span}-01"}) as ws:
+            ids = []
+            for _ in range(2):
+                ws.send(json.dumps({"type": "response.create", "model": "traced-model",
+                                    "input": "hi"}))
+                while (event := json.loads(ws.recv(timeout=20)))["type"] != \
+                        "response.completed":
+                    assert event["type"] != "error", event
+                ids.append(event["response"]["id"])
+        for response_id in ids:
+            spans = collector.wait_for(has_response(response_id, 1))
+            ws_root, _ = of_response(spans, response_id)
+            assert ws_root.trace_id == ws_trace and ws_root.parent_span_id == ws_span
 
         # A failed response: its span says why.
         with pytest.raises(openai.APIStatusError):
