@@ -212,3 +212,38 @@ print(sorted(n for n in sys.modules if n.startswith("opentelemetry")))
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_in_lambda_the_spans_leave_before_the_invocation_ends(
+        upstream: ScriptedUpstream, collector: OtlpCollector, tmp_path: Path) -> None:
+    """The buffered Lambda handler (Mangum) with a batch delay of ten minutes: the spans are
+    at the collector when the handler returns, and the process then dies at once (a frozen
+    execution environment runs no exit hook)."""
+    client_trace, client_span = secrets.token_hex(16), secrets.token_hex(8)
+    code = """
+import json, os, sys
+from responses_gateway.entry.lambda_buffered import handler
+event = json.load(open(sys.argv[1]))
+event["headers"]["traceparent"] = sys.argv[2]
+answer = handler(event, None)
+print(json.loads(answer["body"])["id"], flush=True)
+os._exit(0)
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update({"PYTHONPATH": str(ROOT / "handler"), "AWS_LAMBDA_FUNCTION_NAME": "gw-test",
+                "POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_TRACE_DISABLED": "true",
+                "GATEWAY_UPSTREAM_URL": upstream.base_url,
+                "GATEWAY_STORE": f"sqlite:{tmp_path / 'g.db'}",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url,
+                "OTEL_BSP_SCHEDULE_DELAY": "600000"})
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(ROOT / "events" / "create_response.json"),
+         f"00-{client_trace}-{client_span}-01"],
+        env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    response_id = done.stdout.strip().splitlines()[-1]
+    assert response_id.startswith("resp_")
+    spans = list(collector.spans)  # no waiting: they were sent before the handler returned
+    root, (turn,) = of_response(spans, response_id)
+    assert root.trace_id == client_trace and root.parent_span_id == client_span
+    assert turn.name == "model_turn 1"
