@@ -222,3 +222,36 @@ def test_a_key_past_its_dollar_budget_gets_openais_429(upstream: ScriptedUpstrea
                                 headers={"Authorization": f"Bearer {ADMIN}"}).json()
         mine = next(k for k in limits_view["keys"] if k["api_key_id"] == tenant_of(KEYS[0]))
         assert mine["limits"]["usd_per_day"] == 0.0001
+
+
+def test_a_keys_spend_sums_closed_hours_once_and_reads_the_current_hour_again() -> None:
+    """limiter.spent: the day's closed hours are read once per ledger; the current hour on
+    every call, so a response counted now is seen by the next request."""
+    import asyncio
+
+    from responses_gateway.limiter import spent
+    from responses_gateway.store.usage import UsageRow
+
+    day = 86400 * 20000
+    now = day + 5 * 3600 + 120  # 05:02 UTC
+
+    class Ledger:
+        def __init__(self) -> None:
+            self.asked: list[tuple[int, int]] = []
+            self.rows = [UsageRow(day + 3600, "t_a", "m", {"input_tokens": 1_000_000}),
+                         UsageRow(day + 3 * 3600, "t_b", "m", {"input_tokens": 1_000_000}),
+                         UsageRow(day - 3600, "t_a", "m", {"input_tokens": 9_000_000})]
+
+        async def buckets(self, start: int, end: int) -> list[UsageRow]:
+            self.asked.append((start, end))
+            return [r for r in self.rows if start <= r.hour < end]
+
+    pricing = Pricing(Prices(models={"m": Price(input=2.0)}))
+    ledger = Ledger()
+    assert asyncio.run(spent(ledger, pricing, "t_a", "day", now)) == pytest.approx(2.0)
+    assert ledger.asked == [(day, day + 5 * 3600), (day + 5 * 3600, day + 6 * 3600)]
+    ledger.rows.append(UsageRow(day + 5 * 3600, "t_a", "m", {"input_tokens": 500_000}))
+    assert asyncio.run(spent(ledger, pricing, "t_a", "day", now + 60)) == pytest.approx(3.0)
+    assert ledger.asked[2:] == [(day + 5 * 3600, day + 6 * 3600)]  # the closed hours: kept
+    # Another ledger (another store) has its own.
+    assert asyncio.run(spent(Ledger(), pricing, "t_b", "day", now)) == pytest.approx(2.0)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from responses_gateway.errors import GatewayError
@@ -69,8 +70,10 @@ async def admit(store: Store, limits: Limits | None, tenant: str,
     return headers
 
 
-#: each period's spend in closed hours, by period key: (the hour summed up to, USD by tenant)
-_closed_spend: dict[str, tuple[int, dict[str, float]]] = {}
+#: per ledger, each period's spend in closed hours, by period key: (the hour summed up to,
+#: USD by tenant)
+_closed_spend: weakref.WeakKeyDictionary[UsageStore, dict[str, tuple[int, dict[str, float]]]] \
+    = weakref.WeakKeyDictionary()
 
 
 async def spent(ledger: UsageStore, pricing: Pricing, tenant: str, period: str,
@@ -81,15 +84,16 @@ async def spent(ledger: UsageStore, pricing: Pricing, tenant: str, period: str,
 
     key = f"{period}:{period_of(period, now)[0]}"
     hour = int(now) - int(now) % HOUR
-    upto, by_tenant = _closed_spend.get(key) or (period_start(period, now), {})
+    held = _closed_spend.setdefault(ledger, {})
+    upto, by_tenant = held.get(key) or (period_start(period, now), {})
     if upto < hour:  # hours closed since: summed once, for every tenant
         by_tenant = dict(by_tenant)
         for row in await ledger.buckets(upto, hour):
             by_tenant[row.tenant] = (by_tenant.get(row.tenant, 0.0)
                                      + pricing.cost(row.model, row.counts, row.tool_calls).total)
-        for old in [k for k in _closed_spend if k.startswith(period + ":") and k != key]:
-            del _closed_spend[old]
-        _closed_spend[key] = (hour, by_tenant)
+        for old in [k for k in held if k.startswith(period + ":") and k != key]:
+            del held[old]
+        held[key] = (hour, by_tenant)
     now_hour = sum(pricing.cost(row.model, row.counts, row.tool_calls).total
                    for row in await ledger.buckets(hour, hour + HOUR) if row.tenant == tenant)
     return by_tenant.get(tenant, 0.0) + now_hour
