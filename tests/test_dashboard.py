@@ -22,6 +22,7 @@ from openai import OpenAI
 
 from responses_gateway.api.app import ADMIN_PATHS
 from responses_gateway.config import Settings
+from responses_gateway.prices import parse_prices
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.mcp_server import McpTestServer
 from tests.helpers.moto_server import create_dynamodb_table, moto_server, use_moto
@@ -57,7 +58,8 @@ def site(store: str) -> Iterator[dict[str, Any]]:
     with ScriptedUpstream() as upstream, McpTestServer() as mcp:
         settings = Settings(upstream_url=upstream.base_url, upstream_api_key=UPSTREAM_KEY,
                             store=store, api_keys=(TENANT_KEY,),
-                            admin_keys=(ADMIN_KEY,), mcp_allow_hosts=("127.0.0.1",))
+                            admin_keys=(ADMIN_KEY,), mcp_allow_hosts=("127.0.0.1",),
+                            prices=parse_prices('{"default": {"input": 1000, "output": 2000}}'))
         with GatewayServer(settings) as gw:
             client = OpenAI(base_url=gw.base_url, api_key=TENANT_KEY, max_retries=0)
             tool: Any = {"type": "mcp", "server_label": "lab", "server_url": mcp.url,
@@ -138,7 +140,7 @@ def test_dashboard_in_headless_chromium(site: dict[str, Any],
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ready
-    from selenium.webdriver.support.ui import WebDriverWait
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 
     if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
         pytest.skip("no chromium and chromedriver on this machine: scripts/test-deps.sh "
@@ -173,6 +175,14 @@ def test_dashboard_in_headless_chromium(site: dict[str, Any],
         assert len(bars) >= 2 and all(float(b.get_attribute("height")) > 0 for b in bars)
         table = driver.find_element(By.ID, "usage-table").text
         assert "model-mcp" in table and "model-plain" in table
+        # The cost beside the tokens (GATEWAY_PRICES), and the chart in dollars.
+        costs = [c.text for c in driver.find_elements(By.CSS_SELECTOR, "#usage-table td.cost")]
+        assert costs and all(c.startswith("$") and float(c[1:]) > 0 for c in costs), costs
+        Select(driver.find_element(By.CSS_SELECTOR, "#usage-filters select[name=measure]")
+               ).select_by_value("cost")
+        driver.find_element(By.CSS_SELECTOR, "#usage-filters button[type=submit]").click()
+        wait.until(lambda d: any(t.text.startswith("$") for t in d.find_elements(
+            By.CSS_SELECTOR, "#usage-chart text")))
         # Conversations and their items; limits.
         driver.find_element(By.CSS_SELECTOR, "#tabs button[data-tab=conversations]").click()
         conv = wait.until(lambda d: [r for r in d.find_elements(

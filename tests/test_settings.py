@@ -47,10 +47,13 @@ def test_routes_and_limits_have_their_real_types() -> None:
     """(Knowledge bases stay ``Any``: their type lives in vectors/, above settings.)"""
     from responses_gateway.backends.route_config import Routes
     from responses_gateway.key_limits import Limits
+    from responses_gateway.prices import Prices
 
-    hints = typing.get_type_hints(Settings, localns={"Routes": Routes, "Limits": Limits})
+    hints = typing.get_type_hints(Settings, localns={"Routes": Routes, "Limits": Limits,
+                                                     "Prices": Prices})
     assert hints["routes"] == Routes | None
     assert hints["limits"] == Limits | None
+    assert hints["prices"] == Prices | None
 
 
 def test_the_readme_tables_are_the_declarations() -> None:

@@ -31,6 +31,7 @@ __all__ = ["LOG_LEVELS", "Route", "Settings", "SettingsError", "settings_from_en
 if TYPE_CHECKING:
     from responses_gateway.backends.route_config import Routes
     from responses_gateway.key_limits import Limits
+    from responses_gateway.prices import Prices
     from responses_gateway.vectors.knowledge_bases import KnowledgeBase
 
 T = TypeVar("T", int, float)
@@ -315,6 +316,15 @@ def _limits(text: str | None, spec: _Spec, reading: Reading) -> Limits | None:
     return parse_limits(text)
 
 
+def _prices(text: str | None, spec: _Spec, reading: Reading) -> Prices | None:
+    """GATEWAY_PRICES (prices.py, imported only when it is set)."""
+    if text is None:
+        return None
+    from responses_gateway.prices import parse_prices
+
+    return parse_prices(text)
+
+
 def _hosted_tools(text: str | None, spec: _Spec, reading: Reading) -> str:
     if text is None:
         return spec.default
@@ -411,6 +421,7 @@ FORMATS: dict[str, Format] = {
     "store": _store,
     "admin_keys": _admin_keys,
     "limits": _limits,
+    "prices": _prices,
     "hosted_tools": _hosted_tools,
     "image_backend": _image_backend,
     "web_search_url": _web_search_url,

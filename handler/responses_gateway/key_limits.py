@@ -1,14 +1,16 @@
 """Per-key limits as configured (``GATEWAY_LIMITS``): plain data, read once by config.py.
 
     {"default": {"requests_per_minute": 60, "tokens_per_minute": 100000,
-                 "tokens_per_period": 5000000, "period": "month"},
+                 "tokens_per_period": 5000000, "period": "month", "usd_per_day": 20},
      "t_0123…": {"requests_per_minute": 600}}
 
 A key is named by its tenant id (``t_`` + the first 32 hex digits of the key's SHA-256, what
 api/auth.py derives): the setting never holds a key. A key's entry overrides the default's
 fields; 0 or absent = no such limit. ``window_seconds`` (default 60) is the length of the
-rate window the per-minute figures are counted in. The counting is limiter.py's, in the
-usage ledger (store/usage.py).
+rate window the per-minute figures are counted in. ``usd_per_day`` and ``usd_per_month`` are
+budgets in US dollars: what the key's responses cost this UTC day or month under the prices
+(GATEWAY_PRICES, prices.py). The counting is limiter.py's, in the usage ledger
+(store/usage.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 PERIODS = ("day", "month")
 _FIELDS = ("requests_per_minute", "tokens_per_minute", "tokens_per_period")
+_DOLLARS = ("usd_per_day", "usd_per_month")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,15 +53,28 @@ class Rule:
     tokens_per_period: int = 0
     period: str = "month"
     window_seconds: int = 60
+    usd_per_day: float = 0.0
+    usd_per_month: float = 0.0
 
     @property
     def caps(self) -> Caps:
         return Caps(self.requests_per_minute, self.tokens_per_minute, self.tokens_per_period)
 
     @property
-    def any(self) -> bool:
+    def counted(self) -> bool:
+        """Whether a request is counted in the ledger's windows (a request or token limit)."""
         return bool(self.requests_per_minute or self.tokens_per_minute
                     or self.tokens_per_period)
+
+    @property
+    def dollars(self) -> tuple[tuple[str, float], ...]:
+        """The dollar budgets set: (period, USD)."""
+        return tuple((period, cap) for period, cap in (("day", self.usd_per_day),
+                                                       ("month", self.usd_per_month)) if cap)
+
+    @property
+    def any(self) -> bool:
+        return self.counted or bool(self.usd_per_day or self.usd_per_month)
 
     def windows(self, now: float) -> Windows:
         """Where counts go at ``now``: the rate window's index, the budget period's key."""
@@ -74,7 +90,8 @@ class Rule:
         return {"requests_per_minute": self.requests_per_minute,
                 "tokens_per_minute": self.tokens_per_minute,
                 "tokens_per_period": self.tokens_per_period, "period": self.period,
-                "window_seconds": self.window_seconds}
+                "window_seconds": self.window_seconds, "usd_per_day": self.usd_per_day,
+                "usd_per_month": self.usd_per_month}
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +110,14 @@ class Limits:
 
 
 NO_LIMITS = Limits()
+
+
+def period_start(period: str, now: float) -> int:
+    """The start (epoch) of the budget period holding ``now`` (UTC)."""
+    import calendar
+    t = time.gmtime(now)
+    return calendar.timegm((t.tm_year, t.tm_mon, t.tm_mday if period == "day" else 1,
+                            0, 0, 0))
 
 
 def period_of(period: str, now: float) -> tuple[str, int]:
@@ -138,6 +163,11 @@ def _rule(base: Rule, value: Any, where: str) -> Rule:
             if name == "window_seconds" and setting < 1:
                 raise ValueError(f"{where}.window_seconds: expected at least 1")
             changes[name] = setting
+        elif name in _DOLLARS:
+            if (not isinstance(setting, int | float) or isinstance(setting, bool)
+                    or setting < 0):
+                raise ValueError(f"{where}.{name}: expected a number of US dollars >= 0")
+            changes[name] = float(setting)
         elif name == "period":
             if setting not in PERIODS:
                 raise ValueError(f"{where}.period: expected one of {', '.join(PERIODS)}")

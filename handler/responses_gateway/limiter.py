@@ -12,6 +12,15 @@ it span model turns reserves each further turn's input too (``reserve_turn``), i
 windows; its output across turns is bounded by ``max_output_tokens`` (responses/turns.py),
 which the create reserved.
 
+Dollar budgets (``usd_per_day``, ``usd_per_month``) are checked at the door: what the key's
+responses cost this UTC day or month (the ledger's hourly buckets priced by prices.py; the
+closed hours' sum kept in the process, the current hour read again) against the budget. They
+are not reserved: responses already running when the budget is reached may pass it by their
+own cost, as a bill's spending limit does.
+
+Every refusal leaves one JSON log line (``request refused by the limits``: the tenant id,
+which limit, its value, the counts, the retry delay), beside uvicorn's access line.
+
 The rules are GATEWAY_LIMITS (key_limits.py). No rule, no store call.
 """
 
@@ -20,6 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from responses_gateway.errors import GatewayError
@@ -30,13 +40,17 @@ if TYPE_CHECKING:  # loaded with GATEWAY_LIMITS, and the ledger with the first r
     from collections.abc import Awaitable, Callable
 
     from responses_gateway.key_limits import Limits, Rule, Windows
+    from responses_gateway.prices import Pricing
+    from responses_gateway.settings import Settings
     from responses_gateway.store.base import Store, StoredResponse
-    from responses_gateway.store.usage import Counts, UsageEntry
+    from responses_gateway.store.usage import Counts, UsageEntry, UsageStore
 
 
-async def admit(store: Store, limits: Limits | None, tenant: str) -> dict[str, str]:
+async def admit(store: Store, limits: Limits | None, tenant: str,
+                settings: Settings | None = None) -> dict[str, str]:
     """Count one request for ``tenant``; the ``x-ratelimit-*`` headers to answer with, or the
-    429 (GatewayError, with those headers) when a limit is reached."""
+    429 (GatewayError, with those headers) when a limit is reached. ``settings`` price the
+    key's spend for its dollar budgets (none checked without them)."""
     rule = limits.for_tenant(tenant) if limits is not None else None
     if rule is None or not rule.any:
         return {}
@@ -44,12 +58,90 @@ async def admit(store: Store, limits: Limits | None, tenant: str) -> dict[str, s
     if ledger is None:
         return {}
     now = time.time()
+    if rule.dollars and settings is not None:
+        await _check_spend(ledger, rule, tenant, now, settings)
+    if not rule.counted:
+        return {}
     windows = rule.windows(now)
     counts = await ledger.admit(tenant, rule.caps, windows)
     headers = rate_headers(rule, windows, counts, now)
     if not counts.admitted:
-        raise _refusal(rule, windows, counts, now, headers)
+        raise _logged(tenant, _refusal(rule, windows, counts, now, headers), rule, counts)
     return headers
+
+
+#: per ledger, each period's spend in closed hours, by period key: (the hour summed up to,
+#: USD by tenant)
+_closed_spend: weakref.WeakKeyDictionary[UsageStore, dict[str, tuple[int, dict[str, float]]]] \
+    = weakref.WeakKeyDictionary()
+
+
+async def spent(ledger: UsageStore, pricing: Pricing, tenant: str, period: str,
+                now: float) -> float:
+    """What ``tenant``'s calls cost in the budget ``period`` holding ``now`` (USD)."""
+    from responses_gateway.key_limits import period_of, period_start
+    from responses_gateway.store.usage import HOUR
+
+    key = f"{period}:{period_of(period, now)[0]}"
+    hour = int(now) - int(now) % HOUR
+    held = _closed_spend.setdefault(ledger, {})
+    upto, by_tenant = held.get(key) or (period_start(period, now), {})
+    if upto < hour:  # hours closed since: summed once, for every tenant
+        by_tenant = dict(by_tenant)
+        for row in await ledger.buckets(upto, hour):
+            by_tenant[row.tenant] = (by_tenant.get(row.tenant, 0.0)
+                                     + pricing.cost(row.model, row.counts, row.tool_calls).total)
+        for old in [k for k in held if k.startswith(period + ":") and k != key]:
+            del held[old]
+        held[key] = (hour, by_tenant)
+    now_hour = sum(pricing.cost(row.model, row.counts, row.tool_calls).total
+                   for row in await ledger.buckets(hour, hour + HOUR) if row.tenant == tenant)
+    return by_tenant.get(tenant, 0.0) + now_hour
+
+
+async def _check_spend(ledger: UsageStore, rule: Rule, tenant: str, now: float,
+                       settings: Settings) -> None:
+    """OpenAI's 429 ``insufficient_quota`` when a dollar budget of the key is spent."""
+    from responses_gateway.key_limits import period_of
+    from responses_gateway.prices import pricing
+
+    prices = pricing(settings)
+    for period, cap in rule.dollars:
+        used = await spent(ledger, prices, tenant, period, now)
+        if used < cap:
+            continue
+        wait = max(1, math.ceil(period_of(period, now)[1] - now))
+        error = GatewayError(
+            429,
+            f"You exceeded this key's spending limit for the {period} (${cap:g}, spent "
+            f"${used:.4f}; GATEWAY_LIMITS usd_per_{period}, priced by GATEWAY_PRICES).",
+            type="insufficient_quota", code="insufficient_quota",
+            headers={"retry-after": str(wait)},
+        )
+        raise _logged(tenant, error, rule, None, limit=f"usd_per_{period}", value=cap,
+                      used=round(used, 6))
+
+
+def _logged(tenant: str, error: GatewayError, rule: Rule, counts: Counts | None, *,
+            limit: str | None = None, value: float | None = None, used: float | None = None,
+            requested: int | None = None) -> GatewayError:
+    """Log one JSON line for a request the limits refused; ``error``, to raise."""
+    if limit is None and counts is not None:
+        limit, value, used = {
+            "budget": ("tokens_per_period", rule.tokens_per_period, counts.budget_tokens),
+            "tokens": ("tokens_per_minute", rule.tokens_per_minute, counts.tokens),
+        }.get(counts.refused_by or "", ("requests_per_minute", rule.requests_per_minute,
+                                        counts.requests))
+    line: dict[str, Any] = {
+        "api_key_id": tenant, "limit": limit, "limit_value": value, "used": used,
+        "requested": requested, "status": error.status, "code": error.code,
+        "retry_after": (error.headers or {}).get("retry-after"),
+    }
+    if counts is not None:
+        line["counts"] = {"requests": counts.requests, "tokens": counts.tokens,
+                          "period_tokens": counts.budget_tokens}
+    logger.warning("request refused by the limits", extra={"refused": line})
+    return error
 
 
 async def reserve(store: Store, limits: Limits | None, tenant: str, tokens: int,
@@ -71,11 +163,15 @@ async def reserve(store: Store, limits: Limits | None, tenant: str, tokens: int,
     if ((rule.tokens_per_minute and tokens > rule.tokens_per_minute)
             or (rule.tokens_per_period and tokens > rule.tokens_per_period)):
         counts = await ledger.counts(tenant, windows)
-        raise _too_large(rule, tokens, model, rate_headers(rule, windows, counts, now))
+        too_large = _too_large(rule, tokens, model, rate_headers(rule, windows, counts, now))
+        which = ("tokens_per_minute" if too_large.type == "tokens" else "tokens_per_period")
+        raise _logged(tenant, too_large, rule, counts, limit=which,
+                      value=getattr(rule, which), used=None, requested=tokens)
     counts = await ledger.reserve(tenant, rule.caps, windows, tokens)
     headers = rate_headers(rule, windows, counts, now)
     if not counts.admitted:
-        raise _refusal(rule, windows, counts, now, headers, requested=tokens, model=model)
+        raise _logged(tenant, _refusal(rule, windows, counts, now, headers, requested=tokens,
+                                       model=model), rule, counts, requested=tokens)
     return Reservation(tokens, windows).to_json(), headers
 
 
@@ -99,6 +195,7 @@ async def reserve_turn(store: Store, limits: Limits | None, tenant: str,
     if not counts.admitted:
         refused = _refusal(rule, windows, counts, time.time(), {}, requested=tokens,
                            model=model)
+        _logged(tenant, refused, rule, counts, requested=tokens)
         raise GatewayError(
             429, f"{refused.message} The response stopped before its next model turn; its "
             "output so far is kept.", type=refused.type, code="rate_limit_exceeded")

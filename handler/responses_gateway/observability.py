@@ -15,8 +15,13 @@
   the invocation's segment, never off the SDK's thread-local stack, because a streaming
   response and its store writes overlap in one thread.
 
+- **OpenTelemetry**: with ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or the traces one) set, each
+  response is a trace exported over OTLP/HTTP (otel.py: a span for the response, one per model
+  turn and per tool call; a client's ``traceparent`` continues its trace), anywhere.
+
 Nothing here runs per chunk: a job records its first content once and reports at its end.
-Powertools and the X-Ray SDK are imported only when enabled, so local starts stay fast.
+Powertools, the X-Ray SDK and the OpenTelemetry SDK are imported only when enabled, so local
+starts stay fast.
 """
 
 from __future__ import annotations
@@ -50,6 +55,9 @@ SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "responses-gateway"
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ResponsesGateway"
 
 response_id: ContextVar[str | None] = ContextVar("response_id", default=None)
+#: the client's W3C trace context headers (``traceparent``, ``tracestate``), when it sent them
+#: and OpenTelemetry is on (otel.py continues the client's trace)
+trace_carrier: ContextVar[dict[str, str] | None] = ContextVar("trace_carrier", default=None)
 logger = logging.getLogger("responses_gateway.observability")
 _state: dict[str, Any] = {"debug_content": False, "configured": False}
 
@@ -197,8 +205,25 @@ class RequestContext:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
+            if scope["type"] == "websocket" and otel_enabled():
+                carrier = _carrier(scope["headers"])
+                if carrier:  # each response on the socket continues the client's trace
+                    token = trace_carrier.set(carrier)
+                    try:
+                        await self.app(scope, receive, send)
+                    finally:
+                        trace_carrier.reset(token)
+                    return
             await self.app(scope, receive, send)
             return
+        carried = trace_carrier.set(_carrier(scope["headers"])) if otel_enabled() else None
+        try:
+            await self._http(scope, receive, send)
+        finally:
+            if carried is not None:
+                trace_carrier.reset(carried)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         rid: str | None = None
         context = scope.get("aws.context")
         if context is not None:
@@ -219,6 +244,20 @@ class RequestContext:
             request_id.reset(token)
 
 
+def _carrier(headers: list[tuple[bytes, bytes]]) -> dict[str, str] | None:
+    """The W3C trace context headers of a request, if it sent any."""
+    found = {name.decode("latin-1"): value.decode("latin-1") for name, value in headers
+             if name in (b"traceparent", b"tracestate")}
+    return found if "traceparent" in found else None
+
+
+def otel_enabled() -> bool:
+    """Whether responses are traced with OpenTelemetry (an OTLP endpoint is configured)."""
+    from responses_gateway import otel
+
+    return otel.enabled()
+
+
 # -- per response -------------------------------------------------------------------------
 
 
@@ -226,7 +265,7 @@ class ResponseMetrics:
     """One response's timings; reported once, when its job closes."""
 
     __slots__ = ("content", "counters", "done", "entry", "ledger", "model", "reserved",
-                 "started", "stored", "tenant", "ttft_ms", "waiting")
+                 "started", "stored", "tenant", "trace", "ttft_ms", "waiting")
 
     def __init__(self, response: str, model: str, *, stream: bool, content: Any = None,
                  tenant: str | None = None, ledger: UsageStore | None = None,
@@ -245,6 +284,9 @@ class ResponseMetrics:
         self.ttft_ms: float | None = None
         self.done = False
         self.content = content if _state["debug_content"] else None
+        #: its OpenTelemetry spans (otel.py), when an OTLP endpoint is configured
+        self.trace: Any = _open_trace(response, model, tenant, stream, self.content) \
+            if otel_enabled() else None
         response_id.set(response)
         collector.response_opened()
 
@@ -290,6 +332,8 @@ class ResponseMetrics:
         if self.content is not None:
             summary["request"] = self.content
             summary["output"] = response.get("output")
+        if self.trace is not None:
+            self.trace.finish(response, status, error_type, reason, self.ttft_ms)
         # A failure is logged here, once, with its reason (the backends redact their keys).
         level = logging.WARNING if status in ("failed", "rejected") else logging.INFO
         logger.log(level, "response finished", extra={"response": summary})
@@ -308,7 +352,15 @@ class ResponseMetrics:
 
     async def account(self) -> None:
         """Count the finished response's usage in the ledger, once (store/usage.py); a failed
-        write is logged, never the response's failure."""
+        write is logged, never the response's failure. In Lambda its spans are exported
+        first: the invocation may be frozen once the response is sent."""
+        trace, self.trace = (self.trace, None) if self.done else (None, self.trace)
+        if trace is not None and in_lambda():
+            import asyncio
+
+            from responses_gateway import otel
+
+            await asyncio.to_thread(otel.flush)
         entry, self.entry = self.entry, None
         if entry is None or self.ledger is None:
             return
@@ -321,6 +373,21 @@ class ResponseMetrics:
             await self.ledger.record(entry, windows)
         except Exception:
             logger.exception("could not record the usage of %s", entry.response_id)
+
+
+def _open_trace(response: str, model: str, tenant: str | None, stream: bool,
+                content: Any) -> Any:
+    """The response's OpenTelemetry spans (otel.py), or None when they cannot be opened."""
+    try:
+        from responses_gateway.otel import ResponseTrace
+
+        settings: Settings | None = _state.get("settings")
+        backend = settings.route(model).backend if settings is not None else None
+        return ResponseTrace(response, model, tenant=tenant, carrier=trace_carrier.get(),
+                             content=content, backend=backend, stream=stream)
+    except Exception:  # tracing must never fail a response
+        logger.warning("could not open the response's trace", exc_info=True)
+        return None
 
 
 def _unstarted(first: Any) -> tuple[str, str | None]:

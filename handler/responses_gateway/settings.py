@@ -25,6 +25,7 @@ from responses_gateway.backends.kinds import ROUTE_PREFIX
 if TYPE_CHECKING:  # their modules load only when the setting is used (cold start)
     from responses_gateway.backends.route_config import Routes
     from responses_gateway.key_limits import Limits
+    from responses_gateway.prices import Prices
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 #: why template.yaml has no parameter for a secret: its ``_SECRET_ARN`` comes from SecretArn
@@ -256,9 +257,16 @@ class Settings:
     limits: Limits | None = TENANTS(  # noqa: RUF009 (a field)
         "GATEWAY_LIMITS", None, parse="limits", parameter="Limits",
         doc=("per-key limits, JSON: `requests_per_minute`, `tokens_per_minute`, "
-             "`tokens_per_period` (`period` `day`/`month`) under `default` and per tenant id "
+             "`tokens_per_period` (`period` `day`/`month`), `usd_per_day`, `usd_per_month` "
+             "under `default` and per tenant id "
              "`t_…`; past one, OpenAI's 429 with `x-ratelimit-*` headers "
              "([docs/dashboard.md](docs/dashboard.md))"))
+    prices: Prices | None = TENANTS(  # noqa: RUF009 (a field)
+        "GATEWAY_PRICES", None, parse="prices", parameter="Prices", shown="Bedrock's",
+        doc=("per-model prices in US dollars, JSON: `input`, `cached_input`, `output` per "
+             "million tokens, `image` per image, `search` per web search, per model name and "
+             "under `default`; Bedrock's public on-demand prices ship for some models "
+             "([docs/dashboard.md](docs/dashboard.md#prices-and-costs))"))
 
     # -- store -----------------------------------------------------------------------------------
     store: str = STORE(

@@ -82,12 +82,15 @@ async def usage_completions(request: Request) -> Response:
     stop = min(end, first + limit * width)
     rows = [r for r in await ledger.buckets(first - first % HOUR, stop)
             if (not models or r.model in models) and (not keys or r.tenant in keys)]
+    from responses_gateway.prices import pricing
+
+    prices = pricing(gateway_of(request).settings)
     buckets = []
     for bucket_start in range(first, stop, width):
         inside = [r for r in rows if bucket_start <= r.hour < bucket_start + width]
         buckets.append({
             "object": "bucket", "start_time": bucket_start,
-            "end_time": bucket_start + width, "results": _results(inside, groups),
+            "end_time": bucket_start + width, "results": _results(inside, groups, prices),
         })
     more = stop < end
     return JSON({
@@ -96,9 +99,11 @@ async def usage_completions(request: Request) -> Response:
     })
 
 
-def _listed(params: Any, name: str) -> list[str]:
-    """A list parameter: ``name=a&name=b``, ``name[]=a`` or ``name=a,b``."""
+def _listed(params: Any, name: str, *, commas: bool = True) -> list[str]:
+    """A list parameter: ``name=a&name=b``, ``name[]=a`` or (``commas``) ``name=a,b``."""
     values = params.getlist(name) + params.getlist(name + "[]")
+    if not commas:  # a line item holds a comma ("model, input")
+        return [v for v in values if v]
     return [v for value in values for v in value.split(",") if v]
 
 
@@ -113,12 +118,14 @@ def _page_start(token: str) -> int:
         raise invalid_request(f"Invalid 'page': '{token}'.", param="page") from None
 
 
-def _results(rows: list[UsageRow], groups: list[str]) -> list[dict[str, Any]]:
+def _results(rows: list[UsageRow], groups: list[str], prices: Any) -> list[dict[str, Any]]:
     totals: dict[tuple[str | None, str | None], dict[str, Any]] = {}
     for row in rows:
         key = (row.model if "model" in groups else None,
                row.tenant if "api_key_id" in groups else None)
-        total = totals.setdefault(key, {c: 0 for c in COUNTERS} | {"tool_calls": {}})
+        total = totals.setdefault(key, {c: 0 for c in COUNTERS}
+                                  | {"tool_calls": {}, "cost": 0.0})
+        total["cost"] += prices.cost(row.model, row.counts, row.tool_calls).total
         for name in COUNTERS:
             total[name] += row.counts.get(name, 0)
         for kind, n in row.tool_calls.items():
@@ -141,9 +148,108 @@ def _results(rows: list[UsageRow], groups: list[str]) -> list[dict[str, Any]]:
             "output_reasoning_tokens": t["reasoning_tokens"],
             "image_generations": t["image_generations"],
             "tool_calls": t["tool_calls"],
+            "cost": {"value": t["cost"], "currency": "usd"},  # GATEWAY_PRICES (prices.py)
         }
         for (model, key), t in totals.items()
     ]
+
+
+# -- costs ----------------------------------------------------------------------------------
+
+#: OpenAI's Costs API: daily buckets only, 1-180 a page (7 by default)
+COST_LIMIT = (7, 180)
+COST_GROUPS = ("project_id", "user_id", "line_item", "api_key_id", "api_source")
+_QUANTITY_UNITS = {"input": "tokens", "cached input": "tokens", "output": "tokens",
+                   "image generation": "images", "web search": None}
+
+
+async def costs(request: Request) -> Response:
+    """``GET /v1/organization/costs``: what the usage ledger's counters cost under the
+    configured prices (prices.py), in daily buckets from ``start_time``, grouped by
+    ``group_by`` (``line_item``, ``api_key_id``; the gateway has no projects, users or API
+    sources: those group to null), filtered by ``api_key_ids``, ``line_items`` and
+    ``project_ids``; ``limit`` buckets a page, ``page`` the cursor."""
+    from responses_gateway.prices import pricing
+
+    ledger = admin(request)
+    params = request.query_params
+    if "start_time" not in params:
+        raise invalid_request("Missing required parameter: 'start_time'.", param="start_time",
+                              code="missing_required_parameter")
+    start = int_param(params.get("start_time"), "start_time", 0)
+    width_name = params.get("bucket_width", "1d")
+    if width_name != "1d":
+        raise invalid_request(f"Invalid value: '{width_name}'. Supported values are: '1d'.",
+                              param="bucket_width", code="invalid_value")
+    default_limit, max_limit = COST_LIMIT
+    limit = int_param(params.get("limit"), "limit", default_limit)
+    if not 1 <= limit <= max_limit:
+        raise invalid_request(
+            f"Invalid 'limit': expected a value between 1 and {max_limit}, but got {limit} "
+            "instead.", param="limit", code="integer_out_of_range")
+    groups = _listed(params, "group_by")
+    for group in groups:
+        if group not in COST_GROUPS:
+            raise invalid_request(
+                f"Invalid value: '{group}'. Supported values are: "
+                + ", ".join(f"'{g}'" for g in COST_GROUPS) + ".",
+                param="group_by", code="invalid_value")
+    keys = set(_listed(params, "api_key_ids"))
+    items = set(_listed(params, "line_items", commas=False))
+    if _listed(params, "project_ids"):
+        keys = {""}  # the gateway has no projects: no cost belongs to one
+    first = start - start % DAY
+    page = params.get("page")
+    if page:
+        first = _page_start(page)
+    end = int_param(params.get("end_time"), "end_time", int(time.time()) + 1)
+    stop = min(end, first + limit * DAY)
+    rows = [r for r in await ledger.buckets(first, stop) if not keys or r.tenant in keys]
+    prices = pricing(gateway_of(request).settings)
+    buckets = []
+    for bucket_start in range(first, stop, DAY):
+        inside = [r for r in rows if bucket_start <= r.hour < bucket_start + DAY]
+        buckets.append({
+            "object": "bucket", "start_time": bucket_start, "end_time": bucket_start + DAY,
+            "results": _cost_results(inside, groups, items, prices),
+        })
+    more = stop < end
+    return JSON({
+        "object": "page", "data": buckets, "has_more": more,
+        "next_page": _page_token(stop) if more else None,
+    })
+
+
+def _cost_results(rows: list[UsageRow], groups: list[str], items: set[str],
+                  prices: Any) -> list[dict[str, Any]]:
+    """One result per group: its amount in USD; with ``line_item``, the quantity and unit."""
+    totals: dict[tuple[str | None, str | None], list[float]] = {}
+    for row in rows:
+        cost = prices.cost(row.model, row.counts, row.tool_calls)
+        for line, amount in cost.amounts.items():
+            line_item = f"{row.model}, {line}"
+            if items and line_item not in items:
+                continue
+            quantity = cost.quantities[line]
+            if not quantity:
+                continue
+            key = (line_item if "line_item" in groups else None,
+                   row.tenant if "api_key_id" in groups else None)
+            total = totals.setdefault(key, [0.0, 0])
+            total[0] += amount
+            total[1] += quantity
+    results = []
+    for (line_item, key), (amount, quantity) in totals.items():
+        result: dict[str, Any] = {
+            "object": "organization.costs.result",
+            "amount": {"value": amount, "currency": "usd"},
+            "line_item": line_item, "project_id": None, "api_key_id": key,
+        }
+        if line_item is not None:
+            result["quantity"] = quantity
+            result["quantity_unit"] = _QUANTITY_UNITS.get(line_item.rpartition(", ")[2])
+        results.append(result)
+    return results
 
 
 # -- responses ------------------------------------------------------------------------------
@@ -279,7 +385,7 @@ async def limits_in_force(request: Request) -> Response:
     keys = []
     for tenant in tenants:
         rule = limits.for_tenant(tenant)
-        counts = await ledger.counts(tenant, rule.windows(now)) if rule.any else None
+        counts = await ledger.counts(tenant, rule.windows(now)) if rule.counted else None
         keys.append({
             "api_key_id": tenant, "limits": rule.to_json(),
             "configured": tenant in limits.keys,
@@ -293,6 +399,7 @@ async def limits_in_force(request: Request) -> Response:
 
 ROUTES: list[tuple[str, Handler]] = [
     ("/v1/organization/usage/completions", usage_completions),
+    ("/v1/organization/costs", costs),
     ("/v1/admin/responses", list_responses),
     ("/v1/admin/responses/{response_id}", get_response),
     ("/v1/admin/conversations", list_conversations),

@@ -82,6 +82,7 @@ async def _responses_socket(websocket: WebSocket) -> None:
 #: api/admin_routes.py's paths (its ROUTES), here so the app is built without importing it
 ADMIN_PATHS = (
     "/v1/organization/usage/completions",
+    "/v1/organization/costs",
     "/v1/admin/responses",
     "/v1/admin/responses/{response_id}",
     "/v1/admin/conversations",

@@ -79,7 +79,8 @@ async def compact_response(request: Request) -> Response:
     tenant = tenant_of(request)
     gateway = gateway_of(request)
     body = _subset(await json_body(request), COMPACT_FIELDS)
-    rate = await limits.admit(gateway.store, gateway.settings.limits, tenant)
+    rate = await limits.admit(gateway.store, gateway.settings.limits, tenant,
+                             gateway.settings)
     return limits.with_headers(await _compact(request, gateway, tenant, body, rate), rate)
 
 
@@ -135,7 +136,8 @@ async def count_input_tokens(request: Request) -> Response:
     tenant = tenant_of(request)
     gateway = gateway_of(request)
     body = _subset(await json_body(request), COUNT_FIELDS)
-    rate = await limits.admit(gateway.store, gateway.settings.limits, tenant)
+    rate = await limits.admit(gateway.store, gateway.settings.limits, tenant,
+                             gateway.settings)
     return limits.with_headers(await _count_tokens(gateway, tenant, body), rate)
 
 

@@ -35,7 +35,8 @@ async def create_response(request: Request) -> Response:
     gateway = gateway_of(request)
     body = await json_body(request)
     # The key's limits before anything else runs (limiter.py): a 429 past one.
-    rate = await limits.admit(gateway.store, gateway.settings.limits, tenant)
+    rate = await limits.admit(gateway.store, gateway.settings.limits, tenant,
+                             gateway.settings)
     return limits.with_headers(await _create(request, gateway, tenant, body, rate), rate)
 
 

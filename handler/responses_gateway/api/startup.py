@@ -46,9 +46,43 @@ def summary(settings: Settings) -> dict[str, Any]:
         **registry.start_line(settings),
         "container_engine": settings.code_interpreter,
         "background": platform_for(settings).worker().shown,
+        **_capabilities(settings),
         "log_level": settings.log_level,
         "debug_log_content": settings.debug_log_content,
     }
+
+
+def _capabilities(settings: Settings) -> dict[str, Any]:
+    """What else is on: the admin routes, the limits, the routes, the prices, tracing (no
+    key, no header: an OTLP endpoint's headers may hold one)."""
+    from responses_gateway import otel
+    from responses_gateway.observability import tracing_enabled
+
+    limits = settings.limits
+    routes = settings.routes
+    return {
+        "admin": "on (/v1/organization/*, /v1/admin/*, /dashboard)" if settings.admin_keys
+        else "off",
+        "limits": None if limits is None or not limits.any else {
+            "default": {k: v for k, v in limits.default.to_json().items()
+                        if v and k not in ("period", "window_seconds")},
+            "keys": len(limits.keys)},
+        "routes": {} if not routes else {
+            name: [f"{d.kind}:{d.model}" for d in deployments]
+            for name, deployments in sorted(routes.routes.items())},
+        "prices": ({"models": sorted(settings.prices.models),
+                    "default": settings.prices.default != _no_price()}
+                   if settings.prices is not None else "Bedrock on-demand defaults only"),
+        "tracing": {"opentelemetry": _shown(otel.endpoint() or "") or None
+                    if otel.enabled() else None,
+                    "xray": tracing_enabled()},
+    }
+
+
+def _no_price() -> Any:
+    from responses_gateway.prices import Price
+
+    return Price()
 
 
 def log_summary(settings: Settings) -> None:

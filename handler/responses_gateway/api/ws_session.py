@@ -223,7 +223,7 @@ class Session:
         try:
             # The key's limits first (limiter.py).
             settings = self.gateway.settings
-            await limits.admit(self.gateway.store, settings.limits, self.tenant)
+            await limits.admit(self.gateway.store, settings.limits, self.tenant, settings)
             job = await self.gateway.new_job(
                 body, self.tenant, cached=self.remembered, generate=create.generate,
                 reserve=limits.reserver(self.gateway.store, settings.limits, self.tenant, {}))

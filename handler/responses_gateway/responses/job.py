@@ -204,6 +204,9 @@ class Job:
 
     def _start_turn(self) -> None:
         self._turns_started += 1
+        trace = self.metrics.trace
+        if trace is not None and self._generate:  # (otel.py: one span per model turn)
+            trace.turn_started(str(self.backend_request.body.get("model") or ""))
         if not self._generate:
             self.chunks = _no_generation()
         elif self._prewarm:

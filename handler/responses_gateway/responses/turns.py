@@ -160,6 +160,8 @@ class TurnLoop:
                     raise error from None
                 finally:
                     deadline.waiting = False
+            if metrics.trace is not None:  # the model turn's last chunk came (otel.py)
+                metrics.trace.turn_ended(translator.turn_usage, translator.finish_reason)
             if translator.done or tools is None or not translator.wants_tool_turn:
                 return
             # The model called tools the gateway runs: their items, then the next turn.
@@ -196,6 +198,10 @@ class TurnLoop:
                 continue  # no more calls (and the tools are no longer offered)
             call.extra["ran"] = True
             made = len(output)
+            trace = job.metrics.trace
+            if trace is not None:  # (otel.py: one span per call)
+                trace.tool_started(call)
+            failure: str | None = "cancelled"
             runner = tools.run(call, job.translator)
             try:
                 while True:
@@ -205,11 +211,17 @@ class TurnLoop:
                         break
                     events, self.pending = self.pending + batch, []
                     yield events
+                failure = None
+            except Exception as exc:
+                failure = getattr(exc, "code", None) or type(exc).__name__
+                raise
             finally:
                 with contextlib.suppress(Exception):
                     await runner.aclose()
                 # counted even when the response then fails (a deadline during its item)
                 job.translator.add_tool_usage(call.usage)
+                if trace is not None:
+                    trace.tool_ended(call, output[made:], failure)
             if not call.pauses:
                 self.calls_run += 1
             self.output_bytes += sum(len(orjson.dumps(item)) for item in output[made:])

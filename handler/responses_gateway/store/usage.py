@@ -161,7 +161,7 @@ def settlement(entry: UsageEntry, limits: Limits | None, reserved: Any = None
     if reservation is not None:
         return replace(entry, reserved=reservation.tokens), reservation.windows
     rule = limits.for_tenant(entry.tenant) if limits is not None else None
-    return entry, rule.windows(entry.finished_at) if rule is not None and rule.any else None
+    return entry, rule.windows(entry.finished_at) if rule is not None and rule.counted else None
 
 
 @dataclass(slots=True)

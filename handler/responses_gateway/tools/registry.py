@@ -120,12 +120,23 @@ def zero_tool_usage() -> dict[str, Any]:
 
 def start_line(settings: Any) -> dict[str, Any]:
     """What the start line says about the server tools (api/startup.py)."""
-    shown: dict[str, Any] = {}
+    shown: dict[str, Any] = {"server_tools": sorted(
+        r.kind for r in REGISTRATIONS if _served_quietly(r.kind, settings))}
     for r in REGISTRATIONS:
         for name in r.start_line:
             value = getattr(settings, name, None)
+            if isinstance(value, dict):  # (knowledge bases: their store ids)
+                value = sorted(value)
             shown[name] = list(value) if isinstance(value, (tuple, frozenset, set)) else value
     return shown
+
+
+def _served_quietly(kind: str, settings: Any) -> bool:
+    """``served``, False when its test cannot tell (the start line must not fail)."""
+    try:
+        return served(kind, settings)
+    except Exception:
+        return False
 
 
 def registration_of(tool_type: str) -> Registration | None:

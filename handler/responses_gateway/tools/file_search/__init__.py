@@ -25,5 +25,6 @@ REGISTRATION = Registration(
     choices={"file_search": "file_search"},
     includes=("file_search_call.results",),
     enabled_by="GATEWAY_STORE is sqlite:PATH, or dynamodb:TABLE with GATEWAY_VECTOR_BUCKET",
+    start_line=("embedding_backend", "embedding_model", "knowledge_bases"),
     settings="vector_stores",
 )

@@ -35,5 +35,6 @@ REGISTRATION = Registration(
         "total_tokens": 0,
     }},
     enabled_by="GATEWAY_IMAGE_BACKEND is set",
+    start_line=("image_backend", "image_model"),
     settings="image_generation",
 )

@@ -31,5 +31,6 @@ REGISTRATION = Registration(
     includes=("web_search_call.results", "web_search_call.action.sources"),
     tool_usage={"web_search": {"num_requests": 0}},
     enabled_by="GATEWAY_WEB_SEARCH_PROVIDER is set",
+    start_line=("web_search_provider",),
     settings="web_search",
 )

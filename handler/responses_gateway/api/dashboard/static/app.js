@@ -179,7 +179,12 @@ function svg(tag, attrs, text) {
 
 function measureOf(result, measure) {
   if (measure === "tokens") return result.input_tokens + result.output_tokens;
+  if (measure === "cost") return (result.cost && result.cost.value) || 0;
   return result[measure] || 0;
+}
+
+function usd(value) {
+  return "$" + (value >= 1 ? value.toFixed(2) : value.toPrecision(3).replace(/\.?0+$/, ""));
 }
 
 async function loadUsage() {
@@ -213,7 +218,7 @@ function drawChart(buckets, group, measure, width) {
   for (const tick of [0, 0.5, 1]) {
     const y = H - bottom - tick * max * scale;
     chart.append(svg("text", { x: left - 6, y: y + 4, "text-anchor": "end" },
-      String(Math.round(tick * max))));
+      measure === "cost" ? usd(tick * max) : String(Math.round(tick * max))));
   }
   buckets.forEach((bucket, i) => {
     let y = H - bottom;
@@ -225,7 +230,8 @@ function drawChart(buckets, group, measure, width) {
       const color = COLORS[names.indexOf(result[group] || "all") % COLORS.length];
       const bar = svg("rect", { x: left + i * slot + 2, y, width: Math.max(1, slot - 4),
         height: h, fill: color, class: "bar" });
-      bar.append(svg("title", {}, (result[group] || "all") + ": " + value));
+      bar.append(svg("title", {}, (result[group] || "all") + ": "
+        + (measure === "cost" ? usd(value) : value)));
       chart.append(bar);
     }
     if (buckets.length <= 31 || i % Math.ceil(buckets.length / 31) === 0) {
@@ -250,10 +256,11 @@ function usageTable(buckets, group) {
     for (const r of bucket.results) {
       const name = r[group] || "all";
       const s = sums.get(name) || { requests: 0, input: 0, cached: 0, output: 0, reasoning: 0,
-        tools: 0, images: 0 };
+        tools: 0, images: 0, cost: 0 };
       s.requests += r.num_model_requests; s.input += r.input_tokens;
       s.cached += r.input_cached_tokens; s.output += r.output_tokens;
       s.reasoning += r.output_reasoning_tokens || 0; s.images += r.image_generations || 0;
+      s.cost += (r.cost && r.cost.value) || 0;
       s.tools += Object.values(r.tool_calls || {}).reduce((a, b) => a + b, 0);
       sums.set(name, s);
     }
@@ -266,6 +273,7 @@ function usageTable(buckets, group) {
     for (const v of [s.requests, s.input, s.cached, s.output, s.reasoning, s.tools, s.images]) {
       tr.append(el("td", v, { class: "num" }));
     }
+    tr.append(el("td", usd(s.cost), { class: "num cost" }));
     body.append(tr);
   }
 }
