@@ -105,6 +105,7 @@ class Job:
         )
         self.chunks: AsyncIterator[list[Chunk]] | None = None  # this model turn's upstream
         self._turns_started = 0  # model turns sent upstream
+        self.turn_step = -1  # the current model turn's step (ResponseMetrics.step_opened)
         self._first: asyncio.Future[list[Chunk]] | None = None
         self.conversation = conversations.turn_of(gateway.store, record)
         self.deadline = Deadline()
@@ -200,6 +201,8 @@ class Job:
 
     def _start_turn(self) -> None:
         self._turns_started += 1
+        # the turn's step in the response's timeline (the turn loop closes it: turns.py)
+        self.turn_step = self.metrics.step_opened("model", self.metrics.model)
         self.chunks = (self.backend.stream(self.backend_request) if self._generate
                        else _no_generation())
         self._first = asyncio.ensure_future(self._first_chunk())
