@@ -290,14 +290,15 @@ def _store(text: str | None, spec: _Spec, reading: Reading) -> str:
 #: what a key's name may be (GATEWAY_API_KEYS' JSON form): short, printable, no separator a
 #: log line or the dashboard would trip on
 _KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@ -]{0,63}")
+_MIN_NAMED_KEY = 16
 _NAME_RULE = ("1 to 64 letters, digits, '.', '_', '@', '-' or spaces, starting with a letter or "
               "digit")
 
 
 def _api_keys(text: str | None, spec: _Spec, reading: Reading) -> ApiKeys:
     """The tenants' keys: a comma-separated list, or a JSON object naming each key
-    (``{"team-a": "sk-…"}``). Errors name a position, never a key (a name and key swapped
-    would put the key where the name goes)."""
+    (``{"team-a": "sk-…"}``). Errors name a position, never a key nor a name (a name and
+    key swapped would put the key where the name goes)."""
     text = (text or "").strip()
     if text.startswith("["):
         raise SettingsError(f"{spec.env}: a JSON array is not accepted; give a JSON object "
@@ -327,10 +328,16 @@ def _api_keys(text: str | None, spec: _Spec, reading: Reading) -> ApiKeys:
         if name in named:
             raise SettingsError(f"{spec.env}: the name of {where} is given twice")
         if not isinstance(key, str) or not key.strip() or key != key.strip():
-            raise SettingsError(f"{spec.env}: the key of {where} (name {name!r}) must be a "
+            raise SettingsError(f"{spec.env}: the key of {where} must be a "
                                 "non-empty string without surrounding spaces")
+        if len(key) < _MIN_NAMED_KEY:
+            # also what a name and key given the wrong way round look like: the name, shown
+            # everywhere, would be the key
+            raise SettingsError(
+                f"{spec.env}: the key of {where} is shorter than "
+                f"{_MIN_NAMED_KEY} characters; the JSON form is {{\"name\": \"key\"}}")
         if key in seen:
-            raise SettingsError(f"{spec.env}: {where} (name {name!r}) has the same key as the "
+            raise SettingsError(f"{spec.env}: {where} has the same key as the "
                                 f"{_ordinal(seen[key])}; each key is one tenant")
         seen[key] = n
         named[name] = key

@@ -277,11 +277,13 @@ class ResponseMetrics:
                            None, None])
         return len(self.steps) - 1
 
-    def step_closed(self, index: int, error: str | None = None) -> None:
-        """The step ended (``error``: how it failed)."""
+    def step_closed(self, index: int, error: str | None = None,
+                    at_ms: float | None = None) -> None:
+        """The step ended (``error``: how it failed), now or ``at_ms`` after the start."""
         if 0 <= index < len(self.steps) and self.steps[index][3] is None:
             step = self.steps[index]
-            step[3] = round((time.perf_counter() - self.started) * 1000 - step[2], 1)
+            end = (time.perf_counter() - self.started) * 1000 if at_ms is None else at_ms
+            step[3] = round(max(0.0, end - step[2]), 1)
             step[4] = error
 
     def timing(self, response: dict[str, Any], duration_ms: float) -> dict[str, Any]:
@@ -293,7 +295,7 @@ class ResponseMetrics:
                   else status if status in ("cancelled", "incomplete") else None)
         for index, step in enumerate(self.steps):
             if step[3] is None:
-                self.step_closed(index, ending or "unfinished")
+                self.step_closed(index, ending or "unfinished", duration_ms)
         return {
             "started_at": round(self.started_at, 3),
             "first_output_ms": None if self.first_ms is None else round(self.first_ms, 1),

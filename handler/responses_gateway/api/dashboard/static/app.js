@@ -214,7 +214,8 @@ function stepsNode(timing) {
   const list = el("ol", null, { class: "steps" });
   for (const step of steps) {
     const li = el("li", null, { class: "step" + (step.error ? " failed" : "") });
-    const name = step.type === "model" ? "model turn · " + step.name : step.type + " · " + step.name;
+    const name = step.type === "model" ? "model turn · " + step.name
+      : step.type === step.name ? step.type : step.type + " · " + step.name;
     li.append(el("span", name, { class: "step-name" }),
       el("span", "+" + ms(step.start_ms), { class: "step-start" }),
       el("span", ms(step.duration_ms), { class: "step-duration" }),
