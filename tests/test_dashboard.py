@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from openai import OpenAI
 
@@ -320,6 +321,23 @@ def test_admin_detail_says_why_it_failed_and_where_the_time_went(site: dict[str,
     assert image["summary"]["error"] is None
     [call] = [i for i in image["response"]["output"] if i["type"] == "image_generation_call"]
     assert call["result"] == site["image"].output[0].result  # the image itself, to show it
+
+    # Refused by the upstream before any output (the client got the HTTP error): "rejected".
+    client = OpenAI(base_url=gw.base_url, api_key=TENANT_KEY, max_retries=0)
+    with pytest.raises(openai.BadRequestError):
+        client.responses.create(model="model-refused", input=(
+            "[[script:error status=400 code=context_length_exceeded "
+            "message='too long for this model']]"))
+    deadline = time.monotonic() + 10
+    while not (refused := admin_get(gw, "/v1/admin/responses", model="model-refused"
+                                    ).json()["data"]):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    summary = detail_of(gw, refused[0]["id"])["summary"]
+    assert summary["status"] == "rejected"
+    assert "too long for this model" in summary["error"]["message"]
+    assert summary["timing"]["steps"][0]["error"] == summary["error"]["code"]
+    assert summary["timing"]["first_output_ms"] is None
 
     listed = admin_get(gw, "/v1/admin/responses", limit=100).json()["data"]
     assert {row["api_key_name"] for row in listed} == {KEY_NAME}

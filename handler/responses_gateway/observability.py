@@ -286,13 +286,10 @@ class ResponseMetrics:
             step[3] = round(max(0.0, end - step[2]), 1)
             step[4] = error
 
-    def timing(self, response: dict[str, Any], duration_ms: float) -> dict[str, Any]:
+    def timing(self, duration_ms: float, ending: str | None) -> dict[str, Any]:
         """What the admin views show of where the time went: when the job began (epoch
         seconds), its first output and its end (ms after), and its steps, any still open
-        closed as the response ended (failed: its error code)."""
-        status = response.get("status")
-        ending = ((response.get("error") or {}).get("code") or "failed" if status == "failed"
-                  else status if status in ("cancelled", "incomplete") else None)
+        closed as the response ended (``ending``: its error code, ``cancelled``, …)."""
         for index, step in enumerate(self.steps):
             if step[3] is None:
                 self.step_closed(index, ending or "unfinished", duration_ms)
@@ -350,11 +347,13 @@ class ResponseMetrics:
         if self.ledger is not None and self.tenant is not None:
             from responses_gateway.store.usage import UsageEntry
 
+            ending = _ending(response, status, error_type, reason)
             self.entry = UsageEntry.of(response, tenant=self.tenant, model=self.model,
                                        status=status, stored=self.stored,
                                        counters=self.counters,
-                                       timing=self.timing(response, duration_ms),
-                                       error=_ending(response, status, error_type, reason))
+                                       timing=self.timing(duration_ms, (ending or {}).get(
+                                           "code")),
+                                       error=ending)
         if in_lambda() and not _truthy(os.environ.get("POWERTOOLS_METRICS_DISABLED")):
             try:
                 _emit(self.model, self.ttft_ms, duration_ms, usage, error_type)
