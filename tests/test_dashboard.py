@@ -442,7 +442,8 @@ def test_dashboard_opens_failed_cancelled_tool_and_image_responses(
         click_row(site["cancelled"])
         assert "cancelled" in by_id(By.ID, "detail-error").text
         assert "went away" in by_id(By.ID, "detail-error").text
-        assert "failed: cancelled" in by_id(By.ID, "detail-steps").text
+        [step] = driver.find_elements(By.CSS_SELECTOR, "#detail-steps li.step")
+        assert "cancelled" in step.text and "failed" in step.get_attribute("class")
         driver.save_screenshot(str(shots / f"{engine}-cancelled.png"))
 
         tools = site["tools"]
@@ -475,8 +476,9 @@ def test_dashboard_opens_failed_cancelled_tool_and_image_responses(
         thumb.click()
         full = by_id(By.ID, "lightbox-image")
         wait.until(lambda d: d.find_element(By.ID, "lightbox").is_displayed())
-        assert driver.execute_script("return arguments[0].naturalWidth", full) > 160
-        assert full.size["width"] > thumb.size["width"]
+        # (a data: URL decodes asynchronously: waited for, not read at once)
+        wait.until(lambda d: d.execute_script("return arguments[0].naturalWidth", full) > 160)
+        wait.until(lambda _: full.size["width"] > thumb.size["width"])
         driver.save_screenshot(str(shots / f"{engine}-image-full.png"))
         by_id(By.ID, "lightbox").click()
         wait.until(lambda d: not d.find_element(By.ID, "lightbox").is_displayed())

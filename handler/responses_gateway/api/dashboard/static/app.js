@@ -98,8 +98,7 @@ async function loadResponses(more) {
     const tr = el("tr", null, { class: "row status-" + row.status, "data-id": row.id });
     const tools = Object.entries(row.tool_calls || {}).map(([k, n]) => k + "×" + n).join(" ");
     tr.append(el("td", when(row.created_at)), el("td", row.id), keyCell(row), el("td", row.model));
-    tr.append(el("td", row.status + (row.error && row.status !== "completed"
-      ? " · " + row.error.code : "")));
+    tr.append(el("td", statusText(row, " · ")));
     tr.append(el("td", ms(row.timing && row.timing.duration_ms), { class: "num" }));
     tr.append(el("td", row.usage.input_tokens, { class: "num" }));
     tr.append(el("td", row.usage.output_tokens, { class: "num" }));
@@ -110,6 +109,13 @@ async function loadResponses(more) {
   state.after = page.after;
   $("#more-responses").hidden = !page.has_more;
   if (!page.data.length && !more) status("No responses in this range.");
+}
+
+// A status and, when it says more, the code of why it did not complete.
+function statusText(row, between) {
+  const code = row.error && row.error.code;
+  if (!code || code === row.status) return row.status;
+  return between === " · " ? row.status + " · " + code : row.status + " (" + code + ")";
 }
 
 // Text shown as it is when short; folded (its first line shown, the rest on a click) when long.
@@ -219,7 +225,8 @@ function stepsNode(timing) {
     li.append(el("span", name, { class: "step-name" }),
       el("span", "+" + ms(step.start_ms), { class: "step-start" }),
       el("span", ms(step.duration_ms), { class: "step-duration" }),
-      el("span", step.error ? "failed: " + step.error : "ok", { class: "step-outcome" }));
+      el("span", !step.error ? "ok" : step.error === "cancelled" ? "cancelled"
+        : "failed: " + step.error, { class: "step-outcome" }));
     const track = el("span", null, { class: "track" });
     const bar = el("span", null, { class: "bar" });
     bar.style.marginLeft = (100 * step.start_ms / total).toFixed(2) + "%";  // CSSOM: CSP-safe
@@ -242,12 +249,12 @@ async function openResponse(id) {
   error.replaceChildren();
   error.hidden = !s.error;
   if (s.error) {
-    error.append(el("strong", s.status + ": " + s.error.code), el("p", s.error.message));
+    error.append(el("strong", statusText(s, " ")), el("p", s.error.message));
   }
   const summary = $("#detail-summary");
   summary.replaceChildren();
   const usage = s.usage || {};
-  const rows = [["status", s.status + (s.error ? " (" + s.error.code + ")" : "")],
+  const rows = [["status", statusText(s, " ")],
     ["created", when(s.created_at)], ["key", keyLabel(s)], ["model", s.model],
     ["duration", timing ? ms(timing.duration_ms) : "not recorded"],
     ["time to first output", timing ? ms(timing.first_output_ms) || "no output" : ""]];
