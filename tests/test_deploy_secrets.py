@@ -99,3 +99,21 @@ def test_errors_name_the_variable_and_the_secret(aws: dict[str, str]) -> None:
     missing = "arn:aws:secretsmanager:us-east-1:123456789012:secret:absent-AbCdEf"
     with pytest.raises(SecretError, match=r"could not read secret .*absent"):
         settings_from_env({**aws, "GATEWAY_SEAL_KEY_SECRET_ARN": missing})
+
+
+def test_named_keys_in_the_secret(aws: dict[str, str]) -> None:
+    """Issue 44: the secret's ``api_keys`` may name each key (an object), as the variable's
+    JSON form does; so may the whole secret."""
+    from responses_gateway.tenants import names_by_tenant, tenant_of_key
+
+    arn = put_secret("gateway-named", json.dumps(
+        {"api_keys": {"team-a": "sk-team-a-0123456789", "team-b": "sk-team-b-0123456789"}}))
+    settings = settings_from_env({**aws, "GATEWAY_API_KEYS_SECRET_ARN": f"{arn}#api_keys"})
+    assert settings.api_keys == ("sk-team-a-0123456789", "sk-team-b-0123456789")
+    assert names_by_tenant(settings.api_keys) == {
+        tenant_of_key("sk-team-a-0123456789"): "team-a",
+        tenant_of_key("sk-team-b-0123456789"): "team-b"}
+    whole = put_secret("gateway-named-whole", json.dumps({"ops": "sk-ops-0123456789ab"}))
+    settings = settings_from_env({**aws, "GATEWAY_API_KEYS_SECRET_ARN": whole})
+    assert settings.api_keys == ("sk-ops-0123456789ab",)
+    assert settings.api_keys.names == {"sk-ops-0123456789ab": "ops"}  # type: ignore[attr-defined]

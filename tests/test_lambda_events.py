@@ -431,8 +431,9 @@ def test_debug_content_logs_request_and_output(
 
 # -- the log line of each response (issue 28) ---------------------------------------------------
 
-LOG_FIELDS = {"id", "model", "backend", "status", "duration_ms", "ttft_ms", "input_tokens",
-              "output_tokens", "upstream_status", "error_type", "error_message", "request_id"}
+LOG_FIELDS = {"id", "api_key_id", "api_key_name", "model", "backend", "status", "duration_ms",
+              "ttft_ms", "input_tokens", "output_tokens", "upstream_status", "error_type",
+              "error_message", "request_id"}
 
 
 def finished_lines(text: str) -> dict[str, dict[str, Any]]:

@@ -166,8 +166,9 @@ def upstream() -> Iterator[ScriptedUpstream]:
         yield up
 
 
-FIELDS = {"id", "model", "backend", "status", "duration_ms", "ttft_ms", "input_tokens",
-          "output_tokens", "upstream_status", "error_type", "error_message", "request_id"}
+FIELDS = {"id", "api_key_id", "api_key_name", "model", "backend", "status", "duration_ms",
+          "ttft_ms", "input_tokens", "output_tokens", "upstream_status", "error_type",
+          "error_message", "request_id"}
 
 
 @pytest.mark.slow
@@ -185,6 +186,7 @@ def test_serve_logs_every_response_with_the_request_id(
         line = served.finished(completed["id"])
         summary = line["response"]
         assert set(summary) == FIELDS
+        assert (summary["api_key_id"], summary["api_key_name"]) == ("default", None)  # no keys
         assert summary["status"] == "completed" and summary["model"] == "gpt-4o-mini"
         assert summary["backend"] == "openai" and summary["error_type"] is None
         assert summary["output_tokens"] == completed["usage"]["output_tokens"] > 0

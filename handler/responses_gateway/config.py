@@ -17,6 +17,7 @@ is kept, with the closest setting's name, for the start line's warning.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
@@ -24,7 +25,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from responses_gateway.backends.kinds import KINDS as BACKEND_KINDS
-from responses_gateway.settings import LOG_LEVELS, Route, Setting, Settings, declared
+from responses_gateway.settings import LOG_LEVELS, ApiKeys, Route, Setting, Settings, declared
 
 __all__ = ["LOG_LEVELS", "Route", "Settings", "SettingsError", "settings_from_env"]
 
@@ -287,6 +288,63 @@ def _store(text: str | None, spec: _Spec, reading: Reading) -> str:
     return text.strip()
 
 
+#: what a key's name may be (GATEWAY_API_KEYS' JSON form): short, printable, no separator a
+#: log line or the dashboard would trip on
+_KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@ -]{0,63}")
+_MIN_NAMED_KEY = 16
+_NAME_RULE = ("1 to 64 letters, digits, '.', '_', '@', '-' or spaces, starting with a letter or "
+              "digit")
+
+
+def _api_keys(text: str | None, spec: _Spec, reading: Reading) -> ApiKeys:
+    """The tenants' keys: a comma-separated list, or a JSON object naming each key
+    (``{"team-a": "sk-…"}``). Errors name a position, never a key nor a name (a name and
+    key swapped would put the key where the name goes)."""
+    text = (text or "").strip()
+    if text.startswith("["):
+        raise SettingsError(f"{spec.env}: a JSON array is not accepted; give a JSON object "
+                            '{"name": "key", ...} or a comma-separated list of keys')
+    if not text.startswith("{"):
+        return ApiKeys(_names(text, spec, reading))
+    import json
+
+    def pairs(items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+        return items  # kept as a list: a name given twice is an error, not the last one
+
+    try:
+        document = json.loads(text, object_pairs_hook=pairs)
+    except json.JSONDecodeError as exc:
+        raise SettingsError(f"{spec.env}: not valid JSON ({exc.msg} at line {exc.lineno} "
+                            f"column {exc.colno}); give a JSON object "
+                            '{"name": "key", ...} or a comma-separated list of keys') from None
+    if not isinstance(document, list) or not document:
+        raise SettingsError(f"{spec.env}: the JSON form must be an object naming at least one "
+                            'key, {"name": "key", ...}')
+    named: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    for n, (name, key) in enumerate(document, 1):
+        where = f"the {_ordinal(n)} entry"
+        if not _KEY_NAME.fullmatch(name):
+            raise SettingsError(f"{spec.env}: the name of {where} is not a name ({_NAME_RULE})")
+        if name in named:
+            raise SettingsError(f"{spec.env}: the name of {where} is given twice")
+        if not isinstance(key, str) or not key.strip() or key != key.strip():
+            raise SettingsError(f"{spec.env}: the key of {where} must be a "
+                                "non-empty string without surrounding spaces")
+        if len(key) < _MIN_NAMED_KEY:
+            # also what a name and key given the wrong way round look like: the name, shown
+            # everywhere, would be the key
+            raise SettingsError(
+                f"{spec.env}: the key of {where} is shorter than "
+                f"{_MIN_NAMED_KEY} characters; the JSON form is {{\"name\": \"key\"}}")
+        if key in seen:
+            raise SettingsError(f"{spec.env}: {where} has the same key as the "
+                                f"{_ordinal(seen[key])}; each key is one tenant")
+        seen[key] = n
+        named[name] = key
+    return ApiKeys.named(named)
+
+
 def _admin_keys(text: str | None, spec: _Spec, reading: Reading) -> tuple[str, ...]:
     """The admin keys. One also a tenant's key is refused here: the admin routes take no
     tenant key (api/auth.py), so it would silently turn them off for that key (and for all
@@ -410,6 +468,7 @@ FORMATS: dict[str, Format] = {
     "switch": _switch,
     "choice": _choice,
     "names": _names,
+    "api_keys": _api_keys,
     "url": _url,
     "http_url": _http_url,
     "backend": _backend,

@@ -58,6 +58,11 @@ response_id: ContextVar[str | None] = ContextVar("response_id", default=None)
 #: the client's W3C trace context headers (``traceparent``, ``tracestate``), when it sent them
 #: and OpenTelemetry is on (otel.py continues the client's trace)
 trace_carrier: ContextVar[dict[str, str] | None] = ContextVar("trace_carrier", default=None)
+#: steps (model turns, tool calls) a response's timeline keeps; the settings' bounds on
+#: tool calls and turns keep real ones far below, this bounds the log row whatever they say
+MAX_STEPS = 200
+#: characters of a failure's message kept in the log row (the Response keeps all of it)
+MAX_ERROR_CHARS = 2000
 logger = logging.getLogger("responses_gateway.observability")
 _state: dict[str, Any] = {"debug_content": False, "configured": False}
 
@@ -264,8 +269,9 @@ def otel_enabled() -> bool:
 class ResponseMetrics:
     """One response's timings; reported once, when its job closes."""
 
-    __slots__ = ("content", "counters", "done", "entry", "ledger", "model", "reserved",
-                 "started", "stored", "tenant", "trace", "ttft_ms", "waiting")
+    __slots__ = ("content", "counters", "done", "entry", "first_ms", "ledger", "model",
+                 "reserved", "started", "started_at", "steps", "stored", "stream", "tenant",
+                 "trace", "ttft_ms", "waiting")
 
     def __init__(self, response: str, model: str, *, stream: bool, content: Any = None,
                  tenant: str | None = None, ledger: UsageStore | None = None,
@@ -279,9 +285,16 @@ class ResponseMetrics:
         self.stored = stored
         self.entry: UsageEntry | None = None
         self.started = time.perf_counter()
+        self.started_at = time.time()
         self.model = model
-        self.waiting = stream  # time to first token is measured for streams only
+        self.stream = stream  # the log line's and metric's time to first token: streams only
+        self.waiting = True  # until the first output (the dashboard's, for every response)
         self.ttft_ms: float | None = None
+        self.first_ms: float | None = None
+        #: the response's steps, each model turn and server tool call: [kind, name, start ms,
+        #: duration ms (None while it runs), error (None: it went well)]; one list per step,
+        #: never per chunk (responses/turns.py)
+        self.steps: list[list[Any]] = []
         self.done = False
         self.content = content if _state["debug_content"] else None
         #: its OpenTelemetry spans (otel.py), when an OTLP endpoint is configured
@@ -293,7 +306,42 @@ class ResponseMetrics:
     def first_content(self) -> None:
         """The first chunk that produced output (called once, by the job's event loop)."""
         self.waiting = False
-        self.ttft_ms = (time.perf_counter() - self.started) * 1000
+        self.first_ms = (time.perf_counter() - self.started) * 1000
+        if self.stream:
+            self.ttft_ms = self.first_ms
+
+    def step_opened(self, kind: str, name: str) -> int:
+        """A model turn (``kind`` "model") or a tool call began: its index for
+        :meth:`step_closed`. Past :data:`MAX_STEPS` steps none is kept (-1)."""
+        if len(self.steps) >= MAX_STEPS:
+            return -1
+        self.steps.append([kind, name, round((time.perf_counter() - self.started) * 1000, 1),
+                           None, None])
+        return len(self.steps) - 1
+
+    def step_closed(self, index: int, error: str | None = None,
+                    at_ms: float | None = None) -> None:
+        """The step ended (``error``: how it failed), now or ``at_ms`` after the start."""
+        if 0 <= index < len(self.steps) and self.steps[index][3] is None:
+            step = self.steps[index]
+            end = (time.perf_counter() - self.started) * 1000 if at_ms is None else at_ms
+            step[3] = round(max(0.0, end - step[2]), 1)
+            step[4] = error
+
+    def timing(self, duration_ms: float, ending: str | None) -> dict[str, Any]:
+        """What the admin views show of where the time went: when the job began (epoch
+        seconds), its first output and its end (ms after), and its steps, any still open
+        closed as the response ended (``ending``: its error code, ``cancelled``, …)."""
+        for index, step in enumerate(self.steps):
+            if step[3] is None:
+                self.step_closed(index, ending or "unfinished", duration_ms)
+        return {
+            "started_at": round(self.started_at, 3),
+            "first_output_ms": None if self.first_ms is None else round(self.first_ms, 1),
+            "duration_ms": round(duration_ms, 1),
+            "steps": [{"type": k, "name": n, "start_ms": t, "duration_ms": d, "error": e}
+                      for k, n, t, d, e in self.steps],
+        }
 
     def finish(self, response: dict[str, Any], first: Any = None) -> None:
         """Log and (in Lambda) emit this response's figures; later calls do nothing.
@@ -315,8 +363,11 @@ class ResponseMetrics:
         usage = response.get("usage") or {}
         upstream_status, reason = _failure(response, first)
         settings: Settings | None = _state.get("settings")
+        name = _key_name(settings, self.tenant)
         summary: dict[str, Any] = {
             "id": response.get("id") or response_id.get(),
+            "api_key_id": self.tenant,
+            "api_key_name": name,
             "model": self.model,
             "backend": settings.route(self.model).backend if settings is not None else None,
             "status": status,
@@ -340,9 +391,13 @@ class ResponseMetrics:
         if self.ledger is not None and self.tenant is not None:
             from responses_gateway.store.usage import UsageEntry
 
+            ending = _ending(response, status, error_type, reason)
             self.entry = UsageEntry.of(response, tenant=self.tenant, model=self.model,
                                        status=status, stored=self.stored,
-                                       counters=self.counters)
+                                       counters=self.counters,
+                                       timing=self.timing(duration_ms, (ending or {}).get(
+                                           "code")),
+                                       error=ending)
         if in_lambda() and not _truthy(os.environ.get("POWERTOOLS_METRICS_DISABLED")):
             try:
                 _emit(self.model, self.ttft_ms, duration_ms, usage, error_type)
@@ -388,6 +443,40 @@ def _open_trace(response: str, model: str, tenant: str | None, stream: bool,
     except Exception:  # tracing must never fail a response
         logger.warning("could not open the response's trace", exc_info=True)
         return None
+
+
+def _key_name(settings: Settings | None, tenant: str | None) -> str | None:
+    """The name the tenant's key was given (GATEWAY_API_KEYS' JSON form), if any."""
+    if settings is None or tenant is None:
+        return None
+    from responses_gateway.tenants import names_by_tenant
+
+    return names_by_tenant(settings.api_keys).get(tenant)
+
+
+def _ending(response: dict[str, Any], status: str, error_type: str | None,
+            reason: str | None) -> dict[str, Any] | None:
+    """Why the response did not complete, for its log row: the error's code and message
+    (failed, refused before any output), the reason it is incomplete, or how it was
+    cancelled; None when it completed."""
+    if status in ("failed", "rejected"):
+        error = response.get("error") or {}
+        code = error.get("code") or error_type or status
+        message = error.get("message") or reason or ""
+    elif status == "incomplete":
+        code = (response.get("incomplete_details") or {}).get("reason") or "incomplete"
+        message = {"max_output_tokens": "The response reached max_output_tokens.",
+                   "content_filter": "The upstream's content filter stopped the response.",
+                   }.get(code, "The response ended before it was complete.")
+    elif status == "cancelled":
+        code = "cancelled"
+        message = ("Cancelled (POST /v1/responses/{id}/cancel) before it ended."
+                   if response.get("background") else
+                   "The client went away (disconnected or cancelled) before the response "
+                   "ended; the gateway stopped its upstream request.")
+    else:
+        return None
+    return {"code": code, "message": message[:MAX_ERROR_CHARS]}
 
 
 def _unstarted(first: Any) -> tuple[str, str | None]:

@@ -75,4 +75,6 @@ def _field(value: str, key: str, variable: str) -> str | None:
         return None  # an optional setting left out of the shared secret
     if isinstance(field, list):  # "api_keys": ["k1", "k2"]
         return ",".join(str(item) for item in field)
+    if isinstance(field, dict):  # "api_keys": {"team-a": "k1"}: the setting's JSON form
+        return orjson.dumps(field).decode()
     return str(field)

@@ -40,6 +40,24 @@ class Route:
     model: str
 
 
+class ApiKeys(tuple[str, ...]):
+    """``GATEWAY_API_KEYS``: the keys, a tuple as every reader wants them, and ``names``, the
+    name each was given in the JSON form (key to name; empty for the comma list). Names show
+    beside tenant ids (tenants.py); a plain tuple of keys is as good where none is named."""
+
+    names: dict[str, str]
+
+    def __new__(cls, keys: Any = (), names: dict[str, str] | None = None) -> ApiKeys:
+        made = super().__new__(cls, keys)
+        made.names = dict(names or {})
+        return made
+
+    @classmethod
+    def named(cls, names: dict[str, str]) -> ApiKeys:
+        """From ``{name: key}`` (the JSON form's shape)."""
+        return cls(tuple(names.values()), {key: name for name, key in names.items()})
+
+
 class Setting:
     """How one field of :class:`Settings` is read, documented and deployed (read-only by
     convention; a plain class, not a dataclass: this module is on every cold start)."""
@@ -243,10 +261,11 @@ class Settings:
 
     # -- tenants ---------------------------------------------------------------------------------
     api_keys: tuple[str, ...] = TENANTS(
-        "GATEWAY_API_KEYS", (), parse="names", secret=True, not_parameter=FROM_SECRET,
+        "GATEWAY_API_KEYS", (), parse="api_keys", secret=True, not_parameter=FROM_SECRET,
         shown="unset",
-        doc=("comma-separated keys clients must send as `Authorization: Bearer`; unset = no "
-             "auth. Each key is its own tenant"))
+        doc=("keys clients must send as `Authorization: Bearer`: comma-separated, or JSON "
+             "naming each, `{\"team-a\": \"sk-…\"}` (names shown beside tenant ids in the "
+             "dashboard, admin routes and logs); unset = no auth. Each key is its own tenant"))
     admin_keys: tuple[str, ...] = TENANTS(
         "GATEWAY_ADMIN_KEYS", (), parse="admin_keys", secret=True, not_parameter=FROM_SECRET,
         shown="unset",

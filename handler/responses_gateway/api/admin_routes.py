@@ -2,8 +2,10 @@
 every tenant, the limits in force. Only an admin key (GATEWAY_ADMIN_KEYS) opens them; a tenant
 key gets a 403 (api/auth.py).
 
-What they answer never holds a key: tenants appear as their ids (``t_…``, a digest label), and
-the tools of a Response lose any ``headers`` or ``authorization`` (an MCP server's key).
+What they answer never holds a key: tenants appear as their ids (``t_…``, a digest label) and,
+when ``GATEWAY_API_KEYS`` names the key, its name (``api_key_name``, read from the settings
+as answered, so a renamed key shows its new name); the tools of a Response lose any
+``headers`` or ``authorization`` (an MCP server's key).
 """
 
 from __future__ import annotations
@@ -30,6 +32,17 @@ GROUPS = ("project_id", "user_id", "api_key_id", "model", "batch", "service_tier
 _SECRET_FIELDS = frozenset({"headers", "authorization"})
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+
+
+def names(request: Request) -> dict[str, str]:
+    """The keys' names by tenant id (api/auth.py, from GATEWAY_API_KEYS' JSON form)."""
+    names: dict[str, str] = request.app.state.auth.names
+    return names
+
+
+def named(row: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """``row`` with the name of its ``api_key_id`` beside it (None: the key has none)."""
+    return {**row, "api_key_name": names.get(row.get("api_key_id") or "")}
 
 
 def admin(request: Request) -> UsageStore:
@@ -86,11 +99,13 @@ async def usage_completions(request: Request) -> Response:
 
     prices = pricing(gateway_of(request).settings)
     buckets = []
+    key_names = names(request)
     for bucket_start in range(first, stop, width):
         inside = [r for r in rows if bucket_start <= r.hour < bucket_start + width]
         buckets.append({
             "object": "bucket", "start_time": bucket_start,
-            "end_time": bucket_start + width, "results": _results(inside, groups, prices),
+            "end_time": bucket_start + width,
+            "results": _results(inside, groups, prices, key_names),
         })
     more = stop < end
     return JSON({
@@ -118,7 +133,8 @@ def _page_start(token: str) -> int:
         raise invalid_request(f"Invalid 'page': '{token}'.", param="page") from None
 
 
-def _results(rows: list[UsageRow], groups: list[str], prices: Any) -> list[dict[str, Any]]:
+def _results(rows: list[UsageRow], groups: list[str], prices: Any,
+             key_names: dict[str, str]) -> list[dict[str, Any]]:
     totals: dict[tuple[str | None, str | None], dict[str, Any]] = {}
     for row in rows:
         key = (row.model if "model" in groups else None,
@@ -144,7 +160,9 @@ def _results(rows: list[UsageRow], groups: list[str], prices: Any) -> list[dict[
             "api_key_id": key,
             "model": model,
             "batch": None,
-            # The gateway's own figures, beside OpenAI's:
+            # The gateway's own figures, beside OpenAI's (whose result has no key name; its
+            # API key objects do, as ``name``):
+            "api_key_name": key_names.get(key) if key is not None else None,
             "output_reasoning_tokens": t["reasoning_tokens"],
             "image_generations": t["image_generations"],
             "tool_calls": t["tool_calls"],
@@ -267,7 +285,12 @@ async def list_responses(request: Request) -> Response:
     now = int(time.time())
     end = int_param(params.get("end_time"), "end_time", now + 1)
     start = int_param(params.get("start_time"), "start_time", end - 30 * DAY)
+    key_names = names(request)
     wanted = {name: params.get(name) for name in ("model", "status", "api_key_id")}
+    if wanted["api_key_id"] and not wanted["api_key_id"].startswith("t_"):
+        # a key's name (the dashboard's filter takes either): its tenant id
+        by_name = {name: tenant for tenant, name in key_names.items()}
+        wanted["api_key_id"] = by_name.get(wanted["api_key_id"], wanted["api_key_id"])
     before = _cursor(params.get("after"))
     found: list[dict[str, Any]] = []
     while len(found) <= limit:
@@ -276,7 +299,7 @@ async def list_responses(request: Request) -> Response:
         if len(rows) < 200:
             break
         before = (rows[-1]["created_at"], rows[-1]["id"])
-    page = found[:limit]
+    page = [_listed_row(row, key_names) for row in found[:limit]]
     return JSON({
         "object": "list", "data": page,
         "first_id": page[0]["id"] if page else None,
@@ -284,6 +307,15 @@ async def list_responses(request: Request) -> Response:
         "has_more": len(found) > limit,
         "after": _cursor_of(page[-1]) if page and len(found) > limit else None,
     })
+
+
+def _listed_row(row: dict[str, Any], key_names: dict[str, str]) -> dict[str, Any]:
+    """A list's row: named, its timing without the steps (the detail has them)."""
+    row = named(row, key_names)
+    timing = row.get("timing")
+    if timing is not None:
+        row["timing"] = {k: v for k, v in timing.items() if k != "steps"}
+    return row
 
 
 def _cursor_of(row: dict[str, Any]) -> str:
@@ -311,7 +343,7 @@ async def get_response(request: Request) -> Response:
     record = await store.get(response_id, row["api_key_id"])
     events = await store.read_events(response_id) if record is not None else []
     return JSON({
-        "summary": row,
+        "summary": named(row, names(request)),
         "response": scrubbed(record.response) if record is not None else None,
         "input_items": record.input_items if record is not None else [],
         "events": events,
@@ -346,7 +378,8 @@ async def list_conversations(request: Request) -> Response:
     except LookupError:
         raise invalid_request(f"Invalid 'after': no conversation '{(after or '')[:64]}'.",
                               param="after") from None
-    page = rows[:limit]
+    key_names = names(request)
+    page = [named(row, key_names) for row in rows[:limit]]
     return JSON({
         "object": "list", "data": page,
         "first_id": page[0]["id"] if page else None,
@@ -368,7 +401,8 @@ async def conversation_items(request: Request) -> Response:
         raise not_found(f"Conversation with id '{conversation_id[:64]}' not found.",
                         param="conversation_id")
     items, more = page
-    return JSON({"conversation": conversation, "object": "list", "data": items,
+    return JSON({"conversation": named(conversation, names(request)), "object": "list",
+                 "data": items,
                  "has_more": more})
 
 
@@ -381,13 +415,15 @@ async def limits_in_force(request: Request) -> Response:
     limits = gateway_of(request).settings.limits or NO_LIMITS
     now = time.time()
     rows = await ledger.buckets(int(now - DAY), int(now) + 1)
-    tenants = sorted({r.tenant for r in rows} | set(limits.keys))
+    key_names = names(request)
+    tenants = sorted({r.tenant for r in rows} | set(limits.keys) | set(key_names))
     keys = []
     for tenant in tenants:
         rule = limits.for_tenant(tenant)
         counts = await ledger.counts(tenant, rule.windows(now)) if rule.counted else None
         keys.append({
-            "api_key_id": tenant, "limits": rule.to_json(),
+            "api_key_id": tenant, "api_key_name": key_names.get(tenant),
+            "limits": rule.to_json(),
             "configured": tenant in limits.keys,
             "window": None if counts is None else {
                 "requests": counts.requests, "tokens": counts.tokens,

@@ -12,6 +12,9 @@ import hashlib
 import hmac
 
 from responses_gateway.errors import GatewayError
+from responses_gateway.tenants import names_by_tenant, tenant_of_digest
+
+__all__ = ["OPEN_TENANT", "Authenticator", "tenant_of_digest"]
 
 OPEN_TENANT = "default"
 
@@ -20,6 +23,8 @@ class Authenticator:
     def __init__(self, keys: tuple[str, ...] | list[str],
                  admin_keys: tuple[str, ...] | list[str] = ()) -> None:
         self._digests = [hashlib.sha256(key.encode()).digest() for key in keys]
+        #: the names keys were given (GATEWAY_API_KEYS' JSON form), by tenant id
+        self.names: dict[str, str] = names_by_tenant(keys)
         # Admin keys (GATEWAY_ADMIN_KEYS) open the admin routes only; a tenant key never does.
         self._admin = [hashlib.sha256(key.encode()).digest() for key in admin_keys
                        if key not in keys]
@@ -78,11 +83,6 @@ class Authenticator:
             )
         raise GatewayError(401, "Incorrect admin key provided.",
                            type="invalid_request_error", code="invalid_api_key")
-
-
-def tenant_of_digest(digest: bytes) -> str:
-    """A key's tenant id: what records, usage and GATEWAY_LIMITS name it by (never the key)."""
-    return "t_" + digest.hex()[:32]
 
 
 def _known(digest: bytes, digests: list[bytes]) -> bool:

@@ -109,6 +109,7 @@ class Job:
         )
         self.chunks: AsyncIterator[list[Chunk]] | None = None  # this model turn's upstream
         self._turns_started = 0  # model turns sent upstream
+        self.turn_step = -1  # the current model turn's step (ResponseMetrics.step_opened)
         self._first: asyncio.Future[list[Chunk]] | None = None
         self.conversation = conversations.turn_of(gateway.store, record)
         self.deadline = Deadline()
@@ -207,6 +208,8 @@ class Job:
         trace = self.metrics.trace
         if trace is not None and self._generate:  # (otel.py: one span per model turn)
             trace.turn_started(str(self.backend_request.body.get("model") or ""))
+        # the turn's step in the response's timeline (the turn loop closes it: turns.py)
+        self.turn_step = self.metrics.step_opened("model", self.metrics.model)
         if not self._generate:
             self.chunks = _no_generation()
         elif self._prewarm:

@@ -61,6 +61,7 @@ class TurnHost(Protocol):
     chunks: AsyncIterator[list[Chunk]] | None
     backend_request: BackendRequest
     reasoning_input: str | None
+    turn_step: int  # the current model turn's step in ``metrics`` (job._start_turn opens it)
 
     @property
     def response(self) -> dict[str, Any]: ...
@@ -162,6 +163,9 @@ class TurnLoop:
                     deadline.waiting = False
             if metrics.trace is not None:  # the model turn's last chunk came (otel.py)
                 metrics.trace.turn_ended(translator.turn_usage, translator.finish_reason)
+            # The turn's stream ended: its step in the timeline closes (one that failed is
+            # closed with the response's error as the job ends: ResponseMetrics.timing).
+            metrics.step_closed(job.turn_step)
             if translator.done or tools is None or not translator.wants_tool_turn:
                 return
             # The model called tools the gateway runs: their items, then the next turn.
@@ -198,6 +202,9 @@ class TurnLoop:
                 continue  # no more calls (and the tools are no longer offered)
             call.extra["ran"] = True
             made = len(output)
+            spec = call.spec
+            step = job.metrics.step_opened(
+                spec.kind, f"{spec.namespace}.{spec.name}" if spec.namespace else spec.name)
             trace = job.metrics.trace
             if trace is not None:  # (otel.py: one span per call)
                 trace.tool_started(call)
@@ -211,6 +218,8 @@ class TurnLoop:
                         break
                     events, self.pending = self.pending + batch, []
                     yield events
+                # (a call cut by the deadline or a cancel stays open: the job's end closes it)
+                job.metrics.step_closed(step, _failure_of(output[made:]))
                 failure = None
             except Exception as exc:
                 failure = getattr(exc, "code", None) or type(exc).__name__
@@ -275,6 +284,21 @@ class TurnLoop:
             body.pop("max_tokens", None)
             body["max_completion_tokens"] = self.output_left
         return await job.start_next_turn()
+
+
+def _failure_of(items: list[dict[str, Any]]) -> str | None:
+    """How a call's items say it failed (an item ``failed`` or ``incomplete``, or carrying an
+    ``error``: an MCP server's), for its step in the timeline; None: it went well."""
+    for item in items:
+        error = item.get("error")
+        if isinstance(error, dict):
+            return str(error.get("code") or error.get("type") or error.get("message")
+                       or "error")[:200]
+        if error:  # an mcp_call's: the server's message
+            return str(error)[:200]
+        if item.get("status") in ("failed", "incomplete"):
+            return str(item["status"])
+    return None
 
 
 def _drop_server_functions(body: dict[str, object], specs: dict[str, object]) -> None:

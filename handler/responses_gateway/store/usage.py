@@ -49,11 +49,17 @@ class UsageEntry:
     endpoint: str = "responses"
     #: tokens reserved at admission (Reservation): the windows get ``tokens - reserved``
     reserved: int = 0
+    #: where its time went (observability.ResponseMetrics.timing): start, first output,
+    #: duration, steps; None for calls that are no response (a token count)
+    timing: dict[str, Any] | None = None
+    #: why it did not complete: ``{"code", "message"}`` (failed, incomplete, cancelled)
+    error: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, response: dict[str, Any], *, tenant: str, model: str, status: str,
            stored: bool = False, endpoint: str = "responses",
-           counters: Mapping[str, str] | None = None) -> UsageEntry:
+           counters: Mapping[str, str] | None = None, timing: dict[str, Any] | None = None,
+           error: dict[str, Any] | None = None) -> UsageEntry:
         """``counters``: the counters (:data:`COUNTERS`) output items add one to, by item type
         (the server tools' registrations say theirs: tools/registry.py ``ITEM_COUNTERS``,
         which the caller passes, the store sitting below the tools)."""
@@ -88,6 +94,8 @@ class UsageEntry:
             },
             tool_calls=tools,
             endpoint=endpoint,
+            timing=timing,
+            error=error,
         )
 
     @property
@@ -106,13 +114,19 @@ class UsageEntry:
         return self.created_at - self.created_at % HOUR
 
     def log_row(self) -> dict[str, Any]:
-        """The admin list's view of it (no content: that stays in the response store)."""
-        return {
+        """The admin list's view of it (no content: that stays in the response store). Its
+        ``timing`` and ``error`` are what the dashboard's detail shows of a response's time
+        and failure, kept here because every response has a log row, stored or not."""
+        row = {
             "id": self.response_id, "created_at": self.created_at, "api_key_id": self.tenant,
             "model": self.model, "status": self.status, "stored": self.stored,
             "background": self.background, "usage": dict(self.counts),
             "tool_calls": dict(self.tool_calls), "endpoint": self.endpoint,
+            "error": self.error,
         }
+        if self.timing is not None:
+            row["timing"] = self.timing
+        return row
 
 
 def _int(value: Any) -> int:

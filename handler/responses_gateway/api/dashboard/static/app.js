@@ -6,7 +6,11 @@ const API = location.pathname.replace(/dashboard\/?$/, "") + "v1";
 const KEY = "gateway-admin-key";
 const COLORS = ["#2f6fdd", "#e07b39", "#3b9e5c", "#a347ba", "#c23b4e", "#2aa5a0", "#8a6d3b",
   "#5b5fc7"];
-const state = { after: null };
+const FOLD_CHARS = 600;  // text longer than this (or FOLD_LINES lines) is folded
+const FOLD_LINES = 12;
+const ROUTE = /^#\/responses\/([A-Za-z0-9_-]+)$/;  // a response's own view: #/responses/<id>
+// ``generation`` counts "Forget key"s: an answer that arrives after one is dropped.
+const state = { after: null, generation: 0 };
 
 const $ = (selector) => document.querySelector(selector);
 
@@ -26,12 +30,15 @@ function status(text, error) {
 async function api(path, params) {
   const key = sessionStorage.getItem(KEY);
   if (!key) throw new Error("Enter an admin key (GATEWAY_ADMIN_KEYS) to read the gateway.");
+  const generation = state.generation;
   const url = new URL(API + path, location.href);
   for (const [name, value] of Object.entries(params || {})) {
     if (value !== undefined && value !== null && value !== "") url.searchParams.set(name, value);
   }
-  const answer = await fetch(url, { headers: { Authorization: "Bearer " + key } });
+  const answer = await fetch(url, { headers: { Authorization: "Bearer " + key },
+    cache: "no-store" });
   const body = await answer.json().catch(() => ({}));
+  if (generation !== state.generation) throw new Error("Key forgotten.");
   if (!answer.ok) {
     const message = (body.error && body.error.message) || answer.statusText;
     throw new Error(answer.status + ": " + message);
@@ -45,6 +52,23 @@ function when(epoch) {
 
 function epochOf(value) {
   return value ? Math.floor(new Date(value + "Z").getTime() / 1000) : "";
+}
+
+function ms(value) {
+  if (value === null || value === undefined) return "";
+  return value < 1000 ? Math.round(value) + " ms" : (value / 1000).toFixed(2) + " s";
+}
+
+// A key as the page shows it: its name (GATEWAY_API_KEYS' JSON form) and its tenant id.
+function keyLabel(row) {
+  return row.api_key_name ? row.api_key_name + " (" + row.api_key_id + ")" : row.api_key_id;
+}
+
+function keyCell(row) {
+  const td = el("td");
+  if (row.api_key_name) td.append(el("strong", row.api_key_name), el("br"));
+  td.append(el("small", row.api_key_id));
+  return td;
 }
 
 function guarded(fn) {
@@ -71,15 +95,15 @@ async function loadResponses(more) {
   const body = $("#response-list tbody");
   if (!more) body.replaceChildren();
   for (const row of page.data) {
-    const tr = el("tr", null, { class: "row", "data-id": row.id });
+    const tr = el("tr", null, { class: "row status-" + row.status, "data-id": row.id });
     const tools = Object.entries(row.tool_calls || {}).map(([k, n]) => k + "×" + n).join(" ");
-    for (const cell of [when(row.created_at), row.id, row.api_key_id, row.model, row.status]) {
-      tr.append(el("td", cell));
-    }
+    tr.append(el("td", when(row.created_at)), el("td", row.id), keyCell(row), el("td", row.model));
+    tr.append(el("td", statusText(row, " · ")));
+    tr.append(el("td", ms(row.timing && row.timing.duration_ms), { class: "num" }));
     tr.append(el("td", row.usage.input_tokens, { class: "num" }));
     tr.append(el("td", row.usage.output_tokens, { class: "num" }));
     tr.append(el("td", tools));
-    tr.addEventListener("click", guarded(() => openResponse(row.id)));
+    tr.addEventListener("click", () => { location.hash = "#/responses/" + row.id; });
     body.append(tr);
   }
   state.after = page.after;
@@ -87,25 +111,90 @@ async function loadResponses(more) {
   if (!page.data.length && !more) status("No responses in this range.");
 }
 
-function itemNode(item) {
-  const box = el("div", null, { class: "item" });
-  const label = [item.type, item.role, item.name, item.status].filter(Boolean).join(" · ");
-  box.append(el("div", label, { class: "kind" }));
-  const texts = [];
-  for (const part of item.content || []) {
-    if (part.text) texts.push(part.text);
-    else if (part.refusal) texts.push("refusal: " + part.refusal);
-  }
-  for (const part of item.summary || []) if (part.text) texts.push(part.text);
-  if (item.arguments) texts.push(item.arguments);
-  if (item.output !== undefined) texts.push(typeof item.output === "string" ? item.output
-    : JSON.stringify(item.output, null, 2));
-  if (!texts.length) texts.push(JSON.stringify(item, null, 2));
-  for (const text of texts) box.append(el("pre", text));
+// A status and, when it says more, the code of why it did not complete.
+function statusText(row, between) {
+  const code = row.error && row.error.code;
+  if (!code || code === row.status) return row.status;
+  return between === " · " ? row.status + " · " + code : row.status + " (" + code + ")";
+}
+
+// Text shown as it is when short; folded (its first line shown, the rest on a click) when long.
+function textNode(text) {
+  if (text.length <= FOLD_CHARS && text.split("\n").length <= FOLD_LINES) return el("pre", text);
+  const box = el("details", null, { class: "fold" });
+  box.append(el("summary", text.slice(0, 140).replace(/\s+/g, " ") + "… ("
+    + text.length.toLocaleString() + " characters)"), el("pre", text));
   return box;
 }
 
-function timeline(detail) {
+const IMAGE_TYPES = { iVBOR: "png", "/9j/": "jpeg", UklGR: "webp", R0lGO: "gif" };
+
+function imageSource(base64, format) {
+  const sniffed = Object.entries(IMAGE_TYPES).find(([head]) => base64.startsWith(head));
+  return "data:image/" + (sniffed ? sniffed[1] : format || "png") + ";base64," + base64;
+}
+
+// An image: a thumbnail that opens full size (the lightbox) on a click.
+function imageNode(source, label) {
+  const img = el("img", null, { class: "thumb", src: source, alt: label || "image",
+    title: "open full size" });
+  img.addEventListener("click", () => {
+    $("#lightbox-image").src = source;
+    $("#lightbox").hidden = false;
+  });
+  return img;
+}
+
+// Long base64 strings out of any JSON the page prints (an image's, a file's).
+function withoutBlobs(key, value) {
+  if (typeof value === "string" && value.length > 256 && /^[A-Za-z0-9+/=\s]+$/.test(value)) {
+    return "[base64, " + value.length.toLocaleString() + " characters]";
+  }
+  if (typeof value === "string" && value.startsWith("data:") && value.length > 256) {
+    return value.slice(0, value.indexOf(",") + 1) + "[" + value.length.toLocaleString()
+      + " characters]";
+  }
+  return value;
+}
+
+function itemNode(item) {
+  const box = el("div", null, { class: "item" });
+  const label = [item.type, item.role, item.server_label, item.name, item.status]
+    .filter(Boolean).join(" · ");
+  box.append(el("div", label, { class: "kind" }));
+  const nodes = [];
+  for (const part of typeof item.content === "string" ? [{ text: item.content }]
+    : item.content || []) {
+    if (part.text) nodes.push(textNode(part.text));
+    else if (part.refusal) nodes.push(textNode("refusal: " + part.refusal));
+    else if (part.type === "input_image" && typeof part.image_url === "string"
+      && part.image_url.startsWith("data:image/")) nodes.push(imageNode(part.image_url, "input image"));
+    else if (part.type === "input_image") nodes.push(el("pre", "image: "
+      + (part.image_url || part.file_id || "")));
+    else nodes.push(textNode(JSON.stringify(part, withoutBlobs, 2)));
+  }
+  for (const part of item.summary || []) if (part.text) nodes.push(textNode(part.text));
+  if (item.type === "image_generation_call" && item.result) {
+    nodes.push(imageNode(imageSource(item.result, item.output_format), "generated image"));
+    if (item.revised_prompt) nodes.push(textNode(item.revised_prompt));
+  }
+  if (item.action) nodes.push(textNode(JSON.stringify(item.action, withoutBlobs, 2)));
+  if (item.arguments) nodes.push(textNode(item.arguments));
+  if (item.code) nodes.push(textNode(item.code));
+  if (item.output !== undefined && item.output !== null) {
+    nodes.push(textNode(typeof item.output === "string" ? item.output
+      : JSON.stringify(item.output, withoutBlobs, 2)));
+  }
+  if (item.error) {
+    nodes.push(el("pre", "error: " + (typeof item.error === "string" ? item.error
+      : JSON.stringify(item.error)), { class: "failed" }));
+  }
+  if (!nodes.length) nodes.push(textNode(JSON.stringify(item, withoutBlobs, 2)));
+  box.append(...nodes);
+  return box;
+}
+
+function eventLines(detail) {
   if (detail.events.length) {
     return detail.events.map((e) => "#" + e.sequence_number + " " + e.type
       + (e.item && e.item.type ? " (" + e.item.type + ")" : "")
@@ -121,26 +210,89 @@ function timeline(detail) {
   return lines;
 }
 
+// Each model turn and tool call: its start and duration after the response began, a bar to
+// scale, failures marked.
+function stepsNode(timing) {
+  const steps = (timing && timing.steps) || [];
+  if (!steps.length) return el("p", timing ? "no step recorded" : "not recorded (an older row)");
+  const total = Math.max(1, timing.duration_ms || 0,
+    ...steps.map((s) => s.start_ms + (s.duration_ms || 0)));
+  const list = el("ol", null, { class: "steps" });
+  for (const step of steps) {
+    const li = el("li", null, { class: "step" + (step.error ? " failed" : "") });
+    const name = step.type === "model" ? "model turn · " + step.name
+      : step.type === step.name ? step.type : step.type + " · " + step.name;
+    li.append(el("span", name, { class: "step-name" }),
+      el("span", "+" + ms(step.start_ms), { class: "step-start" }),
+      el("span", ms(step.duration_ms), { class: "step-duration" }),
+      el("span", !step.error ? "ok" : step.error === "cancelled" ? "cancelled"
+        : "failed: " + step.error, { class: "step-outcome" }));
+    const track = el("span", null, { class: "track" });
+    const bar = el("span", null, { class: "bar" });
+    bar.style.marginLeft = (100 * step.start_ms / total).toFixed(2) + "%";  // CSSOM: CSP-safe
+    bar.style.width = Math.max(0.5, 100 * (step.duration_ms || 0) / total).toFixed(2) + "%";
+    track.append(bar);
+    li.append(track);
+    list.append(li);
+  }
+  return list;
+}
+
 async function openResponse(id) {
   const detail = await api("/admin/responses/" + encodeURIComponent(id));
   const s = detail.summary;
+  const response = detail.response || {};
+  const timing = s.timing || null;
   $("#detail-title").textContent = id;
+  $("#detail-link").href = "#/responses/" + id;
+  const error = $("#detail-error");
+  error.replaceChildren();
+  error.hidden = !s.error;
+  if (s.error) {
+    error.append(el("strong", statusText(s, " ")), el("p", s.error.message));
+  }
   const summary = $("#detail-summary");
   summary.replaceChildren();
   const usage = s.usage || {};
-  for (const [name, value] of [["created", when(s.created_at)], ["key", s.api_key_id],
-    ["model", s.model], ["status", s.status], ["stored", s.stored ? "yes" : "no"],
-    ["input tokens", usage.input_tokens], ["cached tokens", usage.cached_tokens],
-    ["output tokens", usage.output_tokens], ["reasoning tokens", usage.reasoning_tokens]]) {
-    summary.append(el("dt", name), el("dd", value));
+  const rows = [["status", statusText(s, " ")],
+    ["created", when(s.created_at)], ["key", keyLabel(s)], ["model", s.model],
+    ["duration", timing ? ms(timing.duration_ms) : "not recorded"],
+    ["time to first output", timing ? ms(timing.first_output_ms) || "no output" : ""]];
+  if (timing && s.background) {
+    rows.push(["waited for its worker", ms(Math.max(0, timing.started_at - s.created_at) * 1000)]);
   }
+  rows.push(["stored", s.stored ? "yes" : "no"], ["background", s.background ? "yes" : "no"],
+    ["input tokens", usage.input_tokens], ["cached tokens", usage.cached_tokens],
+    ["output tokens", usage.output_tokens], ["reasoning tokens", usage.reasoning_tokens]);
+  for (const [name, value] of rows) summary.append(el("dt", name), el("dd", value));
+  $("#detail-steps").replaceChildren(stepsNode(timing));
   $("#detail-input").replaceChildren(...(detail.input_items.length
     ? detail.input_items.map(itemNode) : [el("p", s.stored ? "none" : "not stored")]));
-  const output = (detail.response && detail.response.output) || [];
+  const output = response.output || [];
   $("#detail-output").replaceChildren(...(output.length ? output.map(itemNode)
     : [el("p", s.stored ? "none" : "not stored")]));
-  $("#detail-events").replaceChildren(...timeline(detail).map((line) => el("li", line)));
+  const lines = eventLines(detail);
+  $("#detail-events-title").textContent = detail.events.length
+    ? "Event log (" + lines.length + " events)" : "Milestones";
+  $("#detail-events").replaceChildren(...lines.map((line) => el("li", line)));
   $("#response-detail").hidden = false;
+  $("#response-detail").scrollIntoView({ block: "start" });
+}
+
+function closeResponse() {
+  $("#response-detail").hidden = true;
+  if (ROUTE.test(location.hash)) history.replaceState(null, "", location.pathname + location.search);
+}
+
+// The URL says which response is open: #/responses/<id> (shareable; back and forward work).
+function route() {
+  const match = ROUTE.exec(location.hash);
+  if (!match) {
+    $("#response-detail").hidden = true;
+    return;
+  }
+  if ($("#responses").hidden) show("responses");
+  guarded(openResponse)(match[1]);
 }
 
 // -- conversations ----------------------------------------------------------------------
@@ -151,7 +303,7 @@ async function loadConversations() {
   body.replaceChildren();
   for (const row of page.data) {
     const tr = el("tr", null, { class: "row" });
-    tr.append(el("td", when(row.created_at)), el("td", row.id), el("td", row.api_key_id),
+    tr.append(el("td", when(row.created_at)), el("td", row.id), keyCell(row),
       el("td", JSON.stringify(row.metadata)));
     tr.addEventListener("click", guarded(() => openConversation(row.id)));
     body.append(tr);
@@ -175,6 +327,12 @@ function svg(tag, attrs, text) {
   for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, value);
   if (text !== undefined) node.textContent = text;
   return node;
+}
+
+// A result's group as shown: its model, or its key's name and tenant id.
+function groupOf(result, group) {
+  if (group === "api_key_id" && result.api_key_id) return keyLabel(result);
+  return result[group] || "all";
 }
 
 function measureOf(result, measure) {
@@ -208,7 +366,7 @@ function drawChart(buckets, group, measure, width) {
   const chart = $("#usage-chart");
   chart.replaceChildren();
   const W = 900, H = 320, left = 60, bottom = 40, top = 10;
-  const names = [...new Set(buckets.flatMap((b) => b.results.map((r) => r[group] || "all")))];
+  const names = [...new Set(buckets.flatMap((b) => b.results.map((r) => groupOf(r, group))))];
   const totals = buckets.map((b) => b.results.reduce((sum, r) => sum + measureOf(r, measure), 0));
   const max = Math.max(1, ...totals);
   const slot = (W - left - 10) / Math.max(1, buckets.length);
@@ -227,10 +385,10 @@ function drawChart(buckets, group, measure, width) {
       if (!value) continue;
       const h = value * scale;
       y -= h;
-      const color = COLORS[names.indexOf(result[group] || "all") % COLORS.length];
+      const color = COLORS[names.indexOf(groupOf(result, group)) % COLORS.length];
       const bar = svg("rect", { x: left + i * slot + 2, y, width: Math.max(1, slot - 4),
         height: h, fill: color, class: "bar" });
-      bar.append(svg("title", {}, (result[group] || "all") + ": "
+      bar.append(svg("title", {}, groupOf(result, group) + ": "
         + (measure === "cost" ? usd(value) : value)));
       chart.append(bar);
     }
@@ -254,7 +412,7 @@ function usageTable(buckets, group) {
   const sums = new Map();
   for (const bucket of buckets) {
     for (const r of bucket.results) {
-      const name = r[group] || "all";
+      const name = groupOf(r, group);
       const s = sums.get(name) || { requests: 0, input: 0, cached: 0, output: 0, reasoning: 0,
         tools: 0, images: 0, cost: 0 };
       s.requests += r.num_model_requests; s.input += r.input_tokens;
@@ -292,7 +450,7 @@ async function loadLimits() {
   for (const key of limits.keys) {
     const tr = el("tr");
     const w = key.window;
-    tr.append(el("td", key.api_key_id), el("td", key.configured ? "yes" : "default"),
+    tr.append(keyCell(key), el("td", key.configured ? "yes" : "default"),
       el("td", key.limits.requests_per_minute || "none"),
       el("td", key.limits.tokens_per_minute || "none"),
       el("td", key.limits.tokens_per_period
@@ -318,6 +476,26 @@ function show(tab) {
   return guarded(LOADERS[tab])();
 }
 
+// "Forget key": the key, and everything read with it, leave the page (rows, details, the
+// chart, the limits, the open response's URL); answers still on their way are dropped.
+function forget() {
+  sessionStorage.removeItem(KEY);
+  state.generation += 1;
+  state.after = null;
+  for (const body of document.querySelectorAll("tbody")) body.replaceChildren();
+  for (const article of document.querySelectorAll("article")) article.hidden = true;
+  for (const id of ["#detail-title", "#detail-error", "#detail-summary", "#detail-steps",
+    "#detail-input", "#detail-output", "#detail-events", "#conversation-title",
+    "#conversation-items", "#usage-chart", "#usage-legend", "#limits-default"]) {
+    $(id).replaceChildren();
+  }
+  $("#more-responses").hidden = true;
+  $("#lightbox").hidden = true;
+  $("#lightbox-image").removeAttribute("src");
+  if (location.hash) history.replaceState(null, "", location.pathname + location.search);
+  status("Key forgotten: nothing is shown until an admin key is entered again.");
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   for (const button of document.querySelectorAll("#tabs button")) {
     button.addEventListener("click", () => show(button.dataset.tab));
@@ -327,11 +505,9 @@ document.addEventListener("DOMContentLoaded", () => {
     sessionStorage.setItem(KEY, $("#key").value.trim());
     $("#key").value = "";
     show(document.querySelector("#tabs button.active").dataset.tab);
+    if (ROUTE.test(location.hash)) route();
   });
-  $("#logout").addEventListener("click", () => {
-    sessionStorage.removeItem(KEY);
-    status("Key forgotten.");
-  });
+  $("#logout").addEventListener("click", forget);
   $("#response-filters").addEventListener("submit", (event) => {
     event.preventDefault();
     guarded(loadResponses)(false);
@@ -341,5 +517,12 @@ document.addEventListener("DOMContentLoaded", () => {
     event.preventDefault();
     guarded(loadUsage)();
   });
+  $("#detail-close").addEventListener("click", closeResponse);
+  $("#lightbox").addEventListener("click", () => { $("#lightbox").hidden = true; });
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") $("#lightbox").hidden = true;
+  });
+  window.addEventListener("hashchange", route);
   show("responses");
+  if (ROUTE.test(location.hash)) route();
 });
