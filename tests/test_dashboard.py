@@ -242,7 +242,12 @@ def test_dashboard_in_headless_chromium(site: dict[str, Any],
         assert "model-mcp" in table and "model-plain" in table
         # The cost beside the tokens (GATEWAY_PRICES), and the chart in dollars.
         costs = [c.text for c in driver.find_elements(By.CSS_SELECTOR, "#usage-table td.cost")]
-        assert costs and all(c.startswith("$") and float(c[1:]) > 0 for c in costs), costs
+        # (a response cancelled before any usage, model-slow's, costs nothing)
+        rows = {r.find_element(By.CSS_SELECTOR, "td").text: r.find_element(
+            By.CSS_SELECTOR, "td.cost").text for r in driver.find_elements(
+            By.CSS_SELECTOR, "#usage-table tbody tr")}
+        assert costs and all(c.startswith("$") for c in costs), costs
+        assert float(rows["model-mcp"][1:]) > 0 and float(rows["model-plain"][1:]) > 0, rows
         Select(driver.find_element(By.CSS_SELECTOR, "#usage-filters select[name=measure]")
                ).select_by_value("cost")
         driver.find_element(By.CSS_SELECTOR, "#usage-filters button[type=submit]").click()
