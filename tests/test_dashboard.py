@@ -201,6 +201,7 @@ def test_dashboard_in_headless_chromium(site: dict[str, Any],
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SE_OFFLINE", "true")  # Selenium Manager never downloads a thing
     from selenium import webdriver
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ready
@@ -251,8 +252,10 @@ def test_dashboard_in_headless_chromium(site: dict[str, Any],
         Select(driver.find_element(By.CSS_SELECTOR, "#usage-filters select[name=measure]")
                ).select_by_value("cost")
         driver.find_element(By.CSS_SELECTOR, "#usage-filters button[type=submit]").click()
-        wait.until(lambda d: any(t.text.startswith("$") for t in d.find_elements(
-            By.CSS_SELECTOR, "#usage-chart text")))
+        # (the chart is drawn again as the answer comes: an element read may go stale)
+        WebDriverWait(driver, 10, ignored_exceptions=(StaleElementReferenceException,)).until(
+            lambda d: any(t.text.startswith("$") for t in d.find_elements(
+                By.CSS_SELECTOR, "#usage-chart text")))
         # Conversations and their items; limits.
         driver.find_element(By.CSS_SELECTOR, "#tabs button[data-tab=conversations]").click()
         conv = wait.until(lambda d: [r for r in d.find_elements(
