@@ -88,8 +88,8 @@ def not_running(target: str, steer_input: Any, status: str | None,
 
 def not_supported(target: str, steer_input: Any, lane: str | None) -> Event:
     return _with_lane(failed_event(
-        "steering_not_supported", "Responses bound to a conversation, using automatic "
-        "compaction or not generating (generate: false) cannot be steered.", target,
+        "steering_not_supported", "Responses bound to a conversation or using automatic "
+        "compaction cannot be steered.", target,
         steer_input), lane)
 
 
