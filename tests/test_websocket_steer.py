@@ -237,3 +237,30 @@ def test_a_laned_steer_echoes_its_lane(gateway: GatewayServer) -> None:
         assert {e.get("stream_id") for e in events} == {"lane-a"}
         assert events[-1]["type"] == "response.completed"
         assert events[-1]["response"]["output"][0]["content"][0]["text"] == "Left."
+
+
+def test_a_successor_that_cannot_be_created_returns_the_steer(gateway: GatewayServer) -> None:
+    """The steer's input has a part the gateway refuses (an image by ``file_id``): the steered
+    response ended, its successor is refused, and the steer comes back
+    ``successor_creation_failed`` with its id and input, so the client can carry it into a
+    ``response.create``."""
+    bad = [{"type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "Look at this."},
+                         {"type": "input_image", "file_id": "file-missing", "detail": "auto"}]}]
+    with client_for(gateway) as client, client.responses.connect() as connection:
+        connection.response.create(model=MODEL, input=SLOW)
+        events = until(connection, lambda e: e["type"] == "response.output_text.delta")
+        response_id = events[0]["response"]["id"]
+        connection.response.steer(previous_response_id=response_id, input=bad)
+        events += until(connection, lambda e: e["type"] == "response.steer.failed")
+        [accepted] = [e for e in events if e["type"] == "response.steer.accepted"]
+        failed = events[-1]
+        assert failed["error"]["code"] == "successor_creation_failed"
+        assert "file_id" in failed["error"]["message"]  # the 400 the create would get
+        assert failed["steer"] == {"id": accepted["steer"]["id"], "input": bad,
+                                   "previous_response_id": response_id}
+        assert [e["type"] for e in events].count("response.created") == 1
+        assert events[-2]["type"] == "response.incomplete"
+
+        connection.response.create(model=MODEL, input="still here?")  # the socket goes on
+        assert until(connection, terminal)[-1]["type"] == "response.completed"

@@ -284,6 +284,9 @@ class Session:
                 await self.evict(previous)
             await self.emit([error_event(exc, lane)])
             return None
+        except BaseException:  # the client left (or the process stops): nobody to steer for
+            self.abandoned(job)
+            raise
         steers = await self.ended(job, create)
         if job.response.get("status") in FINISHED_STATUSES:
             await self.remember(lane, flattened(_remembered(job), base))
@@ -330,6 +333,10 @@ class Session:
         ended = self._ended.setdefault(create.lane, deque(maxlen=ENDED_PER_LANE))
         ended.append((job.record.id, str(job.response.get("status"))))
         return job.steering.steers if job.steering is not None else []
+
+    def abandoned(self, job: Job) -> None:
+        """``job`` was cancelled with its connection: steers no longer target it."""
+        self._running.pop(job.record.id, None)
 
     async def keep_pending(self, lane: Lane, response_id: str, steers: list[Steer]) -> None:
         """``steers`` wait for the client's create from ``response_id`` (its tool output)."""

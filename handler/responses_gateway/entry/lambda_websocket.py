@@ -272,6 +272,12 @@ class ApiGatewaySession(Session):
                                 if data["id"] not in known]
         return await super().ended(job, create)
 
+    def abandoned(self, job: Job) -> None:
+        super().abandoned(job)
+        poll = self._polls.pop(job.record.id, None)
+        if poll is not None:  # the loop outlives the invocation: stop polling now
+            poll.cancel()
+
     async def keep_pending(self, lane: str | None, response_id: str,
                            steers: list[Steer]) -> None:
         await asyncio.to_thread(self.table.keep_pending, self.connection_id, response_id,
