@@ -235,8 +235,13 @@ class ApiGatewaySession(Session):
 
     async def started(self, job: Job, create: Create, template: dict[str, Any]) -> None:
         await super().started(job, create, template)
-        await asyncio.to_thread(self.table.start_response, self.connection_id, job.record.id,
-                                job.steering is not None)
+        try:
+            await asyncio.to_thread(self.table.start_response, self.connection_id,
+                                    job.record.id, job.steering is not None)
+        except Exception:  # the response runs all the same; steers find no target
+            logger.warning("recording response %s for steering failed", job.record.id,
+                           exc_info=True)
+            job.steering = None
         if job.steering is not None:
             self._polls[job.record.id] = asyncio.ensure_future(self._poll(job))
 
@@ -263,8 +268,13 @@ class ApiGatewaySession(Session):
             poll.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await poll
-        queued = await asyncio.to_thread(self.table.end_response, self.connection_id,
-                                         job.record.id, str(job.response.get("status")))
+        try:
+            queued = await asyncio.to_thread(self.table.end_response, self.connection_id,
+                                             job.record.id, str(job.response.get("status")))
+        except Exception:  # those the polls brought are still answered
+            logger.warning("ending response %s for steering failed", job.record.id,
+                           exc_info=True)
+            queued = []
         steering = job.steering
         if steering is not None:
             known = {steer.id for steer in steering.steers}
