@@ -3,6 +3,8 @@ the events (validated against openai-python's types), the translator's safe poin
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import pydantic
@@ -12,6 +14,8 @@ from openai.types.responses.response_steer_required_input import ResponseSteerRe
 from openai.types.responses.responses_server_event import ResponsesServerEvent
 
 from responses_gateway.api import ws_steer
+from responses_gateway.api.ws_session import Create, Session
+from responses_gateway.config import Settings
 from responses_gateway.responses.steering import Steer, Steering, input_items
 from responses_gateway.translate.stream import ResponseTranslator
 
@@ -134,3 +138,35 @@ def test_a_translator_steers_only_between_items_it_can_close() -> None:
         "index": 0, "id": "call_1", "type": "function",
         "function": {"name": "f", "arguments": "{"}}]}}]})
     assert not calling.steerable, "a call's arguments are streaming"
+
+
+def test_a_steer_after_the_last_safe_point_still_gets_its_successor() -> None:
+    """A response that completed before it reached a safe point (the steer came during its
+    last read) is followed by its successor all the same (OpenAI: "Normal completion can
+    also be followed by an automatic successor"); the late ``accepted`` follows its terminal
+    event in its numbering."""
+    translator = _translator()
+    translator.feed({"choices": [{"index": 0, "delta": {"content": "Done."},
+                                  "finish_reason": "stop"}]})
+    [*_, completed] = translator.finish()
+    steering = Steering()
+    steering.steers.append(Steer("steer_1", "resp_1", "and then?"))
+    job = SimpleNamespace(translator=translator, steering=steering,
+                          response=translator.response, record=SimpleNamespace(id="resp_1"))
+    emitted: list[dict[str, Any]] = []
+
+    async def emit(events: list[dict[str, Any]]) -> None:
+        emitted.extend(events)
+
+    session = Session(SimpleNamespace(settings=Settings()), "t", emit)  # type: ignore[arg-type]
+    template = ws_steer.settings_of({"model": "m", "input": "x", "stream": True})
+    successor = asyncio.run(session._after_steers(
+        job, Create({}, "lane", True), template, steering.steers))  # type: ignore[arg-type]
+    [accepted] = emitted
+    assert accepted["type"] == "response.steer.accepted" and accepted["stream_id"] == "lane"
+    assert accepted["sequence_number"] == completed["sequence_number"] + 1
+    SERVER_EVENT.validate_python(accepted)
+    assert successor is not None and successor.successor and successor.lane == "lane"
+    assert successor.body == {"model": "m", "stream": True, "previous_response_id": "resp_1",
+                              "input": [{"type": "message", "role": "user",
+                                         "content": "and then?"}]}
