@@ -185,13 +185,9 @@ class TurnLoop:
                         return
                     raise error from None
                 finally:
-                    deadline.waiting = False
                     if steering is not None:
                         steering.waiting = False
-            if self.steered:
-                if steering is not None:
-                    self.pending += steering.acknowledge(translator)
-                return
+                    deadline.waiting = False
             if translator.done or tools is None or not translator.wants_tool_turn:
                 return
             # The model called tools the gateway runs: their items, then the next turn.
