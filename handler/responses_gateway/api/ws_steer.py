@@ -108,7 +108,8 @@ def _with_lane(event: Event, lane: str | None) -> Event:
 
 def steerable(template: dict[str, Any], job: Any) -> bool:
     """Whether a response can be steered: not bound to a conversation, no automatic
-    compaction (``context_management``), and it generates."""
+    compaction (``context_management``), and a model runs (a ``compaction_trigger``'s
+    response has no model turn to stop)."""
     if job.conversation is not None or template.get("conversation") is not None:
         return False
     if not job.record.request.get("model_runs", True):
