@@ -75,3 +75,43 @@ def test_raw_socket_failed_search_then_next_turn(gateway: GatewayServer) -> None
         assert response["output"][-1]["content"][0]["text"] == "Could not open it."
         ws.send(json.dumps(create("[[script:text text=fine]] ws-after", tools=TOOLS)))
         assert completed(read_turn(ws))["output"][0]["content"][0]["text"] == "fine"
+
+
+def test_a_steer_during_a_search_stops_between_model_turns(
+        gateway: GatewayServer, upstream: ScriptedUpstream,  # noqa: F811
+        provider: SearchProvider) -> None:  # noqa: F811
+    """The search's item is not a safe point: the steer is acknowledged once the search ended,
+    and the response stops before the model turn that would read it; the successor reads the
+    search and then the steer."""
+    provider.delay = 1.0
+    try:
+        with client_for(gateway) as client, client.responses.connect() as connection:
+            connection.response.create(model="m", input=searching("ws-steer", "never said"),
+                                       tools=TOOLS, store=False)
+            events = []
+            for event in connection:
+                events.append(event.to_dict(mode="json"))
+                check_ws_event(events[-1])
+                if event.type == "response.web_search_call.in_progress":
+                    connection.response.steer(
+                        previous_response_id=events[0]["response"]["id"],
+                        input="[[script:text text=Steered.]] Forget the search.")
+                if event.type == "response.completed":
+                    break
+    finally:
+        provider.delay = 0.0
+    kinds = [e["type"] for e in events]
+    end = kinds.index("response.incomplete")
+    steered = events[end]["response"]
+    assert steered["incomplete_details"] == {"reason": "steered"}
+    assert [i["type"] for i in steered["output"]] == ["web_search_call"]
+    assert steered["output"][0]["status"] == "completed"
+    accepted = kinds.index("response.steer.accepted")
+    assert kinds.index("response.web_search_call.completed") < accepted < end
+    successor = events[-1]["response"]
+    assert successor["previous_response_id"] == steered["id"]
+    assert successor["output"][0]["content"][0]["text"] == "Steered."
+    assert "never said" not in json.dumps(events)
+    sent = upstream.requests[-1]["messages"]
+    assert [m["role"] for m in sent][-3:] == ["assistant", "tool", "user"]
+    assert CITED["text"] in json.dumps(sent[-2]) and "Forget the search" in sent[-1]["content"]

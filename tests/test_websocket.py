@@ -225,16 +225,6 @@ def test_generate_true_generates(gateway: GatewayServer, upstream: Any) -> None:
     assert len(upstream.requests) == before + 1
 
 
-def test_steer_is_answered_not_supported(gateway: GatewayServer) -> None:
-    with client_for(gateway) as client, client.responses.connect() as connection:
-        connection.send({"type": "response.steer", "previous_response_id": "resp_x",
-                         "input": "go left"})
-        event = connection.recv()
-        assert event.type == "response.steer.failed"
-        assert event.error.code == "steering_not_supported"
-        assert event.steer.input == "go left" and event.steer.previous_response_id == "resp_x"
-
-
 # -- lanes -------------------------------------------------------------------------------------
 
 

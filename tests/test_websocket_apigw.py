@@ -4,9 +4,11 @@ by a stand-in on 127.0.0.1 that records every message, over real HTTP through bo
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -268,7 +270,9 @@ def test_disconnect_deletes_what_dynamodb_left_unprocessed(
         message(cid, create(f"lane {lane}", store=False, stream_id=lane))
     client = Unprocessing(boto3.session.Session().client("dynamodb"), times=2)
     table(aws, client).close(cid)
-    assert client.batches == [4, 1, 1]  # resubmitted until nothing was left
+    # the head, three lanes' responses and their steering items; resubmitted until nothing
+    # was left
+    assert client.batches == [7, 1, 1]
     items = client.query(TableName=aws, KeyConditionExpression="pk = :pk",
                          ExpressionAttributeValues={":pk": {"S": f"WS#{cid}"}})["Items"]
     assert items == []
@@ -280,3 +284,112 @@ def test_disconnect_deletes_what_dynamodb_left_unprocessed(
         table(aws, stubborn).close(cid)
     assert len(stubborn.batches) == 10
     assert jitter.caps[-10:] == [0.05 * 2**attempt for attempt in range(10)]  # exponential
+
+
+def steer_elsewhere(connection_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A message handled by another invocation while one runs (its own event loop, as another
+    execution environment would have)."""
+    event = sample("ws_default", connection_id, body=json.dumps(body))
+    return asyncio.run(websocket_apigw._handle(event))
+
+
+def wait_for(management: ManagementApi, cid: str, kind: str) -> None:
+    """Until the stand-in received an event of ``kind`` (bounded by the test's timeout)."""
+    while not any(e["type"] == kind for e in management.messages.get(cid, [])):
+        time.sleep(0.05)
+
+
+def test_a_steer_from_another_invocation_steers_the_running_response(
+    aws: str, management: ManagementApi, upstream: Any
+) -> None:
+    cid = "c-steer"
+    connect(cid)
+    running = threading.Thread(target=message, args=(
+        cid, create("[[script:slow delay=0.3 n=60]] Count slowly.", instructions="Be brief.")))
+    running.start()
+    wait_for(management, cid, "response.output_text.delta")
+    first_id = management.messages[cid][0]["response"]["id"]
+    steer = {"type": "response.steer", "previous_response_id": first_id,
+             "input": [{"type": "message", "role": "user",
+                        "content": "[[script:text text='Left it is.']] Turn left."}]}
+    assert steer_elsewhere(cid, steer)["statusCode"] == 200
+    running.join(timeout=60)
+    assert not running.is_alive()
+    events = management.messages.pop(cid)
+    for event in events:
+        check_ws_event(event)
+
+    terminals = [i for i, e in enumerate(events) if e["type"].startswith("response.")
+                 and e["type"] in ("response.incomplete", "response.completed")]
+    assert len(terminals) == 2
+    first = events[:terminals[0] + 1]
+    [accepted] = [e for e in first if e["type"] == "response.steer.accepted"]
+    assert accepted["steer"]["previous_response_id"] == first_id
+    assert [e["sequence_number"] for e in first] == list(range(len(first)))
+    check_stream([dict(e, sequence_number=i) for i, e in enumerate(
+        e for e in first if e["type"] != "response.steer.accepted")])
+    steered = check_response(first[-1]["response"])
+    assert steered["incomplete_details"] == {"reason": "steered"}
+    partial = steered["output"][0]["content"][0]["text"]
+    assert partial and steered["output"][0]["status"] == "incomplete"
+
+    second = events[terminals[0] + 1:]
+    check_stream(second)
+    successor = check_response(second[-1]["response"])
+    assert successor["previous_response_id"] == first_id
+    assert successor["instructions"] == "Be brief."
+    assert successor["output"][0]["content"][0]["text"] == "Left it is."
+    sent = upstream.requests[-1]["messages"]
+    assert [m["role"] for m in sent][-3:] == ["user", "assistant", "user"]
+    assert partial in json.dumps(sent[-2]) and "Turn left." in json.dumps(sent[-1])
+
+    # Both ended: steers of either are refused from the table's state.
+    steer_elsewhere(cid, dict(steer, input="again"))
+    steer_elsewhere(cid, dict(steer, previous_response_id=successor["id"], input="again"))
+    steer_elsewhere(cid, dict(steer, previous_response_id="resp_elsewhere", input="again"))
+    refused = management.messages.pop(cid)
+    for event in refused:
+        check_ws_event(event)
+    assert [e["error"]["code"] for e in refused] == [
+        "response_not_active", "response_already_completed", "response_not_found"]
+
+
+def test_steers_past_the_bound_are_refused_across_invocations(
+    aws: str, management: ManagementApi, monkeypatch: pytest.MonkeyPatch, upstream: Any
+) -> None:
+    monkeypatch.setenv("GATEWAY_WS_MAX_PENDING_STEERS", "1")
+    cid = "c-steer-bound"
+    connect(cid)
+    running = threading.Thread(target=message, args=(cid, create(
+        "[[script:tool names=get_weather n=20 delay=0.25]] Weather?",
+        tools=[{"type": "function", "name": "get_weather",
+                "parameters": {"type": "object", "properties": {}}}])))
+    running.start()
+    wait_for(management, cid, "response.function_call_arguments.delta")
+    response_id = management.messages[cid][0]["response"]["id"]
+    for text in ("first", "second"):
+        steer_elsewhere(cid, {"type": "response.steer", "previous_response_id": response_id,
+                              "input": text})
+    running.join(timeout=60)
+    events = management.messages.pop(cid)
+    for event in events:
+        check_ws_event(event)
+    kinds = [e["type"] for e in events]
+    assert kinds.count("response.steer.accepted") == 1
+    [refused] = [e for e in events if e["type"] == "response.steer.failed"]
+    assert refused["error"]["code"] == "too_many_pending_steers"
+    assert refused["steer"]["input"] == "second"
+    [pending] = [e for e in events if e["type"] == "response.steer.pending"]
+    assert kinds.index("response.steer.pending") > kinds.index("response.completed")
+    call = next(e["item"] for e in events if e["type"] == "response.output_item.done")
+    assert pending["required_input"] == [{"type": "function_call_output",
+                                          "call_id": call["call_id"], "name": "get_weather"}]
+
+    # The client's create with the tool output, in a later invocation, commits the steer.
+    message(cid, create([{"type": "function_call_output", "call_id": call["call_id"],
+                          "output": "Sunny"}], previous_response_id=response_id))
+    after = management.messages.pop(cid)
+    assert after[-1]["type"] == "response.completed"
+    check_stream(after)
+    sent = json.dumps(upstream.requests[-1]["messages"])
+    assert "first" in sent and "Sunny" in sent and "second" not in sent

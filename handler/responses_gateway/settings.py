@@ -642,6 +642,10 @@ class Settings:
         "GATEWAY_WS_MAX_STREAMS", 32, parse="count", parameter="WsMaxStreams",
         doc=("named streams (`stream_id` lanes) one WebSocket may use at once (OpenAI's 32); "
              "past it 400 `too_many_streams`. `0`: no bound"))
+    ws_max_pending_steers: int = WEBSOCKET(
+        "GATEWAY_WS_MAX_PENDING_STEERS", 8, parse="count", parameter="WsMaxPendingSteers",
+        doc=("`response.steer` submissions queued for one response; past it "
+             "`response.steer.failed` `too_many_pending_steers`. `0`: no bound"))
     ws_max_remembered_bytes: int = WEBSOCKET(
         "GATEWAY_WS_MAX_REMEMBERED_BYTES", 64 * 1024 * 1024, parse="count",
         parameter="WsMaxRememberedBytes",

@@ -28,8 +28,14 @@ What a connection adds to HTTP:
   ``response.in_progress``, ``response.completed`` with no output and zero usage. Its id is a
   ``previous_response_id`` like any other (OpenAI: "prepares request state ... returns a
   response ID that you can chain from"), so the next turn sends only what is new.
-- ``response.steer`` is answered ``response.steer.failed`` (``steering_not_supported``): a
-  Chat Completions or Bedrock generation cannot take input while it runs.
+- **Steering** (``response.steer``, ``api/ws_steer.py``): input queued for a running
+  response, acknowledged ``response.steer.accepted`` in that response's stream; the response
+  stops at its next safe point ``incomplete`` (``reason: "steered"``, its output kept) and the
+  session starts the successor itself on the same lane: the steered response's settings,
+  ``previous_response_id`` the steered one, the queued input. A response that stops for the
+  client's tool output keeps its steers queued (``response.steer.pending``, its
+  ``required_input``) for the client's next create from it, whose input they are prepended to.
+  Otherwise ``response.steer.failed`` with OpenAI's codes.
 
 The transport (``api/websocket.py`` under uvicorn, ``entry/lambda_websocket.py`` on API
 Gateway) hands each message to :meth:`Session.receive` and sends what ``emit`` is given.
@@ -41,18 +47,20 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import orjson
 
 from responses_gateway import limiter as limits
+from responses_gateway.api import ws_steer
 from responses_gateway.api.json_body import fits_depth, too_deep
 from responses_gateway.api.ws_remembered import Lane, Remembered, flattened
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
 from responses_gateway.responses.gateway import Gateway
 from responses_gateway.responses.job import Job
+from responses_gateway.responses.steering import Steer, Steering, new_steer
 from responses_gateway.status import FINISHED_STATUSES
 from responses_gateway.store.base import StoredResponse
 
@@ -62,6 +70,8 @@ Event = dict[str, Any]
 Emit = Callable[[list[Event]], Awaitable[None]]
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], None]
 CLIENT_EVENTS = ("response.create", "response.steer")
+#: ended responses a connection tells a late steer about, per lane (else response_not_found)
+ENDED_PER_LANE = 4
 
 
 def error_event(exc: GatewayError, stream_id: str | None = None) -> Event:
@@ -100,6 +110,10 @@ class Create:
     body: dict[str, Any]
     lane: Lane
     generate: bool
+    #: the steers this create commits (a successor the gateway started, or a create from a
+    #: response whose steers waited for the client's tool output)
+    steers: list[Steer] = field(default_factory=list)
+    successor: bool = False  # started by the gateway for a steered response's steers
 
 
 class Session:
@@ -129,6 +143,13 @@ class Session:
             settings.ws_max_remembered_bytes)
         #: lanes with work: the running response first, then the queued ones (FIFO)
         self._lanes: dict[Lane, deque[Create]] = {}
+        self.max_steers = settings.ws_max_pending_steers
+        #: responses running on this connection, by id: what a steer targets
+        self._running: dict[str, tuple[Job, Create]] = {}
+        #: each lane's responses that ended last (a steered one and its successor): (id, status)
+        self._ended: dict[Lane, deque[tuple[str, str]]] = {}
+        #: each lane's steers waiting for the client's tool output: (response id, steers)
+        self._pending: dict[Lane, tuple[str, list[Steer]]] = {}
 
     @property
     def busy(self) -> bool:
@@ -147,7 +168,9 @@ class Session:
         try:
             event = self._parse(message)
             if event["type"] == "response.steer":
-                await self.emit([self._steer_failed(event)])
+                failure = await self.steer(event)
+                if failure is not None:
+                    await self.emit([failure])
                 return
             body, lane = self._create_body(event)
             create = Create(body, lane, _generate(body))
@@ -160,7 +183,9 @@ class Session:
             return
         if self.spawn is None:
             try:
-                await self._run(create)
+                next_create: Create | None = create
+                while next_create is not None:  # a steered response's successor follows
+                    next_create = await self._run(next_create)
             finally:
                 await self.release(lane)
             return
@@ -176,8 +201,10 @@ class Session:
         queue = self._lanes[lane]
         try:
             while queue:
-                await self._run(queue[0])
+                successor = await self._run(queue[0])
                 queue.popleft()
+                if successor is not None:  # a steered response's: next on its lane
+                    queue.appendleft(successor)
         finally:
             del self._lanes[lane]
 
@@ -214,10 +241,18 @@ class Session:
 
     # -- one response --
 
-    async def _run(self, create: Create) -> None:
+    async def _run(self, create: Create) -> Create | None:
+        """Run one response to its end; the successor its steers ask for, if any."""
         body, lane = create.body, create.lane
         previous = body.get("previous_response_id")
         previous = previous if isinstance(previous, str) else None
+        if previous is not None and not create.steers:
+            # steers that waited for this create (the client's tool output) are its input
+            create.steers = await self.take_pending(lane, previous)
+            if create.steers:
+                body["input"] = [*ws_steer.steers_input(create.steers),
+                                 *ws_steer.as_items(body.get("input"))]
+        template = ws_steer.settings_of(body)  # what a successor inherits
         base = self.remembered.get(previous) if previous is not None else None
         job: Job | None = None
         try:
@@ -231,10 +266,11 @@ class Session:
         except GatewayError as exc:
             if job is not None:
                 await job.close()
-            if previous is not None:
+            if previous is not None and not create.steers:
                 await self.evict(previous)
-            await self.emit([error_event(exc, lane)])
-            return
+            await self._uncommitted(create, exc, previous)
+            return None
+        await self.started(job, create, template)
         try:
             async with contextlib.aclosing(job.batches()) as batches:
                 async for batch in batches:
@@ -243,14 +279,121 @@ class Session:
                             event["stream_id"] = lane
                     await self.emit(batch)
         except GatewayError as exc:  # the store failed for good before the end
+            await self.ended(job, create)
             if previous is not None:
                 await self.evict(previous)
             await self.emit([error_event(exc, lane)])
-            return
+            return None
+        except BaseException:  # the client left (or the process stops): nobody to steer for
+            self.abandoned(job)
+            raise
+        steers = await self.ended(job, create)
         if job.response.get("status") in FINISHED_STATUSES:
             await self.remember(lane, flattened(_remembered(job), base))
         elif previous is not None:
             await self.evict(previous)
+        return await self._after_steers(job, create, template, steers)
+
+    # -- steering (api/ws_steer.py) --
+
+    async def steer(self, event: dict[str, Any]) -> Event | None:
+        """Queue a ``response.steer`` for its running response; its ``response.steer.failed``
+        when it cannot be (``accepted`` comes in the response's own stream)."""
+        invalid = ws_steer.check(event)
+        if invalid is not None:
+            return invalid
+        target, steer_input = event["previous_response_id"], event["input"]
+        running = self._running.get(target)
+        if running is None:
+            ended = next((status for lane in self._ended.values() for rid, status in lane
+                          if rid == target), None)
+            return ws_steer.not_running(target, steer_input, ended)
+        job, create = running
+        steering = job.steering
+        if steering is None:
+            return ws_steer.not_supported(target, steer_input, create.lane)
+        if job.translator.done:
+            return ws_steer.not_running(target, steer_input, job.response.get("status"),
+                                        create.lane)
+        if self.max_steers and len(steering.steers) >= self.max_steers:
+            return ws_steer.too_many(target, steer_input, self.max_steers, create.lane)
+        steering.add(new_steer(target, steer_input))
+        return None
+
+    async def started(self, job: Job, create: Create, template: dict[str, Any]) -> None:
+        """``job`` runs: steers may target it (when its kind of response can be steered)."""
+        if ws_steer.steerable(template, job):
+            job.steering = Steering()
+        self._running[job.record.id] = (job, create)
+
+    async def ended(self, job: Job, create: Create) -> list[Steer]:
+        """``job`` ended: every steer it accepted, in order (those it did not acknowledge yet
+        arrived after its last safe point)."""
+        self._running.pop(job.record.id, None)
+        ended = self._ended.setdefault(create.lane, deque(maxlen=ENDED_PER_LANE))
+        ended.append((job.record.id, str(job.response.get("status"))))
+        return job.steering.steers if job.steering is not None else []
+
+    def abandoned(self, job: Job) -> None:
+        """``job`` was cancelled with its connection: steers no longer target it."""
+        self._running.pop(job.record.id, None)
+
+    async def keep_pending(self, lane: Lane, response_id: str, steers: list[Steer]) -> None:
+        """``steers`` wait for the client's create from ``response_id`` (its tool output)."""
+        self._pending[lane] = (response_id, steers)
+
+    async def take_pending(self, lane: Lane, response_id: str) -> list[Steer]:
+        """The steers waiting for a create from ``response_id`` (taken: it commits them)."""
+        for key, (rid, steers) in list(self._pending.items()):
+            if rid == response_id:
+                del self._pending[key]
+                return steers
+        return []
+
+    async def _after_steers(self, job: Job, create: Create, template: dict[str, Any],
+                            steers: list[Steer]) -> Create | None:
+        """What a response's steers become once it ended: its successor, or ``pending``
+        (the client's tool output first), or ``failed`` (it did not end well)."""
+        if not steers:
+            return None
+        translator = job.translator
+        events = job.steering.acknowledge(translator) if job.steering is not None else []
+        status = job.response.get("status")
+        successor: Create | None = None
+        if status not in FINISHED_STATUSES:
+            events += [translator.event(ws_steer.failed(
+                "response_not_active", "The response ended without output to continue "
+                "from; send the input in a new 'response.create'.", steer))
+                for steer in steers]
+        elif required := ws_steer.required_input(job.response.get("output") or []):
+            events += [translator.event(ws_steer.pending(steer, required)) for steer in steers]
+            await self.keep_pending(create.lane, job.record.id, steers)
+        else:
+            successor = Create(ws_steer.successor_body(template, job.record.id, steers),
+                               create.lane, True, steers, successor=True)
+        if create.lane is not None:
+            for event in events:
+                event["stream_id"] = create.lane
+        await self.emit(events)
+        return successor
+
+    async def _uncommitted(self, create: Create, exc: GatewayError,
+                           previous: str | None) -> None:
+        """A create that carried steers failed before ``response.created``: a successor's
+        steers are returned (``successor_creation_failed``); a client's create from a
+        response whose steers waited gives them back to wait on."""
+        lane = create.lane
+        events = [error_event(exc, lane)]
+        if create.steers and create.generate and previous is not None:
+            if create.successor:
+                events = [ws_steer.failed("successor_creation_failed", exc.message, steer)
+                          for steer in create.steers]
+                for event in events:
+                    if lane is not None:
+                        event["stream_id"] = lane
+            else:
+                await self.keep_pending(lane, previous, create.steers)
+        await self.emit(events)
 
     # -- parsing --
 
@@ -302,23 +445,6 @@ class Session:
         body.pop("background", None)
         body["stream"] = True  # implicit: what the client sent there does not matter
         return body, lane
-
-    def _steer_failed(self, event: dict[str, Any]) -> Event:
-        steer: dict[str, Any] = {
-            "input": event.get("input"),
-            "previous_response_id": event.get("previous_response_id"),
-        }
-        return {
-            "type": "response.steer.failed",
-            "sequence_number": 0,
-            "steer": steer,
-            "error": {
-                "type": "invalid_request_error",
-                "code": "steering_not_supported",
-                "message": "Steering is not supported by this gateway's models: send the "
-                "input in a new 'response.create' with 'previous_response_id'.",
-            },
-        }
 
 
 def response_in_progress() -> GatewayError:

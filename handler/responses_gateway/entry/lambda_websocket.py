@@ -8,9 +8,17 @@ management API (``PostToConnection``), one message per event, in order, from one
 posts while the response is still being produced.
 
 The connection's state lives in the gateway's DynamoDB table (``store/connections.py``):
-the tenant, the lanes running, each lane's most recent ``store: false`` response. Lanes do
-not queue here (each message is its own invocation): a second ``response.create`` on a busy
-lane is an ``error``.
+the tenant, the lanes running, each lane's most recent ``store: false`` response, each
+response's steering state. Lanes do not queue here (each message is its own invocation): a
+second ``response.create`` on a busy lane is an ``error``.
+
+Steering: a ``response.steer`` arrives in another invocation than the response it steers, so
+it is queued in the table (conditional on the response still running, under the bound) and
+that invocation answers only a refusal. The running invocation polls its response's item
+(``STEER_POLL_SECONDS``, as a background worker learns of a cancel from the store), hands
+each steer to its job, which acknowledges it ``response.steer.accepted`` and stops at its next
+safe point, and starts the successor itself on its lane. Its last write ends the response
+and takes every steer queued until then, so none is lost.
 
     Handler: responses_gateway.entry.lambda_websocket.handler
 """
@@ -19,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import os
 import queue
@@ -27,16 +36,20 @@ from typing import Any
 
 import orjson
 
+from responses_gateway.api import ws_steer
 from responses_gateway.api.auth import Authenticator
 from responses_gateway.api.ws_remembered import Remembered
-from responses_gateway.api.ws_session import Event, Session, response_in_progress
+from responses_gateway.api.ws_session import Create, Event, Session, response_in_progress
 from responses_gateway.config import Settings, settings_from_env
 from responses_gateway.errors import GatewayError
 from responses_gateway.responses.gateway import Gateway
+from responses_gateway.responses.job import Job
+from responses_gateway.responses.steering import Steer, new_steer
 from responses_gateway.store.base import StoredResponse
 from responses_gateway.store.connections import Connections
 
 logger = logging.getLogger("responses_gateway")
+STEER_POLL_SECONDS = 0.5  # how soon a running response learns of a steer from the table
 _loop = asyncio.new_event_loop()
 _gateway: Gateway | None = None
 _clients: dict[str, Any] = {}
@@ -166,6 +179,7 @@ class ApiGatewaySession(Session):
         super().__init__(gateway, state["tenant"], emit, remembered=remembered)
         self.connection_id = state["connection_id"]
         self.table = table
+        self._polls: dict[str, asyncio.Future[None]] = {}
 
     async def admit(self, lane: str | None) -> GatewayError | None:
         refusal = self._stream_refusal(lane, ())
@@ -198,3 +212,88 @@ class ApiGatewaySession(Session):
     async def evict(self, response_id: str) -> None:
         for lane in self.remembered.forget(response_id):
             await asyncio.to_thread(self.table.forget, self.connection_id, lane)
+
+    # -- steering across invocations --
+
+    async def steer(self, event: dict[str, Any]) -> Event | None:
+        invalid = ws_steer.check(event)
+        if invalid is not None:
+            return invalid
+        target, steer_input = event["previous_response_id"], event["input"]
+        steer = new_steer(target, steer_input)
+        refusal = await asyncio.to_thread(self.table.add_steer, self.connection_id, target,
+                                          steer.to_record(), self.max_steers)
+        if refusal is None:
+            return None  # the response's invocation acknowledges it in its stream
+        if refusal == "missing":
+            return ws_steer.not_running(target, steer_input, None)
+        if refusal == "not_steerable":
+            return ws_steer.not_supported(target, steer_input, None)
+        if refusal == "full":
+            return ws_steer.too_many(target, steer_input, self.max_steers, None)
+        return ws_steer.not_running(target, steer_input, refusal)
+
+    async def started(self, job: Job, create: Create, template: dict[str, Any]) -> None:
+        await super().started(job, create, template)
+        try:
+            await asyncio.to_thread(self.table.start_response, self.connection_id,
+                                    job.record.id, job.steering is not None)
+        except Exception:  # the response runs all the same; steers find no target
+            logger.warning("recording response %s for steering failed", job.record.id,
+                           exc_info=True)
+            job.steering = None
+        if job.steering is not None:
+            self._polls[job.record.id] = asyncio.ensure_future(self._poll(job))
+
+    async def _poll(self, job: Job) -> None:
+        """Hand the steers another invocation queued to the running job."""
+        steering = job.steering
+        assert steering is not None
+        while True:
+            await asyncio.sleep(STEER_POLL_SECONDS)
+            try:
+                queued = await asyncio.to_thread(self.table.steers, self.connection_id,
+                                                 job.record.id)
+            except Exception:  # the table is unreachable for now: the end's write takes them
+                logger.warning("reading the steers of %s failed", job.record.id, exc_info=True)
+                continue
+            known = {steer.id for steer in steering.steers}
+            for data in queued:
+                if data["id"] not in known:
+                    steering.add(Steer.from_record(data))
+
+    async def ended(self, job: Job, create: Create) -> list[Steer]:
+        poll = self._polls.pop(job.record.id, None)
+        if poll is not None:
+            poll.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poll
+        try:
+            queued = await asyncio.to_thread(self.table.end_response, self.connection_id,
+                                             job.record.id, str(job.response.get("status")))
+        except Exception:  # those the polls brought are still answered
+            logger.warning("ending response %s for steering failed", job.record.id,
+                           exc_info=True)
+            queued = []
+        steering = job.steering
+        if steering is not None:
+            known = {steer.id for steer in steering.steers}
+            steering.steers += [Steer.from_record(data) for data in queued
+                                if data["id"] not in known]
+        return await super().ended(job, create)
+
+    def abandoned(self, job: Job) -> None:
+        super().abandoned(job)
+        poll = self._polls.pop(job.record.id, None)
+        if poll is not None:  # the loop outlives the invocation: stop polling now
+            poll.cancel()
+
+    async def keep_pending(self, lane: str | None, response_id: str,
+                           steers: list[Steer]) -> None:
+        await asyncio.to_thread(self.table.keep_pending, self.connection_id, response_id,
+                                [steer.to_record() for steer in steers])
+
+    async def take_pending(self, lane: str | None, response_id: str) -> list[Steer]:
+        taken = await asyncio.to_thread(self.table.take_pending, self.connection_id,
+                                        response_id)
+        return [Steer.from_record(data, acknowledged=True) for data in taken]

@@ -27,6 +27,7 @@ from responses_gateway.errors import GatewayError
 from responses_gateway.observability import ResponseMetrics
 from responses_gateway.responses import conversations
 from responses_gateway.responses.deadline import Deadline
+from responses_gateway.responses.steering import Steering
 from responses_gateway.responses.turns import TurnLoop
 from responses_gateway.store.base import CancelledError as StoreCancelled
 from responses_gateway.store.base import Store, StoredResponse, StoreUnavailable
@@ -113,6 +114,8 @@ class Job:
         self._first: asyncio.Future[list[Chunk]] | None = None
         self.conversation = conversations.turn_of(gateway.store, record)
         self.deadline = Deadline()
+        #: set by a WebSocket session: a ``response.steer`` may stop it (responses/steering.py)
+        self.steering: Steering | None = None
         self._turns = TurnLoop(self)
         limit = gateway.settings.max_response_seconds
         if limit > 0:
@@ -244,6 +247,8 @@ class Job:
         turns = self._turns
         first = self.open()
         timer = self.deadline.arm(asyncio.current_task())
+        if self.steering is not None:
+            self.steering.arm()
         try:
             started = translator.start()
             for item in self.record.request.get("output_items") or ():
@@ -255,7 +260,10 @@ class Job:
             async for events in turns.run(first):
                 yield events
             if not translator.done:
-                yield await self.stored(turns.pending + translator.finish())
+                if self.steering is not None:  # numbered before the terminal event
+                    turns.pending += self.steering.acknowledge(translator)
+                ending = translator.steered() if turns.steered else translator.finish()
+                yield await self.stored(turns.pending + ending)
         except (StoreUnavailable, StoreCancelled):
             raise  # the store's own verdicts: a 503, or a background job that must stop
         except GatewayError as exc:

@@ -37,6 +37,7 @@ import orjson
 from responses_gateway.backends.base import BackendRequest, Chunk
 from responses_gateway.observability import ResponseMetrics
 from responses_gateway.responses.deadline import Deadline
+from responses_gateway.responses.steering import Steering
 from responses_gateway.settings import Route
 from responses_gateway.token_estimate import estimate
 from responses_gateway.tools.catalog import catalog_of
@@ -60,6 +61,7 @@ class TurnHost(Protocol):
     deadline: Deadline
     chunks: AsyncIterator[list[Chunk]] | None
     backend_request: BackendRequest
+    steering: Steering | None
     reasoning_input: str | None
     turn_step: int  # the current model turn's step in ``metrics`` (job._start_turn opens it)
 
@@ -73,11 +75,12 @@ class TurnHost(Protocol):
 
 class TurnLoop:
     __slots__ = ("call_limit", "calls_run", "job", "output_bytes", "output_left", "pending",
-                 "turn_start")
+                 "steered", "turn_start")
 
     def __init__(self, job: TurnHost) -> None:
         self.job = job
         self.pending: list[Event] = []
+        self.steered = False  # a steer stopped the response at a safe point (steering.py)
         self.calls_run = 0  # calls the gateway ran
         self.output_bytes = 0  # JSON bytes of the items those calls made
         self.turn_start = 0  # output index where the current model turn's items begin
@@ -111,6 +114,7 @@ class TurnLoop:
         feed = translator.feed
         metrics = job.metrics
         deadline = job.deadline
+        steering = job.steering
         self.turn_start = len(translator.response["output"])
         first_calls = job.first_calls
         if first_calls:  # approved by the client last time: they run before the model
@@ -125,12 +129,22 @@ class TurnLoop:
             # One model turn's chunks through the translator, batch by batch: the hot path,
             # inline (no generator between it and the job's).
             pending = self.pending
+            if steering is not None:
+                steering.waiting = True  # before the turn's first read: a safe point
             try:
                 # shield: a cancelled consumer must not cancel ``first`` itself (anyio repeats a
                 # cancel, which would break httpx's shielded connection close); close() does.
                 chunks: list[Chunk] | None = await deadline.wait(asyncio.shield(first))
             except StopAsyncIteration:
                 chunks = None
+            except asyncio.CancelledError:
+                if steering is None or not steering.interrupted():
+                    raise
+                chunks = None
+                self.steered = True
+            finally:
+                if steering is not None:
+                    steering.waiting = False
             source = job.chunks
             assert source is not None
             while chunks is not None:
@@ -149,6 +163,15 @@ class TurnLoop:
                 if translator.done:
                     return
                 deadline.check()  # it passed while the consumer had the batch
+                if steering is not None and steering.requested:
+                    if (ack := steering.acknowledge(translator)):
+                        self.pending = pending = pending + ack
+                    if translator.steerable:
+                        self.steered = True
+                        return
+                    steering.waiting = False
+                elif steering is not None:
+                    steering.waiting = translator.steerable  # a steer may cut this wait
                 deadline.waiting = True  # as deadline.wait does, inline: this is per batch
                 try:
                     chunks = await anext(source)
@@ -157,9 +180,14 @@ class TurnLoop:
                 except asyncio.CancelledError:
                     error = deadline.failure()
                     if error is None:
-                        raise
+                        if steering is None or not steering.interrupted():
+                            raise
+                        self.steered = True
+                        return
                     raise error from None
                 finally:
+                    if steering is not None:
+                        steering.waiting = False
                     deadline.waiting = False
             if metrics.trace is not None:  # the model turn's last chunk came (otel.py)
                 metrics.trace.turn_ended(translator.turn_usage, translator.finish_reason)
@@ -187,6 +215,11 @@ class TurnLoop:
             turns += 1
             if stop or not ran or turns >= job.gateway.settings.max_tool_turns:
                 return  # (a model that calls past max_tool_calls is not asked again)
+            if steering is not None and steering.requested:  # between model turns: safe
+                self.pending += steering.acknowledge(translator)
+                translator.next_turn()
+                self.steered = True
+                return
             first = await self._next_turn()
 
     async def _run_calls(

@@ -6,7 +6,11 @@ two hours, API Gateway's own connection limit):
 
 - ``C``: the tenant and the lanes running (``lanes``: lane key -> lease end, epoch seconds);
 - ``L#<lane key>``: the lane's most recent ``store: false`` response that ended well (zlib
-  JSON), what a continuation from it needs (``api/ws_session.py`` keeps the same per lane).
+  JSON), what a continuation from it needs (``api/ws_session.py`` keeps the same per lane);
+- ``R#<response id>``: a response of the connection for steering (``api/ws_steer.py``): its
+  ``state`` (``running`` or the status it ended in), whether it can be steered, the steers
+  queued for it (``steers``: JSON each; another invocation appends them, the running one
+  polls), and the steers waiting for the client's tool output (``pending``).
 
 Lane keys: ``-`` is the lane of responses without ``stream_id``, ``s:<stream id>`` a named one.
 """
@@ -30,6 +34,9 @@ LANE_LEASE_SECONDS = 900  # a lane claimed by an invocation that died frees itse
 #: is 400 KB, key and attributes included
 MAX_RECORD_BYTES = 390 * 1024
 _BATCH_ATTEMPTS = 10
+
+
+RUNNING = "running"
 
 
 def lane_key(lane: str | None) -> str:
@@ -126,6 +133,84 @@ class Connections:
     def forget(self, connection_id: str, lane: str | None) -> None:
         self.db.delete_item(TableName=self.table,
                             Key=self.key(connection_id, f"L#{lane_key(lane)}"))
+
+    # -- steering: a response running in one invocation, steered from another --
+
+    def start_response(self, connection_id: str, response_id: str, steerable: bool) -> None:
+        self.db.put_item(TableName=self.table, Item={
+            **self.key(connection_id, f"R#{response_id}"),
+            "state": {"S": RUNNING}, "steerable": {"BOOL": steerable}, "steers": {"L": []},
+            "expires_at": {"N": str(int(time.time()) + CONNECTION_TTL_SECONDS)},
+        })
+
+    def add_steer(self, connection_id: str, response_id: str, steer: dict[str, Any],
+                  most: int) -> str | None:
+        """Queue ``steer`` for a running response: None, or why not (``missing``,
+        ``not_steerable``, ``full``, or the status the response ended in)."""
+        condition = "#state = :running AND steerable = :yes"
+        values: dict[str, Any] = {":running": {"S": RUNNING}, ":yes": {"BOOL": True},
+                                  ":one": {"L": [{"S": orjson.dumps(steer).decode()}]}}
+        if most:
+            condition += " AND size(steers) < :most"
+            values[":most"] = {"N": str(most)}
+        try:
+            self.db.update_item(
+                TableName=self.table, Key=self.key(connection_id, f"R#{response_id}"),
+                UpdateExpression="SET steers = list_append(steers, :one)",
+                ConditionExpression=condition, ExpressionAttributeNames={"#state": "state"},
+                ExpressionAttributeValues=values)
+        except self.db.exceptions.ConditionalCheckFailedException:
+            item = self.db.get_item(TableName=self.table, ConsistentRead=True,
+                                    Key=self.key(connection_id, f"R#{response_id}")).get("Item")
+            if item is None:
+                return "missing"
+            if item["state"]["S"] != RUNNING:
+                return item["state"]["S"]
+            return "full" if item["steerable"]["BOOL"] else "not_steerable"
+        except self.db.exceptions.ClientError as exc:  # the item would pass DynamoDB's 400 KB
+            if exc.response.get("Error", {}).get("Code") != "ValidationException":
+                raise
+            return "full"
+        return None
+
+    def steers(self, connection_id: str, response_id: str) -> list[dict[str, Any]]:
+        """The steers queued for a running response (its invocation polls this)."""
+        item = self.db.get_item(TableName=self.table, ConsistentRead=True,
+                                Key=self.key(connection_id, f"R#{response_id}"),
+                                ProjectionExpression="steers").get("Item") or {}
+        return [orjson.loads(entry["S"]) for entry in item.get("steers", {}).get("L", [])]
+
+    def end_response(self, connection_id: str, response_id: str,
+                     status: str) -> list[dict[str, Any]]:
+        """The response ended ``status``: no steer is queued after this; every steer that
+        was (in one write, so none is lost between the last poll and the end)."""
+        old = self.db.update_item(
+            TableName=self.table, Key=self.key(connection_id, f"R#{response_id}"),
+            UpdateExpression="SET #state = :status REMOVE steers",
+            ExpressionAttributeNames={"#state": "state"},
+            ExpressionAttributeValues={":status": {"S": status}},
+            ReturnValues="ALL_OLD").get("Attributes") or {}
+        return [orjson.loads(entry["S"]) for entry in old.get("steers", {}).get("L", [])]
+
+    def keep_pending(self, connection_id: str, response_id: str,
+                     steers: list[dict[str, Any]]) -> None:
+        """``steers`` wait for the client's create from ``response_id``."""
+        self.db.update_item(
+            TableName=self.table, Key=self.key(connection_id, f"R#{response_id}"),
+            UpdateExpression="SET pending = :steers",
+            ExpressionAttributeValues={":steers": {"S": orjson.dumps(steers).decode()}})
+
+    def take_pending(self, connection_id: str, response_id: str) -> list[dict[str, Any]]:
+        """The steers waiting for a create from ``response_id``, taken (one write: two
+        creates cannot both commit them)."""
+        try:
+            old = self.db.update_item(
+                TableName=self.table, Key=self.key(connection_id, f"R#{response_id}"),
+                UpdateExpression="REMOVE pending", ConditionExpression="attribute_exists(pending)",
+                ReturnValues="UPDATED_OLD").get("Attributes") or {}
+        except self.db.exceptions.ConditionalCheckFailedException:
+            return []
+        return orjson.loads(old["pending"]["S"]) if "pending" in old else []
 
     def close(self, connection_id: str) -> None:
         """Delete every item of the connection."""

@@ -395,6 +395,33 @@ class ResponseTranslator(CallItems, ReasoningItems):
         out.append(self._terminal("response.failed"))
         return out
 
+    def steered(self) -> list[Event]:
+        """A ``response.steer`` stopped the response at a safe point (responses/steering.py):
+        close what is open, keep the output so far, end ``incomplete`` with
+        ``incomplete_details.reason: "steered"``."""
+        if self.done:
+            return []
+        out: list[Event] = []
+        self._close(out, "incomplete")
+        self._set_usage()
+        response = self.response
+        response["status"] = "incomplete"
+        response["incomplete_details"] = {"reason": "steered"}
+        out.append(self._terminal("response.incomplete"))
+        return out
+
+    @property
+    def steerable(self) -> bool:
+        """No call is open or made in this turn: ending here leaves no call without its
+        output (a steer's safe point)."""
+        return (self._kind not in _CALL_KINDS and self._kind not in (_SERVER, _TOOL_ITEM)
+                and not self.client_calls and not self.server_calls
+                and self._call is None and not self._calls_by_index and not self._calls_by_id)
+
+    def event(self, event: Event) -> Event:
+        """``event`` numbered in this response's stream (an event the session adds to it)."""
+        return self._event(event)
+
     def end_turn(self) -> list[Event]:
         """The upstream ended one model turn and the gateway runs its calls before the next:
         close what is open, keep the turn's usage, start the next turn's bookkeeping. The
