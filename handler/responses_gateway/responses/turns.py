@@ -118,6 +118,9 @@ class TurnLoop:
             if self.pending:
                 events, self.pending = self.pending, []
                 yield events
+            if any(call.pauses for call in first_calls):
+                translator.stop_for_client()  # a resumed program's next calls: no model turn
+                return
             first = await self._next_turn()
         turns = 0
         while True:

@@ -44,6 +44,7 @@ PACKAGES = (
     "responses_gateway.tools.file_search",
     "responses_gateway.tools.code_interpreter",
     "responses_gateway.tools.hosted_shell",
+    "responses_gateway.tools.programmatic",
 )
 
 REGISTRATIONS: tuple[Registration, ...] = ()
@@ -236,7 +237,7 @@ class ServerTools:
                 built[kind] = await tool_class(kind).for_request(RequestTools(
                     tools=params, tool_choice=tool_choice, items=items, history=history,
                     settings=settings, tenant=tenant, include=tuple(include),
-                    indexes=indexes[kind], services=services,
+                    indexes=indexes[kind], services=services, every=list(tools or ()),
                 ))
         except BaseException:
             await asyncio.shield(ServerTools(built).aclose())

@@ -107,6 +107,8 @@ class RequestTools:
     tenant: str
     indexes: list[int] = field(default_factory=list)  # where ``tools`` sit in the request's
     include: tuple[str, ...] = ()  # the request's ``include`` (web_search_call.action.sources)
+    #: every tool of the request, whoever serves it (a program calls the others)
+    every: list[Any] = field(default_factory=list)
     services: ToolServices = field(kw_only=True)  # the process-wide services (the Gateway)
 
 

