@@ -22,6 +22,7 @@ from openai import OpenAI
 
 from tests.helpers.e2e import e2e_settings, sdk_events
 from tests.helpers.gateway_server import GatewayServer
+from tests.helpers.mcp_server import McpTestServer
 from tests.helpers.responses_validation import sdk_validate_event, sdk_validate_response
 from tests.helpers.scripted_upstream import ScriptedUpstream
 
@@ -55,12 +56,19 @@ def _bundled_bwrap() -> bool:
 
 
 @pytest.fixture(scope="module")
+def mcp_server() -> Iterator[McpTestServer]:
+    with McpTestServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
 def gateway(upstream: ScriptedUpstream,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
     if not _works():
         pytest.skip("the sandbox engine (bubblewrap) or Node.js is not available here")
     db = tmp_path_factory.mktemp("programmatic") / "gateway.db"
-    settings = e2e_settings(upstream, db, code_interpreter="sandbox", code_timeout=10.0)
+    settings = e2e_settings(upstream, db, code_interpreter="sandbox", code_timeout=10.0,
+                            mcp_allow_hosts=("127.0.0.1",))
     with GatewayServer(settings) as server:
         yield server
 
@@ -197,3 +205,38 @@ def test_a_program_has_no_network(client: OpenAI) -> None:
     response = create(client, False, model="m", tools=[PTC], input=writing("net", code))
     output = response["output"][1]
     assert output["status"] == "completed" and output["result"].startswith("error ")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_program_calls_an_mcp_tool_the_gateway_runs(
+        client: OpenAI, upstream: ScriptedUpstream, mcp_server: McpTestServer,
+        stream: bool) -> None:
+    lab = {"type": "mcp", "server_label": "lab", "server_url": mcp_server.url,
+           "require_approval": "never", "allowed_tools": ["add", "search"],
+           "allowed_callers": ["programmatic"]}
+    code = ("let total = 0;\nfor (const n of [1, 2, 3]) {\n"
+            "  total = Number(await tools.lab.add({a: total, b: n}));\n}\n"
+            "const weather = await tools.get_weather({city: 'Oslo'});\n"
+            "return `total ${total}, ${weather}`;")
+    marker = f"mcp-{stream}"
+    first = create(client, stream, model="m", tools=[PTC, lab, WEATHER],
+                   input=writing(marker, code))
+    kinds = [i["type"] for i in first["output"]]
+    assert kinds == ["mcp_list_tools", "program", "mcp_call", "mcp_call", "mcp_call",
+                     "function_call"]
+    calls = [i for i in first["output"] if i["type"] == "mcp_call"]
+    assert [json.loads(c["arguments"]) for c in calls] == [
+        {"a": 0, "b": 1}, {"a": 1, "b": 2}, {"a": 3, "b": 3}]
+    assert [c["output"] for c in calls] == ["1", "3", "6"]
+    assert all(c["status"] == "completed" for c in calls)
+    # programmatic only: the model was offered the program alone
+    offered = [t["function"]["name"] for t in upstream.requests[-1]["tools"]]
+    assert offered == ["program"]
+    assert "tools.lab.add" in upstream.requests[-1]["tools"][0]["function"]["description"]
+    [weather] = program_calls(first)
+    second = create(client, stream, model="m", tools=[PTC, lab, WEATHER],
+                    previous_response_id=first["id"], input=[answer(weather)])
+    output = second["output"]
+    # on resume the gateway's calls run again (their results are not kept across responses)
+    assert [i["type"] for i in output][-2:] == ["program_output", "message"]
+    assert output[-2]["result"] == "total 6, sunny in Oslo"

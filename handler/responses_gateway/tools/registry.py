@@ -242,13 +242,18 @@ class ServerTools:
         except BaseException:
             await asyncio.shield(ServerTools(built).aclose())
             raise
-        return cls(built)
+        return cls(built)._joined()
+
+    def _joined(self) -> ServerTools:
+        for tool in self.by_kind.values():
+            tool.join(self.by_kind)
+        return self
 
     @classmethod
     def from_record(cls, data: Mapping[str, Any], rebuild: Rebuild) -> ServerTools | None:
         tools = {kind: tool_class(kind).from_record(entry, rebuild)
                  for kind, entry in data.items() if kind in _BY_KIND}
-        return cls(tools) if tools else None
+        return cls(tools)._joined() if tools else None
 
     def to_record(self, seal: Seal) -> dict[str, Any]:
         return {kind: tool.to_record(seal) for kind, tool in self.by_kind.items()}

@@ -142,6 +142,16 @@ class ServerTool:
         """(namespace, chat function) for each function the model is offered."""
         raise NotImplementedError
 
+    def program_functions(self) -> list[tuple[str | None, dict[str, Any]]]:
+        """(namespace, chat function) for each function a program may call
+        (``allowed_callers`` with ``programmatic``: tools/programmatic/); run by :meth:`run`
+        as the model's calls are."""
+        return []
+
+    def join(self, peers: Mapping[str, ServerTool]) -> None:
+        """The response's other server tools, by kind, once all are built (a program calls
+        theirs: tools/programmatic/)."""
+
     def tool_choice(self, choice: Any, catalog: ToolCatalog) -> dict[str, Any] | str | None:
         """The chat ``tool_choice`` for a request's ``tool_choice`` naming this tool (None:
         the choice is not about this tool); a choice it cannot honour raises a 400."""

@@ -1,8 +1,9 @@
 """The program as it runs: a prelude that gives it ``tools``, and what one execution said.
 
 Every execution runs the program from its start (deterministic replay). The prelude holds the
-journal, the results of the calls earlier executions made, in call order: the program's n-th
-call answers from the journal's n-th entry at once (checked to be the same tool, else the
+journal, the results of the calls earlier executions made, in call order, in two lanes (the
+client's tools, the gateway's): the program's n-th call of a lane answers from that lane's
+n-th entry at once (checked to be the same tool, else the
 program is not deterministic and ends). A call past the journal is recorded as pending and
 never resolves in this execution. When the event loop has nothing left to do (Node's
 ``beforeExit``), the prelude prints one frame, the last line of stdout: ``done`` with the
@@ -35,7 +36,8 @@ const __journal = %(journal)s;
 const __callable = %(callable)s;
 const __refused = %(refused)s;
 const __logs = [];
-let __index = 0, __diverged = null, __finished = false, __result, __error;
+const __index = { client: 0, server: 0 };
+let __diverged = null, __finished = false, __result, __error;
 const __pending = [];
 const __fmt = (a) => {
   if (typeof a === 'string') { return a; }
@@ -48,18 +50,20 @@ Math.random = () => {
   throw new Error('Math.random is not available: programs must be deterministic');
 };
 function __call(path, kind, name, namespace, arg) {
-  const i = __index++;
+  const lane = kind.startsWith('server:') ? 'server' : 'client';
+  const i = __index[lane]++;
+  const journal = __journal[lane];
   let args;
   if (kind === 'custom') {
     args = typeof arg === 'string' ? arg : __fmt(arg === undefined ? '' : arg);
   } else {
     args = JSON.stringify(arg === undefined ? {} : arg);
   }
-  if (i < __journal.length) {
-    const e = __journal[i];
+  if (i < journal.length) {
+    const e = journal[i];
     if (e.path !== path) {
-      __diverged = `call ${i + 1} of the program was ${path} on this run but ${e.path} before: ` +
-        'the program is not deterministic';
+      __diverged = `call ${i + 1} of the program to the ${lane}'s tools was ${path} on this ` +
+        `run but ${e.path} before: the program is not deterministic`;
       return new Promise(() => {});
     }
     return e.error != null ? Promise.reject(new Error(e.error)) : Promise.resolve(e.output);
@@ -111,8 +115,10 @@ def script(code: str, journal: Sequence[dict[str, Any]], allowed: Sequence[Calla
            refused: Sequence[str]) -> str:
     """The file Node runs: the prelude with the journal, then ``code`` as an async body."""
     return _PRELUDE % {
-        "journal": json.dumps([{"path": e["path"], "output": e.get("output"),
-                                "error": e.get("error")} for e in journal]),
+        "journal": json.dumps({lane: [{"path": e["path"], "output": e.get("output"),
+                                   "error": e.get("error")} for e in journal
+                                  if e.get("lane", "client") == lane]
+                           for lane in ("client", "server")}),
         "callable": json.dumps([{"path": c.path, "kind": c.kind, "name": c.name,
                                  "namespace": c.namespace} for c in allowed]),
         "refused": json.dumps(list(refused)),

@@ -54,6 +54,8 @@ from responses_gateway.tools.server import (
 )
 
 KIND = REGISTRATION.kind
+#: the kind of a callable a server tool runs: this, then the tool's kind (``server:mcp``)
+SERVED = "server:"
 NAME = "program"  # the function the model calls
 PARAMETERS = {
     "type": "object",
@@ -81,6 +83,22 @@ class ProgrammaticTool(ServerTool):
         self.services = services
         self.waiting = waiting  # a paused program whose calls the request answers
         self._codes: dict[str, str] = {}  # program call id -> code, of programs run here
+        #: the response's other server tools, and what of theirs a program may call (join)
+        self.peers: dict[str, ServerTool] = {}
+        self.served: list[Callable] = []
+
+    def join(self, peers: Mapping[str, ServerTool]) -> None:
+        self.peers = {kind: tool for kind, tool in peers.items() if tool is not self}
+        self.served = [
+            Callable(f"{SERVED}{kind}", str(function["name"]), namespace,
+                     function.get("description"), function.get("parameters"))
+            for kind, tool in self.peers.items()
+            for namespace, function in tool.program_functions()]
+
+    @property
+    def callable(self) -> list[Callable]:
+        """Every tool a program may call: the client's, then the gateway's."""
+        return [*self.allowed, *self.served]
 
     # -- building ------------------------------------------------------------------------------
 
@@ -92,7 +110,7 @@ class ProgrammaticTool(ServerTool):
 
     def functions(self) -> list[tuple[str | None, dict[str, Any]]]:
         return [(None, {"name": NAME,
-                        "description": reach.describe(self.allowed, self.refused),
+                        "description": reach.describe(self.callable, self.refused),
                         "parameters": json.loads(json.dumps(PARAMETERS))})]
 
     def tool_choice(self, choice: Any, catalog: ToolCatalog) -> dict[str, Any] | None:
@@ -165,13 +183,55 @@ class ProgrammaticTool(ServerTool):
                 failure = (f"The program made more than {limit} tool calls "
                            "(GATEWAY_MAX_TOOL_CALLS) and was stopped.")
                 break
-            events = []
+            client = [p for p in outcome.calls
+                      if not str(p.get("kind") or "").startswith(SERVED)]
             for pending in outcome.calls:
+                if pending in client:
+                    continue
+                entry = {"lane": "server", "path": str(pending.get("path") or "")}
+                async for batch in self._run_served(writer, pending, entry):
+                    yield batch
+                entries = [*entries, entry]
+            if not client:
+                continue  # the gateway answered every call: run the program again
+            events = []
+            for pending in client:
                 events += _client_call(writer, call.call_id, pending)
             call.pauses = True  # the client runs them; its answer resumes the program
             yield events
             return
         yield _output(writer, call.call_id, failure or "", "incomplete")
+
+    async def _run_served(self, writer: ItemWriter, pending: Mapping[str, Any],
+                          entry: dict[str, Any]) -> AsyncIterator[list[Event]]:
+        """A call to a tool the gateway runs (an MCP server's), run now by that tool, its
+        items in the response as the model's call's would be; what the model would read of it
+        is the program's answer (``entry``)."""
+        kind = str(pending.get("kind") or "")[len(SERVED):]
+        peer = self.peers.get(kind)
+        if peer is None:
+            entry["error"] = f"{entry['path']} is not available"
+            return
+        namespace = pending.get("namespace")
+        served = ServerCall("call_" + secrets.token_hex(12),
+                            ToolSpec(kind, str(pending.get("name") or ""),
+                                     namespace if isinstance(namespace, str) else None),
+                            str(pending.get("arguments") or "{}"))
+        made: list[dict[str, Any]] = []
+        async for batch in peer.run(served, writer):
+            made += [e["item"] for e in batch if e.get("type") == "response.output_item.done"]
+            yield batch
+        if served.pauses:
+            entry["error"] = (f"{entry['path']} needs the user's approval, which a program "
+                              "cannot ask for (require_approval: never allows it)")
+            return
+        reader = type(peer).history_reader(made, peer.reads())
+        for item in made:
+            read = reader.read(item, "program")
+            if read is not None:
+                entry["output"] = read.output
+                return
+        entry["output"] = ""
 
     async def _execute(self, code: str, entries: Sequence[dict[str, Any]]) -> bridge.Outcome:
         """One execution from the start, in a container of its own that ends with it."""
@@ -179,7 +239,7 @@ class ProgrammaticTool(ServerTool):
         memory = int(self.settings.code_memory_mb)
         timeout = float(self.settings.code_timeout)
         box = Box(id=ids.new_id(ids.CONTAINER), memory_mb=memory)
-        source = bridge.script(code, entries, self.allowed, self.refused)
+        source = bridge.script(code, entries, self.callable, self.refused)
         try:
             await engine.start(box)
             await engine.write_file(box, SCRIPT, source.encode())
