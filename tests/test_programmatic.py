@@ -240,3 +240,18 @@ def test_a_program_calls_an_mcp_tool_the_gateway_runs(
     # on resume the gateway's calls run again (their results are not kept across responses)
     assert [i["type"] for i in output][-2:] == ["program_output", "message"]
     assert output[-2]["result"] == "total 6, sunny in Oslo"
+
+
+def test_max_tool_calls_counts_a_programs_calls(
+        client: OpenAI, mcp_server: McpTestServer) -> None:
+    lab = {"type": "mcp", "server_label": "lab", "server_url": mcp_server.url,
+           "require_approval": "never", "allowed_tools": ["add"],
+           "allowed_callers": ["programmatic"]}
+    code = "let t = 0; for (const n of [1, 2, 3]) t = Number(await tools.lab.add({a: t, b: n}));"
+    response = create(client, False, model="m", tools=[PTC, lab], max_tool_calls=2,
+                      input=writing("max-calls", code + " return String(t);"))
+    kinds = [i["type"] for i in response["output"]]
+    # the program call is one, its first add the second; the next add is past the bound
+    assert kinds == ["mcp_list_tools", "program", "mcp_call", "program_output", "message"]
+    output = response["output"][3]
+    assert output["status"] == "incomplete" and "max_tool_calls" in output["result"]

@@ -198,6 +198,7 @@ class TurnLoop:
             if limited and self.exhausted:
                 continue  # no more calls (and the tools are no longer offered)
             call.extra["ran"] = True
+            call.extra["calls_left"] = max(0, self.call_limit - self.calls_run - 1)
             made = len(output)
             runner = tools.run(call, job.translator)
             try:
@@ -215,6 +216,7 @@ class TurnLoop:
                 job.translator.add_tool_usage(call.usage)
             if not call.pauses:
                 self.calls_run += 1
+            self.calls_run += call.made  # a program's own calls count too
             self.output_bytes += sum(len(orjson.dumps(item)) for item in output[made:])
 
     def _spend_output(self, usage: dict[str, Any] | None, calls: list[ServerCall]) -> None:

@@ -59,7 +59,8 @@ class ServerCall:
     """A call the model made to a server tool's function, or one a tool runs unasked (a
     call the client approved in its previous request runs before the model)."""
 
-    __slots__ = ("arguments", "call_id", "extra", "fragments", "pauses", "spec", "usage")
+    __slots__ = ("arguments", "call_id", "extra", "fragments", "made", "pauses", "spec",
+                 "usage")
 
     def __init__(
         self, call_id: str, spec: ToolSpec, arguments: str, extra: dict[str, Any] | None = None,
@@ -77,6 +78,10 @@ class ServerCall:
         #: set by the tool: what the call counts in the response's ``tool_usage`` (a search
         #: run: ``{"web_search": {"num_requests": 1}}``; an image's tokens under ``image_gen``)
         self.usage: dict[str, Any] | None = None
+        #: set by the tool: the tool calls this call made itself (a program's), which count
+        #: against ``max_tool_calls`` with it; the loop sets ``extra["calls_left"]`` (how many
+        #: it may still make) before running it
+        self.made = 0
 
 
 class ToolServices(Protocol):

@@ -169,7 +169,10 @@ class ProgrammaticTool(ServerTool):
             if not code.strip():
                 failure = "No code was given: call program with {\"code\": \"...\"}."
         self._codes[call.call_id] = code
+        # GATEWAY_MAX_TOOL_CALLS per program, and what the response's max_tool_calls leaves
+        left = call.extra.get("calls_left")
         limit = int(self.settings.max_tool_calls)
+        limit = min(limit, left) if isinstance(left, int) else limit
         while failure is None:
             outcome = await self._execute(code, entries)
             if outcome.error is not None:
@@ -179,10 +182,11 @@ class ProgrammaticTool(ServerTool):
                 result = outcome.result if outcome.result is not None else outcome.logs
                 yield _output(writer, call.call_id, result, "completed")
                 return
-            if len(entries) + len(outcome.calls) > limit:
-                failure = (f"The program made more than {limit} tool calls "
-                           "(GATEWAY_MAX_TOOL_CALLS) and was stopped.")
+            if call.made + len(outcome.calls) > limit:
+                failure = (f"The program made more tool calls than it may ({limit}: "
+                           "max_tool_calls, GATEWAY_MAX_TOOL_CALLS) and was stopped.")
                 break
+            call.made += len(outcome.calls)
             client = [p for p in outcome.calls
                       if not str(p.get("kind") or "").startswith(SERVED)]
             for pending in outcome.calls:
