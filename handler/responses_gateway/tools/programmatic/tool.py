@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from responses_gateway import ids
-from responses_gateway.containers.engine import DATA, Box, EngineError
+from responses_gateway.containers.engine import Box, EngineError
 from responses_gateway.errors import GatewayError
 from responses_gateway.tools.catalog import ToolCatalog, ToolSpec
 from responses_gateway.tools.programmatic import (
@@ -65,7 +65,6 @@ PARAMETERS = {
     "required": ["code"],
     "additionalProperties": False,
 }
-SCRIPT = f"{DATA}/.program.js"
 #: the program item's and its output's id prefixes (the registration's)
 PROGRAM_PREFIX, OUTPUT_PREFIX = (item.id_prefix for item in REGISTRATION.items)
 
@@ -246,10 +245,9 @@ class ProgrammaticTool(ServerTool):
         source = bridge.script(code, entries, self.callable, self.refused)
         try:
             await engine.start(box)
-            await engine.write_file(box, SCRIPT, source.encode())
-            [ran] = await engine.run_commands(
-                box, [f"node --jitless --max-old-space-size={max(16, memory // 2)} {SCRIPT}"],
-                timeout=timeout, max_output=int(self.settings.code_max_output_bytes))
+            ran = await engine.run_javascript(
+                box, source, timeout=timeout,
+                max_output=int(self.settings.code_max_output_bytes))
         except (EngineError, GatewayError) as exc:
             return bridge.Outcome(error=f"The program could not run: {_reason(exc)}")
         finally:
