@@ -43,16 +43,20 @@ def test_check_says_why_no_jail_runs(tmp_path: Path) -> None:
     assert "cannot run here" in asyncio.run(engine.check())
 
 
-def test_a_jail_that_cannot_start_is_an_engine_error(tmp_path: Path) -> None:
-    engine = SandboxEngine(tmp_path / "c", bwrap=fake_bwrap(tmp_path, "bwrap: no namespaces"))
+def test_a_jail_that_cannot_start_is_an_engine_error(tmp_path: Path,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    engine = SandboxEngine(tmp_path / "c", bwrap=fake_bwrap(tmp_path, f"bwrap: {tmp_path}"))
 
     async def go() -> None:
-        with pytest.raises(EngineError, match="no namespaces"):
+        with pytest.raises(EngineError, match="did not start") as raised:
             await engine.run_code(Box(id="cntr_x", memory_mb=256), "1", timeout=10,
                                   max_output=OUT)
+        assert str(tmp_path) not in str(raised.value)  # the client sees no host path
         await engine.aclose()
 
-    asyncio.run(go())
+    with caplog.at_level("WARNING", logger="responses_gateway.containers"):
+        asyncio.run(go())
+    assert f"bwrap: {tmp_path}" in caplog.text  # the operator does
 
 
 def test_settings_supply_the_python_and_the_memory_cap(tmp_path: Path) -> None:
@@ -129,3 +133,61 @@ def test_a_container_stopped_mid_call_ends_the_call(sandbox: Harness) -> None:
 
     result = sandbox.run(stop_during())
     assert result.reset and not result.timed_out
+
+
+@pytest.mark.slow
+def test_how_a_process_ended_is_told(sandbox: Harness) -> None:
+    b = Box(id="cntr_ends", memory_mb=256)
+    segfault = run(sandbox, "import ctypes\nctypes.string_at(0)", b)
+    assert segfault.reset and "SIGSEGV" in segfault.error
+    exited = run(sandbox, "import os\nos._exit(5)", b)
+    assert exited.reset and "exit status 5" in exited.error
+    # SystemExit is the code's exception; the process goes on.
+    stopped = run(sandbox, "import sys\nkept = 1\nsys.exit(3)", b)
+    assert not stopped.reset and stopped.error.rstrip().endswith("SystemExit: 3")
+    # Frames the code writes on the runner's socket do not pass for the runner's answer.
+    forged = run(sandbox, 'import os, struct\nbody = b\'{"error": "forged"}\'\n'
+                          'os.write(200, struct.pack(">I", len(body)) + body)', b)
+    assert forged.error is None and not forged.reset
+    # Closing its stdout does not lose the next execution's output.
+    run(sandbox, "import os\nos.close(1)", b)
+    assert run(sandbox, "print(kept)", b).stdout == "1\n"
+    garbled = run(sandbox, "import os\nos.write(200, b'\\xff' * 8)", b)
+    assert garbled.reset and "control socket" in garbled.error
+    assert run(sandbox, "print('again')", b).stdout == "again\n"
+
+
+@pytest.mark.slow
+def test_the_sandbox_python_may_be_a_virtual_environment(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    gen = harness(SandboxEngine(tmp_path / "containers", python=str(venv / "bin" / "python")))
+    h = next(gen)
+    try:
+        b = Box(id="cntr_venv", memory_mb=512)
+        result = run(h, "import sys\nprint(sys.prefix)", b)
+        assert result.error is None and result.stdout == f"{venv}\n"
+        (shell,) = h.run(h.engine.run_commands(b, ["python -c 'import sys; print(sys.prefix)'"],
+                                               timeout=60, max_output=OUT))
+        assert shell.stdout == f"{venv}\n"
+    finally:
+        with pytest.raises(StopIteration):
+            next(gen)
+
+
+@pytest.mark.slow
+def test_what_ran_out_of_time_printed_comes_back(sandbox: Harness) -> None:
+    b = Box(id="cntr_partial", memory_mb=256)
+    result = run(sandbox, "import sys\nprint('line one')\nsys.stderr.write('err\\n')\n"
+                          "while True:\n    pass", b, timeout=2)
+    assert result.timed_out and result.reset
+    assert result.stdout == "line one\n" and result.stderr == "err\n"
+    # A command's too, and a crashed process's.
+    (command,) = sandbox.run(sandbox.engine.run_commands(
+        b, ["echo started; sleep 60"], timeout=2, max_output=OUT))
+    assert command.timed_out and command.stdout == "started\n"
+    crashed = run(sandbox, "import os\nprint('going')\nos._exit(7)", b)
+    assert crashed.reset and crashed.stdout == "going\n"

@@ -81,6 +81,12 @@ def test_no_connection_reaches_the_host(sandbox: Harness) -> None:
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
+    # A unix socket in the abstract namespace (the kind desktop buses listen on).
+    abstract = socket.socket(socket.AF_UNIX)
+    name = f"\0sandbox-wall-{secrets.token_hex(6)}"
+    abstract.bind(name)
+    abstract.listen(1)
+    abstract.setblocking(False)
     try:
         result = run(sandbox, f"""
 import socket
@@ -90,6 +96,11 @@ for host in ("127.0.0.1", "1.1.1.1", "example.com"):
         print(host, "connected")
     except OSError as exc:
         print(host, "refused", type(exc).__name__)
+try:
+    socket.socket(socket.AF_UNIX).connect({name!r})
+    print("abstract connected")
+except OSError as exc:
+    print("abstract refused", type(exc).__name__)
 """)
     finally:
         stop.set()
@@ -97,8 +108,11 @@ for host in ("127.0.0.1", "1.1.1.1", "example.com"):
         listener.close()
     assert result.error is None, result.error
     assert "connected" not in result.stdout
-    assert result.stdout.count("refused") == 3
+    assert result.stdout.count("refused") == 4
     assert accepted == []
+    with pytest.raises(BlockingIOError):
+        abstract.accept()
+    abstract.close()
 
 
 def test_host_files_are_not_there(sandbox: Harness, tmp_path: Path) -> None:
@@ -278,7 +292,9 @@ print("spawned")
         # A command's background process ends with its command.
         h.run(engine.run_commands(one, [f"python3 -c 'import time; time.sleep(300)' {mark} &"
                                         " echo started"], timeout=30, max_output=OUT))
-        time.sleep(0.3)
+        deadline = time.monotonic() + 10  # the daemon execs after the code returned
+        while len(processes_with(mark)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert len(processes_with(mark)) == 4
         h.run(engine.stop(one))
         assert len(wait_until_gone(mark, 3)) == 2  # two's processes only
@@ -309,9 +325,13 @@ print(sorted(child.wait() for child in children))
 
 
 def test_a_gateway_that_dies_takes_its_jails_along(tmp_path: Path) -> None:
+    import asyncio
     import subprocess
     import sys
 
+    why = asyncio.run(SandboxEngine(tmp_path / "probe").check())
+    if why:
+        pytest.skip(why)
     mark = f"orphan-{secrets.token_hex(6)}"
     script = f"""
 import asyncio, os, sys
@@ -335,3 +355,65 @@ asyncio.run(main())
                              timeout=120)
     assert gateway.returncode == -9 and "spawned" in gateway.stdout, gateway.stderr
     assert wait_until_gone(mark) == []
+    # Its cgroups too, once another gateway starts a jail (where cgroups are made).
+    from responses_gateway.containers.sandbox_cgroup import PARENT, ContainerCgroup, _own_folders
+
+    bases = _own_folders()
+    if bases:
+        engine = SandboxEngine(tmp_path / "after")
+        box = Box(id="cntr_after", memory_mb=256)
+
+        async def one_run() -> None:
+            await engine.run_code(box, "1", timeout=60, max_output=100)
+            await engine.stop(box)
+
+        ContainerCgroup._bases = None  # as in a new gateway process
+        asyncio.run(one_run())
+        left = [d for base, _ in bases.values() for owner in (base / PARENT).iterdir()
+                if owner.is_dir() for d in owner.glob("cntr_orphan-*")]
+        assert left == []
+
+
+def test_file_size_and_tmp_are_bounded(tmp_path: Path) -> None:
+    engine = SandboxEngine(tmp_path / "containers", memory_mb=256, max_file_mb=2, tmp_mb=4)
+    gen = harness(engine)
+    h = next(gen)
+    try:
+        result = run(h, """
+import os
+try:
+    with open("/mnt/data/big.bin", "wb") as f:
+        for _ in range(8):
+            f.write(b"x" * 1024 * 1024)
+except OSError as exc:
+    print("big file stopped", exc.strerror, os.path.getsize("/mnt/data/big.bin") >> 20)
+for folder in ("/tmp", "/dev/shm"):  # files each within the bound, 8 MiB in all
+    try:
+        for n in range(8):
+            with open(f"{folder}/part{n}", "wb") as f:
+                f.write(b"x" * 1024 * 1024)
+        print(folder, "took all")
+    except OSError as exc:
+        print(folder, "stopped", exc.strerror)
+""")
+    finally:
+        with pytest.raises(StopIteration):
+            next(gen)
+    assert result.error is None, result.error
+    assert "big file stopped File too large 2" in result.stdout
+    assert "/tmp stopped No space left on device" in result.stdout
+    assert "/dev/shm stopped No space left on device" in result.stdout
+
+
+def test_cpu_left_burning_after_a_call_is_bounded(sandbox: Harness) -> None:
+    mark = f"burn-{secrets.token_hex(6)}"
+    # A process left spinning after the call returned: its CPU seconds are bounded by the
+    # call's timeout (RLIMIT_CPU, inherited), so it ends although nobody waits for it.
+    result = run(sandbox, f"""
+import subprocess, sys
+subprocess.Popen([sys.executable, "-c", "while True: pass", "{mark}"])
+print("left burning")
+""", timeout=1)
+    assert result.stdout == "left burning\n" and not result.timed_out
+    assert processes_with(mark)
+    assert wait_until_gone(mark, 60) == []

@@ -244,24 +244,30 @@ class SandboxEngine(ContainerEngine):
             ready = None
         if not ready or not ready.get("ready"):
             why = await self._end_jail(jail)
-            raise EngineError(f"the sandbox's Python did not start{why}")
+            # bwrap's words may name the host's paths: for the log, not for the client.
+            logger.warning("sandbox container %s: the jail did not start%s", box.id, why)
+            raise EngineError("the sandbox's Python did not start (the gateway's log says "
+                              "why)")
         return jail
 
     async def _end_jail(self, jail: _Jail) -> str:
         """Kill the jail (its pid namespace goes with its outer process) and wait for it;
-        returns a few words on how it ended (with the jail's stderr tail if it failed)."""
+        returns a few words on how it ended: the last line it wrote on stderr that nobody
+        read (bwrap's complaint when it could not start)."""
         jail.lost = True
         with contextlib.suppress(Exception):
             jail.writer.close()
-        tail = b""
         if jail.process.returncode is None:
             _kill(jail.process)
-        else:
-            with contextlib.suppress(Exception):
-                assert jail.process.stderr is not None
-                tail = await asyncio.wait_for(jail.process.stderr.read(4096), 1)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(jail.process.wait(), 10)
+        tail = b""
+        with contextlib.suppress(Exception):
+            assert jail.process.stderr is not None
+            stream = jail.process.stderr
+            async with asyncio.timeout(1):
+                while chunk := await stream.read(CHUNK):
+                    tail = (tail + chunk)[-4096:]
         words = tail.decode(errors="replace").strip().splitlines()
         return f": {words[-1][:300]}" if words else ""
 
@@ -289,6 +295,7 @@ class SandboxEngine(ContainerEngine):
             if process.returncode != 0:
                 self._check = ("the sandbox cannot run here (bwrap): "
                                + (lines[-1][:300] if lines else f"exit {process.returncode}"))
+                logger.debug("sandbox check failed: %s", "\n".join(lines[-20:]))
             else:
                 self._check = None
         except EngineError as exc:
@@ -329,6 +336,7 @@ class SandboxEngine(ContainerEngine):
             budget = _Budget(max_output)
             out, err = _Capture(budget, end), _Capture(budget, end)
             reply: dict | None = None
+            garbled = False
             try:
                 await _send(jail.writer, {"op": "run", "code": code, "nonce": nonce,
                                           "timeout": timeout})
@@ -337,17 +345,19 @@ class SandboxEngine(ContainerEngine):
                            asyncio.ensure_future(err.read(jail.process.stderr))]
                 try:
                     try:
-                        reply = await asyncio.wait_for(_receive(jail.reader),
+                        reply = await asyncio.wait_for(_answer(jail.reader, nonce),
                                                        max(0.0, deadline - time.monotonic()))
-                    except (asyncio.IncompleteReadError, ConnectionError, OSError, ValueError):
+                    except (asyncio.IncompleteReadError, ConnectionError, OSError):
                         # The process died: what it wrote before is read to its end.
                         with contextlib.suppress(asyncio.TimeoutError):
                             await asyncio.wait_for(asyncio.gather(*reading), min(
                                 2.0, max(0.1, deadline - time.monotonic())))
                         raise
                     if isinstance(reply, dict):
-                        marked = reply.get("marked") or [True, True]
-                        waits = [r for r, m in zip(reading, marked, strict=False) if m]
+                        marked = reply.get("marked")
+                        if not (isinstance(marked, list) and len(marked) == 2):
+                            marked = [True, True]
+                        waits = [r for r, m in zip(reading, marked, strict=True) if m]
                         if waits:
                             await asyncio.wait_for(asyncio.gather(*waits),
                                                    max(0.1, deadline - time.monotonic()))
@@ -357,13 +367,23 @@ class SandboxEngine(ContainerEngine):
                     await asyncio.gather(*reading, return_exceptions=True)
             except TimeoutError:
                 result.timed_out = True
-            except (asyncio.IncompleteReadError, ConnectionError, OSError, ValueError):
-                reply = None  # the process died (or wrote nonsense on its socket)
+            except (asyncio.IncompleteReadError, ConnectionError, OSError):
+                reply = None  # the process died
+            except ValueError:
+                reply = None
+                garbled = True  # the code wrote nonsense on the runner's socket
             if result.timed_out or not isinstance(reply, dict):
                 how = await self._end_jail(jail)
                 container.jail = None
                 result.reset = True
-                if not result.timed_out:
+                logger.info("sandbox container %s reset: %s", box.id,
+                            "timed out" if result.timed_out else "garbled answer" if garbled
+                            else f"process ended ({jail.process.returncode})")
+                if garbled:
+                    result.error = ("The container's Python process was ended: the code wrote "
+                                    "on the gateway's control socket. Its variables are gone, "
+                                    "its files in /mnt/data are not.")
+                elif not result.timed_out:
                     result.error = _lost(jail.process.returncode, how)
             else:
                 error = reply.get("error")
@@ -442,6 +462,7 @@ class SandboxEngine(ContainerEngine):
         containers, self._containers = list(self._containers.values()), {}
         await asyncio.gather(*(self._kill_container(c) for c in containers),
                              return_exceptions=True)
+        await asyncio.to_thread(ContainerCgroup.release)
 
     async def _make_room(self, starting: _Container) -> None:
         """End the least recently used idle processes while ``max_running`` are live."""
@@ -476,23 +497,36 @@ class SandboxEngine(ContainerEngine):
 def _kill(process: asyncio.subprocess.Process) -> None:
     """SIGKILL the jail's outer process group: bwrap's pid 1 inside dies with it
     (``--die-with-parent``) and the kernel then kills everything in the pid namespace."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
+    if process.returncode is not None:
+        return
+    # Not process.kill(): Popen.send_signal polls first, reaping the zombie under asyncio's
+    # child watcher, which then reports 255 instead of how the jail ended.
+    try:
         os.killpg(process.pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        process.kill()
+    except ProcessLookupError:
+        return
+    except PermissionError:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(process.pid, signal.SIGKILL)
 
 
 def _lost(returncode: int | None, how: str) -> str:
+    """How the container's process ended, for the model (bwrap exits 128 + N when what it
+    ran died of signal N)."""
+    number = None
     if returncode is not None and returncode < 0:
         number = -returncode
-        why = (f"signal {signal.Signals(number).name}" if number in signal.valid_signals()
-               else f"signal {number}")
-    elif returncode in (137, 128 + signal.SIGKILL):
-        why = "SIGKILL (out of memory or killed)"
-    elif returncode is not None and returncode > 128:
-        why = f"signal {returncode - 128}"
-    else:
+    elif returncode is not None and 128 < returncode < 128 + 65:
+        number = returncode - 128
+    if number is None:
         why = f"exit status {returncode}"
+    else:
+        try:
+            why = signal.Signals(number).name
+        except ValueError:
+            why = f"signal {number}"
+        if number == signal.SIGKILL:
+            why += ": out of memory, or killed"
     return (f"The container's Python process ended ({why}{how}): its variables are gone, "
             "its files in /mnt/data are not. The next execution starts a new process.")
 
@@ -501,6 +535,15 @@ async def _send(writer: asyncio.StreamWriter, message: dict) -> None:
     body = json.dumps(message).encode()
     writer.write(struct.pack(">I", len(body)) + body)
     await writer.drain()
+
+
+async def _answer(reader: asyncio.StreamReader, nonce: str) -> dict:
+    """The runner's answer to the request ``nonce`` (frames the code itself wrote on the
+    socket, which it can reach, are skipped)."""
+    while True:
+        message = await _receive(reader)
+        if message.get("nonce") == nonce:
+            return message
 
 
 async def _receive(reader: asyncio.StreamReader) -> dict:

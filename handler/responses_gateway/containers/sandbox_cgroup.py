@@ -62,26 +62,60 @@ _LIMITS = {
 }
 
 
+def _started(pid: int | str) -> str | None:
+    """When process ``pid`` started (clock ticks since boot), None if there is none: with
+    the pid, what tells one process from a later one that got its number."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
 class ContainerCgroup:
-    """One container's cgroup (a folder per v1 hierarchy, or one v2 folder)."""
+    """One container's cgroup (a folder per v1 hierarchy, or one v2 folder), under a folder
+    of the gateway process that made it: ``responses-gateway-sandbox/<pid>.<start>/<id>-…``.
+    A gateway that died (killed outright: nothing removed its cgroups) is found out by the
+    next one to start a jail, which kills what is left in them and removes them."""
 
     _bases: dict[str, tuple[Path, bool]] | None = None
+    _owner = f"{os.getpid()}.{_started(os.getpid())}"
 
     def __init__(self, folders: list[Path]) -> None:
         self.folders = folders
 
     @classmethod
+    def _prepare(cls) -> dict[str, tuple[Path, bool]]:
+        if cls._bases is None or cls._owner != f"{os.getpid()}.{_started(os.getpid())}":
+            cls._owner = f"{os.getpid()}.{_started(os.getpid())}"  # a forked child is anew
+            bases = _own_folders()
+            for base, v1 in set(bases.values()):
+                parent = base / PARENT
+                with contextlib.suppress(OSError):
+                    (parent / cls._owner).mkdir(parents=True, exist_ok=True)
+                    if not v1:  # v2: the controllers pass down each level
+                        enable = " ".join(f"+{c}" for c in CONTROLLERS if bases.get(c))
+                        for folder in (parent, parent / cls._owner):
+                            (folder / "cgroup.subtree_control").write_text(enable)
+                _reclaim(parent, cls._owner)
+            cls._bases = bases
+        return cls._bases
+
+    @classmethod
     def create(cls, name: str, *, pids: int, memory_bytes: int) -> ContainerCgroup | None:
-        if cls._bases is None:
-            cls._bases = _own_folders()
+        bases = cls._prepare()
+        if any(not (base / PARENT / cls._owner).is_dir() for base, _ in bases.values()):
+            cls._bases = None  # released when an engine closed: made again
+            bases = cls._prepare()
         values = {"pids.max": str(int(pids)), "memory.limit_in_bytes": str(memory_bytes),
                   "memory.memsw.limit_in_bytes": str(memory_bytes),
                   "memory.max": str(memory_bytes), "memory.swap.max": "0"}
         suffix = secrets.token_hex(4)
         made = cls([])
         try:
-            for controller, (base, v1) in cls._bases.items():
-                folder = base / PARENT / f"{name}-{suffix}"
+            for controller, (base, v1) in bases.items():
+                folder = base / PARENT / cls._owner / f"{name}-{suffix}"
                 if folder not in made.folders:
                     folder.mkdir(parents=True)
                     made.folders.append(folder)
@@ -93,6 +127,13 @@ class ContainerCgroup:
             cls._bases = {}  # not writable after all: the rlimits only from now on
             return None
         return made if made.folders else None
+
+    @classmethod
+    def release(cls) -> None:
+        """Remove this process's folder if no cgroup is left in it (an engine closed)."""
+        for base, _ in (cls._bases or {}).values():
+            with contextlib.suppress(OSError):
+                (base / PARENT / cls._owner).rmdir()
 
     def wrap(self, argv: list[str]) -> list[str]:
         """``argv`` run by a shell that first moves itself into the cgroup, then execs."""
@@ -123,3 +164,18 @@ class ContainerCgroup:
             for pid in (folder / "cgroup.procs").read_text().split():
                 with contextlib.suppress(OSError):
                     os.kill(int(pid), signal.SIGKILL)
+
+
+def _reclaim(parent: Path, own: str) -> None:
+    """Kill what is left in the cgroups of gateway processes that are gone, remove them."""
+    try:
+        owners = [d for d in parent.iterdir() if d.is_dir() and d.name != own]
+    except OSError:
+        return
+    for owner in owners:
+        pid, _, started = owner.name.partition(".")
+        if not pid.isdigit() or not started or _started(pid) == started:
+            continue  # not one of ours, or its gateway still runs
+        with contextlib.suppress(OSError):
+            ContainerCgroup([d for d in owner.iterdir() if d.is_dir()]).remove()
+            owner.rmdir()

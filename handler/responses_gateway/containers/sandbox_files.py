@@ -47,7 +47,7 @@ def _open_folder(root: Path, parts: list[str], *, create: bool) -> int:
     try:
         fd = os.open(root, _DIR_FLAGS)
     except FileNotFoundError:
-        raise EngineError("the container's folder is gone") from None
+        raise _missing(parts) from None  # the container has no files at all
     try:
         for name in parts[:-1]:
             try:
@@ -64,8 +64,13 @@ def _open_folder(root: Path, parts: list[str], *, create: bool) -> int:
     except OSError as exc:
         os.close(fd)
         if isinstance(exc, FileNotFoundError):
-            raise
+            raise _missing(parts) from None
         raise _refused(exc, parts) from None
+
+
+def _missing(parts: list[str]) -> FileNotFoundError:
+    """The error for a missing file, naming its path inside the container (not the host's)."""
+    return FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), posixpath.join(DATA, *parts))
 
 
 def _refused(exc: OSError, parts: list[str]) -> EngineError:
@@ -115,7 +120,7 @@ def read(root: Path, path: str, limit: int) -> bytes:
             fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
                          dir_fd=folder)
         except FileNotFoundError:
-            raise
+            raise _missing(parts) from None
         except OSError as exc:
             raise _refused(exc, parts) from None
     finally:

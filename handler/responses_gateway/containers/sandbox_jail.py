@@ -83,13 +83,16 @@ class Runtime:
             probe = ("import json, sys; print(json.dumps([sys.executable, sys.prefix, "
                      "sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]))")
             try:
-                done = subprocess.run([python, "-I", "-S", "-c", probe], capture_output=True,
+                # Not -S: site is what sets sys.prefix to a virtual environment's folder.
+                done = subprocess.run([python, "-I", "-c", probe], capture_output=True,
                                       timeout=30, env={"PATH": "/usr/bin:/bin"}, check=True)
                 executable, *found = json.loads(done.stdout)
             except (OSError, subprocess.SubprocessError, ValueError) as exc:
-                raise EngineError(f"GATEWAY_SANDBOX_PYTHON {python!r} does not run: "
+                raise EngineError("GATEWAY_SANDBOX_PYTHON does not run here: "
                                   f"{type(exc).__name__}") from exc
         executable = os.path.abspath(executable)
+        # The folder holding the interpreter's bin/ too (a venv's python is a link in it).
+        found.append(os.path.dirname(os.path.dirname(executable)))
         prefixes: list[str] = []
         for prefix in found:
             for path in (os.path.abspath(prefix), os.path.realpath(prefix)):
@@ -112,13 +115,19 @@ def _under(path: str, folder: str) -> bool:
 
 def etc_folder(root: Path) -> Path:
     """A folder of the jail's own /etc/passwd and /etc/group (one user, ``sandbox``), so
-    ``getpass.getuser()`` and ``~`` work without showing the host's users."""
+    ``getpass.getuser()`` and ``~`` work without showing the host's users, and of the
+    runner's copy (the jail sees neither where the gateway's code lives nor a later edit of
+    it mid-run)."""
     folder = root / ".jail-etc"
     folder.mkdir(parents=True, exist_ok=True)
-    for name, text in (("passwd", PASSWD), ("group", GROUP), ("hostname", "sandbox\n")):
+    for name, text in (("passwd", PASSWD), ("group", GROUP), ("hostname", "sandbox\n"),
+                       ("runner.py", RUNNER_SOURCE.read_text())):
         path = folder / name
         if not path.exists() or path.read_text() != text:
-            path.write_text(text)
+            # Beside, then renamed over: a jail another gateway starts never reads half.
+            partial = folder / f".{name}.{os.getpid()}.partial"
+            partial.write_text(text)
+            partial.replace(path)
     return folder
 
 
@@ -139,14 +148,15 @@ def jail_argv(bwrap: str, runtime: Runtime, folder: Path, etc: Path, *,
             argv += ["--ro-bind", path, path]
     for name in ("passwd", "group", "hostname"):
         argv += ["--ro-bind", str(etc / name), f"/etc/{name}"]
-    for prefix in runtime.prefixes:
-        argv += ["--ro-bind", prefix, prefix]
-    argv += ["--ro-bind", str(RUNNER_SOURCE), RUNNER,
+    argv += ["--ro-bind", str(etc / "runner.py"), RUNNER,
              "--proc", "/proc", "--dev", "/dev",
              "--size", str(tmp_bytes), "--tmpfs", "/dev/shm",
              "--size", str(tmp_bytes), "--tmpfs", "/tmp",
-             "--bind", str(folder), DATA,
-             "--remount-ro", "/dev", "--remount-ro", "/",
+             "--bind", str(folder), DATA]
+    # After /tmp's tmpfs, which would hide a Python living under /tmp.
+    for prefix in runtime.prefixes:
+        argv += ["--ro-bind", prefix, prefix]
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/",
              "--chdir", DATA, "--clearenv"]
     # The sandbox's Python first on PATH: ``python3`` and ``pip`` in a command are its own.
     env = {**ENV, "PATH": f"{os.path.dirname(runtime.executable)}:{ENV['PATH']}"}

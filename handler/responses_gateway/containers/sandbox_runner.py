@@ -63,6 +63,11 @@ def _cpu_used() -> float:
 class Server:
     def __init__(self, fd: int) -> None:
         self.fd = fd
+        # The pipes the gateway reads, kept aside: an execution that closes or replaces its
+        # fd 1 or 2 has them back at the next, and the end markers always reach the gateway.
+        self.pipes = (os.dup(1), os.dup(2))
+        for saved in self.pipes:
+            os.set_inheritable(saved, False)
         # The code's globals are a fresh __main__ module's (classes it defines pickle).
         main_module = types.ModuleType("__main__")
         sys.modules["__main__"] = main_module
@@ -109,6 +114,9 @@ class Server:
                                    float(request.get("timeout") or 60)))
 
     def run(self, code: str, nonce: str, timeout: float) -> dict:
+        for fd, saved in zip((1, 2), self.pipes):  # noqa: B905 (any Python 3)
+            with contextlib.suppress(OSError):
+                os.dup2(saved, fd)
         # CPU time: the hard limit bounds the process's life; the soft one, past which the
         # kernel sends SIGXCPU (the process dies, the gateway reports a reset), this run's.
         _, hard = resource.getrlimit(resource.RLIMIT_CPU)
@@ -122,7 +130,7 @@ class Server:
         if notes:
             sys.stderr.write(notes)
         marked = self.end_streams(nonce)
-        return {"error": error, "marked": marked}
+        return {"nonce": nonce, "error": error, "marked": marked}
 
     def execute(self, code: str) -> str | None:
         self.cells += 1
@@ -183,14 +191,14 @@ class Server:
     def end_streams(self, nonce: str) -> list[bool]:
         end = marker(nonce)
         marked = []
-        for stream, fd in ((sys.stdout, 1), (sys.stderr, 2)):
-            for candidate in (stream, sys.__stdout__ if fd == 1 else sys.__stderr__):
+        for stream, fd in ((sys.stdout, 0), (sys.stderr, 1)):
+            for candidate in (stream, sys.__stdout__ if fd == 0 else sys.__stderr__):
                 with contextlib.suppress(Exception):
                     candidate.flush()
             try:
                 data = end
                 while data:
-                    data = data[os.write(fd, data):]
+                    data = data[os.write(self.pipes[fd], data):]
                 marked.append(True)
             except OSError:
                 marked.append(False)
@@ -215,6 +223,11 @@ def main(argv: list[str]) -> int:
     apply_limits(limits)
     os.chdir(DATA)
     sys.path.insert(0, DATA)
+    # Line by line, as on a terminal: what an execution printed before it ran out of time
+    # has reached the gateway when the process is killed.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.reconfigure(line_buffering=True)
     sys.argv = [""]
     Server(high).serve()
     return 0
