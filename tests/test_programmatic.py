@@ -14,13 +14,15 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import openai
 import pytest
 from openai import OpenAI
 
-from tests.helpers.e2e import e2e_settings, sdk_events
+from tests.helpers.e2e import client_for, e2e_settings, sdk_events
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.mcp_server import McpTestServer
 from tests.helpers.responses_validation import sdk_validate_event, sdk_validate_response
@@ -255,3 +257,49 @@ def test_max_tool_calls_counts_a_programs_calls(
     assert kinds == ["mcp_list_tools", "program", "mcp_call", "program_output", "message"]
     output = response["output"][3]
     assert output["status"] == "incomplete" and "max_tool_calls" in output["result"]
+
+
+def _finished(client: OpenAI, response_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    response = client.responses.retrieve(response_id)
+    while response.status in ("queued", "in_progress") and time.monotonic() < deadline:
+        time.sleep(0.2)
+        response = client.responses.retrieve(response_id)
+    data = response.to_dict(mode="json")
+    sdk_validate_response(data)
+    return data
+
+
+def test_background_pauses_and_resumes(client: OpenAI) -> None:
+    """A background response's program pauses (the worker rebuilds the tool from the stored
+    record) and a background follow-up resumes it."""
+    code = "return (await tools.get_weather({city: 'Rome'})).toUpperCase();"
+    first = _finished(client, client.responses.create(
+        model="m", tools=[PTC, WEATHER], background=True, input=writing("bg", code)).id)
+    assert first["status"] == "completed"
+    [call] = program_calls(first)
+    second = _finished(client, client.responses.create(
+        model="m", tools=[PTC, WEATHER], background=True, previous_response_id=first["id"],
+        input=[answer(call)]).id)
+    assert second["output"][0]["result"] == "SUNNY IN ROME"
+    assert second["output"][1]["type"] == "message"
+
+
+def test_the_engine_off_leaves_it_hosted(upstream: ScriptedUpstream,
+                                         tmp_path_factory: pytest.TempPathFactory) -> None:
+    db = tmp_path_factory.mktemp("programmatic_off") / "gateway.db"
+    with GatewayServer(e2e_settings(upstream, db, hosted_tools="reject")) as server, \
+            client_for(server) as off:
+        with pytest.raises(openai.BadRequestError) as refused:
+            off.responses.create(model="m", input="hi", tools=[PTC])
+        assert "GATEWAY_CODE_INTERPRETER" in refused.value.message
+
+
+def test_tool_choice_forces_a_program(client: OpenAI, upstream: ScriptedUpstream) -> None:
+    response = create(client, False, model="m", tools=[PTC, WEATHER],
+                      tool_choice={"type": "programmatic_tool_calling"},
+                      input=writing("choice", "return 'forced';"))
+    assert response["tool_choice"] == {"type": "programmatic_tool_calling"}
+    assert response["output"][1]["result"] == "forced"
+    first = next(b for b in upstream.requests if "choice" in str(b["messages"]))
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "program"}}
