@@ -303,3 +303,29 @@ def test_tool_choice_forces_a_program(client: OpenAI, upstream: ScriptedUpstream
     assert response["output"][1]["result"] == "forced"
     first = next(b for b in upstream.requests if "choice" in str(b["messages"]))
     assert first["tool_choice"] == {"type": "function", "function": {"name": "program"}}
+
+
+def test_websocket_mode_store_false_chain(gateway: GatewayServer) -> None:
+    """On a ``responses.connect()`` socket, ``store: false``: the program pauses, and the
+    chain held on the socket (``previous_response_id``) resumes it."""
+    from tests.test_websocket import check_ws_event, sdk_turn
+
+    def finished(turn: list[dict[str, Any]]) -> dict[str, Any]:
+        for event in turn:
+            check_ws_event(event)
+            sdk_validate_event(event)
+        assert turn[-1]["type"] == "response.completed"
+        response: dict[str, Any] = turn[-1]["response"]
+        sdk_validate_response(response)
+        return response
+
+    code = "return 'ws: ' + await tools.get_weather({city: 'Kyiv'});"
+    with client_for(gateway) as client, client.responses.connect() as connection:
+        connection.response.create(model="m", tools=[PTC, WEATHER], store=False,
+                                   input=writing("ws-ptc", code))
+        first = finished(sdk_turn(connection))
+        [call] = program_calls(first)
+        connection.response.create(model="m", tools=[PTC, WEATHER], store=False,
+                                   previous_response_id=first["id"], input=[answer(call)])
+        second = finished(sdk_turn(connection))
+    assert second["output"][0]["result"] == "ws: sunny in Kyiv"
