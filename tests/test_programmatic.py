@@ -329,3 +329,20 @@ def test_websocket_mode_store_false_chain(gateway: GatewayServer) -> None:
                                    previous_response_id=first["id"], input=[answer(call)])
         second = finished(sdk_turn(connection))
     assert second["output"][0]["result"] == "ws: sunny in Kyiv"
+
+
+def test_twenty_calls_in_one_model_turn(client: OpenAI, upstream: ScriptedUpstream,
+                                        mcp_server: McpTestServer) -> None:
+    """The issue's bar: an agent's loop over twenty tool calls runs as one program, in one
+    model turn (and the answer's), on an open model."""
+    lab = {"type": "mcp", "server_label": "lab", "server_url": mcp_server.url,
+           "require_approval": "never", "allowed_tools": ["add"],
+           "allowed_callers": ["programmatic"]}
+    code = ("let t = 0;\nfor (let n = 1; n <= 20; n++) {\n"
+            "  t = Number(await tools.lab.add({a: t, b: n}));\n}\nreturn `sum ${t}`;")
+    before = len(upstream.requests)
+    response = create(client, False, model="m", tools=[PTC, lab],
+                      input=writing("twenty", code))
+    assert [i["type"] for i in response["output"]].count("mcp_call") == 20
+    assert response["output"][-2]["result"] == "sum 210"
+    assert len(upstream.requests) - before == 2  # the program's turn, the answer's
