@@ -162,11 +162,15 @@ def test_store_false_resumes_from_the_items_sent_back(
     first = create(client, False, model="m", tools=[PTC, WEATHER], input=items, store=False)
     calls = program_calls(first)
     assert [json.loads(c["arguments"])["city"] for c in calls] == ["Oslo", "Lima"]
-    items += first["output"] + [answer(c) for c in calls]
+    # a plain client answers without the call's caller: still the program's
+    items += first["output"] + [{k: v for k, v in answer(c).items() if k != "caller"}
+                                for c in calls]
     second = create(client, True, model="m", tools=[PTC, WEATHER], input=items, store=False)
     assert second["output"][0]["type"] == "program_output"
     assert second["output"][0]["result"] == "sunny in Oslo & sunny in Lima"
     assert second["output"][1]["type"] == "message"
+    messages = upstream.requests[-1]["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
 
 
 def test_a_program_that_throws_ends_incomplete_and_the_model_goes_on(

@@ -340,6 +340,7 @@ class _Messages:
         "_images",
         "_known_calls",
         "_media",
+        "_program_calls",
         "_readers",
         "_reads",
         "_reasoning",
@@ -360,6 +361,9 @@ class _Messages:
         self._images = images  # the model reads images: a server tool's go back as parts
         self._catalog = catalog
         self._history = history  # every item rendered: a server tool reads its own among them
+        #: calls a program made (their outputs are the program's too, ``caller`` or not)
+        self._program_calls = {item.get("call_id") for item in history
+                               if isinstance(item, dict) and _program_made(item)}
         self._known_calls = known_calls  # call ids an output may answer (None: not checked)
         self._readers: dict[str, HistoryReader] = {}
         # Results of the open assistant turn's server-tool calls: tool messages follow it.
@@ -383,7 +387,7 @@ class _Messages:
     def add(self, index: int, item: dict[str, Any]) -> None:
         if not isinstance(item, dict):
             raise invalid_request("Input items must be objects.", param=self.param(index))
-        if _program_made(item):
+        if _program_made(item) or item.get("call_id") in self._program_calls:
             return  # a program's call or its output: the model reads the program's result
         kind = item.get("type") or ("message" if "role" in item else None)
         if kind in registry.SHARED_ITEM_TYPES and registry.owns(self._reader(kind), item):
