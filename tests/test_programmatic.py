@@ -350,3 +350,22 @@ def test_twenty_calls_in_one_model_turn(client: OpenAI, upstream: ScriptedUpstre
     assert [i["type"] for i in response["output"]].count("mcp_call") == 20
     assert response["output"][-2]["result"] == "sum 210"
     assert len(upstream.requests) - before == 2  # the program's turn, the answer's
+
+
+def test_a_program_runs_python_in_code_interpreter(client: OpenAI,
+                                                   upstream: ScriptedUpstream) -> None:
+    """A program calls the gateway's code_interpreter (``allowed_callers``), whose container
+    keeps its variables between the program's calls."""
+    python = {"type": "code_interpreter", "container": {"type": "auto"},
+              "allowed_callers": ["programmatic"]}
+    code = ("await tools.python({code: 'x = 6 * 7'});\n"
+            "const shown = await tools.python({code: 'print(x)'});\n"
+            "return shown.trim();")
+    response = create(client, False, model="m", tools=[PTC, python],
+                      input=writing("python", code))
+    kinds = [i["type"] for i in response["output"]]
+    assert kinds == ["program", "code_interpreter_call", "code_interpreter_call",
+                     "program_output", "message"]
+    assert response["output"][3]["result"] == "42"
+    offered = [t["function"]["name"] for t in upstream.requests[-1]["tools"]]
+    assert offered == ["program"]
