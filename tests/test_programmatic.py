@@ -369,3 +369,23 @@ def test_a_program_runs_python_in_code_interpreter(client: OpenAI,
     assert response["output"][3]["result"] == "42"
     offered = [t["function"]["name"] for t in upstream.requests[-1]["tools"]]
     assert offered == ["program"]
+
+
+def test_a_program_calls_the_clients_shell(client: OpenAI, upstream: ScriptedUpstream) -> None:
+    """The client's ``shell`` with ``allowed_callers``: the program's call is a
+    ``shell_call`` with its ``caller``; the ``shell_call_output`` resumes the program."""
+    shell = {"type": "shell", "allowed_callers": ["programmatic"]}
+    code = ("const out = JSON.parse(await tools.shell({action: {commands: ['uname']}}));\n"
+            "return out[0].stdout.trim();")
+    first = create(client, True, model="m", tools=[PTC, shell], input=writing("shell", code))
+    [call] = [i for i in first["output"] if i["type"] == "shell_call"]
+    program = first["output"][0]
+    assert call["caller"] == {"type": "program", "caller_id": program["call_id"]}
+    assert call["action"]["commands"] == ["uname"] and call["id"].startswith("sh_")
+    assert [t["function"]["name"] for t in upstream.requests[-1]["tools"]] == ["program"]
+    output = {"type": "shell_call_output", "call_id": call["call_id"], "caller": call["caller"],
+              "output": [{"stdout": "Linux\n", "stderr": "",
+                          "outcome": {"type": "exit", "exit_code": 0}}]}
+    second = create(client, False, model="m", tools=[PTC, shell],
+                    previous_response_id=first["id"], input=[output])
+    assert second["output"][0]["result"] == "Linux"

@@ -158,7 +158,7 @@ def _catalog_tools(req: CreateResponseRequest, catalog: ToolCatalog) -> list[dic
     for tool in tools:
         entry = client_tools.client_run(tool)
         if entry is not None:
-            if allowed is None or _client_allowed(entry, allowed):
+            if (allowed is None or _client_allowed(entry, allowed)) and _direct(tool):
                 catalog.add_client(entry.kind, client_tools.chat_function(entry, tool))
         elif isinstance(tool, NamespaceTool):
             for member in tool.tools:

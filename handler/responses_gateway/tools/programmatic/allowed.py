@@ -15,6 +15,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from responses_gateway.tools import client_tools
+
+#: the client-run tools a program may call (their call items carry ``caller``)
+CLIENT_RUN = ("shell", "apply_patch")
+
 DIRECT = "direct"
 PROGRAMMATIC = "programmatic"
 
@@ -35,7 +40,9 @@ def direct(tool: Any) -> bool:
 class Callable:
     """One tool a program may call."""
 
-    kind: str  # "function" or "custom": the call item it makes (function_call...)
+    #: "function", "custom", "shell", "apply_patch" (the call item it makes: function_call...),
+    #: or "server:<kind>" (a tool the gateway runs: tool.py)
+    kind: str
     name: str
     namespace: str | None
     description: str | None
@@ -73,7 +80,16 @@ def collect(tools: Sequence[Any]) -> tuple[list[Callable], list[str]]:
 
     for tool in tools:
         kind = _field(tool, "type")
-        if kind == "namespace":
+        entry = client_tools.client_run(tool)
+        if entry is not None and entry.kind in CLIENT_RUN:
+            if PROGRAMMATIC in callers(tool):
+                allowed.append(Callable(entry.kind, entry.kind, None, entry.description,
+                                        entry.parameters))
+            else:
+                refused.append(entry.kind)
+        elif entry is not None:
+            continue  # computer, local_shell, tool_search: never a program's
+        elif kind == "namespace":
             inherited = (callers(tool) if _field(tool, "allowed_callers") is not None
                          else None)
             for member in _field(tool, "tools") or ():

@@ -15,10 +15,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from responses_gateway.tools import client_tools
 from responses_gateway.tools.programmatic import PROGRAM, PROGRAM_OUTPUT
 
-CALLS = {"function_call": "function_call_output", "custom_tool_call": "custom_tool_call_output"}
+CALLS = {"function_call": "function_call_output", "custom_tool_call": "custom_tool_call_output",
+         "shell_call": "shell_call_output", "apply_patch_call": "apply_patch_call_output"}
 OUTPUTS = frozenset(CALLS.values())
+#: the client-run tools' calls, named by their tool (they have no ``name``)
+NAMED_BY_TYPE = {"shell_call": "shell", "apply_patch_call": "apply_patch"}
 
 
 def fingerprint(code: str) -> str:
@@ -83,7 +87,7 @@ def programs(items: Sequence[Mapping[str, Any]]) -> dict[str, Program]:
         elif kind in CALLS:
             owner = found.get(caller_of(item) or "")
             if owner is not None and isinstance(item.get("call_id"), str):
-                name = str(item.get("name") or "")
+                name = NAMED_BY_TYPE.get(kind) or str(item.get("name") or "")
                 namespace = item.get("namespace")
                 call = {"call_id": item["call_id"], "kind": kind,
                         "path": f"{namespace}.{name}" if namespace else name}
@@ -92,7 +96,9 @@ def programs(items: Sequence[Mapping[str, Any]]) -> dict[str, Program]:
         elif kind in OUTPUTS:
             call = by_call.get(item.get("call_id"))  # type: ignore[arg-type]
             if call is not None:
-                call["output"] = output_text(item.get("output"))
+                call["output"] = (output_text(item.get("output")) if kind in (
+                    "function_call_output", "custom_tool_call_output")
+                    else client_tools.output_text(item))
     return found
 
 

@@ -30,6 +30,7 @@ from typing import Any
 from responses_gateway import ids
 from responses_gateway.containers.engine import Box, EngineError
 from responses_gateway.errors import GatewayError
+from responses_gateway.tools import client_tools
 from responses_gateway.tools.catalog import ToolCatalog, ToolSpec
 from responses_gateway.tools.programmatic import (
     PROGRAM,
@@ -297,6 +298,12 @@ def _client_call(writer: ItemWriter, program_id: str, pending: Mapping[str, Any]
     name = str(pending.get("name") or "")
     namespace = pending.get("namespace")
     arguments = str(pending.get("arguments") or "")
+    if pending.get("kind") in reach.CLIENT_RUN:  # shell_call, apply_patch_call
+        item = client_tools.call_item(str(pending["kind"]), call_id, arguments, "completed")
+        item["caller"] = caller
+        events = writer.start_tool_item(item, None)
+        events += writer.end_tool_item(item["status"], None)
+        return events
     if pending.get("kind") == "custom":
         item: dict[str, Any] = {"id": ids.new_id(ids.CUSTOM_TOOL_CALL),
                                 "type": "custom_tool_call", "status": "in_progress",
