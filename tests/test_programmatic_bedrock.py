@@ -17,7 +17,7 @@ from tests.helpers.e2e import client_for
 from tests.helpers.eventstream_server import FakeBedrock, use_dummy_aws
 from tests.helpers.gateway_server import GatewayServer
 from tests.test_e2e_bedrock import NOVA, bedrock_settings, converse_json
-from tests.test_programmatic import PTC, WEATHER, answer, create, program_calls
+from tests.test_programmatic import PTC, WEATHER, _works, answer, create, program_calls
 
 pytestmark = pytest.mark.slow
 
@@ -32,6 +32,8 @@ def fake() -> Iterator[FakeBedrock]:
 
 @pytest.fixture(scope="module")
 def client(fake: FakeBedrock, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
+    if not _works():
+        pytest.skip("the sandbox engine (bubblewrap) or Node.js is not available here")
     where: Path = tmp_path_factory.mktemp("ptc-bedrock")
     settings = bedrock_settings(fake, where / "gateway.db", code_interpreter="sandbox",
                                 container_dir=str(where / "containers"))
