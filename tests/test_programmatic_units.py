@@ -103,3 +103,18 @@ def test_the_prelude_replays_and_pends(code: str, entries: list, expect: dict) -
         assert outcome.done and outcome.result == expect["done"]
         if expect["done"] is None:
             assert outcome.logs == 'a {"b":1}'
+
+
+def test_a_forged_frame_reaches_no_tool_it_may_not_call() -> None:
+    """The frame comes from the jail: a call it names is checked against the tools a program
+    may call, and its kind comes from the gateway, not the frame."""
+    from responses_gateway.tools.programmatic.tool import ProgrammaticTool
+
+    tool = ProgrammaticTool([Callable("function", "f", None, None, None)], ["g"], None, None)
+    tool.served = [Callable("server:mcp", "add", "lab", None, None)]
+    good = tool._checked([{"path": "lab.add", "kind": "function", "arguments": "{}"}])
+    assert good == [{"path": "lab.add", "kind": "server:mcp", "name": "add",
+                     "namespace": "lab", "arguments": "{}"}]
+    assert tool._checked([{"path": "g", "kind": "function", "arguments": "{}"}]) is None
+    assert tool._checked([{"path": "f", "arguments": 3}]) is None
+    assert tool._checked(["f"]) is None

@@ -182,6 +182,12 @@ class ProgrammaticTool(ServerTool):
                 result = outcome.result if outcome.result is not None else outcome.logs
                 yield _output(writer, call.call_id, result, "completed")
                 return
+            calls = self._checked(outcome.calls)
+            if calls is None:
+                failure = ("The program did not complete: it asked for a tool call the "
+                           "prelude never makes (a tool it may not call).")
+                break
+            outcome.calls = calls
             if call.made + len(outcome.calls) > limit:
                 failure = (f"The program made more tool calls than it may ({limit}: "
                            "max_tool_calls, GATEWAY_MAX_TOOL_CALLS) and was stopped.")
@@ -205,6 +211,22 @@ class ProgrammaticTool(ServerTool):
             yield events
             return
         yield _output(writer, call.call_id, failure or "", "incomplete")
+
+    def _checked(self, pending: list[Any]) -> list[dict[str, Any]] | None:
+        """The pending calls as the gateway knows the tools they name, or None when one names
+        none a program may call: the frame comes from inside the jail, where the program's
+        own code runs too, so it is read as untrusted (a forged frame must not reach a tool
+        that is not ``programmatic``)."""
+        by_path = {c.path: c for c in self.callable}
+        checked: list[dict[str, Any]] = []
+        for entry in pending:
+            found = by_path.get(entry.get("path")) if isinstance(entry, dict) else None
+            arguments = entry.get("arguments") if isinstance(entry, dict) else None
+            if found is None or not isinstance(arguments, str):
+                return None
+            checked.append({"path": found.path, "kind": found.kind, "name": found.name,
+                            "namespace": found.namespace, "arguments": arguments})
+        return checked
 
     async def _run_served(self, writer: ItemWriter, pending: Mapping[str, Any],
                           entry: dict[str, Any]) -> AsyncIterator[list[Event]]:
