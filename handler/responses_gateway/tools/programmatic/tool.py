@@ -2,15 +2,17 @@
 
 The model is offered one function, ``program`` (``{"code": "..."}``), whose description lists
 the tools a program may call (allowed.py). A call runs the program in a fresh container of the
-Containers service's engine (the sandbox engine's bubblewrap jail locally: Node.js run
-``--jitless``, as V8's JIT cannot reserve its code space under the jail's address-space bound;
-no network; ``GATEWAY_CODE_TIMEOUT`` per execution; output bounded by
-``GATEWAY_CODE_MAX_OUTPUT_BYTES``), from its start each time, with the journal of its earlier
-calls (bridge.py). The items, in OpenAI's order:
+Containers service's engine (``ContainerEngine.run_javascript``: Node.js in the sandbox
+engine's jail, AgentCore's ``javascript`` on AWS; no network; ``GATEWAY_CODE_TIMEOUT`` per
+execution; output bounded by ``GATEWAY_CODE_MAX_OUTPUT_BYTES``), from its start each time,
+with the journal of its earlier calls (bridge.py). The items, in OpenAI's order:
 
 - ``program`` (``call_id`` the model's call id, ``code``, ``fingerprint``);
+- the items of the calls it made to tools the gateway runs (MCP, code_interpreter: their
+  ``run``, as for the model's calls; ``join`` gives this tool the others);
 - the calls the program made to the client's tools (``function_call`` / ``custom_tool_call``
-  with ``caller: {"type": "program", "caller_id"}``): the response then ends (``pauses``) so
+  / ``shell_call`` / ``apply_patch_call`` with ``caller: {"type": "program", "caller_id"}``):
+  the response then ends (``pauses``) so
   the client runs them; its next request (``previous_response_id``, or the items sent back
   with ``store: false``) carries their outputs, and this tool resumes the program before the
   model runs (``first_calls``, journal.py);
