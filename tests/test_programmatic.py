@@ -389,3 +389,11 @@ def test_a_program_calls_the_clients_shell(client: OpenAI, upstream: ScriptedUps
     second = create(client, False, model="m", tools=[PTC, shell],
                     previous_response_id=first["id"], input=[output])
     assert second["output"][0]["result"] == "Linux"
+
+
+def test_a_result_past_the_output_bound_is_incomplete(client: OpenAI) -> None:
+    response = create(client, False, model="m", tools=[PTC],
+                      input=writing("huge", "return 'x'.repeat(10 * 1024 * 1024);"))
+    output = response["output"][1]
+    assert output["status"] == "incomplete"
+    assert "GATEWAY_CODE_MAX_OUTPUT_BYTES" in output["result"]

@@ -118,3 +118,8 @@ def test_a_forged_frame_reaches_no_tool_it_may_not_call() -> None:
     assert tool._checked([{"path": "g", "kind": "function", "arguments": "{}"}]) is None
     assert tool._checked([{"path": "f", "arguments": 3}]) is None
     assert tool._checked(["f"]) is None
+
+
+def test_an_output_past_its_bound_says_so() -> None:
+    cut = bridge.read("partial", "", timed_out=False, timeout=1, dropped=10)
+    assert "GATEWAY_CODE_MAX_OUTPUT_BYTES" in (cut.error or "")

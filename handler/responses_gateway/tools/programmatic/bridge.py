@@ -138,8 +138,10 @@ class Outcome:
     logs: str = ""
 
 
-def read(stdout: str, stderr: str, *, timed_out: bool, timeout: float) -> Outcome:
-    """The execution's frame, else why there is none (a timeout, a crash, a syntax error)."""
+def read(stdout: str, stderr: str, *, timed_out: bool, timeout: float,
+         dropped: int = 0) -> Outcome:
+    """The execution's frame, else why there is none (a timeout, a crash, a syntax error, an
+    output past its bound: ``dropped`` bytes of it were not kept)."""
     at = stdout.rfind(MARK)
     if at >= 0:
         line = stdout[at + len(MARK):].split("\n", 1)[0]
@@ -159,6 +161,9 @@ def read(stdout: str, stderr: str, *, timed_out: bool, timeout: float) -> Outcom
     if timed_out:
         return Outcome(error=f"The program did not finish within {timeout:g} seconds "
                              "(GATEWAY_CODE_TIMEOUT) and was stopped.")
+    if dropped:
+        return Outcome(error="Its result and what it printed were longer than this gateway "
+                             "keeps (GATEWAY_CODE_MAX_OUTPUT_BYTES): return less.")
     reason = _stderr_reason(stderr)
     return Outcome(error=f"The program could not run: {reason}")
 

@@ -278,7 +278,8 @@ class ProgrammaticTool(ServerTool):
         finally:
             with contextlib.suppress(EngineError):
                 await engine.stop(box)
-        return bridge.read(ran.stdout, ran.stderr, timed_out=ran.timed_out, timeout=timeout)
+        return bridge.read(ran.stdout, ran.stderr, timed_out=ran.timed_out, timeout=timeout,
+                           dropped=ran.dropped)
 
     # -- history -------------------------------------------------------------------------------
 
