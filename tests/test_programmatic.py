@@ -243,9 +243,9 @@ def test_a_program_calls_an_mcp_tool_the_gateway_runs(
     second = create(client, stream, model="m", tools=[PTC, lab, WEATHER],
                     previous_response_id=first["id"], input=[answer(weather)])
     output = second["output"]
-    # on resume the gateway's calls run again (their results are not kept across responses)
-    assert [i["type"] for i in output][-2:] == ["program_output", "message"]
-    assert output[-2]["result"] == "total 6, sunny in Oslo"
+    # on resume the gateway's calls answer from their items: none runs again
+    assert [i["type"] for i in output] == ["program_output", "message"]
+    assert output[0]["result"] == "total 6, sunny in Oslo"
 
 
 def test_max_tool_calls_counts_a_programs_calls(
@@ -397,3 +397,23 @@ def test_a_result_past_the_output_bound_is_incomplete(client: OpenAI) -> None:
     output = response["output"][1]
     assert output["status"] == "incomplete"
     assert "GATEWAY_CODE_MAX_OUTPUT_BYTES" in output["result"]
+
+
+def test_store_false_resume_replays_the_gateways_calls_from_the_items(
+        client: OpenAI, mcp_server: McpTestServer) -> None:
+    lab = {"type": "mcp", "server_label": "lab", "server_url": mcp_server.url,
+           "require_approval": "never", "allowed_tools": ["add"],
+           "allowed_callers": ["programmatic"]}
+    code = ("const a = Number(await tools.lab.add({a: 1, b: 2}));\n"
+            "const w = await tools.get_weather({city: 'Baku'});\n"
+            "const b = Number(await tools.lab.add({a, b: 10}));\nreturn `${a} ${b} ${w}`;")
+    items: list[dict[str, Any]] = [{"role": "user", "content": writing("mcp-nostore", code)}]
+    first = create(client, False, model="m", tools=[PTC, lab, WEATHER], input=items,
+                   store=False)
+    [call] = program_calls(first)
+    items += first["output"] + [answer(call)]
+    second = create(client, False, model="m", tools=[PTC, lab, WEATHER], input=items,
+                    store=False)
+    # the first add answers from its item; only the second runs now
+    assert [i["type"] for i in second["output"]] == ["mcp_call", "program_output", "message"]
+    assert second["output"][1]["result"] == "3 13 sunny in Baku"

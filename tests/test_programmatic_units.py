@@ -123,3 +123,31 @@ def test_a_forged_frame_reaches_no_tool_it_may_not_call() -> None:
 def test_an_output_past_its_bound_says_so() -> None:
     cut = bridge.read("partial", "", timed_out=False, timeout=1, dropped=10)
     assert "GATEWAY_CODE_MAX_OUTPUT_BYTES" in (cut.error or "")
+
+
+def _mcp(output: str) -> dict:
+    return {"type": "mcp_call", "id": f"mcp_{output}", "server_label": "lab", "name": "add",
+            "arguments": "{}", "output": output, "status": "completed"}
+
+
+def test_the_gateway_calls_of_a_program_are_told_by_where_they_stand() -> None:
+    caller = {"type": "program", "caller_id": "call_p"}
+    items = [{"type": "program", "call_id": "call_p", "code": "x", "fingerprint": "f"},
+             _mcp("1"), _mcp("3"),
+             {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}",
+              "caller": caller},
+             _mcp("99"),  # the model's own call, run after the program paused
+             {"type": "function_call_output", "call_id": "c1", "output": "one"},
+             _mcp("6"),  # the resumed program's, before its next call
+             {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}",
+              "caller": caller}]
+    [program] = journal.programs(items).values()
+    assert [s["output"] for s in program.served] == ["1", "3", "6"]
+    assert program.journal()[1:] == [{"path": "f", "output": None}] + [
+        {"lane": "server", "path": "lab.add", "output": o} for o in ("1", "3", "6")]
+    ci = {"type": "code_interpreter_call", "id": "ci_1", "code": "1", "container_id": "c",
+          "outputs": None, "status": "completed"}
+    items[2:2] = [ci]  # its output is not in its item: the lane ends before it
+    [program] = journal.programs(items).values()
+    assert [s.get("output") for s in program.served] == ["1", None]
+    assert [e.get("output") for e in program.journal() if e.get("lane")] == ["1"]

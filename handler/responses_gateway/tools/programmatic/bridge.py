@@ -10,7 +10,8 @@ never resolves in this execution. When the event loop has nothing left to do (No
 program's result, ``error`` with what it threw, or ``calls`` with the pending calls (all the
 calls the program made before it had to wait: ``Promise.all`` over three calls pends three).
 The gateway answers them (a tool it runs) or hands them to the client (the response pauses),
-and runs the program again with a longer journal.
+and runs the program again with a longer journal. A call the frame names is checked against
+the tools a program may call (tool.py): the frame comes from inside the jail.
 
 Why replay, not a live process: a program paused on the client's calls must resume in
 another response, which another process or Lambda instance may serve, hours later; a process

@@ -4,8 +4,9 @@ Everything a paused program needs to resume is in the conversation (the previous
 output in the store, or the items a ``store: false`` client sends back): the ``program`` item
 (its code and fingerprint), the calls it made (``function_call`` / ``custom_tool_call`` items
 whose ``caller`` is ``{"type": "program", "caller_id": <the program's call_id>}``, in order),
-and their outputs. So no state of its own is kept anywhere: another process or Lambda
-instance resumes it from the request alone.
+their outputs, and the items of its calls to the gateway's tools (told by where they stand:
+:func:`_served`). So no state of its own is kept anywhere: another process or Lambda instance
+resumes it from the request alone.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from responses_gateway.errors import GatewayError
 from responses_gateway.tools import client_tools
 from responses_gateway.tools.programmatic import PROGRAM, PROGRAM_OUTPUT
 
@@ -61,24 +63,33 @@ class Program:
     #: its calls so far, in order: path, kind, call_id, and output once answered
     calls: list[dict[str, Any]] = field(default_factory=list)
     finished: bool = False
+    #: what its calls to the gateway's tools answered, in order, as far as the items tell
+    served: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def answered(self) -> bool:
         return all("output" in c for c in self.calls)
 
     def journal(self) -> list[dict[str, Any]]:
-        return [{"path": c["path"], "output": c.get("output")} for c in self.calls]
+        served = [s for s in self.served if s.get("path") is not None]
+        return [*({"path": c["path"], "output": c.get("output")} for c in self.calls),
+                *({"lane": "server", **s} for s in served)]
 
 
 def programs(items: Sequence[Mapping[str, Any]]) -> dict[str, Program]:
     """Every program among ``items`` (a whole conversation), by call id."""
     found: dict[str, Program] = {}
     by_call: dict[str, dict[str, Any]] = {}
+    by_output: dict[str, str] = {}  # a program call's call_id -> its program
+    #: per item: (the program it marks, whether it is one of its calls), or None
+    marks: list[tuple[str, bool] | None] = []
     for item in items:
+        marks.append(None)
         if not isinstance(item, Mapping):
             continue
         kind = item.get("type")
         if kind == PROGRAM and isinstance(item.get("call_id"), str):
+            marks[-1] = (item["call_id"], False)
             code = item.get("code") if isinstance(item.get("code"), str) else ""
             found[item["call_id"]] = Program(item["call_id"], code,
                                              str(item.get("fingerprint") or ""))
@@ -93,13 +104,69 @@ def programs(items: Sequence[Mapping[str, Any]]) -> dict[str, Program]:
                         "path": f"{namespace}.{name}" if namespace else name}
                 owner.calls.append(call)
                 by_call[item["call_id"]] = call
+                by_output[item["call_id"]] = owner.call_id
+                marks[-1] = (owner.call_id, True)
         elif kind in OUTPUTS:
             call = by_call.get(item.get("call_id"))  # type: ignore[arg-type]
             if call is not None:
+                marks[-1] = (by_output[item["call_id"]], False)
                 call["output"] = (output_text(item.get("output")) if kind in (
                     "function_call_output", "custom_tool_call_output")
                     else client_tools.output_text(item))
+    _served(items, marks, found)
     return found
+
+
+def _served(items: Sequence[Mapping[str, Any]], marks: Sequence[tuple[str, bool] | None],
+            found: Mapping[str, Program]) -> None:
+    """The items of a program's calls to the gateway's tools (an ``mcp_call``: their types
+    have no ``caller``), told by where they stand: a run of them right after one of the
+    program's own items (its ``program`` item, a call's output) and right before one of its
+    calls is the program's; the model's own calls never stand there (a turn's calls run in
+    order, and the program's pause comes last). Each is read as the model would read it
+    (its tool's history reader); one whose answer is not in its item (code_interpreter's
+    output is kept apart) ends the lane there, and the calls from it on run again."""
+    from responses_gateway.tools import registry
+
+    i = 0
+    while i < len(items):
+        j = i
+        while j < len(items) and marks[j] is None and _server_item(items[j], registry):
+            j += 1
+        if j > i:
+            before = marks[i - 1] if i > 0 else None
+            after = marks[j] if j < len(items) else None
+            if before is not None and after is not None and after[1] \
+                    and before[0] == after[0] and before[0] in found:
+                _read_lane(items, items[i:j], found[before[0]], registry)
+            i = j
+        else:
+            i += 1
+
+
+def _server_item(item: Any, registry: Any) -> bool:
+    return isinstance(item, Mapping) and item.get("type") in registry.SERVER_ITEM_TYPES \
+        and item.get("type") not in (PROGRAM, PROGRAM_OUTPUT)
+
+
+def _read_lane(items: Sequence[Mapping[str, Any]], run: Sequence[Mapping[str, Any]],
+               program: Program, registry: Any) -> None:
+    if program.served and program.served[-1].get("path") is None:
+        return  # the lane ended earlier
+    for item in run:
+        kind = item["type"]
+        if kind in registry.READ_ITEM_TYPES:
+            program.served.append({"path": None})  # its answer is not in the item: the end
+            return
+        try:
+            read = registry.history_reader(kind, items, {}).read(item, "input")
+        except GatewayError:  # malformed: not an answer to replay
+            read = None
+        if read is None:
+            continue
+        path = f"{read.spec.namespace}.{read.spec.name}" if read.spec.namespace else \
+            read.spec.name
+        program.served.append({"path": path, "output": read.output})
 
 
 def waiting(items: Sequence[Mapping[str, Any]]) -> Program | None:

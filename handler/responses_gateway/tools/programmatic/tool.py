@@ -126,7 +126,8 @@ class ProgrammaticTool(ServerTool):
         return {"allowed": reach.to_record(self.allowed), "refused": self.refused,
                 "waiting": None if waiting is None else {
                     "call_id": waiting.call_id, "code": waiting.code,
-                    "fingerprint": waiting.fingerprint, "calls": waiting.calls}}
+                    "fingerprint": waiting.fingerprint, "calls": waiting.calls,
+                    "served": waiting.served}}
 
     @classmethod
     def from_record(cls, data: Mapping[str, Any], rebuild: Rebuild) -> ProgrammaticTool:
