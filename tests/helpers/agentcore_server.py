@@ -426,8 +426,11 @@ class FakeAgentCore:
     def _tool_executeCode(self, session: FakeSession, args: dict[str, Any]) -> dict[str, Any]:
         if args.get("code") is None:
             raise invalid("arguments.code is required for executeCode", "arguments.code")
+        if args.get("language", "python") == "javascript" and args.get("runtime") == "nodejs":
+            return _node(session, args["code"])
         if args.get("language", "python") != "python":
-            raise invalid("this fake runs python only", "arguments.language")
+            raise invalid("this fake runs python, and javascript on nodejs, only",
+                          "arguments.language")
         with session.lock:
             if args.get("clearContext") and session.kernel is not None:
                 session.kill()
@@ -559,6 +562,25 @@ class _ToolError(Exception):
 
 def _error(text: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+def _node(session: FakeSession, code: str) -> dict[str, Any]:
+    """``executeCode`` in JavaScript on the ``nodejs`` runtime: the code as a CommonJS script
+    of its own (a fresh context), in the session's folder; the caller's read timeout bounds
+    it, as AgentCore's session does."""
+    began = time.monotonic()
+    script = Path(session.workdir) / ".executed.js"
+    script.write_text(code)
+    try:
+        done = subprocess.run(["node", str(script)], cwd=session.workdir, text=True,
+                              capture_output=True, timeout=120, env=_clean_env())
+    except subprocess.TimeoutExpired:
+        return _result("", "timed out", 1, 120_000, text="timed out")
+    finally:
+        script.unlink(missing_ok=True)
+    return _result(done.stdout, done.stderr, done.returncode,
+                   (time.monotonic() - began) * 1000,
+                   text=done.stderr if done.returncode else done.stdout)
 
 
 def _result(stdout: str, stderr: str, code: int, ms: float, *, text: str) -> dict[str, Any]:

@@ -652,6 +652,27 @@ class AgentCoreEngine(ContainerEngine):
             return CodeResult(stdout=stdout, stderr=stderr, error=error, reset=reset,
                               dropped=dropped + dropped_err, files=files)
 
+    async def run_javascript(self, box: Box, source: str, *, timeout: float,
+                             max_output: int) -> CommandResult:
+        """AgentCore's own JavaScript: ``executeCode`` with ``language: javascript`` on its
+        ``nodejs`` runtime (CommonJS), a fresh context."""
+        async def execute(session: _Session) -> _Result:
+            return await asyncio.wait_for(self._invoke(session, "executeCode", {
+                "language": "javascript", "runtime": "nodejs", "code": source,
+                "clearContext": True}), timeout)
+
+        async with self._lock(box):
+            try:
+                ran, _session, _reset = await self._attempt(box, timeout + MARGIN, execute)
+            except TimeoutError:
+                await self._timed_out(box)
+                return CommandResult(timed_out=True)
+            stdout, dropped = _cut(ran.stdout, max_output)
+            stderr = str(ran.structured.get("stderr") or (ran.text if ran.is_error else ""))
+            stderr, dropped_err = _cut(stderr, max_output - len(stdout.encode()))
+            return CommandResult(stdout=stdout, stderr=stderr, dropped=dropped + dropped_err,
+                                 exit_code=1 if ran.is_error else 0)
+
     async def run_commands(self, box: Box, commands: Sequence[str], *, timeout: float,
                            max_output: int) -> list[CommandResult]:
         deadline = time.monotonic() + timeout

@@ -110,6 +110,21 @@ class ContainerEngine(ABC):
         """Run each shell command in turn (working directory /mnt/data), ``timeout`` for
         all of them; a command past it and the ones after it time out."""
 
+    async def run_javascript(self, box: Box, source: str, *, timeout: float,
+                             max_output: int) -> CommandResult:
+        """Run ``source`` as a Node.js script (CommonJS) in the container, once: a program of
+        programmatic tool calling (tools/programmatic/). By default it is written to a file
+        under /mnt/data and run by ``node`` (on the jail's PATH: /usr/bin/node, a distribution
+        package), ``--jitless``: V8's JIT reserves more address space than the jail's memory
+        bound allows, and an orchestration script needs no JIT."""
+        path = f"{DATA}/.program.js"
+        await self.write_file(box, path, source.encode())
+        heap = max(16, box.memory_mb // 2)
+        [ran] = await self.run_commands(
+            box, [f"node --jitless --max-old-space-size={heap} {path}"], timeout=timeout,
+            max_output=max_output)
+        return ran
+
     @abstractmethod
     async def write_file(self, box: Box, path: str, data: bytes) -> None:
         """Put ``data`` at ``path`` (under /mnt/data), replacing what is there."""

@@ -123,6 +123,9 @@ class TurnLoop:
             if self.pending:
                 events, self.pending = self.pending, []
                 yield events
+            if any(call.pauses for call in first_calls):
+                translator.stop_for_client()  # a resumed program's next calls: no model turn
+                return
             first = await self._next_turn()
         turns = 0
         while True:
@@ -234,6 +237,7 @@ class TurnLoop:
             if limited and self.exhausted:
                 continue  # no more calls (and the tools are no longer offered)
             call.extra["ran"] = True
+            call.extra["calls_left"] = max(0, self.call_limit - self.calls_run - 1)
             made = len(output)
             spec = call.spec
             step = job.metrics.step_opened(
@@ -266,6 +270,7 @@ class TurnLoop:
                     trace.tool_ended(call, output[made:], failure)
             if not call.pauses:
                 self.calls_run += 1
+            self.calls_run += call.made  # a program's own calls count too
             self.output_bytes += sum(len(orjson.dumps(item)) for item in output[made:])
 
     def _spend_output(self, usage: dict[str, Any] | None, calls: list[ServerCall]) -> None:

@@ -44,6 +44,7 @@ PACKAGES = (
     "responses_gateway.tools.file_search",
     "responses_gateway.tools.code_interpreter",
     "responses_gateway.tools.hosted_shell",
+    "responses_gateway.tools.programmatic",
 )
 
 REGISTRATIONS: tuple[Registration, ...] = ()
@@ -247,18 +248,23 @@ class ServerTools:
                 built[kind] = await tool_class(kind).for_request(RequestTools(
                     tools=params, tool_choice=tool_choice, items=items, history=history,
                     settings=settings, tenant=tenant, include=tuple(include),
-                    indexes=indexes[kind], services=services,
+                    indexes=indexes[kind], services=services, every=list(tools or ()),
                 ))
         except BaseException:
             await asyncio.shield(ServerTools(built).aclose())
             raise
-        return cls(built)
+        return cls(built)._joined()
+
+    def _joined(self) -> ServerTools:
+        for tool in self.by_kind.values():
+            tool.join(self.by_kind)
+        return self
 
     @classmethod
     def from_record(cls, data: Mapping[str, Any], rebuild: Rebuild) -> ServerTools | None:
         tools = {kind: tool_class(kind).from_record(entry, rebuild)
                  for kind, entry in data.items() if kind in _BY_KIND}
-        return cls(tools) if tools else None
+        return cls(tools)._joined() if tools else None
 
     def to_record(self, seal: Seal) -> dict[str, Any]:
         return {kind: tool.to_record(seal) for kind, tool in self.by_kind.items()}

@@ -59,7 +59,8 @@ class ServerCall:
     """A call the model made to a server tool's function, or one a tool runs unasked (a
     call the client approved in its previous request runs before the model)."""
 
-    __slots__ = ("arguments", "call_id", "extra", "fragments", "pauses", "spec", "usage")
+    __slots__ = ("arguments", "call_id", "extra", "fragments", "made", "pauses", "spec",
+                 "usage")
 
     def __init__(
         self, call_id: str, spec: ToolSpec, arguments: str, extra: dict[str, Any] | None = None,
@@ -77,6 +78,10 @@ class ServerCall:
         #: set by the tool: what the call counts in the response's ``tool_usage`` (a search
         #: run: ``{"web_search": {"num_requests": 1}}``; an image's tokens under ``image_gen``)
         self.usage: dict[str, Any] | None = None
+        #: set by the tool: the tool calls this call made itself (a program's), which count
+        #: against ``max_tool_calls`` with it; the loop sets ``extra["calls_left"]`` (how many
+        #: it may still make) before running it
+        self.made = 0
 
 
 class ToolServices(Protocol):
@@ -107,6 +112,8 @@ class RequestTools:
     tenant: str
     indexes: list[int] = field(default_factory=list)  # where ``tools`` sit in the request's
     include: tuple[str, ...] = ()  # the request's ``include`` (web_search_call.action.sources)
+    #: every tool of the request, whoever serves it (a program calls the others)
+    every: list[Any] = field(default_factory=list)
     services: ToolServices = field(kw_only=True)  # the process-wide services (the Gateway)
 
 
@@ -139,6 +146,16 @@ class ServerTool:
     def functions(self) -> list[tuple[str | None, dict[str, Any]]]:
         """(namespace, chat function) for each function the model is offered."""
         raise NotImplementedError
+
+    def program_functions(self) -> list[tuple[str | None, dict[str, Any]]]:
+        """(namespace, chat function) for each function a program may call
+        (``allowed_callers`` with ``programmatic``: tools/programmatic/); run by :meth:`run`
+        as the model's calls are."""
+        return []
+
+    def join(self, peers: Mapping[str, ServerTool]) -> None:
+        """The response's other server tools, by kind, once all are built (a program calls
+        theirs: tools/programmatic/)."""
 
     def tool_choice(self, choice: Any, catalog: ToolCatalog) -> dict[str, Any] | str | None:
         """The chat ``tool_choice`` for a request's ``tool_choice`` naming this tool (None:

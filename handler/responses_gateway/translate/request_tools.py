@@ -48,7 +48,7 @@ class FunctionTool(BaseModel):
     # Echoed as sent (openai-python 3.57): ``async`` marks a function whose result may come
     # later; the chat function has no place for it, the model is offered the function as is.
     async_: bool | None = Field(default=None, alias="async")
-    allowed_callers: list[Literal["direct", "programmatic"]] | None = None
+    allowed_callers: list[Literal["direct", "programmatic"]] | None = None  # tools/programmatic
 
 
 class FormatGrammar(BaseModel):
@@ -70,6 +70,7 @@ class CustomTool(BaseModel):
     type: Literal["custom"]
     name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN)
     description: str | None = None
+    allowed_callers: list[Literal["direct", "programmatic"]] | None = None  # tools/programmatic
     format: (
         Annotated[
             Union[  # noqa: UP007
@@ -100,6 +101,7 @@ class NamespaceTool(BaseModel):
     name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN)
     description: str
     tools: list[NamespaceMember] = Field(min_length=1)
+    allowed_callers: list[Literal["direct", "programmatic"]] | None = None  # tools/programmatic
 
 
 def _imported(ref: str) -> Any:

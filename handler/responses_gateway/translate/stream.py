@@ -459,6 +459,12 @@ class ResponseTranslator(CallItems, ReasoningItems):
         its cap ends, ``incomplete`` with ``incomplete_details.reason: "max_output_tokens"``."""
         self._finish_reason = "length"
 
+    def stop_for_client(self) -> None:
+        """Calls run before any model turn (a resumed program's, responses/turns.py) wait for
+        the client: :meth:`finish` ends the response ``completed``, as a turn ending with the
+        client's calls does, though no model turn ran."""
+        self._finish_reason = "tool_calls"
+
     @property
     def wants_tool_turn(self) -> bool:
         """The model's turn ended with calls the gateway runs (and was not cut short)."""

@@ -165,13 +165,14 @@ def _catalog_tools(req: CreateResponseRequest, catalog: ToolCatalog) -> list[dic
     for tool in tools:
         entry = client_tools.client_run(tool)
         if entry is not None:
-            if allowed is None or _client_allowed(entry, allowed):
+            if (allowed is None or _client_allowed(entry, allowed)) and _direct(tool):
                 catalog.add_client(entry.kind, client_tools.chat_function(entry, tool))
         elif isinstance(tool, NamespaceTool):
             for member in tool.tools:
-                if allowed is None or (member.type, member.name) in allowed:
+                if (allowed is None or (member.type, member.name) in allowed) and _direct(
+                        member if member.allowed_callers is not None else tool):
                     _add_member(catalog, member, tool.name)
-        elif isinstance(tool, (FunctionTool, CustomTool)) and (
+        elif isinstance(tool, (FunctionTool, CustomTool)) and _direct(tool) and (
             allowed is None or (tool.type, tool.name) in allowed
         ):
             _add_member(catalog, tool, None)
@@ -348,6 +349,7 @@ class _Messages:
         "_images",
         "_known_calls",
         "_media",
+        "_program_calls",
         "_readers",
         "_reads",
         "_reasoning",
@@ -371,6 +373,9 @@ class _Messages:
         self._images = images  # the model reads images: a server tool's go back as parts
         self._catalog = catalog
         self._history = history  # every item rendered: a server tool reads its own among them
+        #: calls a program made (their outputs are the program's too, ``caller`` or not)
+        self._program_calls = {item.get("call_id") for item in history
+                               if isinstance(item, dict) and _program_made(item)}
         self._known_calls = known_calls  # call ids an output may answer (None: not checked)
         self._readers: dict[str, HistoryReader] = {}
         # Results of the open assistant turn's server-tool calls: tool messages follow it.
@@ -394,6 +399,8 @@ class _Messages:
     def add(self, index: int, item: dict[str, Any]) -> None:
         if not isinstance(item, dict):
             raise invalid_request("Input items must be objects.", param=self.param(index))
+        if _program_made(item) or item.get("call_id") in self._program_calls:
+            return  # a program's call or its output: the model reads the program's result
         kind = item.get("type") or ("message" if "role" in item else None)
         if kind in registry.SHARED_ITEM_TYPES and registry.owns(self._reader(kind), item):
             self._server_item(index, item, kind)  # a server tool's item of a client type
@@ -684,6 +691,20 @@ def turn_messages(
 
 
 _CALL_TYPES = frozenset({"function_call", "custom_tool_call", *client_tools.CALL_TYPES})
+
+
+def _program_made(item: dict[str, Any]) -> bool:
+    """A call something other than the model made (its ``caller`` not ``direct``: a program,
+    tools/programmatic/), or its output: the model wrote the program, not the call."""
+    caller = item.get("caller")
+    return isinstance(caller, dict) and caller.get("type") not in (None, "direct")
+
+
+def _direct(tool: Any) -> bool:
+    """Whether the model is offered ``tool`` itself: ``allowed_callers`` without
+    ``direct`` makes it a program's only (tools/programmatic/)."""
+    callers = getattr(tool, "allowed_callers", None)
+    return callers is None or "direct" in callers
 
 
 def _call_ids(items: Sequence[dict[str, Any]]) -> set[str]:

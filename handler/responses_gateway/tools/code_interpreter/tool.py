@@ -77,8 +77,11 @@ class CodeInterpreterTool(ServerTool):
     def __init__(self, params: ContainerParams, *, tenant: str, containers: Containers,
                  settings: Settings, include_outputs: bool = False, container_id: str | None = None,
                  earlier: str | None = None,
-                 files: dict[str, dict[str, str]] | None = None) -> None:
+                 files: dict[str, dict[str, str]] | None = None,
+                 callers: tuple[str, ...] = ("direct",)) -> None:
         self.params = params
+        #: ``allowed_callers``: the model (``direct``), a program (``programmatic``)
+        self.callers = callers
         self.tenant = tenant
         self.containers = containers
         self.settings = settings
@@ -113,9 +116,18 @@ class CodeInterpreterTool(ServerTool):
         return cls(params, tenant=request.tenant, containers=containers,
                    settings=request.settings, include_outputs=OUTPUTS in request.include,
                    earlier=None if not params.auto else latest_container(
-                       [*request.history, *request.items]))
+                       [*request.history, *request.items]),
+                   callers=_callers(request.tools[0]))
 
     def functions(self) -> list[tuple[str | None, dict[str, Any]]]:
+        return self._function() if "direct" in self.callers else []
+
+    def program_functions(self) -> list[tuple[str | None, dict[str, Any]]]:
+        """A program (tools/programmatic/) may run Python here when ``allowed_callers``
+        says so."""
+        return self._function() if "programmatic" in self.callers else []
+
+    def _function(self) -> list[tuple[str | None, dict[str, Any]]]:
         seconds = self.settings.code_timeout
         return [(None, {
             "name": FUNCTION,
@@ -141,7 +153,7 @@ class CodeInterpreterTool(ServerTool):
     def to_record(self, seal: Seal) -> dict[str, Any]:
         return {"params": self.params.to_record(), "tenant": self.tenant,
                 "include_outputs": self.include_outputs, "container_id": self.container_id,
-                "earlier": self.earlier, "files": self.files}
+                "earlier": self.earlier, "files": self.files, "callers": list(self.callers)}
 
     @classmethod
     def from_record(cls, data: Mapping[str, Any], rebuild: Rebuild) -> CodeInterpreterTool:
@@ -150,7 +162,8 @@ class CodeInterpreterTool(ServerTool):
                    containers=rebuild.services.containers, settings=rebuild.settings,
                    include_outputs=bool(data.get("include_outputs")),
                    container_id=data.get("container_id"), earlier=data.get("earlier"),
-                   files=dict(data.get("files") or {}))
+                   files=dict(data.get("files") or {}),
+                   callers=tuple(data.get("callers") or ("direct",)))
 
     # -- running -------------------------------------------------------------------------------
 
@@ -354,3 +367,12 @@ class CodeHistory:
                       and isinstance(o.get("url"), str) and o["url"].startswith("data:image/")),
                      None)
         return HistoryCall(call_id, ToolSpec(KIND, FUNCTION, None), arguments, output, image)
+
+
+def _callers(tool: Any) -> tuple[str, ...]:
+    """The tool's ``allowed_callers`` (kept as sent: a model or a dict); direct only unless
+    said."""
+    value = tool.get("allowed_callers") if isinstance(tool, Mapping) else getattr(
+        tool, "allowed_callers", None)
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else (
+        "direct",)

@@ -75,6 +75,8 @@ class McpServer:
     url: str
     allowed_tools: list[str] | dict[str, Any] | None = None
     require_approval: str | dict[str, Any] | None = None
+    #: ``allowed_callers`` (``direct``: the model; ``programmatic``: a program)
+    callers: tuple[str, ...] = ("direct",)
 
     @classmethod
     def of(cls, tool: McpTool) -> McpServer:
@@ -87,16 +89,17 @@ class McpServer:
             require_approval=(
                 approval.model_dump() if hasattr(approval, "model_dump") else approval  # type: ignore[arg-type]
             ),
+            callers=tuple(getattr(tool, "allowed_callers", None) or ("direct",)),
         )
 
     def to_record(self) -> dict[str, Any]:
         return {"label": self.label, "url": self.url, "allowed_tools": self.allowed_tools,
-                "require_approval": self.require_approval}
+                "require_approval": self.require_approval, "callers": list(self.callers)}
 
     @classmethod
     def from_record(cls, data: Mapping[str, Any]) -> McpServer:
         return cls(data["label"], data["url"], data.get("allowed_tools"),
-                   data.get("require_approval"))
+                   data.get("require_approval"), tuple(data.get("callers") or ("direct",)))
 
     def allows(self, tool: Mapping[str, Any]) -> bool:
         """``allowed_tools``: a list of names, or a filter (``tool_names``, ``read_only``)."""

@@ -80,6 +80,8 @@ class McpTool(BaseModel):
         ]
         | None
     ) = None
+    #: who may call its tools: the model, a program (tools/programmatic/); unset: the model
+    allowed_callers: list[Literal["direct", "programmatic"]] | None = None
 
     def echo(self) -> dict[str, Any]:
         """The tool as a Response lists it: never its headers or authorization."""

@@ -128,8 +128,17 @@ class McpServerTool(ServerTool):
         self.listed.sort(key=lambda entry: order.index(entry["server_label"]))
 
     def functions(self) -> list[tuple[str | None, dict[str, Any]]]:
+        return self._functions("direct")
+
+    def program_functions(self) -> list[tuple[str | None, dict[str, Any]]]:
+        return self._functions("programmatic")
+
+    def _functions(self, caller: str) -> list[tuple[str | None, dict[str, Any]]]:
+        """The listed tools of the servers whose ``allowed_callers`` name ``caller``."""
         out: list[tuple[str | None, dict[str, Any]]] = []
         for label, tools in self.tools.items():
+            if caller not in self.servers[label].callers:
+                continue
             for tool in tools:
                 function: dict[str, Any] = {"name": tool["name"],
                                             "parameters": tool.get("input_schema") or {}}

@@ -1,0 +1,153 @@
+"""Units of programmatic tool calling (tools/programmatic/): who may call what
+(``allowed_callers``), the journal rebuilt from the items, the prelude's frame read back, and
+the prelude itself run by Node.js outside any jail (replay, pending calls, refusals)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from responses_gateway.tools.programmatic import allowed, bridge, journal
+from responses_gateway.tools.programmatic.allowed import Callable
+
+FN = {"type": "function", "name": "f", "parameters": {"type": "object"}}
+
+
+def test_allowed_callers_both_ways() -> None:
+    tools = [FN, {**FN, "name": "g", "allowed_callers": ["programmatic"]},
+             {**FN, "name": "h", "allowed_callers": ["direct", "programmatic"]},
+             {"type": "namespace", "name": "ns", "allowed_callers": ["programmatic"],
+              "tools": [{**FN, "name": "a"}, {**FN, "name": "b", "allowed_callers": ["direct"]}]}]
+    callable_, refused = allowed.collect(tools)
+    assert [c.path for c in callable_] == ["g", "h", "ns.a"]
+    assert refused == ["f", "ns.b"]
+    assert [allowed.direct(t) for t in tools[:3]] == [True, False, True]
+    text = allowed.describe(callable_, refused)
+    assert "await tools.ns.a(args: object)" in text and "call them directly): f, ns.b" in text
+
+
+def _items(done: bool = False) -> list[dict]:
+    caller = {"type": "program", "caller_id": "call_p"}
+    items = [{"type": "program", "call_id": "call_p", "code": "x",
+              "fingerprint": journal.fingerprint("x")},
+             {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}",
+              "caller": caller},
+             {"type": "function_call", "call_id": "c2", "name": "a", "namespace": "ns",
+              "arguments": "{}", "caller": caller},
+             {"type": "function_call", "call_id": "direct", "name": "f", "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "c2",
+              "output": [{"type": "input_text", "text": "two"}], "caller": caller},
+             {"type": "function_call_output", "call_id": "c1", "output": "one"}]
+    if done:
+        items.append({"type": "program_output", "call_id": "call_p", "result": "r",
+                      "status": "completed"})
+    return items
+
+
+def test_the_journal_is_rebuilt_from_the_items() -> None:
+    [program] = journal.programs(_items()).values()
+    assert program.journal() == [{"path": "f", "output": "one"},
+                                 {"path": "ns.a", "output": "two"}]
+    assert journal.waiting(_items()) == program
+    assert journal.waiting(_items()[:-1]) is None  # c1 not answered yet
+    assert journal.waiting(_items(done=True)) is None  # finished
+
+
+def test_frames_read_back() -> None:
+    line = bridge.MARK + json.dumps({"calls": [{"path": "f"}], "logs": "hi"})
+    assert bridge.read(f"noise\n{line}\n", "", timed_out=False, timeout=1).calls == [
+        {"path": "f"}]
+    done = bridge.read(bridge.MARK + json.dumps({"done": "r"}), "", timed_out=False, timeout=1)
+    assert done.done and done.result == "r"
+    late = bridge.read("", "", timed_out=True, timeout=2)
+    assert "2 seconds" in (late.error or "") and "GATEWAY_CODE_TIMEOUT" in (late.error or "")
+    broken = bridge.read("", "Warning: disabling flag x\nSyntaxError: bad", timed_out=False,
+                         timeout=1)
+    assert broken.error == "The program could not run: SyntaxError: bad"
+
+
+@pytest.mark.slow  # a Node.js process per case
+@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed")
+@pytest.mark.parametrize(("code", "entries", "expect"), [
+    ("return await tools.f({a: 1});", [], {"calls": [
+        {"path": "f", "kind": "function", "name": "f", "namespace": None,
+         "arguments": '{"a":1}'}]}),
+    ("return await tools.f({a: 1});", [{"path": "f", "output": "ok"}], {"done": "ok"}),
+    ("const r = await Promise.all([tools.f({}), tools.ns.a({})]); return r;",
+     [{"path": "f", "output": "1"}], {"calls": [
+         {"path": "ns.a", "kind": "function", "name": "a", "namespace": "ns",
+          "arguments": "{}"}]}),
+    ("return await tools.ns.a({});", [{"path": "f", "output": "1"}],
+     {"error": "call 1 of the program to the client's tools was ns.a on this run but f "
+               "before: the program is not deterministic"}),
+    ("try { await tools.g(); } catch (e) { return e.message; }", [],
+     {"done": 'g may not be called from a program (its allowed_callers do not include '
+              '"programmatic")'}),
+    ("console.log('a', {b: 1});", [], {"done": None}),
+])
+def test_the_prelude_replays_and_pends(code: str, entries: list, expect: dict) -> None:
+    callable_ = [Callable("function", "f", None, None, None),
+                 Callable("function", "a", "ns", None, None)]
+    source = bridge.script(code, entries, callable_, ["g"])
+    ran = subprocess.run(["node", "-"], input=source, capture_output=True, text=True,
+                         timeout=60)
+    outcome = bridge.read(ran.stdout, ran.stderr, timed_out=False, timeout=60)
+    if "calls" in expect:
+        assert outcome.calls == expect["calls"]
+    elif "error" in expect:
+        assert outcome.error == expect["error"]
+    else:
+        assert outcome.done and outcome.result == expect["done"]
+        if expect["done"] is None:
+            assert outcome.logs == 'a {"b":1}'
+
+
+def test_a_forged_frame_reaches_no_tool_it_may_not_call() -> None:
+    """The frame comes from the jail: a call it names is checked against the tools a program
+    may call, and its kind comes from the gateway, not the frame."""
+    from responses_gateway.tools.programmatic.tool import ProgrammaticTool
+
+    tool = ProgrammaticTool([Callable("function", "f", None, None, None)], ["g"], None, None)
+    tool.served = [Callable("server:mcp", "add", "lab", None, None)]
+    good = tool._checked([{"path": "lab.add", "kind": "function", "arguments": "{}"}])
+    assert good == [{"path": "lab.add", "kind": "server:mcp", "name": "add",
+                     "namespace": "lab", "arguments": "{}"}]
+    assert tool._checked([{"path": "g", "kind": "function", "arguments": "{}"}]) is None
+    assert tool._checked([{"path": "f", "arguments": 3}]) is None
+    assert tool._checked(["f"]) is None
+
+
+def test_an_output_past_its_bound_says_so() -> None:
+    cut = bridge.read("partial", "", timed_out=False, timeout=1, dropped=10)
+    assert "GATEWAY_CODE_MAX_OUTPUT_BYTES" in (cut.error or "")
+
+
+def _mcp(output: str) -> dict:
+    return {"type": "mcp_call", "id": f"mcp_{output}", "server_label": "lab", "name": "add",
+            "arguments": "{}", "output": output, "status": "completed"}
+
+
+def test_the_gateway_calls_of_a_program_are_told_by_where_they_stand() -> None:
+    caller = {"type": "program", "caller_id": "call_p"}
+    items = [{"type": "program", "call_id": "call_p", "code": "x", "fingerprint": "f"},
+             _mcp("1"), _mcp("3"),
+             {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}",
+              "caller": caller},
+             _mcp("99"),  # the model's own call, run after the program paused
+             {"type": "function_call_output", "call_id": "c1", "output": "one"},
+             _mcp("6"),  # the resumed program's, before its next call
+             {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}",
+              "caller": caller}]
+    [program] = journal.programs(items).values()
+    assert [s["output"] for s in program.served] == ["1", "3", "6"]
+    assert program.journal()[1:] == [{"path": "f", "output": None}] + [
+        {"lane": "server", "path": "lab.add", "output": o} for o in ("1", "3", "6")]
+    ci = {"type": "code_interpreter_call", "id": "ci_1", "code": "1", "container_id": "c",
+          "outputs": None, "status": "completed"}
+    items[2:2] = [ci]  # its output is not in its item: the lane ends before it
+    [program] = journal.programs(items).values()
+    assert [s.get("output") for s in program.served] == ["1", None]
+    assert [e.get("output") for e in program.journal() if e.get("lane")] == ["1"]
