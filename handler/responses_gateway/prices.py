@@ -33,6 +33,10 @@ _FIELDS = ("input", "cached_input", "output", "image", "search")
 _REGION_PREFIXES = ("us.", "eu.", "apac.", "global.", "us-gov.", "jp.", "au.")
 #: the line items of the Costs API, by the counter they price
 LINE_ITEMS = ("input", "cached input", "output", "image generation", "web search")
+#: output items priced each (a web search): by item type, the Price field and the line item;
+#: filled from the server tools' registrations (``ItemType.price``) by tools/registry.py, which
+#: sits above this module
+PRICED_ITEMS: dict[str, tuple[str, str]] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,15 +189,17 @@ class Pricing:
         quantities = {
             "input": fresh, "cached input": cached, "output": counts.get("output_tokens", 0),
             "image generation": counts.get("image_generations", 0),
-            "web search": (tool_calls or {}).get("web_search_call", 0),
         }
         amounts = {
             "input": fresh * (price.input or 0.0) / MILLION,
             "cached input": cached * (price.cached_input or 0.0) / MILLION,
             "output": quantities["output"] * (price.output or 0.0) / MILLION,
             "image generation": quantities["image generation"] * (price.image or 0.0),
-            "web search": quantities["web search"] * (price.search or 0.0),
         }
+        for item_type, (name, line) in PRICED_ITEMS.items():
+            n = (tool_calls or {}).get(item_type, 0)
+            quantities[line] = quantities.get(line, 0) + n
+            amounts[line] = amounts.get(line, 0.0) + n * (getattr(price, name) or 0.0)
         return Cost(amounts, quantities)
 
     def summary(self) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import orjson
 
 from responses_gateway.responses.steering import Steer, input_items
 from responses_gateway.status import COMPLETED
+from responses_gateway.tools import registry
 
 Event = dict[str, Any]
 #: a create's fields a successor does not inherit: its input and where it continues from
@@ -177,8 +178,8 @@ _ANSWERS = {
 
 def required_input(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """What the client must send before a response's successor can run: a stub for each of
-    its calls without an output in it (the gateway's own calls have theirs) and each MCP
-    approval request."""
+    its calls without an output in it (the gateway's own calls have theirs) and each item of
+    a server tool's the client answers (an MCP approval request: ``ItemType.answer``)."""
     answered = {item.get("call_id") for item in output if str(item.get("type", "")).endswith(
         "_output")}
     stubs: list[dict[str, Any]] = []
@@ -194,8 +195,9 @@ def required_input(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
               and call_id not in answered):
             stubs.append({"type": "tool_search_output", "call_id": call_id,
                           "execution": "client"})
-        elif kind == "mcp_approval_request":
-            stubs.append({"type": "mcp_approval_response", "approval_request_id": item["id"]})
+        elif kind in registry.ANSWERS:  # a server tool's item the client answers (approvals)
+            answer, field = registry.ANSWERS[kind]
+            stubs.append({"type": answer, field: item["id"]})
     return stubs
 
 

@@ -41,6 +41,13 @@ class ItemType:
     has_status: bool = True
     #: the usage ledger's counter (store/usage.py ``COUNTERS``) each such output item adds one to
     counter: str | None = None
+    #: what each such output item costs: the Price field (prices.py: ``search``) and the Costs
+    #: API line item it is billed under (``web search``)
+    price: tuple[str, str] | None = None
+    #: the input item a client answers it with, and the field of that answer naming it
+    #: (``("mcp_approval_response", "approval_request_id")``): a response ending with it waits
+    #: for the client (a steer then is pending: api/ws_steer.py)
+    answer: tuple[str, str] | None = None
     #: the type is a client tool's too (tools/client_tools.py: hosted shell's ``shell_call``):
     #: the client path keeps its request model and ids, and the tool's history reader tells
     #: its own items from the client's (``HistoryReader.owns``, tools/server.py)

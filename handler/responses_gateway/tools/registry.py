@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from functools import cache
 from typing import Any, cast
 
+from responses_gateway.prices import PRICED_ITEMS
 from responses_gateway.tools.catalog import ToolCatalog
 from responses_gateway.tools.declaration import ItemType, Registration
 from responses_gateway.tools.server import (
@@ -69,6 +70,8 @@ CHOICES: dict[str, str] = {}
 INCLUDES: frozenset[str] = frozenset()
 #: Usage-ledger counters (store/usage.py) by the output item type that adds to them.
 ITEM_COUNTERS: dict[str, str] = {}
+#: Output item types a client answers, with the answer's type and the field naming the item.
+ANSWERS: dict[str, tuple[str, str]] = {}
 _BY_KIND: dict[str, Registration] = {}
 _BY_TOOL_TYPE: dict[str, Registration] = {}
 _BY_ITEM_TYPE: dict[str, Registration] = {}
@@ -94,7 +97,8 @@ def register(registration: Registration) -> None:
     SHARED_ITEM_TYPES = frozenset(i.type for r in regs for i in r.items if i.shared)
     READ_ITEM_TYPES = frozenset(t for r in regs if r.keeps_reads for t in r.item_types)
     INCLUDES = frozenset(v for r in regs for v in r.includes)
-    for table in (ITEMS, CHOICES, ITEM_COUNTERS, _BY_KIND, _BY_TOOL_TYPE, _BY_ITEM_TYPE):
+    for table in (ITEMS, CHOICES, ITEM_COUNTERS, ANSWERS, _BY_KIND, _BY_TOOL_TYPE,
+                  _BY_ITEM_TYPE, PRICED_ITEMS):
         table.clear()
     for r in regs:
         _BY_KIND[r.kind] = r
@@ -108,6 +112,10 @@ def register(registration: Registration) -> None:
             ITEMS[item.type] = item
             if item.counter is not None:
                 ITEM_COUNTERS[item.type] = item.counter
+            if item.price is not None:
+                PRICED_ITEMS[item.type] = item.price
+            if item.answer is not None:
+                ANSWERS[item.type] = item.answer
 
 
 for _package in PACKAGES:

@@ -19,7 +19,7 @@ REGISTRATION = Registration(
     kind="web_search",
     tool_types=("web_search", "web_search_2025_08_26", "web_search_preview",
                 "web_search_preview_2025_03_11"),
-    items=(ItemType("web_search_call", CALL_ID_PREFIX),),
+    items=(ItemType("web_search_call", CALL_ID_PREFIX, price=("search", "web search")),),
     target="responses_gateway.tools.web_search.tool:WebSearchTool",
     needs="web_search_provider",
     keeps_reads=True,
