@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import posixpath
 import stat
@@ -22,6 +23,8 @@ from .engine import DATA, EngineError, FileEntry
 
 #: files a listing or a before/after comparison looks at (the rest are not listed)
 MAX_ENTRIES = 10_000
+#: components of a path under /mnt/data the gateway takes (a deeper file is not listed)
+MAX_PARTS = 64
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -37,7 +40,7 @@ def parts_of(path: str) -> list[str]:
         raise EngineError(f"a container file's path may not contain '..': {path!r}")
     if not parts:
         raise EngineError(f"{path!r} is the folder {DATA}, not a file in it")
-    if len(parts) > 64 or any(len(p.encode()) > 255 for p in parts):
+    if len(parts) > MAX_PARTS or any(len(p.encode()) > 255 for p in parts):
         raise EngineError(f"a container file's path is too long: {path[:80]!r}")
     return parts
 
@@ -170,29 +173,51 @@ def remove(root: Path, path: str) -> None:
 
 def walk(root: Path) -> Iterator[tuple[str, os.stat_result]]:
     """(path under /mnt/data, stat) of each regular file, links not followed, at most
-    MAX_ENTRIES entries looked at."""
-    seen = 0
-    stack = [(str(root), DATA)]
-    while stack:
-        host, inside = stack.pop()
+    MAX_ENTRIES entries looked at. Each folder is opened from its parent's descriptor with
+    ``O_NOFOLLOW``: a folder the code swaps for a link between the look at it and its
+    listing is refused there, never followed to the host's files."""
+    try:
+        top = os.open(root, _DIR_FLAGS)
+    except OSError:
+        return
+    try:
+        yield from _walk(top, DATA, 1, [0])
+    finally:
+        os.close(top)
+
+
+def _walk(fd: int, inside: str, depth: int, seen: list[int]
+          ) -> Iterator[tuple[str, os.stat_result]]:
+    """The files under the folder ``fd`` (``inside`` in the container), depth first; no
+    deeper than a path :func:`parts_of` takes (one descriptor open per level)."""
+    try:
+        with os.scandir(fd) as found:
+            entries = list(itertools.islice(found, MAX_ENTRIES + 1 - seen[0]))
+    except OSError:
+        return
+    entries.sort(key=lambda e: e.name)
+    for entry in entries:
+        seen[0] += 1
+        if seen[0] > MAX_ENTRIES:
+            return
         try:
-            entries = list(os.scandir(host))
+            info = entry.stat(follow_symlinks=False)
         except OSError:
             continue
-        entries.sort(key=lambda e: e.name, reverse=True)
-        for entry in entries:
-            seen += 1
-            if seen > MAX_ENTRIES:
-                return
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError:
+        path = f"{inside}/{entry.name}"
+        if stat.S_ISDIR(info.st_mode):
+            if depth >= MAX_PARTS:
                 continue
-            path = f"{inside}/{entry.name}"
-            if stat.S_ISDIR(info.st_mode):
-                stack.append((entry.path, path))
-            elif stat.S_ISREG(info.st_mode):
-                yield path, info
+            try:
+                child = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
+            except OSError:  # swapped for a link (ELOOP) or gone since
+                continue
+            try:
+                yield from _walk(child, path, depth + 1, seen)
+            finally:
+                os.close(child)
+        elif stat.S_ISREG(info.st_mode):
+            yield path, info
 
 
 def listing(root: Path) -> list[FileEntry]:

@@ -1,0 +1,38 @@
+"""The sandbox's host-side file walls (containers/sandbox_files.py), tried directly on a
+folder as the container's code could leave it: what the code does between two of the
+gateway's steps (a folder swapped for a link, a FIFO where the gateway writes) never takes
+the gateway past the folder or blocks one of its threads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from responses_gateway.containers import sandbox_files as files
+
+
+def test_a_folder_swapped_for_a_link_mid_walk_is_not_followed(tmp_path: Path) -> None:
+    """The code (a thread it left running) may turn a folder into a link to the host's
+    ``/`` between the walk's look at it and its listing: the host's names stay unseen."""
+    root, host = tmp_path / "box", tmp_path / "host"
+    (root / "d").mkdir(parents=True)
+    (root / "a").write_text("a")
+    host.mkdir()
+    (host / "secret.txt").write_text("host")
+    seen = []
+    for path, _info in files.walk(root):
+        seen.append(path)
+        if path == "/mnt/data/a":  # "d" was looked at (a folder): now swapped
+            (root / "d").rmdir()
+            (root / "d").symlink_to(host)
+    assert "/mnt/data/d/secret.txt" not in seen
+    assert seen == ["/mnt/data/a"]
+
+
+def test_a_deep_tree_is_walked_within_the_paths_the_files_take(tmp_path: Path) -> None:
+    root = tmp_path / "box"
+    deep = root.joinpath(*["n"] * 63)
+    deep.mkdir(parents=True)
+    (deep / "f").write_text("x")
+    (root / "top").write_text("y")
+    assert [e.path for e in files.listing(root)] == [
+        "/mnt/data/" + "n/" * 63 + "f", "/mnt/data/top"]
