@@ -5,9 +5,12 @@ the gateway past the folder or blocks one of its threads."""
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 from responses_gateway.containers import sandbox_files as files
+from responses_gateway.containers.engine import EngineError
 
 
 def test_a_folder_swapped_for_a_link_mid_walk_is_not_followed(tmp_path: Path) -> None:
@@ -36,3 +39,36 @@ def test_a_deep_tree_is_walked_within_the_paths_the_files_take(tmp_path: Path) -
     (root / "top").write_text("y")
     assert [e.path for e in files.listing(root)] == [
         "/mnt/data/" + "n/" * 63 + "f", "/mnt/data/top"]
+
+
+def test_a_fifo_where_the_gateway_writes_never_blocks_it(tmp_path: Path) -> None:
+    """Whatever the code leaves where the gateway writes (a FIFO at a name it could
+    guess), a write ends: a blocked thread would hold the container and the gateway's
+    thread pool for ever."""
+    root = tmp_path / "box"
+    root.mkdir()
+    fifos = [root / f".x.csv.{os.getpid()}.partial"]
+    for fifo in fifos:
+        os.mkfifo(fifo)
+    done: list[object] = []
+
+    def write() -> None:
+        try:
+            files.write(root, "/mnt/data/x.csv", b"data")
+            done.append(True)
+        except EngineError as exc:
+            done.append(exc)
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    thread.join(10)
+    try:
+        assert not thread.is_alive(), "the write blocked on the code's FIFO"
+        assert done == [True]
+        assert (root / "x.csv").read_bytes() == b"data"
+    finally:
+        for fifo in fifos:  # a blocked writer is let go
+            if thread.is_alive():
+                fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+                os.close(fd)
+        thread.join(5)

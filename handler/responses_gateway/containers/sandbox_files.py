@@ -15,6 +15,7 @@ import errno
 import itertools
 import os
 import posixpath
+import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,17 +99,24 @@ def write(root: Path, path: str, data: bytes) -> None:
             raise EngineError(f"{posixpath.join(DATA, *parts)} is a folder")
         if existing is not None and not stat.S_ISREG(existing.st_mode):
             os.unlink(name, dir_fd=folder)  # a link (or fifo) the code made: replaced
-        # Written beside, then renamed over: a reader never sees half a file.
-        temporary = f".{name[:200]}.{os.getpid()}.partial"
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+        # Written beside, then renamed over: a reader never sees half a file. A new file of
+        # a name the code cannot guess (O_EXCL): nothing it left there (a FIFO would block
+        # the open for ever) is opened.
+        temporary = f".{name[:200]}.{secrets.token_hex(8)}.partial"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                      | os.O_CLOEXEC, 0o644, dir_fd=folder)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        os.rename(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+            os.rename(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary, dir_fd=folder)
+            raise
     except OSError as exc:
         raise _refused(exc, parts) from None
     finally:
