@@ -153,3 +153,28 @@ def test_expiry_in_the_app_ends_the_sandbox_process(tmp_path: Path) -> None:
         assert await asyncio.to_thread(gone_within, kept.id, 10)  # shutdown ended it
 
     asyncio.run(scenario())
+
+
+def test_paths_the_folder_cannot_take_are_client_errors(gateway: GatewayProcess) -> None:
+    """An upload's name past the file system's 255 bytes is shortened (its extension kept);
+    a name the code took for a folder is a 400; a file the code swapped for a link is gone
+    (404): none is a 500."""
+    alice = client(gateway, KEY_A)
+    made = alice.containers.create(name="paths")
+    folder = Path(str(gateway.env["GATEWAY_STORE"])[len("sqlite:"):] + ".containers") / made.id
+    try:
+        long = alice.containers.files.create(made.id, file=("é" * 200 + ".csv", b"a,b\n"))
+        name = long.path.rsplit("/", 1)[-1]
+        assert name.endswith(".csv") and len(name.encode()) <= 255
+        assert (folder / name).read_bytes() == b"a,b\n"
+        (folder / "sub").mkdir()  # as the code would
+        with pytest.raises(openai.BadRequestError) as bad:
+            alice.containers.files.create(made.id, file=("sub", b"x"))
+        assert bad.value.status_code == 400
+        sent = alice.containers.files.create(made.id, file=("x.txt", b"x"))
+        (folder / "x.txt").unlink()
+        (folder / "x.txt").symlink_to("/etc/passwd")  # as the code would
+        with pytest.raises(openai.NotFoundError):
+            alice.containers.files.content.retrieve(sent.id, container_id=made.id)
+    finally:
+        alice.containers.delete(made.id)

@@ -17,6 +17,7 @@ from responses_gateway.containers.service import (
     ContainerLimits,
     Containers,
     data_path,
+    safe_filename,
 )
 from responses_gateway.errors import GatewayError
 from responses_gateway.files.local import DiskBlobs, SQLiteFileRecords
@@ -170,6 +171,13 @@ def test_paths_stay_under_mnt_data(path: str) -> None:
     with pytest.raises(GatewayError) as bad:
         data_path(path, "file")
     assert bad.value.status == 400
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("../../etc/passwd", "passwd"), ("..", "file"), ("a" * 300 + ".csv", "a" * 251 + ".csv"),
+    ("é" * 200, "é" * 127)])
+def test_a_files_name_fits_the_folder(name: str, expected: str) -> None:
+    assert safe_filename(name) == expected
 
 
 def test_expiry_stops_the_box_and_answers_as_openai(service: Containers, clock: Clock,

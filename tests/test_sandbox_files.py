@@ -9,6 +9,8 @@ import os
 import threading
 from pathlib import Path
 
+import pytest
+
 from responses_gateway.containers import sandbox_files as files
 from responses_gateway.containers.engine import EngineError
 
@@ -72,3 +74,9 @@ def test_a_fifo_where_the_gateway_writes_never_blocks_it(tmp_path: Path) -> None
                 fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
                 os.close(fd)
         thread.join(5)
+
+
+@pytest.mark.parametrize("name", ["a" * 256, "é" * 128])
+def test_a_name_past_the_file_systems_bound_is_refused_as_a_path(name: str) -> None:
+    with pytest.raises(files.BadPath):
+        files.parts_of(f"/mnt/data/{name}")

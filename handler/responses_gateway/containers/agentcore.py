@@ -66,6 +66,7 @@ from typing import Any, TypeVar
 
 from responses_gateway.containers.engine import (
     DATA,
+    BadPath,
     Box,
     CodeResult,
     CommandResult,
@@ -203,7 +204,7 @@ def _relative(path: str) -> str:
     """``/mnt/data/sub/x.csv`` -> ``sub/x.csv``; anything else is refused."""
     normal = posixpath.normpath(path)
     if not normal.startswith(DATA + "/") or "\x00" in normal:
-        raise EngineError(f"a container path is under {DATA}/: {path!r}")
+        raise BadPath(f"a container path is under {DATA}/: {path!r}")
     return normal[len(DATA) + 1:]
 
 

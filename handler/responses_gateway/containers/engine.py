@@ -35,6 +35,12 @@ class EngineError(Exception):
     would not start, AgentCore refused. The message is safe to show a client."""
 
 
+class BadPath(EngineError):
+    """The path cannot be a container file: too long for the file system, through a
+    symbolic link or a file, a folder, not a regular file. The client's (or the code's)
+    doing, not the engine's failure: a 400 (or a 404 for a file that is no longer one)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Box:
     """One container as an engine sees it."""

@@ -20,7 +20,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from .engine import DATA, EngineError, FileEntry
+from .engine import DATA, BadPath, EngineError, FileEntry
 
 #: files a listing or a before/after comparison looks at (the rest are not listed)
 MAX_ENTRIES = 10_000
@@ -32,17 +32,17 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 def parts_of(path: str) -> list[str]:
     """The components of ``path`` under /mnt/data (absolute, or relative to it)."""
     if not isinstance(path, str) or not path or "\x00" in path:
-        raise EngineError("a container file's path must be a non-empty string")
+        raise BadPath("a container file's path must be a non-empty string")
     full = path if path.startswith("/") else f"{DATA}/{path}"
     if not (full + "/").startswith(DATA + "/"):
-        raise EngineError(f"a container file's path must be under {DATA}: {path!r}")
+        raise BadPath(f"a container file's path must be under {DATA}: {path!r}")
     parts = [p for p in full[len(DATA):].split("/") if p not in ("", ".")]
     if ".." in parts:
-        raise EngineError(f"a container file's path may not contain '..': {path!r}")
+        raise BadPath(f"a container file's path may not contain '..': {path!r}")
     if not parts:
-        raise EngineError(f"{path!r} is the folder {DATA}, not a file in it")
+        raise BadPath(f"{path!r} is the folder {DATA}, not a file in it")
     if len(parts) > MAX_PARTS or any(len(p.encode()) > 255 for p in parts):
-        raise EngineError(f"a container file's path is too long: {path[:80]!r}")
+        raise BadPath(f"a container file's path is too long: {path[:80]!r}")
     return parts
 
 
@@ -80,9 +80,11 @@ def _missing(parts: list[str]) -> FileNotFoundError:
 def _refused(exc: OSError, parts: list[str]) -> EngineError:
     where = posixpath.join(DATA, *parts)
     if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-        return EngineError(f"{where} goes through a symbolic link or a file: refused")
+        return BadPath(f"{where} goes through a symbolic link or a file: refused")
     if exc.errno == errno.EISDIR:
-        return EngineError(f"{where} is a folder")
+        return BadPath(f"{where} is a folder")
+    if exc.errno == errno.ENAMETOOLONG:
+        return BadPath(f"{where} is too long a path")
     return EngineError(f"{where}: {os.strerror(exc.errno or 0)}")
 
 
@@ -96,13 +98,13 @@ def write(root: Path, path: str, data: bytes) -> None:
         except FileNotFoundError:
             existing = None
         if existing is not None and stat.S_ISDIR(existing.st_mode):
-            raise EngineError(f"{posixpath.join(DATA, *parts)} is a folder")
+            raise BadPath(f"{posixpath.join(DATA, *parts)} is a folder")
         if existing is not None and not stat.S_ISREG(existing.st_mode):
             os.unlink(name, dir_fd=folder)  # a link (or fifo) the code made: replaced
         # Written beside, then renamed over: a reader never sees half a file. A new file of
         # a name the code cannot guess (O_EXCL): nothing it left there (a FIFO would block
         # the open for ever) is opened.
-        temporary = f".{name[:200]}.{secrets.token_hex(8)}.partial"
+        temporary = f".{secrets.token_hex(8)}.partial"
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                      | os.O_CLOEXEC, 0o644, dir_fd=folder)
         try:
@@ -139,9 +141,9 @@ def read(root: Path, path: str, limit: int) -> bytes:
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
-            raise EngineError(f"{posixpath.join(DATA, *parts)} is a folder")
+            raise BadPath(f"{posixpath.join(DATA, *parts)} is a folder")
         if not stat.S_ISREG(info.st_mode):
-            raise EngineError(f"{posixpath.join(DATA, *parts)} is not a regular file")
+            raise BadPath(f"{posixpath.join(DATA, *parts)} is not a regular file")
         if info.st_size > limit:
             raise EngineError(f"{posixpath.join(DATA, *parts)} is larger than {limit} bytes")
         chunks, total = [], 0
@@ -170,10 +172,10 @@ def remove(root: Path, path: str) -> None:
     except FileNotFoundError:
         pass
     except IsADirectoryError:
-        raise EngineError(f"{posixpath.join(DATA, *parts)} is a folder") from None
+        raise BadPath(f"{posixpath.join(DATA, *parts)} is a folder") from None
     except OSError as exc:
         if exc.errno == errno.EISDIR or exc.errno == errno.EPERM:
-            raise EngineError(f"{posixpath.join(DATA, *parts)} is a folder") from None
+            raise BadPath(f"{posixpath.join(DATA, *parts)} is a folder") from None
         raise _refused(exc, parts) from None
     finally:
         os.close(folder)

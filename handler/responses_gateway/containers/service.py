@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from responses_gateway import ids
 from responses_gateway.containers.engine import (
     DATA,
+    BadPath,
     Box,
     CodeResult,
     CommandResult,
@@ -56,6 +57,7 @@ __all__ = ["ContainerExpired", "ContainerFile", "ContainerLimits", "ContainerRec
 MIN_EXPIRES_MINUTES, MAX_EXPIRES_MINUTES = 1, 24 * 60
 RECLAIM_BATCH = 100
 CHUNK_BYTES = 1 << 20  # what a container file's content is sent in
+MAX_NAME_BYTES = 255  # a file name on Linux's file systems
 logger = logging.getLogger("responses_gateway.containers")
 
 
@@ -302,7 +304,7 @@ class Containers:
             try:
                 data = await self.engine.read_file(box, found.path,
                                                    limit=self.limits.file_bytes or 1 << 62)
-            except FileNotFoundError:
+            except (FileNotFoundError, BadPath):  # gone, or no longer a file (a link now)
                 await self.records.remove_file(tenant, container_id, file_id)
                 raise file_not_found(file_id) from None
             except EngineError as exc:
@@ -323,6 +325,9 @@ class Containers:
             box = await self._started(record)
             try:
                 await self.engine.remove_file(box, found.path)
+            except BadPath as exc:  # the code made a folder of it
+                raise invalid_request(f"Invalid path: {exc}.", param="file_id",
+                                      code="invalid_value") from None
             except EngineError as exc:
                 raise engine_failed(exc) from None
             await self.records.remove_file(tenant, container_id, file_id)
@@ -408,6 +413,9 @@ class Containers:
     async def _write(self, box: Box, path: str, data: bytes) -> None:
         try:
             await self.engine.write_file(box, path, data)
+        except BadPath as exc:  # a folder the code made there, a link on the way
+            raise invalid_request(f"Invalid path: {exc}.", param="file",
+                                  code="invalid_value") from None
         except EngineError as exc:
             raise engine_failed(exc) from None
 
@@ -499,9 +507,18 @@ def data_path(path: str, param: str) -> str:
 
 
 def safe_filename(name: str) -> str:
-    """A File's name as a file under /mnt/data: its last path part, never ``.``/``..``."""
+    """A File's name as a file under /mnt/data: its last path part, never ``.``/``..``,
+    within the file system's 255 bytes (shortened before its extension)."""
     base = name.replace("\\", "/").rsplit("/", 1)[-1].replace("\x00", "")
-    return base if base not in ("", ".", "..") else "file"
+    if base in ("", ".", ".."):
+        return "file"
+    if len(base.encode()) > MAX_NAME_BYTES:
+        stem, dot, ext = base.rpartition(".")
+        ext = dot + ext if dot and stem and len(ext.encode()) < 32 else ""
+        stem = base[:len(base) - len(ext)]
+        room = MAX_NAME_BYTES - len(ext.encode())
+        base = stem.encode()[:room].decode("utf-8", "ignore") + ext
+    return base
 
 
 def container_not_found(container_id: str) -> GatewayError:
