@@ -178,3 +178,19 @@ def test_paths_the_folder_cannot_take_are_client_errors(gateway: GatewayProcess)
             alice.containers.files.content.retrieve(sent.id, container_id=made.id)
     finally:
         alice.containers.delete(made.id)
+
+
+def test_content_is_the_file_as_it_is_now(gateway: GatewayProcess) -> None:
+    """A file that grew since its record was made (a thread the code left running appends
+    to it) is sent whole, not cut at (or broken by) the size its record says."""
+    alice = client(gateway, KEY_A)
+    made = alice.containers.create(name="growing")
+    folder = Path(str(gateway.env["GATEWAY_STORE"])[len("sqlite:"):] + ".containers") / made.id
+    try:
+        sent = alice.containers.files.create(made.id, file=("log.txt", b"x"))
+        with (folder / "log.txt").open("ab") as log:  # as the code's thread would
+            log.write(b"y" * 3_000_000)
+        content = alice.containers.files.content.retrieve(sent.id, container_id=made.id)
+        assert content.content == b"x" + b"y" * 3_000_000
+    finally:
+        alice.containers.delete(made.id)

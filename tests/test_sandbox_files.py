@@ -5,6 +5,7 @@ the gateway past the folder or blocks one of its threads."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from pathlib import Path
@@ -80,3 +81,27 @@ def test_a_fifo_where_the_gateway_writes_never_blocks_it(tmp_path: Path) -> None
 def test_a_name_past_the_file_systems_bound_is_refused_as_a_path(name: str) -> None:
     with pytest.raises(files.BadPath):
         files.parts_of(f"/mnt/data/{name}")
+
+
+def test_content_is_read_piece_by_piece(tmp_path: Path) -> None:
+    """The sandbox sends a container file as it reads it: never more than a piece held,
+    whatever its size (``limit`` bounds only whole reads), and a link is refused."""
+    from responses_gateway.containers.engine import CHUNK_BYTES, Box
+    from responses_gateway.containers.sandbox import SandboxEngine
+
+    engine = SandboxEngine(tmp_path)
+    box = Box("cntr_big", 1024)
+    (tmp_path / box.id).mkdir()
+    data = os.urandom(3 * CHUNK_BYTES + 5)
+    (tmp_path / box.id / "big.bin").write_bytes(data)
+    (tmp_path / box.id / "link").symlink_to("/etc/passwd")
+
+    async def read() -> list[bytes]:
+        chunks = await engine.read_chunks(box, "/mnt/data/big.bin", limit=10)
+        return [chunk async for chunk in chunks]
+
+    pieces = asyncio.run(read())
+    assert b"".join(pieces) == data
+    assert len(pieces) == 4 and max(map(len, pieces)) <= CHUNK_BYTES
+    with pytest.raises(files.BadPath):
+        asyncio.run(engine.read_chunks(box, "/mnt/data/link", limit=10))

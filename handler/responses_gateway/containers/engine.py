@@ -23,11 +23,13 @@ exception; an exception means the engine itself failed (:class:`EngineError`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 #: the folder the model's code reads its files from and writes them to
 DATA = "/mnt/data"
+#: what a file's content is read and sent in
+CHUNK_BYTES = 1 << 20
 
 
 class EngineError(Exception):
@@ -124,6 +126,18 @@ class ContainerEngine(ABC):
     async def read_file(self, box: Box, path: str, *, limit: int) -> bytes:
         """The bytes at ``path``; more than ``limit`` bytes raises :class:`EngineError`;
         a missing file raises ``FileNotFoundError``."""
+
+    async def read_chunks(self, box: Box, path: str, *, limit: int) -> AsyncIterator[bytes]:
+        """The bytes at ``path`` in pieces, errors as :meth:`read_file`'s raised before the
+        first piece is asked for. This default reads the file whole (within ``limit``);
+        an engine that can read it piece by piece does (the sandbox)."""
+        data = await self.read_file(box, path, limit=limit)
+
+        async def pieces() -> AsyncIterator[bytes]:
+            for start in range(0, len(data), CHUNK_BYTES):
+                yield data[start:start + CHUNK_BYTES]
+
+        return pieces()
 
     @abstractmethod
     async def list_files(self, box: Box) -> list[FileEntry]:

@@ -125,7 +125,9 @@ def write(root: Path, path: str, data: bytes) -> None:
         os.close(folder)
 
 
-def read(root: Path, path: str, limit: int) -> bytes:
+def open_regular(root: Path, path: str) -> int:
+    """A descriptor of the regular file at ``path`` (the caller closes it); a link on the
+    way, a folder or anything but a regular file is refused."""
     parts = parts_of(path)
     folder = _open_folder(root, parts, create=False)
     try:
@@ -144,8 +146,18 @@ def read(root: Path, path: str, limit: int) -> bytes:
             raise BadPath(f"{posixpath.join(DATA, *parts)} is a folder")
         if not stat.S_ISREG(info.st_mode):
             raise BadPath(f"{posixpath.join(DATA, *parts)} is not a regular file")
-        if info.st_size > limit:
-            raise EngineError(f"{posixpath.join(DATA, *parts)} is larger than {limit} bytes")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read(root: Path, path: str, limit: int) -> bytes:
+    fd = open_regular(root, path)
+    where = posixpath.join(DATA, *parts_of(path))
+    try:
+        if os.fstat(fd).st_size > limit:
+            raise EngineError(f"{where} is larger than {limit} bytes")
         chunks, total = [], 0
         while True:
             chunk = os.read(fd, min(1 << 20, limit + 1 - total))
@@ -154,8 +166,7 @@ def read(root: Path, path: str, limit: int) -> bytes:
             chunks.append(chunk)
             total += len(chunk)
             if total > limit:  # it grew while read
-                raise EngineError(f"{posixpath.join(DATA, *parts)} is larger than {limit} "
-                                  "bytes")
+                raise EngineError(f"{where} is larger than {limit} bytes")
         return b"".join(chunks)
     finally:
         os.close(fd)

@@ -56,7 +56,6 @@ __all__ = ["ContainerExpired", "ContainerFile", "ContainerLimits", "ContainerRec
 #: ``expires_after.minutes``: OpenAI documents no bound; at least a minute, at most a day
 MIN_EXPIRES_MINUTES, MAX_EXPIRES_MINUTES = 1, 24 * 60
 RECLAIM_BATCH = 100
-CHUNK_BYTES = 1 << 20  # what a container file's content is sent in
 MAX_NAME_BYTES = 255  # a file name on Linux's file systems
 logger = logging.getLogger("responses_gateway.containers")
 
@@ -293,8 +292,9 @@ class Containers:
 
     async def file_content(self, tenant: str, container_id: str, file_id: str
                            ) -> tuple[ContainerFile, AsyncIterator[bytes]]:
-        """The file and its bytes in chunks (read from the engine within
-        GATEWAY_MAX_FILE_BYTES before the answer starts)."""
+        """The file and its bytes in chunks, as the file is now (its record's ``bytes`` may
+        be older): the sandbox reads it piece by piece; an engine that cannot reads it whole
+        within GATEWAY_MAX_FILE_BYTES before the answer starts."""
         async with self._lock(container_id):
             record = await self._live(tenant, container_id)
             found = await self.records.get_file(tenant, container_id, file_id)
@@ -302,19 +302,14 @@ class Containers:
                 raise file_not_found(file_id)
             box = await self._started(record)
             try:
-                data = await self.engine.read_file(box, found.path,
-                                                   limit=self.limits.file_bytes or 1 << 62)
+                chunks = await self.engine.read_chunks(
+                    box, found.path, limit=self.limits.file_bytes or 1 << 62)
             except (FileNotFoundError, BadPath):  # gone, or no longer a file (a link now)
                 await self.records.remove_file(tenant, container_id, file_id)
                 raise file_not_found(file_id) from None
             except EngineError as exc:
                 raise engine_failed(exc) from None
-
-        async def chunks() -> AsyncIterator[bytes]:
-            for start in range(0, len(data), CHUNK_BYTES):
-                yield data[start:start + CHUNK_BYTES]
-
-        return found, chunks()
+        return found, chunks
 
     async def delete_file(self, tenant: str, container_id: str, file_id: str) -> None:
         async with self._lock(container_id):
