@@ -36,6 +36,7 @@ from responses_gateway.containers.engine import (
     CommandResult,
     ContainerEngine,
     EngineError,
+    FileEntry,
 )
 from responses_gateway.containers.models import (
     MEMORY_LIMITS,
@@ -78,6 +79,7 @@ class ContainerLimits:
     name_chars: int = 256  # GATEWAY_MAX_NAME_CHARS
     max_running: int = 100  # GATEWAY_MAX_CONTAINERS per tenant (0: no bound)
     keep_expired_seconds: float = 30 * 86400  # GATEWAY_RETENTION_DAYS
+    disk_bytes: int = 2 << 30  # GATEWAY_CONTAINER_MAX_BYTES: a container's files (0: no bound)
 
 
 @dataclass(slots=True)
@@ -213,7 +215,9 @@ class Containers:
             result = await self.engine.run_code(box, code, timeout=self.limits.code_timeout,
                                                 max_output=self.limits.max_output)
             await self.records.touch(tenant, container_id, self.clock())
-            files = await self._sync(record, box, result.files)
+            files, removed = await self._sync(record, box, result.files)
+        if removed:
+            result.stderr = _with_line(result.stderr, self._removed_note(removed))
         return Ran(result=result, files=files)
 
     async def run_commands(self, tenant: str, container_id: str, commands: Sequence[str],
@@ -231,7 +235,9 @@ class Containers:
             results = await self.engine.run_commands(box, commands, timeout=timeout,
                                                      max_output=max_output)
             await self.records.touch(tenant, container_id, self.clock())
-            await self._sync(record, box, ())
+            _files, removed = await self._sync(record, box, ())
+        if removed and results:
+            results[-1].stderr = _with_line(results[-1].stderr, self._removed_note(removed))
         return results
 
     # -- container files --------------------------------------------------------------------
@@ -255,6 +261,7 @@ class Containers:
             record = await self._live(tenant, container_id)
             box = await self._started(record)
             if data is not None:
+                await self._check_room(record, target, len(data))
                 await self._write(box, target, data)
                 added = await self._record_file(record, target, len(data), source)
             else:
@@ -437,6 +444,7 @@ class Containers:
         assert self.files_api is not None
         _, data = await self.files_api.content(file_id, record.tenant)
         self.check_size(len(data))
+        await self._check_room(record, path, len(data))
         await self._write(box, path, data)
         return await self._record_file(record, path, len(data), source)
 
@@ -446,16 +454,65 @@ class Containers:
             id=ids.new_id(ids.CONTAINER_FILE), container_id=record.id, tenant=record.tenant,
             path=path, bytes=size, created_at=int(self.clock()), source=source))
 
+    async def _check_room(self, record: ContainerRecord, path: str, size: int) -> None:
+        """A file of ``size`` bytes at ``path`` keeps the container's files within
+        GATEWAY_CONTAINER_MAX_BYTES (what its records hold; a file it replaces does not
+        count), else OpenAI's 413."""
+        bound = self.limits.disk_bytes
+        if not bound:
+            return
+        held = sum(f.bytes for f in await self.records.files(record.tenant, record.id)
+                   if f.path != path)
+        if held + size > bound:
+            raise GatewayError(
+                413,
+                f"The container's files would take {held + size} bytes, more than the "
+                f"{bound} bytes this gateway allows per container (GATEWAY_CONTAINER_MAX_BYTES)"
+                ". Delete files you no longer need.", param="file", code="container_full")
+
+    def _removed_note(self, removed: Sequence[str]) -> str:
+        return (f"[The container's files went past the {self.limits.disk_bytes} bytes this "
+                f"gateway allows per container (GATEWAY_CONTAINER_MAX_BYTES): removed "
+                f"{', '.join(removed)}]")
+
+    async def _trim(self, box: Box, entries: list[FileEntry], fresh: Sequence[str]
+                    ) -> tuple[list[FileEntry], list[str]]:
+        """Files of ``fresh`` (what the call made or changed) removed, the largest first,
+        until the container's files are within GATEWAY_CONTAINER_MAX_BYTES; the entries
+        left and the paths removed. Files older than the call are never removed."""
+        bound = self.limits.disk_bytes
+        total = sum(e.bytes for e in entries)
+        if not bound or total <= bound:
+            return entries, []
+        sizes = {e.path: e.bytes for e in entries}
+        removed: list[str] = []
+        for path in sorted((p for p in set(fresh) if p in sizes), key=lambda p: -sizes[p]):
+            if total <= bound:
+                break
+            try:
+                await self.engine.remove_file(box, path)
+            except EngineError:
+                logger.exception("removing %s past the container's bound failed", path)
+                continue
+            total -= sizes[path]
+            removed.append(path)
+        gone = set(removed)
+        return [e for e in entries if e.path not in gone], removed
+
     async def _sync(self, record: ContainerRecord, box: Box, changed: Sequence[str]
-                    ) -> list[ContainerFile]:
+                    ) -> tuple[list[ContainerFile], list[str]]:
         """Bring the records in line with the files the engine holds (new ones recorded as
-        the assistant's, removed ones dropped, sizes moved); the records of ``changed``."""
+        the assistant's, removed ones dropped, sizes moved), what the call made past the
+        container's bound removed first; the records of ``changed``, and what was removed."""
         try:
             entries = await self.engine.list_files(box)
         except EngineError:
             logger.exception("listing container %s's files failed", record.id)
-            return []
+            return [], []
         known = {f.path: f for f in await self.records.files(record.tenant, record.id)}
+        grown = [e.path for e in entries
+                 if e.path not in known or known[e.path].bytes != e.bytes]
+        entries, removed = await self._trim(box, entries, [*changed, *grown])
         now = int(self.clock())
         current: dict[str, ContainerFile] = {}
         for entry in entries:
@@ -470,7 +527,7 @@ class Containers:
                 current[entry.path] = had
         for gone in known.values():
             await self.records.remove_file(record.tenant, record.id, gone.id)
-        return [current[path] for path in dict.fromkeys(changed) if path in current]
+        return [current[path] for path in dict.fromkeys(changed) if path in current], removed
 
     def _lock(self, container_id: str) -> Lock:
         lock = self._locks.get(container_id)
@@ -489,6 +546,13 @@ class Containers:
             await self.engine.aclose()
         finally:
             await self.records.aclose()
+
+
+def _with_line(text: str, line: str) -> str:
+    """``line`` after ``text``, on a line of its own."""
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return f"{text}{line}\n"
 
 
 def data_path(path: str, param: str) -> str:
