@@ -152,6 +152,12 @@ def test_how_a_process_ended_is_told(sandbox: Harness) -> None:
     # Closing its stdout does not lose the next execution's output.
     run(sandbox, "import os\nos.close(1)", b)
     assert run(sandbox, "print(kept)", b).stdout == "1\n"
+    # Frames that are not the answer, past what an answer may take, are not parsed on the
+    # gateway's event loop for as long as the code goes on writing them.
+    flood = run(sandbox, 'import json, os, struct\nbody = json.dumps({"x": "y" * 900_000})'
+                         '.encode()\nframe = struct.pack(">I", len(body)) + body\n'
+                         'for _ in range(4):\n    os.write(200, frame)\nprint("done")', b)
+    assert flood.reset and "control socket" in flood.error
     garbled = run(sandbox, "import os\nos.write(200, b'\\xff' * 8)", b)
     assert garbled.reset and "control socket" in garbled.error
     assert run(sandbox, "print('again')", b).stdout == "again\n"

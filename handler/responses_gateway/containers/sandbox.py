@@ -592,16 +592,21 @@ async def _send(writer: asyncio.StreamWriter, message: dict) -> None:
 
 async def _answer(reader: asyncio.StreamReader, nonce: str) -> dict:
     """The runner's answer to the request ``nonce`` (frames the code itself wrote on the
-    socket, which it can reach, are skipped)."""
+    socket, which it can reach, are skipped: at most MAX_REPLY bytes of them, parsed on the
+    event loop, before the socket counts as garbled)."""
+    skipped = [0]
     while True:
-        message = await _receive(reader)
+        message = await _receive(reader, skipped)
         if message.get("nonce") == nonce:
             return message
 
 
-async def _receive(reader: asyncio.StreamReader) -> dict:
+async def _receive(reader: asyncio.StreamReader, taken: list[int] | None = None) -> dict:
+    """One frame; ``taken`` counts the bytes of frames read so far, within MAX_REPLY."""
     (size,) = struct.unpack(">I", await reader.readexactly(4))
-    if size > MAX_REPLY:
+    if taken is not None:
+        taken[0] += size
+    if max(size, taken[0] if taken is not None else 0) > MAX_REPLY:
         raise ValueError("answer too large")
     message = json.loads(await reader.readexactly(size))
     if not isinstance(message, dict):
