@@ -239,9 +239,13 @@ class CodeInterpreterTool(ServerTool):
         for file in held.values():
             self.files[file.path] = {"id": file.id, "container_id": container_id}
         missed = []
+        files_api = self.containers.files_api
+        if files_api is None:  # no file storage on this gateway
+            return (f"[Files that could not be added: {', '.join(self.params.file_ids)} (file "
+                    "storage is not configured on this gateway).]\n")
         for file_id in self.params.file_ids:
             try:
-                found = await self.containers.files_api.get(file_id, self.tenant)
+                found = await files_api.get(file_id, self.tenant)
                 if f"{outputs.DATA}/{safe_filename(found.filename)}" in held:
                     continue
                 added = await self.containers.add_file(self.tenant, container_id,
