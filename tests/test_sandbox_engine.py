@@ -197,3 +197,63 @@ def test_what_ran_out_of_time_printed_comes_back(sandbox: Harness) -> None:
     assert command.timed_out and command.stdout == "started\n"
     crashed = run(sandbox, "import os\nprint('going')\nos._exit(7)", b)
     assert crashed.reset and crashed.stdout == "going\n"
+
+
+def _pids_running(mark: str) -> list[int]:
+    import os
+
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if mark.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.slow
+def test_a_cancelled_call_leaves_no_process(sandbox: Harness) -> None:
+    """A call whose request went away (the task cancelled: a client that disconnected) ends
+    the commands it started; they do not run on unbounded, out of the container's reach."""
+    b = Box(id="cntr_cancel", memory_mb=256)
+
+    async def cancel_during() -> None:
+        call = asyncio.ensure_future(sandbox.engine.run_commands(
+            b, ["sleep 987654"], timeout=60, max_output=OUT))
+        for _ in range(200):  # until the command runs
+            if _pids_running("sleep 987654"):
+                break
+            await asyncio.sleep(0.05)
+        assert _pids_running("sleep 987654")
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+
+    sandbox.run(cancel_during())
+    for _ in range(200):  # a generous wait: the kill is asynchronous
+        if not _pids_running("sleep 987654"):
+            break
+        sandbox.run(asyncio.sleep(0.05))
+    assert not _pids_running("sleep 987654")
+
+
+@pytest.mark.slow
+def test_a_cancelled_execution_ends_its_process(sandbox: Harness) -> None:
+    """An execution whose call went away does not keep the container's Python busy for
+    the next call: its process ends and the next call says so (reset)."""
+    b = Box(id="cntr_cancel_code", memory_mb=256)
+    run(sandbox, "1", b)
+
+    async def cancel_during() -> None:
+        call = asyncio.ensure_future(sandbox.engine.run_code(
+            b, "import time\ntime.sleep(987)", timeout=60, max_output=OUT))
+        await asyncio.sleep(0.5)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+
+    sandbox.run(cancel_during())
+    after = run(sandbox, "print('next')", b, timeout=10)
+    assert not after.timed_out and after.reset and after.stdout == "next\n"

@@ -377,6 +377,13 @@ class SandboxEngine(ContainerEngine):
                 result.timed_out = True
             except (asyncio.IncompleteReadError, ConnectionError, OSError):
                 reply = None  # the process died
+            except asyncio.CancelledError:
+                # The call went away mid-execution: the code would go on running unwatched
+                # and hold up the next call. Its process ends; the next call says reset.
+                jail.lost = True
+                _kill(jail.process)
+                container.evicted = True
+                raise
             except ValueError:
                 reply = None
                 garbled = True  # the code wrote nonsense on the runner's socket
@@ -438,6 +445,9 @@ class SandboxEngine(ContainerEngine):
                 _kill(process)
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(process.wait(), 10)
+            except BaseException:  # the call went away (cancelled): its command ends too
+                _kill(process)
+                raise
             finally:
                 container.commands.discard(process)
             result.stdout, result.stderr, result.dropped = out.text(), err.text(), budget.dropped
