@@ -257,3 +257,14 @@ def test_a_cancelled_execution_ends_its_process(sandbox: Harness) -> None:
     sandbox.run(cancel_during())
     after = run(sandbox, "print('next')", b, timeout=10)
     assert not after.timed_out and after.reset and after.stdout == "next\n"
+
+
+@pytest.mark.slow
+def test_a_command_with_a_nul_is_its_own_failure(sandbox: Harness) -> None:
+    """A command the model wrote with a NUL byte (``\\u0000`` in its JSON) cannot be run by
+    any shell: that command fails, as a command, and the others run."""
+    b = Box(id="cntr_nul", memory_mb=256)
+    first, second = sandbox.run(sandbox.engine.run_commands(
+        b, ["echo a\x00b", "echo fine"], timeout=60, max_output=OUT))
+    assert first.exit_code not in (0, None) and "NUL" in first.stderr
+    assert second.exit_code == 0 and second.stdout == "fine\n"

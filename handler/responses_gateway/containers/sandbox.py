@@ -423,6 +423,11 @@ class SandboxEngine(ContainerEngine):
             if left <= 0:
                 results.append(CommandResult(timed_out=True))
                 continue
+            if "\x00" in command:  # no program's arguments can hold one
+                results.append(CommandResult(
+                    stderr="the command holds a NUL byte: no shell can run it\n",
+                    exit_code=126))
+                continue
             argv = [runtime.executable, "-I", "-S", RUNNER, "exec", json.dumps(limits), "--",
                     runtime.shell, "-c", command]
             process = await self._spawn(box, container, argv)
