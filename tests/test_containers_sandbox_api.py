@@ -194,3 +194,20 @@ def test_content_is_the_file_as_it_is_now(gateway: GatewayProcess) -> None:
         assert content.content == b"x" + b"y" * 3_000_000
     finally:
         alice.containers.delete(made.id)
+
+
+def test_a_file_name_that_is_not_utf8_is_listed_not_a_500(gateway: GatewayProcess) -> None:
+    """The code may name a file with any bytes (``open(b"/mnt/data/\\xff", "w")``): such a
+    name cannot be a container file's path (a JSON string), so it is not listed, and the
+    listing still answers."""
+    alice = client(gateway, KEY_A)
+    made = alice.containers.create(name="bytes")
+    folder = Path(str(gateway.env["GATEWAY_STORE"])[len("sqlite:"):] + ".containers") / made.id
+    try:
+        alice.containers.files.create(made.id, file=("ok.txt", b"x"))
+        with open(bytes(folder) + b"/caf\xe9.txt", "wb") as odd:  # as the code would
+            odd.write(b"latin-1 name")
+        paths = sorted(f.path for f in alice.containers.files.list(made.id))
+        assert paths == ["/mnt/data/ok.txt"]
+    finally:
+        alice.containers.delete(made.id)

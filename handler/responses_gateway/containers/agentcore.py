@@ -73,6 +73,7 @@ from responses_gateway.containers.engine import (
     ContainerEngine,
     EngineError,
     FileEntry,
+    nameable,
 )
 
 log = logging.getLogger(__name__)
@@ -545,7 +546,8 @@ class AgentCoreEngine(ContainerEngine):
             "code": _SCAN.format(top=session.data, most=10_000)})
         try:
             return {str(k): [int(v[0]), int(v[1])]
-                    for k, v in json.loads(ran.stdout.strip().splitlines()[-1]).items()}
+                    for k, v in json.loads(ran.stdout.strip().splitlines()[-1]).items()
+                    if nameable(str(k))}
         except (ValueError, IndexError, TypeError, AttributeError):
             log.warning("agentcore scan answered %r", ran.stderr[:200])
             raise EngineError("AgentCore did not list the container's files") from None

@@ -90,6 +90,17 @@ class FileEntry:
     bytes: int
 
 
+def nameable(path: str) -> bool:
+    """Whether ``path`` can be a container file's path: a name the code made of bytes that
+    are not UTF-8 (Python hands them over as lone surrogates) cannot be stored or sent as
+    JSON, so such a file is not listed."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class ContainerEngine(ABC):
     """Keeps containers' processes and files. Methods are coroutines and never block the
     event loop (subprocess pipes, boto3 in a thread)."""

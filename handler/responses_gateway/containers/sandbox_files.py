@@ -20,7 +20,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from .engine import DATA, BadPath, EngineError, FileEntry
+from .engine import DATA, BadPath, EngineError, FileEntry, nameable
 
 #: files a listing or a before/after comparison looks at (the rest are not listed)
 MAX_ENTRIES = 10_000
@@ -242,8 +242,8 @@ def _walk(fd: int, inside: str, depth: int, seen: list[int]
 
 
 def listing(root: Path) -> list[FileEntry]:
-    return sorted((FileEntry(path=path, bytes=info.st_size) for path, info in walk(root)),
-                  key=lambda e: e.path)
+    return sorted((FileEntry(path=path, bytes=info.st_size) for path, info in walk(root)
+                   if nameable(path)), key=lambda e: e.path)
 
 
 Snapshot = dict[str, tuple[int, int, int]]
@@ -251,7 +251,8 @@ Snapshot = dict[str, tuple[int, int, int]]
 
 def snapshot(root: Path) -> Snapshot:
     """What tells a file changed: size, modification time, inode."""
-    return {path: (info.st_size, info.st_mtime_ns, info.st_ino) for path, info in walk(root)}
+    return {path: (info.st_size, info.st_mtime_ns, info.st_ino) for path, info in walk(root)
+            if nameable(path)}
 
 
 def changed(before: Snapshot, after: Snapshot, *, limit: int = 1000) -> list[str]:
