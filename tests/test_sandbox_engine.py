@@ -268,3 +268,15 @@ def test_a_command_with_a_nul_is_its_own_failure(sandbox: Harness) -> None:
         b, ["echo a\x00b", "echo fine"], timeout=60, max_output=OUT))
     assert first.exit_code not in (0, None) and "NUL" in first.stderr
     assert second.exit_code == 0 and second.stdout == "fine\n"
+
+
+@pytest.mark.slow
+def test_an_exception_of_any_text_comes_back_as_json_can_carry_it(sandbox: Harness) -> None:
+    """An exception whose message holds a lone surrogate (``ValueError("\\udce9")``) is
+    the code's failure, told in text that the response's JSON can hold."""
+    import orjson
+
+    b = Box(id="cntr_surrogate", memory_mb=256)
+    failed = run(sandbox, 'raise ValueError("\\udce9")', b)
+    assert failed.error is not None and "ValueError" in failed.error
+    orjson.dumps(failed.error)

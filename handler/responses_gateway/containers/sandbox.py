@@ -402,7 +402,9 @@ class SandboxEngine(ContainerEngine):
                     result.error = _lost(jail.process.returncode, how)
             else:
                 error = reply.get("error")
-                result.error = error if isinstance(error, str) else None
+                # An exception's text may hold lone surrogates (JSON cannot): escaped.
+                result.error = (error.encode("utf-8", "backslashreplace").decode("utf-8")
+                                if isinstance(error, str) else None)
             result.stdout, result.stderr = out.text(), err.text()
             result.dropped = budget.dropped
             after = await asyncio.to_thread(files.snapshot, folder)
