@@ -105,3 +105,49 @@ def test_content_is_read_piece_by_piece(tmp_path: Path) -> None:
     assert len(pieces) == 4 and max(map(len, pieces)) <= CHUNK_BYTES
     with pytest.raises(files.BadPath):
         asyncio.run(engine.read_chunks(box, "/mnt/data/link", limit=10))
+
+
+def test_a_read_cut_short_closes_its_descriptor_only_once_the_read_ended(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A content read whose request went away (cancelled) may still run in its thread:
+    its descriptor is closed after that read, never under it (the number, reused by the
+    next open, would have the late read take another file's or socket's bytes)."""
+    from responses_gateway.containers.engine import Box
+    from responses_gateway.containers.sandbox import SandboxEngine
+
+    engine = SandboxEngine(tmp_path)
+    box = Box("cntr_cut", 1024)
+    (tmp_path / box.id).mkdir()
+    (tmp_path / box.id / "f.bin").write_bytes(b"x" * 10)
+    entered, release = threading.Event(), threading.Event()
+    real_read = os.read
+    fds: list[int] = []
+
+    def slow_read(fd: int, n: int) -> bytes:
+        if fd in fds:
+            entered.set()
+            release.wait(10)
+        return real_read(fd, n)
+
+    monkeypatch.setattr(os, "read", slow_read)
+
+    async def cut() -> None:
+        chunks = await engine.read_chunks(box, "/mnt/data/f.bin", limit=100)
+        fds.append(chunks._fd)
+        task = asyncio.ensure_future(chunks.__anext__())
+        while not entered.is_set():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        os.fstat(fds[0])  # still open: the read in its thread has not ended
+        release.set()
+        for _ in range(500):
+            try:
+                os.fstat(fds[0])
+            except OSError:
+                return  # closed once the read ended
+            await asyncio.sleep(0.01)
+        raise AssertionError("the descriptor stayed open")
+
+    asyncio.run(cut())

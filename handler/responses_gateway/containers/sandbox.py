@@ -36,6 +36,7 @@ import shutil
 import signal
 import socket
 import struct
+import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -529,20 +530,28 @@ class SandboxEngine(ContainerEngine):
 
 class _FileChunks:
     """An open container file read in pieces, each in a thread; the descriptor is closed at
-    the end, when the reader stops early, or when it is dropped unread."""
+    the end, when the reader stops early, or when it is dropped unread. A read cut short
+    (its request went away) may still run in its thread: the descriptor is closed after it,
+    never under it (its number, reused by the next open, would give the late read another
+    file's or a socket's bytes)."""
 
     def __init__(self, fd: int) -> None:
         self._fd: int | None = fd
+        self._guard = threading.Lock()
+        self._reading = False
+        self._abandoned = False
 
     def __aiter__(self) -> _FileChunks:
         return self
 
     async def __anext__(self) -> bytes:
-        fd = self._fd
-        if fd is None:
-            raise StopAsyncIteration
+        with self._guard:
+            fd = self._fd
+            if fd is None:
+                raise StopAsyncIteration
+            self._reading = True
         try:
-            chunk = await asyncio.to_thread(os.read, fd, CHUNK_BYTES)
+            chunk = await asyncio.to_thread(self._read, fd)
         except BaseException:
             self.close()
             raise
@@ -551,14 +560,30 @@ class _FileChunks:
             raise StopAsyncIteration
         return chunk
 
+    def _read(self, fd: int) -> bytes:
+        """One piece (in a thread); closes the descriptor when it was let go meanwhile."""
+        try:
+            return os.read(fd, CHUNK_BYTES)
+        finally:
+            with self._guard:
+                self._reading = False
+                if self._abandoned:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+
     async def aclose(self) -> None:
         self.close()
 
     def close(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        with self._guard:
+            fd, self._fd = self._fd, None
+            if fd is None:
+                return
+            if self._reading:
+                self._abandoned = True  # the thread's read closes it when it ends
+                return
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
     def __del__(self) -> None:
         self.close()
