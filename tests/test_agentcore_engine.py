@@ -417,3 +417,27 @@ def test_the_s3_copy_of_one_execution_is_bounded(fake: FakeAgentCore, bucket: st
     assert s3_keys(moto_endpoint, bucket) == ["containers/cntr_bound.session",
                                               "containers/cntr_bound/a",
                                               "containers/cntr_bound/c"]
+
+
+def test_copies_of_a_live_container_are_written_again_before_the_lifecycle_drops_them(
+        fake: FakeAgentCore, clock: Clock, bucket: str, moto_endpoint: str) -> None:
+    """The files bucket drops ``containers/`` objects COPY_DAYS after they were written
+    (template.yaml), so an abandoned container's copy goes; a live one's copies are written
+    again when a new session restores them, once they are older than ``refresh_seconds``."""
+    for refresh, rewritten in ((0.0, True), (3 * 86400.0, False)):
+        engine = engine_for(fake, bucket, moto_endpoint, Clock(), refresh_seconds=refresh)
+        box = Box(f"cntr_refresh{int(refresh)}", 1024)
+        run(engine.write_file(box, "/mnt/data/kept.txt", b"kept"))
+        put: list[str] = []
+        real = engine._put_object
+
+        def recording(key: str, data: bytes, real: Any = real, put: list[str] = put) -> None:
+            put.append(key)
+            real(key, data)
+
+        engine._put_object = recording  # type: ignore[method-assign]
+        clock.advance(901)  # AgentCore ends the session: the next call restores
+        ran = run(engine.run_code(box, "print(open('/mnt/data/kept.txt').read())",
+                                  timeout=30, max_output=LIMIT))
+        assert ran.stdout == "kept\n"
+        assert (f"containers/{box.id}/kept.txt" in put) is rewritten

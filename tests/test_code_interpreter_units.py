@@ -446,6 +446,25 @@ def test_auto_reuses_the_conversations_live_container_else_makes_one() -> None:
     assert len(containers.made) == 3
 
 
+def test_a_reused_container_without_file_storage_runs_and_says_so() -> None:
+    """Where the gateway stores no Files (AWS without a files bucket), a later turn's
+    ``file_ids`` cannot join the container: the call runs and the model is told."""
+
+    class NoFiles(FakeContainers):
+        files_api = None  # type: ignore[assignment]
+
+    containers = NoFiles()
+    auto = {"type": "code_interpreter", "container": {"type": "auto"}}
+    _, response = one_response(build(request(auto, containers=containers)),
+                               [json.dumps({"code": "n = 1"})])
+    more = {"type": "code_interpreter", "container": {"type": "auto", "file_ids": ["file_x"]}}
+    later = build(request(more, history=response["output"], containers=containers))
+    _, response = one_response(later, [json.dumps({"code": "print(n)"})])
+    item = response["output"][0]
+    assert item["status"] == "completed" and item["container_id"] == "cntr_1"
+    assert "file_x" in later.reads()[item["id"]]
+
+
 def test_an_explicit_container_that_expires_mid_chain_fails_the_call() -> None:
     containers = FakeContainers()
     made = asyncio.run(containers.create("t1", name="mine"))

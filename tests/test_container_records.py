@@ -154,3 +154,64 @@ def test_forget_drops_expired_records_past_keeping(records: ContainerRecords,
         assert dropped == 1 and run(records.get("t1", "cntr_a")) is None
     else:  # the table's TTL does it
         assert dropped == 0
+
+
+@pytest.fixture
+def dynamodb(request: pytest.FixtureRequest) -> Iterator[Any]:
+    from responses_gateway.containers.aws import DynamoDBContainerRecords
+    from tests.helpers.moto_server import create_dynamodb_table, use_moto
+
+    use_moto(request.getfixturevalue("monkeypatch"), request.getfixturevalue("moto_endpoint"))
+    made = DynamoDBContainerRecords(create_dynamodb_table(), keep_seconds=3600)
+    yield made
+    run(made.aclose())
+
+
+def test_two_creates_at_once_in_two_processes_keep_the_bound(dynamodb: Any) -> None:
+    """Two instances each count the tenant's running containers before either writes
+    (both see room for one): the one written second finds itself past the bound once
+    written, and takes its record back."""
+    from responses_gateway.containers.aws import DynamoDBContainerRecords
+
+    other = DynamoDBContainerRecords(dynamodb.table, dynamodb.client, keep_seconds=3600)
+    for instance in (dynamodb, other):  # the count both read before either wrote
+        real = instance._running
+        calls: list[int] = []
+
+        def first_sees_none(tenant: str, now: float, real: Any = real,
+                            calls: list[int] = calls) -> list[Any]:
+            calls.append(1)
+            return [] if len(calls) == 1 else real(tenant, now)
+
+        instance._running = first_sees_none
+    run(dynamodb.add(container("cntr_a"), 1, NOW))
+    with pytest.raises(TooManyContainers):
+        run(other.add(container("cntr_b", created=1), 1, NOW + 1))
+    assert run(dynamodb.get("t1", "cntr_b")) is None
+    assert run(dynamodb.get("t1", "cntr_a")) is not None
+
+
+def test_file_rows_leave_the_table_by_themselves(dynamodb: Any) -> None:
+    """A container's row goes by the table's TTL when nobody touches it again; its files'
+    rows carry a TTL too (beyond the container's keeping, moved on when listed)."""
+    import time
+
+    run(dynamodb.add(container("cntr_a"), 0, NOW))
+    run(dynamodb.put_file(cfile("cfile_1", "cntr_a", "/mnt/data/a.txt")))
+
+    def ttl() -> int:
+        from responses_gateway.containers.aws import _fsk, _pk
+
+        item = dynamodb.client.get_item(TableName=dynamodb.table, Key={
+            "pk": _pk("t1"), "sk": _fsk("cntr_a", "cfile_1")}, ConsistentRead=True)["Item"]
+        return int(item["expires_at"]["N"])
+
+    assert ttl() >= time.time() + 3600
+    from responses_gateway.containers.aws import _fsk, _pk
+
+    dynamodb.client.update_item(TableName=dynamodb.table, Key={
+        "pk": _pk("t1"), "sk": _fsk("cntr_a", "cfile_1")},
+        UpdateExpression="SET expires_at = :t", ExpressionAttributeValues={
+            ":t": {"N": str(int(time.time()) + 60)}})
+    assert [f.id for f in run(dynamodb.files("t1", "cntr_a"))] == ["cfile_1"]
+    assert ttl() >= time.time() + 3600  # listed: moved on

@@ -153,3 +153,61 @@ def test_expiry_in_the_app_ends_the_sandbox_process(tmp_path: Path) -> None:
         assert await asyncio.to_thread(gone_within, kept.id, 10)  # shutdown ended it
 
     asyncio.run(scenario())
+
+
+def test_paths_the_folder_cannot_take_are_client_errors(gateway: GatewayProcess) -> None:
+    """An upload's name past the file system's 255 bytes is shortened (its extension kept);
+    a name the code took for a folder is a 400; a file the code swapped for a link is gone
+    (404): none is a 500."""
+    alice = client(gateway, KEY_A)
+    made = alice.containers.create(name="paths")
+    folder = Path(str(gateway.env["GATEWAY_STORE"])[len("sqlite:"):] + ".containers") / made.id
+    try:
+        long = alice.containers.files.create(made.id, file=("é" * 200 + ".csv", b"a,b\n"))
+        name = long.path.rsplit("/", 1)[-1]
+        assert name.endswith(".csv") and len(name.encode()) <= 255
+        assert (folder / name).read_bytes() == b"a,b\n"
+        (folder / "sub").mkdir()  # as the code would
+        with pytest.raises(openai.BadRequestError) as bad:
+            alice.containers.files.create(made.id, file=("sub", b"x"))
+        assert bad.value.status_code == 400
+        sent = alice.containers.files.create(made.id, file=("x.txt", b"x"))
+        (folder / "x.txt").unlink()
+        (folder / "x.txt").symlink_to("/etc/passwd")  # as the code would
+        with pytest.raises(openai.NotFoundError):
+            alice.containers.files.content.retrieve(sent.id, container_id=made.id)
+    finally:
+        alice.containers.delete(made.id)
+
+
+def test_content_is_the_file_as_it_is_now(gateway: GatewayProcess) -> None:
+    """A file that grew since its record was made (a thread the code left running appends
+    to it) is sent whole, not cut at (or broken by) the size its record says."""
+    alice = client(gateway, KEY_A)
+    made = alice.containers.create(name="growing")
+    folder = Path(str(gateway.env["GATEWAY_STORE"])[len("sqlite:"):] + ".containers") / made.id
+    try:
+        sent = alice.containers.files.create(made.id, file=("log.txt", b"x"))
+        with (folder / "log.txt").open("ab") as log:  # as the code's thread would
+            log.write(b"y" * 3_000_000)
+        content = alice.containers.files.content.retrieve(sent.id, container_id=made.id)
+        assert content.content == b"x" + b"y" * 3_000_000
+    finally:
+        alice.containers.delete(made.id)
+
+
+def test_a_file_name_that_is_not_utf8_is_listed_not_a_500(gateway: GatewayProcess) -> None:
+    """The code may name a file with any bytes (``open(b"/mnt/data/\\xff", "w")``): such a
+    name cannot be a container file's path (a JSON string), so it is not listed, and the
+    listing still answers."""
+    alice = client(gateway, KEY_A)
+    made = alice.containers.create(name="bytes")
+    folder = Path(str(gateway.env["GATEWAY_STORE"])[len("sqlite:"):] + ".containers") / made.id
+    try:
+        alice.containers.files.create(made.id, file=("ok.txt", b"x"))
+        with open(bytes(folder) + b"/caf\xe9.txt", "wb") as odd:  # as the code would
+            odd.write(b"latin-1 name")
+        paths = sorted(f.path for f in alice.containers.files.list(made.id))
+        assert paths == ["/mnt/data/ok.txt"]
+    finally:
+        alice.containers.delete(made.id)

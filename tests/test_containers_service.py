@@ -17,6 +17,7 @@ from responses_gateway.containers.service import (
     ContainerLimits,
     Containers,
     data_path,
+    safe_filename,
 )
 from responses_gateway.errors import GatewayError
 from responses_gateway.files.local import DiskBlobs, SQLiteFileRecords
@@ -133,6 +134,34 @@ def test_run_code_keeps_state_and_records_files(service: Containers, clock: Cloc
     assert run(service.files("t1", record.id)) == []
 
 
+def test_a_containers_files_stay_within_their_bound(tmp_path: Path, engine: FakeContainerEngine,
+                                                    files: Files, clock: Clock) -> None:
+    """GATEWAY_CONTAINER_MAX_BYTES: an upload past it is OpenAI's 413; what an execution
+    wrote past it is removed (largest first) and the code is told."""
+    service = Containers(SQLiteContainerRecords(str(tmp_path / "g.db")), engine, files,
+                         ContainerLimits(file_bytes=1000, disk_bytes=100), clock=clock)
+    try:
+        record = run(service.create("t1", name="x"))
+        run(service.add_file("t1", record.id, path="a.txt", data=b"a" * 60))
+        with pytest.raises(GatewayError) as full:
+            run(service.add_file("t1", record.id, path="b.txt", data=b"b" * 60))
+        assert status(full) == (413, "file", "container_full")
+        assert "GATEWAY_CONTAINER_MAX_BYTES" in full.value.message
+        # the same path replaced: its old size does not count
+        run(service.add_file("t1", record.id, path="a.txt", data=b"A" * 70))
+        ran = run(service.run_code("t1", record.id, (
+            "open(DATA + '/small.txt', 'w').write('s' * 10)\n"
+            "open(DATA + '/big.txt', 'w').write('b' * 50)")))
+        assert [f.path for f in ran.files] == ["/mnt/data/small.txt"]
+        assert "big.txt" in ran.result.stderr and "GATEWAY_CONTAINER_MAX_BYTES" in \
+            ran.result.stderr
+        assert sorted(f.path for f in run(service.files("t1", record.id))) == [
+            "/mnt/data/a.txt", "/mnt/data/small.txt"]
+        assert not (tmp_path / "boxes" / record.id / "big.txt").exists()
+    finally:
+        run(service.aclose())
+
+
 def test_run_commands_records_what_they_left(service: Containers) -> None:
     record = run(service.create("t1", name="x"))
     results = run(service.run_commands("t1", record.id, ["echo hi", "touch made.txt"]))
@@ -170,6 +199,13 @@ def test_paths_stay_under_mnt_data(path: str) -> None:
     with pytest.raises(GatewayError) as bad:
         data_path(path, "file")
     assert bad.value.status == 400
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("../../etc/passwd", "passwd"), ("..", "file"), ("a" * 300 + ".csv", "a" * 251 + ".csv"),
+    ("é" * 200, "é" * 127)])
+def test_a_files_name_fits_the_folder(name: str, expected: str) -> None:
+    assert safe_filename(name) == expected
 
 
 def test_expiry_stops_the_box_and_answers_as_openai(service: Containers, clock: Clock,

@@ -133,6 +133,18 @@ def test_table_matches_the_store_schema(template: dict[str, Any]) -> None:
     assert "LocalSecondaryIndexes" not in props
 
 
+def test_abandoned_container_copies_leave_the_files_bucket(template: dict[str, Any]) -> None:
+    """AgentCore containers' S3 copies (containers/agentcore.py): a container whose record
+    the table's TTL dropped is never reclaimed, so the bucket's lifecycle drops its copy."""
+    from responses_gateway.containers.agentcore import COPY_DAYS, REFRESH_SECONDS
+
+    rules = template["Resources"]["FilesBucket"]["Properties"]["LifecycleConfiguration"][
+        "Rules"]
+    (rule,) = [r for r in rules if r.get("Prefix") == "containers/"]
+    assert rule["Status"] == "Enabled" and rule["ExpirationInDays"] == COPY_DAYS
+    assert REFRESH_SECONDS < COPY_DAYS * 86400 - 8 * 3600  # a session lives 8 hours at most
+
+
 def test_api_function_runs_under_the_lambda_web_adapter(template: dict[str, Any]) -> None:
     api = template["Resources"]["ApiFunction"]["Properties"]
     env = api["Environment"]["Variables"]

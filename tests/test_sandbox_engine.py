@@ -152,6 +152,12 @@ def test_how_a_process_ended_is_told(sandbox: Harness) -> None:
     # Closing its stdout does not lose the next execution's output.
     run(sandbox, "import os\nos.close(1)", b)
     assert run(sandbox, "print(kept)", b).stdout == "1\n"
+    # Frames that are not the answer, past what an answer may take, are not parsed on the
+    # gateway's event loop for as long as the code goes on writing them.
+    flood = run(sandbox, 'import json, os, struct\nbody = json.dumps({"x": "y" * 900_000})'
+                         '.encode()\nframe = struct.pack(">I", len(body)) + body\n'
+                         'for _ in range(4):\n    os.write(200, frame)\nprint("done")', b)
+    assert flood.reset and "control socket" in flood.error
     garbled = run(sandbox, "import os\nos.write(200, b'\\xff' * 8)", b)
     assert garbled.reset and "control socket" in garbled.error
     assert run(sandbox, "print('again')", b).stdout == "again\n"
@@ -191,3 +197,86 @@ def test_what_ran_out_of_time_printed_comes_back(sandbox: Harness) -> None:
     assert command.timed_out and command.stdout == "started\n"
     crashed = run(sandbox, "import os\nprint('going')\nos._exit(7)", b)
     assert crashed.reset and crashed.stdout == "going\n"
+
+
+def _pids_running(mark: str) -> list[int]:
+    import os
+
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if mark.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.slow
+def test_a_cancelled_call_leaves_no_process(sandbox: Harness) -> None:
+    """A call whose request went away (the task cancelled: a client that disconnected) ends
+    the commands it started; they do not run on unbounded, out of the container's reach."""
+    b = Box(id="cntr_cancel", memory_mb=256)
+
+    async def cancel_during() -> None:
+        call = asyncio.ensure_future(sandbox.engine.run_commands(
+            b, ["sleep 987654"], timeout=60, max_output=OUT))
+        for _ in range(200):  # until the command runs
+            if _pids_running("sleep 987654"):
+                break
+            await asyncio.sleep(0.05)
+        assert _pids_running("sleep 987654")
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+
+    sandbox.run(cancel_during())
+    for _ in range(200):  # a generous wait: the kill is asynchronous
+        if not _pids_running("sleep 987654"):
+            break
+        sandbox.run(asyncio.sleep(0.05))
+    assert not _pids_running("sleep 987654")
+
+
+@pytest.mark.slow
+def test_a_cancelled_execution_ends_its_process(sandbox: Harness) -> None:
+    """An execution whose call went away does not keep the container's Python busy for
+    the next call: its process ends and the next call says so (reset)."""
+    b = Box(id="cntr_cancel_code", memory_mb=256)
+    run(sandbox, "1", b)
+
+    async def cancel_during() -> None:
+        call = asyncio.ensure_future(sandbox.engine.run_code(
+            b, "import time\ntime.sleep(987)", timeout=60, max_output=OUT))
+        await asyncio.sleep(0.5)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+
+    sandbox.run(cancel_during())
+    after = run(sandbox, "print('next')", b, timeout=10)
+    assert not after.timed_out and after.reset and after.stdout == "next\n"
+
+
+@pytest.mark.slow
+def test_a_command_with_a_nul_is_its_own_failure(sandbox: Harness) -> None:
+    """A command the model wrote with a NUL byte (``\\u0000`` in its JSON) cannot be run by
+    any shell: that command fails, as a command, and the others run."""
+    b = Box(id="cntr_nul", memory_mb=256)
+    first, second = sandbox.run(sandbox.engine.run_commands(
+        b, ["echo a\x00b", "echo fine"], timeout=60, max_output=OUT))
+    assert first.exit_code not in (0, None) and "NUL" in first.stderr
+    assert second.exit_code == 0 and second.stdout == "fine\n"
+
+
+@pytest.mark.slow
+def test_an_exception_of_any_text_comes_back_as_json_can_carry_it(sandbox: Harness) -> None:
+    """An exception whose message holds a lone surrogate (``ValueError("\\udce9")``) is
+    the code's failure, told in text that the response's JSON can hold."""
+    import orjson
+
+    b = Box(id="cntr_surrogate", memory_mb=256)
+    failed = run(sandbox, 'raise ValueError("\\udce9")', b)
+    assert failed.error is not None and "ValueError" in failed.error
+    orjson.dumps(failed.error)

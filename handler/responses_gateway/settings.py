@@ -525,6 +525,12 @@ class Settings:
         doc=("running containers one API key may have (`/v1/containers` and auto containers); "
              "past it 400 `container_limit_exceeded` (expired ones are reclaimed first). `0`: "
              "no bound"))
+    container_max_bytes: int = CODE(
+        "GATEWAY_CONTAINER_MAX_BYTES", 2 << 30, parse="count",
+        not_parameter="an internal bound per container; its default suits most deployments",
+        doc=("bytes a container's `/mnt/data` files may take together: an upload past it is "
+             "413 `container_full`; what an execution or command wrote past it is removed "
+             "(largest first) and the model is told. `0`: no bound"))
     agentcore_interpreter_id: str = CODE(
         "GATEWAY_AGENTCORE_INTERPRETER_ID", "aws.codeinterpreter.v1",
         parameter="AgentCoreInterpreterId",

@@ -218,10 +218,11 @@ async def retrieve_file(request: Request) -> Response:
 
 async def file_content(request: Request) -> Response:
     tenant = tenant_of(request)
-    found, chunks = await containers_of(request).file_content(
+    _found, chunks = await containers_of(request).file_content(
         tenant, request.path_params["container_id"], request.path_params["file_id"])
-    return StreamingResponse(chunks, media_type="application/octet-stream",
-                             headers={"content-length": str(found.bytes)})
+    # No content-length: the file is sent as it is now, and its record's size may be older
+    # (the code may have written to it since).
+    return StreamingResponse(chunks, media_type="application/octet-stream")
 
 
 async def delete_file(request: Request) -> Response:

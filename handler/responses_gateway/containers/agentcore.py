@@ -66,12 +66,14 @@ from typing import Any, TypeVar
 
 from responses_gateway.containers.engine import (
     DATA,
+    BadPath,
     Box,
     CodeResult,
     CommandResult,
     ContainerEngine,
     EngineError,
     FileEntry,
+    nameable,
 )
 
 log = logging.getLogger(__name__)
@@ -85,6 +87,13 @@ MARGIN = 5.0
 WRITE_BATCH_BYTES = 8 * 1024 * 1024
 #: seconds a StopCodeInterpreterSession may take before the engine goes on without it
 STOP_SECONDS = 15.0
+#: the files bucket's lifecycle rule (template.yaml ``ContainerCopies``) drops objects under
+#: ``containers/`` this many days after they were written: the copies of containers nobody
+#: touches again (their records go by the table's TTL, never reclaimed) do not stay for ever
+COPY_DAYS = 7
+#: a live container's copies older than this are written again when a new session restores
+#: them (at least every session's life, at most 8 hours, while the container is used)
+REFRESH_SECONDS = 3 * 86400.0
 
 _PATH = re.compile(r"/mnt/data(?=$|[/'\"\s\\)\]},;:`])")
 _ENDED = ("not found", "terminated", "expired", "stopped", "no longer", "inactive")
@@ -203,7 +212,7 @@ def _relative(path: str) -> str:
     """``/mnt/data/sub/x.csv`` -> ``sub/x.csv``; anything else is refused."""
     normal = posixpath.normpath(path)
     if not normal.startswith(DATA + "/") or "\x00" in normal:
-        raise EngineError(f"a container path is under {DATA}/: {path!r}")
+        raise BadPath(f"a container path is under {DATA}/: {path!r}")
     return normal[len(DATA) + 1:]
 
 
@@ -232,7 +241,7 @@ class AgentCoreEngine(ContainerEngine):
                  sync_max_bytes: int = 64 * 1024 * 1024,
                  restore_max_bytes: int = 512 * 1024 * 1024,
                  clock: Callable[[], float] = time.time, client: Any = None,
-                 s3_client: Any = None) -> None:
+                 s3_client: Any = None, refresh_seconds: float = REFRESH_SECONDS) -> None:
         """``bucket`` (with ``prefix``) holds the containers' S3 copies; ``region`` is
         AgentCore's (the Bedrock region; the bucket's is the function's own);
         ``sync_max_files``/``sync_max_bytes`` bound what one execution copies to S3 and
@@ -248,6 +257,7 @@ class AgentCoreEngine(ContainerEngine):
         self.sync_max_files = sync_max_files
         self.sync_max_bytes = sync_max_bytes
         self.restore_max_bytes = restore_max_bytes
+        self.refresh_seconds = refresh_seconds
         self._clock = clock
         self._client = client
         self._s3 = s3_client
@@ -489,7 +499,7 @@ class AgentCoreEngine(ContainerEngine):
         objects = await asyncio.to_thread(self._list_objects, box)
         batch: list[dict[str, Any]] = []
         size, budget = 0, self.restore_max_bytes
-        for key, length in objects:
+        for key, length, written in objects:
             if length > budget:
                 log.info("agentcore: %s not restored (bounds)", key)
                 continue
@@ -497,6 +507,8 @@ class AgentCoreEngine(ContainerEngine):
             data = await asyncio.to_thread(self._get_object, key)
             if data is None:
                 continue
+            if time.time() - written >= self.refresh_seconds:  # before the lifecycle drops it
+                await asyncio.to_thread(self._put_object, key, data)
             rel = key[len(self._key(box)):]
             if batch and size + len(data) > WRITE_BATCH_BYTES:
                 await self._write(session, batch)
@@ -514,11 +526,13 @@ class AgentCoreEngine(ContainerEngine):
 
     # -- S3 copy (sync, in a thread) -------------------------------------------------------
 
-    def _list_objects(self, box: Box) -> list[tuple[str, int]]:
-        found: list[tuple[str, int]] = []
+    def _list_objects(self, box: Box) -> list[tuple[str, int, float]]:
+        """The container's copies: key, size and when each was written (epoch seconds)."""
+        found: list[tuple[str, int, float]] = []
         for page in self.s3.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=self._key(box)):
-            found.extend((o["Key"], int(o["Size"])) for o in page.get("Contents") or ())
+            found.extend((o["Key"], int(o["Size"]), o["LastModified"].timestamp())
+                         for o in page.get("Contents") or ())
         return found
 
     def _get_object(self, key: str) -> bytes | None:
@@ -544,7 +558,8 @@ class AgentCoreEngine(ContainerEngine):
             "code": _SCAN.format(top=session.data, most=10_000)})
         try:
             return {str(k): [int(v[0]), int(v[1])]
-                    for k, v in json.loads(ran.stdout.strip().splitlines()[-1]).items()}
+                    for k, v in json.loads(ran.stdout.strip().splitlines()[-1]).items()
+                    if nameable(str(k))}
         except (ValueError, IndexError, TypeError, AttributeError):
             log.warning("agentcore scan answered %r", ran.stderr[:200])
             raise EngineError("AgentCore did not list the container's files") from None
@@ -772,7 +787,8 @@ class AgentCoreEngine(ContainerEngine):
                         if s is not None}
             for session_id in sessions:
                 await self._stop(session_id)
-            keys = [key for key, _size in await asyncio.to_thread(self._list_objects, box)]
+            keys = [key for key, _size, _written in
+                    await asyncio.to_thread(self._list_objects, box)]
             await asyncio.to_thread(self._delete_objects, [*keys, self._pointer(box)])
         self._locks.pop(box.id, None)
 

@@ -6,17 +6,21 @@ A container row carries the table's TTL attribute ``expires_at``: ``keep_seconds
 expiry while it runs (moved on every use), its ``forget_at`` once expired. So a container
 nobody touches again leaves the table by itself, as its AgentCore session ends by itself;
 one that is touched is reclaimed then (containers/service.py), its file rows removed with it.
-File rows carry no TTL (a long-lived container's files must not go before it): they go when
-their container is deleted or reclaimed.
+File rows carry a TTL of their own, further off (``keep_seconds`` and a week from when they
+were written), moved on when their container's files are listed (after every execution):
+a used container's files do not go before it, an abandoned one's go some time after it.
 
 The bound on running containers is a count read before the write (a query of the tenant's
-partition), not a condition: two creates at the same moment in two processes may both pass
-it by one. Every other change is one conditional write.
+partition), and read again after it: a create that finds its container past the bound among
+the running ones (ordered by when they were made) removes it and is refused. So two creates
+at the same moment in two processes do not both pass it (short of their clocks disagreeing
+by more than the time between their writes). Every other change is one conditional write.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from typing import Any
@@ -26,6 +30,9 @@ from responses_gateway.containers.records import ContainerRecords, TooManyContai
 
 _CONTAINER_FIELDS = ("id", "tenant", "name", "created_at", "last_active_at", "memory_limit",
                      "expires_minutes", "idle_seconds", "status", "state", "forget_at")
+#: how much longer than its container's keeping a file row's TTL runs (a container is used,
+#: and its files listed, at least every GATEWAY_CONTAINER_IDLE_SECONDS while it lives)
+FILE_TTL_SLACK = 7 * 86400
 _FILE_FIELDS = ("id", "container_id", "tenant", "path", "bytes", "created_at", "source")
 
 
@@ -62,6 +69,13 @@ def _row(item: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
         else:
             row[name] = float(value["N"])
     return row
+
+
+def _made(item: dict[str, Any]) -> tuple[float, str]:
+    """When a container was made (its first ``last_active_at``; ``created_at`` for a row
+    written before ``made_at`` was), then its id: the order of the bound's second look."""
+    made = item.get("made_at") or item.get("created_at") or {"N": "0"}
+    return float(made["N"]), item["sk"]["S"]
 
 
 def _container(item: dict[str, Any]) -> ContainerRecord:
@@ -112,9 +126,20 @@ class DynamoDBContainerRecords(ContainerRecords):
         item = _item(record.to_row())
         item.update(pk=_pk(record.tenant), sk=_csk(record.id),
                     active_until=_value(record.active_until),
-                    expires_at=_value(int(record.active_until + self.keep_seconds)))
+                    expires_at=_value(int(record.active_until + self.keep_seconds)),
+                    made_at=_value(record.last_active_at))
         await asyncio.to_thread(self.client.put_item, TableName=self.table, Item=item,
                                 ConditionExpression="attribute_not_exists(pk)")
+        if max_running:
+            # Another process may have counted before this write too: the running ones
+            # made before this one, read now, decide (the later of two takes it back).
+            running_items = await asyncio.to_thread(self._running, record.tenant, now)
+            before = [i for i in running_items if _made(i) < _made(item)]
+            if len(before) >= max_running:
+                await asyncio.to_thread(
+                    self.client.delete_item, TableName=self.table,
+                    Key={"pk": item["pk"], "sk": item["sk"]})
+                raise TooManyContainers(len(before))
 
     async def get(self, tenant: str, container_id: str) -> ContainerRecord | None:
         result = await asyncio.to_thread(
@@ -226,9 +251,29 @@ class DynamoDBContainerRecords(ContainerRecords):
                                  tenant=kept.tenant, path=kept.path, bytes=file.bytes,
                                  created_at=kept.created_at, source=file.source)
         item = _item(file.to_row())
-        item.update(pk=_pk(file.tenant), sk=_fsk(file.container_id, file.id))
+        item.update(pk=_pk(file.tenant), sk=_fsk(file.container_id, file.id),
+                    expires_at=_value(self._file_ttl()))
         await asyncio.to_thread(self.client.put_item, TableName=self.table, Item=item)
         return file
+
+    def _file_ttl(self) -> int:
+        """A file row's TTL: past its container's keeping, by the table's clock (real
+        time), moved on when its container's files are listed."""
+        return int(time.time() + self.keep_seconds + FILE_TTL_SLACK)
+
+    def _refresh(self, items: list[dict[str, Any]]) -> None:
+        """File rows whose TTL is less than half its span away get a new one."""
+        soon = time.time() + (self.keep_seconds + FILE_TTL_SLACK) / 2
+        for item in items:
+            ttl = item.get("expires_at")
+            if ttl is not None and float(ttl["N"]) >= soon:
+                continue
+            with contextlib.suppress(self.client.exceptions.ConditionalCheckFailedException):
+                self.client.update_item(
+                    TableName=self.table, Key={"pk": item["pk"], "sk": item["sk"]},
+                    UpdateExpression="SET expires_at = :t",
+                    ConditionExpression="attribute_exists(pk)",
+                    ExpressionAttributeValues={":t": _value(self._file_ttl())})
 
     async def get_file(self, tenant: str, container_id: str, file_id: str
                        ) -> ContainerFile | None:
@@ -240,6 +285,7 @@ class DynamoDBContainerRecords(ContainerRecords):
 
     async def files(self, tenant: str, container_id: str) -> list[ContainerFile]:
         items = await asyncio.to_thread(self._query, tenant, _fsk(container_id)["S"])
+        await asyncio.to_thread(self._refresh, items)
         return sorted((_file(i) for i in items), key=lambda f: (f.created_at, f.id))
 
     async def remove_file(self, tenant: str, container_id: str, file_id: str

@@ -23,16 +23,24 @@ exception; an exception means the engine itself failed (:class:`EngineError`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 #: the folder the model's code reads its files from and writes them to
 DATA = "/mnt/data"
+#: what a file's content is read and sent in
+CHUNK_BYTES = 1 << 20
 
 
 class EngineError(Exception):
     """The engine could not do what it was asked (not the code's own failure): the jail
     would not start, AgentCore refused. The message is safe to show a client."""
+
+
+class BadPath(EngineError):
+    """The path cannot be a container file: too long for the file system, through a
+    symbolic link or a file, a folder, not a regular file. The client's (or the code's)
+    doing, not the engine's failure: a 400 (or a 404 for a file that is no longer one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +88,17 @@ class CommandResult:
 class FileEntry:
     path: str  # absolute: /mnt/data/sub/name.csv
     bytes: int
+
+
+def nameable(path: str) -> bool:
+    """Whether ``path`` can be a container file's path: a name the code made of bytes that
+    are not UTF-8 (Python hands them over as lone surrogates) cannot be stored or sent as
+    JSON, so such a file is not listed."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class ContainerEngine(ABC):
@@ -133,6 +152,18 @@ class ContainerEngine(ABC):
     async def read_file(self, box: Box, path: str, *, limit: int) -> bytes:
         """The bytes at ``path``; more than ``limit`` bytes raises :class:`EngineError`;
         a missing file raises ``FileNotFoundError``."""
+
+    async def read_chunks(self, box: Box, path: str, *, limit: int) -> AsyncIterator[bytes]:
+        """The bytes at ``path`` in pieces, errors as :meth:`read_file`'s raised before the
+        first piece is asked for. This default reads the file whole (within ``limit``);
+        an engine that can read it piece by piece does (the sandbox)."""
+        data = await self.read_file(box, path, limit=limit)
+
+        async def pieces() -> AsyncIterator[bytes]:
+            for start in range(0, len(data), CHUNK_BYTES):
+                yield data[start:start + CHUNK_BYTES]
+
+        return pieces()
 
     @abstractmethod
     async def list_files(self, box: Box) -> list[FileEntry]:

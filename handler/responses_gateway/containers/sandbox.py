@@ -36,14 +36,23 @@ import shutil
 import signal
 import socket
 import struct
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import sandbox_files as files
-from .engine import Box, CodeResult, CommandResult, ContainerEngine, EngineError, FileEntry
+from .engine import (
+    CHUNK_BYTES,
+    Box,
+    CodeResult,
+    CommandResult,
+    ContainerEngine,
+    EngineError,
+    FileEntry,
+)
 from .sandbox_cgroup import ContainerCgroup
 from .sandbox_jail import RUNNER, Runtime, etc_folder, find_bwrap, jail_argv
 from .sandbox_runner import marker
@@ -369,6 +378,13 @@ class SandboxEngine(ContainerEngine):
                 result.timed_out = True
             except (asyncio.IncompleteReadError, ConnectionError, OSError):
                 reply = None  # the process died
+            except asyncio.CancelledError:
+                # The call went away mid-execution: the code would go on running unwatched
+                # and hold up the next call. Its process ends; the next call says reset.
+                jail.lost = True
+                _kill(jail.process)
+                container.evicted = True
+                raise
             except ValueError:
                 reply = None
                 garbled = True  # the code wrote nonsense on the runner's socket
@@ -387,7 +403,9 @@ class SandboxEngine(ContainerEngine):
                     result.error = _lost(jail.process.returncode, how)
             else:
                 error = reply.get("error")
-                result.error = error if isinstance(error, str) else None
+                # An exception's text may hold lone surrogates (JSON cannot): escaped.
+                result.error = (error.encode("utf-8", "backslashreplace").decode("utf-8")
+                                if isinstance(error, str) else None)
             result.stdout, result.stderr = out.text(), err.text()
             result.dropped = budget.dropped
             after = await asyncio.to_thread(files.snapshot, folder)
@@ -407,6 +425,11 @@ class SandboxEngine(ContainerEngine):
             left = deadline - time.monotonic()
             if left <= 0:
                 results.append(CommandResult(timed_out=True))
+                continue
+            if "\x00" in command:  # no program's arguments can hold one
+                results.append(CommandResult(
+                    stderr="the command holds a NUL byte: no shell can run it\n",
+                    exit_code=126))
                 continue
             argv = [runtime.executable, "-I", "-S", RUNNER, "exec", json.dumps(limits), "--",
                     runtime.shell, "-c", command]
@@ -430,6 +453,9 @@ class SandboxEngine(ContainerEngine):
                 _kill(process)
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(process.wait(), 10)
+            except BaseException:  # the call went away (cancelled): its command ends too
+                _kill(process)
+                raise
             finally:
                 container.commands.discard(process)
             result.stdout, result.stderr, result.dropped = out.text(), err.text(), budget.dropped
@@ -442,6 +468,14 @@ class SandboxEngine(ContainerEngine):
 
     async def read_file(self, box: Box, path: str, *, limit: int) -> bytes:
         return await asyncio.to_thread(files.read, self._box_folder(box), path, limit)
+
+    async def read_chunks(self, box: Box, path: str, *, limit: int) -> AsyncIterator[bytes]:
+        """The file piece by piece from one descriptor (opened now, without following a
+        link): the gateway holds one piece at a time, whatever the file's size (``limit``
+        bounds what is held whole; nothing is here). The file is read as it is then: one
+        the code changes meanwhile is sent as the reads find it."""
+        fd = await asyncio.to_thread(files.open_regular, self._box_folder(box), path)
+        return _FileChunks(fd)
 
     async def list_files(self, box: Box) -> list[FileEntry]:
         return await asyncio.to_thread(files.listing, self._box_folder(box))
@@ -494,6 +528,67 @@ class SandboxEngine(ContainerEngine):
             container.cgroup, container.cgroup_made = None, False
 
 
+class _FileChunks:
+    """An open container file read in pieces, each in a thread; the descriptor is closed at
+    the end, when the reader stops early, or when it is dropped unread. A read cut short
+    (its request went away) may still run in its thread: the descriptor is closed after it,
+    never under it (its number, reused by the next open, would give the late read another
+    file's or a socket's bytes)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+        self._guard = threading.Lock()
+        self._reading = False
+        self._abandoned = False
+
+    def __aiter__(self) -> _FileChunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        with self._guard:
+            fd = self._fd
+            if fd is None:
+                raise StopAsyncIteration
+            self._reading = True
+        try:
+            chunk = await asyncio.to_thread(self._read, fd)
+        except BaseException:
+            self.close()
+            raise
+        if not chunk:
+            self.close()
+            raise StopAsyncIteration
+        return chunk
+
+    def _read(self, fd: int) -> bytes:
+        """One piece (in a thread); closes the descriptor when it was let go meanwhile."""
+        try:
+            return os.read(fd, CHUNK_BYTES)
+        finally:
+            with self._guard:
+                self._reading = False
+                if self._abandoned:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._guard:
+            fd, self._fd = self._fd, None
+            if fd is None:
+                return
+            if self._reading:
+                self._abandoned = True  # the thread's read closes it when it ends
+                return
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
+
 def _kill(process: asyncio.subprocess.Process) -> None:
     """SIGKILL the jail's outer process group: bwrap's pid 1 inside dies with it
     (``--die-with-parent``) and the kernel then kills everything in the pid namespace."""
@@ -539,16 +634,21 @@ async def _send(writer: asyncio.StreamWriter, message: dict) -> None:
 
 async def _answer(reader: asyncio.StreamReader, nonce: str) -> dict:
     """The runner's answer to the request ``nonce`` (frames the code itself wrote on the
-    socket, which it can reach, are skipped)."""
+    socket, which it can reach, are skipped: at most MAX_REPLY bytes of them, parsed on the
+    event loop, before the socket counts as garbled)."""
+    skipped = [0]
     while True:
-        message = await _receive(reader)
+        message = await _receive(reader, skipped)
         if message.get("nonce") == nonce:
             return message
 
 
-async def _receive(reader: asyncio.StreamReader) -> dict:
+async def _receive(reader: asyncio.StreamReader, taken: list[int] | None = None) -> dict:
+    """One frame; ``taken`` counts the bytes of frames read so far, within MAX_REPLY."""
     (size,) = struct.unpack(">I", await reader.readexactly(4))
-    if size > MAX_REPLY:
+    if taken is not None:
+        taken[0] += size
+    if max(size, taken[0] if taken is not None else 0) > MAX_REPLY:
         raise ValueError("answer too large")
     message = json.loads(await reader.readexactly(size))
     if not isinstance(message, dict):

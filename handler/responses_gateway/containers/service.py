@@ -30,11 +30,13 @@ from typing import TYPE_CHECKING
 from responses_gateway import ids
 from responses_gateway.containers.engine import (
     DATA,
+    BadPath,
     Box,
     CodeResult,
     CommandResult,
     ContainerEngine,
     EngineError,
+    FileEntry,
 )
 from responses_gateway.containers.models import (
     MEMORY_LIMITS,
@@ -55,7 +57,7 @@ __all__ = ["ContainerExpired", "ContainerFile", "ContainerLimits", "ContainerRec
 #: ``expires_after.minutes``: OpenAI documents no bound; at least a minute, at most a day
 MIN_EXPIRES_MINUTES, MAX_EXPIRES_MINUTES = 1, 24 * 60
 RECLAIM_BATCH = 100
-CHUNK_BYTES = 1 << 20  # what a container file's content is sent in
+MAX_NAME_BYTES = 255  # a file name on Linux's file systems
 logger = logging.getLogger("responses_gateway.containers")
 
 
@@ -77,6 +79,7 @@ class ContainerLimits:
     name_chars: int = 256  # GATEWAY_MAX_NAME_CHARS
     max_running: int = 100  # GATEWAY_MAX_CONTAINERS per tenant (0: no bound)
     keep_expired_seconds: float = 30 * 86400  # GATEWAY_RETENTION_DAYS
+    disk_bytes: int = 2 << 30  # GATEWAY_CONTAINER_MAX_BYTES: a container's files (0: no bound)
 
 
 @dataclass(slots=True)
@@ -212,7 +215,9 @@ class Containers:
             result = await self.engine.run_code(box, code, timeout=self.limits.code_timeout,
                                                 max_output=self.limits.max_output)
             await self.records.touch(tenant, container_id, self.clock())
-            files = await self._sync(record, box, result.files)
+            files, removed = await self._sync(record, box, result.files)
+        if removed:
+            result.stderr = _with_line(result.stderr, self._removed_note(removed))
         return Ran(result=result, files=files)
 
     async def run_commands(self, tenant: str, container_id: str, commands: Sequence[str],
@@ -230,7 +235,9 @@ class Containers:
             results = await self.engine.run_commands(box, commands, timeout=timeout,
                                                      max_output=max_output)
             await self.records.touch(tenant, container_id, self.clock())
-            await self._sync(record, box, ())
+            _files, removed = await self._sync(record, box, ())
+        if removed and results:
+            results[-1].stderr = _with_line(results[-1].stderr, self._removed_note(removed))
         return results
 
     # -- container files --------------------------------------------------------------------
@@ -254,6 +261,7 @@ class Containers:
             record = await self._live(tenant, container_id)
             box = await self._started(record)
             if data is not None:
+                await self._check_room(record, target, len(data))
                 await self._write(box, target, data)
                 added = await self._record_file(record, target, len(data), source)
             else:
@@ -291,8 +299,9 @@ class Containers:
 
     async def file_content(self, tenant: str, container_id: str, file_id: str
                            ) -> tuple[ContainerFile, AsyncIterator[bytes]]:
-        """The file and its bytes in chunks (read from the engine within
-        GATEWAY_MAX_FILE_BYTES before the answer starts)."""
+        """The file and its bytes in chunks, as the file is now (its record's ``bytes`` may
+        be older): the sandbox reads it piece by piece; an engine that cannot reads it whole
+        within GATEWAY_MAX_FILE_BYTES before the answer starts."""
         async with self._lock(container_id):
             record = await self._live(tenant, container_id)
             found = await self.records.get_file(tenant, container_id, file_id)
@@ -300,19 +309,14 @@ class Containers:
                 raise file_not_found(file_id)
             box = await self._started(record)
             try:
-                data = await self.engine.read_file(box, found.path,
-                                                   limit=self.limits.file_bytes or 1 << 62)
-            except FileNotFoundError:
+                chunks = await self.engine.read_chunks(
+                    box, found.path, limit=self.limits.file_bytes or 1 << 62)
+            except (FileNotFoundError, BadPath):  # gone, or no longer a file (a link now)
                 await self.records.remove_file(tenant, container_id, file_id)
                 raise file_not_found(file_id) from None
             except EngineError as exc:
                 raise engine_failed(exc) from None
-
-        async def chunks() -> AsyncIterator[bytes]:
-            for start in range(0, len(data), CHUNK_BYTES):
-                yield data[start:start + CHUNK_BYTES]
-
-        return found, chunks()
+        return found, chunks
 
     async def delete_file(self, tenant: str, container_id: str, file_id: str) -> None:
         async with self._lock(container_id):
@@ -323,6 +327,9 @@ class Containers:
             box = await self._started(record)
             try:
                 await self.engine.remove_file(box, found.path)
+            except BadPath as exc:  # the code made a folder of it
+                raise invalid_request(f"Invalid path: {exc}.", param="file_id",
+                                      code="invalid_value") from None
             except EngineError as exc:
                 raise engine_failed(exc) from None
             await self.records.remove_file(tenant, container_id, file_id)
@@ -408,6 +415,9 @@ class Containers:
     async def _write(self, box: Box, path: str, data: bytes) -> None:
         try:
             await self.engine.write_file(box, path, data)
+        except BadPath as exc:  # a folder the code made there, a link on the way
+            raise invalid_request(f"Invalid path: {exc}.", param="file",
+                                  code="invalid_value") from None
         except EngineError as exc:
             raise engine_failed(exc) from None
 
@@ -434,6 +444,7 @@ class Containers:
         assert self.files_api is not None
         _, data = await self.files_api.content(file_id, record.tenant)
         self.check_size(len(data))
+        await self._check_room(record, path, len(data))
         await self._write(box, path, data)
         return await self._record_file(record, path, len(data), source)
 
@@ -443,16 +454,65 @@ class Containers:
             id=ids.new_id(ids.CONTAINER_FILE), container_id=record.id, tenant=record.tenant,
             path=path, bytes=size, created_at=int(self.clock()), source=source))
 
+    async def _check_room(self, record: ContainerRecord, path: str, size: int) -> None:
+        """A file of ``size`` bytes at ``path`` keeps the container's files within
+        GATEWAY_CONTAINER_MAX_BYTES (what its records hold; a file it replaces does not
+        count), else OpenAI's 413."""
+        bound = self.limits.disk_bytes
+        if not bound:
+            return
+        held = sum(f.bytes for f in await self.records.files(record.tenant, record.id)
+                   if f.path != path)
+        if held + size > bound:
+            raise GatewayError(
+                413,
+                f"The container's files would take {held + size} bytes, more than the "
+                f"{bound} bytes this gateway allows per container (GATEWAY_CONTAINER_MAX_BYTES)"
+                ". Delete files you no longer need.", param="file", code="container_full")
+
+    def _removed_note(self, removed: Sequence[str]) -> str:
+        return (f"[The container's files went past the {self.limits.disk_bytes} bytes this "
+                f"gateway allows per container (GATEWAY_CONTAINER_MAX_BYTES): removed "
+                f"{', '.join(removed)}]")
+
+    async def _trim(self, box: Box, entries: list[FileEntry], fresh: Sequence[str]
+                    ) -> tuple[list[FileEntry], list[str]]:
+        """Files of ``fresh`` (what the call made or changed) removed, the largest first,
+        until the container's files are within GATEWAY_CONTAINER_MAX_BYTES; the entries
+        left and the paths removed. Files older than the call are never removed."""
+        bound = self.limits.disk_bytes
+        total = sum(e.bytes for e in entries)
+        if not bound or total <= bound:
+            return entries, []
+        sizes = {e.path: e.bytes for e in entries}
+        removed: list[str] = []
+        for path in sorted((p for p in set(fresh) if p in sizes), key=lambda p: -sizes[p]):
+            if total <= bound:
+                break
+            try:
+                await self.engine.remove_file(box, path)
+            except EngineError:
+                logger.exception("removing %s past the container's bound failed", path)
+                continue
+            total -= sizes[path]
+            removed.append(path)
+        gone = set(removed)
+        return [e for e in entries if e.path not in gone], removed
+
     async def _sync(self, record: ContainerRecord, box: Box, changed: Sequence[str]
-                    ) -> list[ContainerFile]:
+                    ) -> tuple[list[ContainerFile], list[str]]:
         """Bring the records in line with the files the engine holds (new ones recorded as
-        the assistant's, removed ones dropped, sizes moved); the records of ``changed``."""
+        the assistant's, removed ones dropped, sizes moved), what the call made past the
+        container's bound removed first; the records of ``changed``, and what was removed."""
         try:
             entries = await self.engine.list_files(box)
         except EngineError:
             logger.exception("listing container %s's files failed", record.id)
-            return []
+            return [], []
         known = {f.path: f for f in await self.records.files(record.tenant, record.id)}
+        grown = [e.path for e in entries
+                 if e.path not in known or known[e.path].bytes != e.bytes]
+        entries, removed = await self._trim(box, entries, [*changed, *grown])
         now = int(self.clock())
         current: dict[str, ContainerFile] = {}
         for entry in entries:
@@ -467,7 +527,7 @@ class Containers:
                 current[entry.path] = had
         for gone in known.values():
             await self.records.remove_file(record.tenant, record.id, gone.id)
-        return [current[path] for path in dict.fromkeys(changed) if path in current]
+        return [current[path] for path in dict.fromkeys(changed) if path in current], removed
 
     def _lock(self, container_id: str) -> Lock:
         lock = self._locks.get(container_id)
@@ -488,6 +548,13 @@ class Containers:
             await self.records.aclose()
 
 
+def _with_line(text: str, line: str) -> str:
+    """``line`` after ``text``, on a line of its own."""
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return f"{text}{line}\n"
+
+
 def data_path(path: str, param: str) -> str:
     """``path`` as an absolute path under /mnt/data (a relative one is taken there); a 400
     for one that leaves it."""
@@ -499,9 +566,18 @@ def data_path(path: str, param: str) -> str:
 
 
 def safe_filename(name: str) -> str:
-    """A File's name as a file under /mnt/data: its last path part, never ``.``/``..``."""
+    """A File's name as a file under /mnt/data: its last path part, never ``.``/``..``,
+    within the file system's 255 bytes (shortened before its extension)."""
     base = name.replace("\\", "/").rsplit("/", 1)[-1].replace("\x00", "")
-    return base if base not in ("", ".", "..") else "file"
+    if base in ("", ".", ".."):
+        return "file"
+    if len(base.encode()) > MAX_NAME_BYTES:
+        stem, dot, ext = base.rpartition(".")
+        ext = dot + ext if dot and stem and len(ext.encode()) < 32 else ""
+        stem = base[:len(base) - len(ext)]
+        room = MAX_NAME_BYTES - len(ext.encode())
+        base = stem.encode()[:room].decode("utf-8", "ignore") + ext
+    return base
 
 
 def container_not_found(container_id: str) -> GatewayError:

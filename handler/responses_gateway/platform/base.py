@@ -187,7 +187,8 @@ class Platform(ABC):
             idle_seconds=s.container_idle_seconds, code_timeout=s.code_timeout,
             memory_mb=s.code_memory_mb, max_output=s.code_max_output_bytes,
             file_bytes=s.max_file_bytes, name_chars=s.max_name_chars,
-            max_running=s.max_containers, keep_expired_seconds=s.retention_days * 86400.0)
+            max_running=s.max_containers, keep_expired_seconds=s.retention_days * 86400.0,
+            disk_bytes=s.container_max_bytes)
         engine = self.container_engine()
         return Containers(self.container_records(), engine, files, limits)
 

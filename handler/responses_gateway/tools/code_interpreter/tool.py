@@ -252,9 +252,13 @@ class CodeInterpreterTool(ServerTool):
         for file in held.values():
             self.files[file.path] = {"id": file.id, "container_id": container_id}
         missed = []
+        files_api = self.containers.files_api
+        if files_api is None:  # no file storage on this gateway
+            return (f"[Files that could not be added: {', '.join(self.params.file_ids)} (file "
+                    "storage is not configured on this gateway).]\n")
         for file_id in self.params.file_ids:
             try:
-                found = await self.containers.files_api.get(file_id, self.tenant)
+                found = await files_api.get(file_id, self.tenant)
                 if f"{outputs.DATA}/{safe_filename(found.filename)}" in held:
                     continue
                 added = await self.containers.add_file(self.tenant, container_id,
@@ -288,9 +292,11 @@ class CodeInterpreterTool(ServerTool):
             try:
                 _, chunks = await self.containers.file_content(self.tenant, container_id,
                                                                file.id)
-                data = b"".join([chunk async for chunk in chunks])
+                data = await _within(chunks, bound)
             except (GatewayError, EngineError):
                 continue  # removed since: it stays out of the outputs
+            if data is None:
+                continue  # grew past the bound since: a file, not an output
             encoded = await asyncio.to_thread(base64.b64encode, data)
             found.append({"type": "image", "url": f"data:{media};base64,{encoded.decode()}"})
         printed = outputs.logs(result)
@@ -330,6 +336,17 @@ def latest_container(items: Sequence[Mapping[str, Any]]) -> str | None:
             if isinstance(found, str) and found:
                 return found
     return None
+
+
+async def _within(chunks: AsyncIterator[bytes], bound: int) -> bytes | None:
+    """The chunks joined, or None past ``bound`` bytes (the file is read as it is now)."""
+    parts, total = [], 0
+    async for chunk in chunks:
+        total += len(chunk)
+        if total > bound:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _reason(exc: Exception) -> str:
