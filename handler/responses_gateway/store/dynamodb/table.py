@@ -24,11 +24,17 @@ from responses_gateway.store.dynamodb_schema import (
     ATTRIBUTE_DEFINITIONS,
     CONVERSATION_INDEX_PK,
     CONVERSATION_INDEX_SK,
+    CONVERSATIONS,
     GLOBAL_SECONDARY_INDEXES,
     conversation_index_keys,
     table_definition,
     ttl_specification,
 )
+
+#: Why a transaction is cancelled that a retry can cure: another transaction on an item, or an
+#: item's partition over its throughput (a hot key; DynamoDB's code for it in a transaction).
+_RETRIED_REASONS = frozenset({"TransactionConflict", "ThrottlingError",
+                              "ProvisionedThroughputExceeded"})
 
 
 def make_client(max_attempts: int = 5) -> Any:
@@ -97,21 +103,21 @@ def _add_indexes(client: Any, table_name: str) -> None:
 
 
 def backfill_conversation_index(client: Any, table_name: str) -> int:
-    """Give conversations written before the conversations index its keys (one Scan of the
-    table, an update per conversation); how many were updated. ``store init`` runs it on an
-    existing table."""
+    """Give conversations written before the conversations index, or before its shards (in
+    ``CONV``, by tenant and id), their sharded keys (one Scan of the table, an update per
+    conversation); how many were updated. ``store init`` runs it on an existing table."""
     kwargs: dict[str, Any] = {
         "TableName": table_name,
-        "FilterExpression": "sk = :c AND attribute_not_exists(#p)",
-        "ProjectionExpression": "pk, tenant",
+        "FilterExpression": "sk = :c AND (attribute_not_exists(#p) OR #p = :legacy)",
+        "ProjectionExpression": "pk, created",
         "ExpressionAttributeNames": {"#p": CONVERSATION_INDEX_PK},
-        "ExpressionAttributeValues": {":c": _s(CONVERSATION)},
+        "ExpressionAttributeValues": {":c": _s(CONVERSATION), ":legacy": _s(CONVERSATIONS)},
     }
     updated = 0
     while True:
         page = client.scan(**kwargs)
         for item in page.get("Items", []):
-            keys = conversation_index_keys(item["tenant"]["S"], item["pk"]["S"])
+            keys = conversation_index_keys(item["pk"]["S"], int(item["created"]["N"]))
             try:
                 client.update_item(
                     TableName=table_name, Key={"pk": item["pk"], "sk": _s(CONVERSATION)},
@@ -167,9 +173,10 @@ class _Table:
         return {"pk": _s(conversation_id), "sk": _s(CONVERSATION)}
 
     def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
-        """One API call: condition failures become _ConditionFailed, transaction conflicts are
-        retried here (botocore does not), anything else left after botocore's retries becomes
-        StoreUnavailable."""
+        """One API call: condition failures become _ConditionFailed, transaction conflicts and
+        transactions cancelled for throttling are retried here with jittered backoff (botocore
+        retries neither: both come as TransactionCanceledException), anything else left after
+        botocore's retries becomes StoreUnavailable."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         for attempt in range(_CONFLICT_ATTEMPTS):
@@ -187,7 +194,7 @@ class _Table:
                         raise _ConditionFailed(tuple(
                             i for i, r in enumerate(reasons) if r == "ConditionalCheckFailed"
                         )) from None
-                    conflict = "TransactionConflict" in reasons
+                    conflict = bool(_RETRIED_REASONS.intersection(reasons))
                 if not conflict or attempt + 1 == _CONFLICT_ATTEMPTS:
                     message = f"DynamoDB {operation} failed: {code}: {error.get('Message', '')}"
                     raise StoreUnavailable(message) from e
