@@ -308,7 +308,8 @@ class ResponseMetrics:
 
     async def account(self) -> None:
         """Count the finished response's usage in the ledger, once (store/usage.py); a failed
-        write is logged, never the response's failure."""
+        write is retried in the background (store/bookkeeping.py), never the response's
+        failure."""
         entry, self.entry = self.entry, None
         if entry is None or self.ledger is None:
             return
@@ -317,10 +318,9 @@ class ResponseMetrics:
         settings: Settings | None = _state.get("settings")
         entry, windows = settlement(entry, settings.limits if settings is not None else None,
                                     self.reserved)
-        try:
-            await self.ledger.record(entry, windows)
-        except Exception:
-            logger.exception("could not record the usage of %s", entry.response_id)
+        from responses_gateway.store import bookkeeping
+
+        await bookkeeping.record(self.ledger, entry, windows)  # retried off the path if need be
 
 
 def _unstarted(first: Any) -> tuple[str, str | None]:
