@@ -355,7 +355,8 @@ class DynamoDBUsage(_Table, UsageStore):
             "TableName": self.table_name, "IndexName": CONVERSATION_INDEX,
             "KeyConditionExpression": condition, "ExpressionAttributeValues": values,
             "ExpressionAttributeNames": names, "ScanIndexForward": False,
-            "Limit": max(1, min(page, 100)),
+            # a filtered page drops other keys' entries: read whole pages for it
+            "Limit": 100 if tenant is not None else max(1, min(page, 100)),
         }
         if tenant is not None:
             kwargs["FilterExpression"] = "tenant = :t"
