@@ -286,3 +286,27 @@ def usage_totals(url: str) -> Counter[tuple[str, str, str]]:
             totals[(*group, "input")] += r["input_tokens"]
             totals[(*group, "output")] += r["output_tokens"]
     return totals
+
+
+@pytest.mark.slow
+def test_a_throttled_token_reservation_is_retried_and_counted_once(
+    proxy: RecordingProxy,
+) -> None:
+    """The reservation of a key with a tokens-per-minute limit and a budget is one
+    transaction over two counters; DynamoDB cancels it with ``ThrottlingError`` when a
+    counter's partition runs hot, which botocore does not retry: the store does, and each
+    reservation counts once."""
+    from responses_gateway.key_limits import Caps, Windows
+
+    table = create_dynamodb_table()
+    ledger = store_on(table).usage_store()
+    proxy.throttle = 0.5
+    proxy.throttled = lambda pk: pk.startswith(("RATE#", "BUDGET#"))
+    now = int(time.time())
+    windows = Windows(60, now // 60, "2026-12", now + DAY)
+    caps = Caps(tokens=10_000, budget=100_000)
+    for _ in range(20):
+        assert asyncio.run(ledger.reserve("t_throttled", caps, windows, 7)).admitted
+    assert proxy.refused["TransactWriteItems"] > 0
+    counts = asyncio.run(ledger.counts("t_throttled", windows))
+    assert (counts.tokens, counts.budget_tokens) == (140, 140)
