@@ -83,7 +83,9 @@ class DynamoDBUsage(_Table, UsageStore):
 
     def _record(self, entry: UsageEntry, windows: Windows | None) -> bool:
         row = orjson.dumps(entry.log_row()).decode()
-        expires = _n(int(time.time()) + self.retention_s)
+        # From the entry, not the clock: a retry (store/bookkeeping.py) sends the very same
+        # transaction, which its ClientRequestToken requires (else IdempotentParameterMismatch)
+        expires = _n(int(entry.finished_at) + self.retention_s)
         names: dict[str, str] = {"#tenant": "tenant", "#model": "model"}
         values: dict[str, Any] = {":tenant": _s(entry.tenant), ":model": _s(entry.model)}
         adds = []
@@ -130,7 +132,7 @@ class DynamoDBUsage(_Table, UsageStore):
                     "ExpressionAttributeValues": {**tokens, ":e": _n(end + _WINDOW_GRACE)},
                 }})
             if windows.period_key is not None:
-                end = windows.period_end or int(time.time())
+                end = windows.period_end or int(entry.finished_at)
                 actions.append({"Update": {
                     "TableName": self.table_name,
                     "Key": _budget_key(entry.tenant, windows.period_key),
