@@ -270,6 +270,7 @@ def test_with_30_percent_of_bookkeeping_throttled_every_response_completes_and_c
                 break
             time.sleep(1)
         assert totals == tally
+        assert "could not record the usage" not in gw.stderr()  # nothing given up
 
 
 def usage_totals(url: str) -> Counter[tuple[str, str, str]]:

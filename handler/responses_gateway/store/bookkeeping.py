@@ -1,7 +1,8 @@
-"""Bookkeeping never fails a response (issue 45): a response's usage is written once inline
-(so whoever reads the usage after seeing the response finds it), and if that write fails —
-DynamoDB throttling a hot partition, a network error — it is retried in a background task with
-jittered exponential backoff, off the response's path: the client has its output either way.
+"""Bookkeeping never fails a response (issue 45): a response's usage is written once inline,
+in one try (so whoever reads the usage after seeing the response finds it), and if that write
+fails — DynamoDB throttling a hot partition, a network error — it is retried in a background
+task with jittered exponential backoff, off the response's path: the client has its output
+either way, without waiting for a backoff.
 
 Retrying is safe because recording is idempotent: the ledger writes a response's counters in
 one transaction with its ``USAGE#ID`` row, conditional on that row being absent
@@ -36,8 +37,10 @@ _pending: set[asyncio.Task[None]] = set()
 
 async def record(ledger: UsageStore, entry: UsageEntry, windows: Windows | None) -> None:
     """Count ``entry`` now, or, if that fails, in the background; never raises."""
+    # One try where the ledger offers it (DynamoDB: no backoff on the response's path)
+    first = getattr(ledger, "record_once", None) or ledger.record
     try:
-        await ledger.record(entry, windows)
+        await first(entry, windows)
         return
     except Exception as exc:
         logger.warning("usage of %s not recorded (%s); retrying in the background",

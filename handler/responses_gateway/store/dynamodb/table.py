@@ -154,6 +154,7 @@ class _Table:
         self._client = client
         self._max_attempts = max_attempts
         self._client_lock = threading.Lock()
+        self._single_try: Any = None
 
     @property
     def client(self) -> Any:
@@ -162,6 +163,17 @@ class _Table:
                 if self._client is None:
                     self._client = make_client(self._max_attempts)
         return self._client
+
+    @property
+    def single_try_client(self) -> Any:
+        """A client that retries once (botocore's ``max_attempts`` 2: a dropped connection,
+        not a backoff), made on first use: for writes whose retries belong off the request's
+        path."""
+        if self._single_try is None:
+            with self._client_lock:
+                if self._single_try is None:
+                    self._single_try = make_client(2)
+        return self._single_try
 
     def _record_key(self, response_id: str) -> dict[str, Any]:
         return {"pk": _s(response_id), "sk": _s(RECORD)}
@@ -172,16 +184,20 @@ class _Table:
     def _conv_key(self, conversation_id: str) -> dict[str, Any]:
         return {"pk": _s(conversation_id), "sk": _s(CONVERSATION)}
 
-    def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
+    def _call(self, operation: str, *, once: bool = False, **kwargs: Any) -> dict[str, Any]:
         """One API call: condition failures become _ConditionFailed, transaction conflicts and
         transactions cancelled for throttling are retried here with jittered backoff (botocore
         retries neither: both come as TransactionCanceledException), anything else left after
-        botocore's retries becomes StoreUnavailable."""
+        botocore's retries becomes StoreUnavailable. ``once``: one try (botocore's one quick
+        retry aside), the caller retrying later, off a response's path
+        (store/bookkeeping.py)."""
         from botocore.exceptions import BotoCoreError, ClientError
 
-        for attempt in range(_CONFLICT_ATTEMPTS):
+        attempts = 1 if once else _CONFLICT_ATTEMPTS
+        client = self.single_try_client if once else self.client
+        for attempt in range(attempts):
             try:
-                return getattr(self.client, operation)(**kwargs)
+                return getattr(client, operation)(**kwargs)
             except ClientError as e:
                 error = e.response.get("Error", {})
                 code = error.get("Code", "")
@@ -195,7 +211,7 @@ class _Table:
                             i for i, r in enumerate(reasons) if r == "ConditionalCheckFailed"
                         )) from None
                     conflict = bool(_RETRIED_REASONS.intersection(reasons))
-                if not conflict or attempt + 1 == _CONFLICT_ATTEMPTS:
+                if not conflict or attempt + 1 == attempts:
                     message = f"DynamoDB {operation} failed: {code}: {error.get('Message', '')}"
                     raise StoreUnavailable(message) from e
             except BotoCoreError as e:

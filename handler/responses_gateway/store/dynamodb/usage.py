@@ -81,7 +81,12 @@ class DynamoDBUsage(_Table, UsageStore):
     async def record(self, entry: UsageEntry, windows: Windows | None) -> bool:
         return await asyncio.to_thread(self._record, entry, windows)
 
-    def _record(self, entry: UsageEntry, windows: Windows | None) -> bool:
+    async def record_once(self, entry: UsageEntry, windows: Windows | None) -> bool:
+        """``record`` in one try, no retry (store/bookkeeping.py retries it off the response's
+        path): a throttled partition costs the response no backoff."""
+        return await asyncio.to_thread(self._record, entry, windows, True)
+
+    def _record(self, entry: UsageEntry, windows: Windows | None, once: bool = False) -> bool:
         row = orjson.dumps(entry.log_row()).decode()
         # From the entry, not the clock: a retry (store/bookkeeping.py) sends the very same
         # transaction, which its ClientRequestToken requires (else IdempotentParameterMismatch)
@@ -143,7 +148,8 @@ class DynamoDBUsage(_Table, UsageStore):
         # The same token for a call botocore retries: DynamoDB applies it once.
         token = hashlib.sha256(entry.response_id.encode()).hexdigest()[:36]
         try:
-            self._call("transact_write_items", TransactItems=actions, ClientRequestToken=token)
+            self._call("transact_write_items", once=once, TransactItems=actions,
+                       ClientRequestToken=token)
         except _ConditionFailed:
             return False
         return True
