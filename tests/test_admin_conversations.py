@@ -1,7 +1,8 @@
-"""The admin list of conversations (issue 34): every key's, or one key's, by key then id, paged
-by ``after``; on DynamoDB a Query of the table's ``conversations`` index (never a Scan), the
-same order and pages on SQLite; ``store init`` indexes conversations written before the index
-existed. One suite on SQLite and DynamoDB (moto over HTTP)."""
+"""The admin list of conversations (issue 34, 45): every key's, or one key's, newest first
+(created_at, then id), paged by ``after``; on DynamoDB Queries of the table's sharded
+``conversations`` index, merged (never a Scan), the same order and pages on SQLite; ``store
+init`` indexes conversations written before the index (or its shards) existed. One suite on
+SQLite and DynamoDB (moto over HTTP)."""
 
 from __future__ import annotations
 
@@ -66,21 +67,31 @@ def every_page(gw: GatewayServer, limit: int, **params: Any) -> list[dict[str, A
         after = page["last_id"]
 
 
-def test_pages_by_key_then_id_and_one_keys_alone(upstream: ScriptedUpstream, store: str,
+def newest_first(pairs: list[tuple[int, str]]) -> list[str]:
+    return [cid for _, cid in sorted(pairs, reverse=True)]
+
+
+def test_pages_newest_first_and_one_keys_alone(upstream: ScriptedUpstream, store: str,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     with gateway(upstream, store) as gw:
         made: dict[str, list[str]] = {}
+        created: dict[str, int] = {}
         for key, count in zip(KEYS, (5, 3, 0), strict=True):
             client = OpenAI(base_url=gw.base_url, api_key=key)
-            made[tenant_of(key)] = [
-                client.conversations.create(metadata={"n": str(n)}).id for n in range(count)]
+            made[tenant_of(key)] = []
+            for n in range(count):
+                conversation = client.conversations.create(metadata={"n": str(n)})
+                made[tenant_of(key)].append(conversation.id)
+                created[conversation.id] = conversation.created_at
         if store.startswith("dynamodb:"):  # the listing is a Query: a Scan would fail here
             client = gw.gateway.store.usage_store().client
             monkeypatch.setattr(client, "scan", None)
-        expected = sorted((tenant, cid) for tenant, ids in made.items() for cid in ids)
+        expected = newest_first([(created[c], c) for c in created])
 
         rows = every_page(gw, 3)
-        assert [(r["api_key_id"], r["id"]) for r in rows] == expected
+        assert [r["id"] for r in rows] == expected
+        owners = {cid: tenant for tenant, ids in made.items() for cid in ids}
+        assert all(r["api_key_id"] == owners[r["id"]] for r in rows)
         first = next(r for r in rows if r["id"] == made[tenant_of(KEYS[0])][2])
         assert first["metadata"] == {"n": "2"} and first["created_at"] > 0
 
@@ -89,14 +100,15 @@ def test_pages_by_key_then_id_and_one_keys_alone(upstream: ScriptedUpstream, sto
             tenant = tenant_of(key)
             for limit in (1, 2, 100):
                 mine = every_page(gw, limit, api_key_id=tenant)
-                assert [r["id"] for r in mine] == sorted(made[tenant])
+                assert [r["id"] for r in mine] == newest_first(
+                    [(created[c], c) for c in made[tenant]])
                 assert {r["api_key_id"] for r in mine} <= {tenant}
         # In a one-key list, ``after`` is a place among that key's ids (even another key's).
         one, two = tenant_of(KEYS[0]), tenant_of(KEYS[1])
-        cursor = sorted(made[one])[2]
+        cursor = made[one][2]
         after_other = listing(gw, api_key_id=two, after=cursor).json()
-        assert [r["id"] for r in after_other["data"]] == [
-            c for c in sorted(made[two]) if c > cursor]
+        assert [r["id"] for r in after_other["data"]] == newest_first(
+            [(created[c], c) for c in made[two] if (created[c], c) < (created[cursor], cursor)])
 
         # A deleted conversation leaves the list; a cursor naming no conversation is a 400.
         gone = made[one][0]
@@ -124,10 +136,19 @@ def test_store_init_indexes_conversations_written_before_the_index(
             "pk": {"S": "conv_old0123"}, "sk": {"S": "C"},
             "tenant": {"S": tenant_of(KEYS[1])}, "created": {"N": "1700000000"},
             "meta": {"S": "{}"}, "n": {"N": "0"}})
-        assert [r["id"] for r in every_page(gw, 10)] == [new]
+        # One indexed before the index was sharded: one partition, by tenant then id.
+        client.put_item(TableName=table, Item={
+            "pk": {"S": "conv_unsharded"}, "sk": {"S": "C"},
+            "cpk": {"S": "CONV"}, "csk": {"S": f"{tenant_of(KEYS[2])}#conv_unsharded"},
+            "tenant": {"S": tenant_of(KEYS[2])}, "created": {"N": "1700000001"},
+            "meta": {"S": "{}"}, "n": {"N": "0"}})
+        assert [r["id"] for r in every_page(gw, 1)] == [new, "conv_unsharded"]
         assert create_table(table, client) is False  # store init on the existing table
-        rows = every_page(gw, 10)
-        assert sorted(r["id"] for r in rows) == sorted([new, "conv_old0123"])
+        moved = client.get_item(TableName=table, Key={"pk": {"S": "conv_unsharded"},
+                                                      "sk": {"S": "C"}})["Item"]
+        assert moved["cpk"]["S"].startswith("CONV#")
+        rows = every_page(gw, 1)
+        assert [r["id"] for r in rows] == [new, "conv_unsharded", "conv_old0123"]
         old = next(r for r in rows if r["id"] == "conv_old0123")
         assert old["api_key_id"] == tenant_of(KEYS[1]) and old["created_at"] == 1700000000
 

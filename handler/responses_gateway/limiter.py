@@ -236,17 +236,16 @@ def estimate_of(chat: dict[str, Any]) -> int:
 async def count(store: Store, limits: Limits | None, entry: UsageEntry,
                 reserved: dict[str, Any] | None) -> None:
     """Count a call that is not a response (a compaction, a token count) in the ledger, its
-    reservation settled; a failed write is logged, never the call's failure."""
+    reservation settled; a failed write is retried in the background (store/bookkeeping.py),
+    never the call's failure."""
     ledger = store.usage_store()
     if ledger is None:
         return
+    from responses_gateway.store import bookkeeping
     from responses_gateway.store.usage import settlement
 
     entry, windows = settlement(entry, limits, reserved)
-    try:
-        await ledger.record(entry, windows)
-    except Exception:
-        logger.exception("could not record the usage of %s", entry.response_id)
+    await bookkeeping.record(ledger, entry, windows)  # retried off the path if need be
 
 
 def with_headers(response: Any, headers: dict[str, str]) -> Any:

@@ -407,8 +407,9 @@ class ResponseMetrics:
 
     async def account(self) -> None:
         """Count the finished response's usage in the ledger, once (store/usage.py); a failed
-        write is logged, never the response's failure. In Lambda its spans are exported
-        first: the invocation may be frozen once the response is sent."""
+        write is retried in the background (store/bookkeeping.py), never the response's
+        failure. In Lambda its spans are exported first: the invocation may be frozen once the
+        response is sent."""
         trace, self.trace = (self.trace, None) if self.done else (None, self.trace)
         if trace is not None and in_lambda():
             import asyncio
@@ -424,10 +425,9 @@ class ResponseMetrics:
         settings: Settings | None = _state.get("settings")
         entry, windows = settlement(entry, settings.limits if settings is not None else None,
                                     self.reserved)
-        try:
-            await self.ledger.record(entry, windows)
-        except Exception:
-            logger.exception("could not record the usage of %s", entry.response_id)
+        from responses_gateway.store import bookkeeping
+
+        await bookkeeping.record(self.ledger, entry, windows)  # retried off the path if need be
 
 
 def _open_trace(response: str, model: str, tenant: str | None, stream: bool,

@@ -364,8 +364,8 @@ def scrubbed(response: dict[str, Any]) -> dict[str, Any]:
 
 
 async def list_conversations(request: Request) -> Response:
-    """Conversations of every key, or of ``api_key_id`` only, by key then id (an index
-    query on DynamoDB); ``after`` is the ``last_id`` of the page before."""
+    """Conversations of every key, or of ``api_key_id`` only, newest first (on DynamoDB the
+    sharded index's queries, merged); ``after`` is the ``last_id`` of the page before."""
     ledger = admin(request)
     params = request.query_params
     limit = int_param(params.get("limit"), "limit", 20)

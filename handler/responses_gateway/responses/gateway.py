@@ -13,6 +13,7 @@ tools built (an MCP server listed). What it returns, a :class:`~.job.Job`, runs 
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from functools import cached_property, partial
@@ -272,6 +273,9 @@ class Gateway:
         aclose = getattr(self.backend_for, "aclose", None)
         if aclose is not None:
             await aclose()
+        bookkeeping = sys.modules.get("responses_gateway.store.bookkeeping")
+        if bookkeeping is not None:  # usage writes waiting for a retry, before the store goes
+            await bookkeeping.drain()
         await self.store.aclose()
 
 

@@ -14,11 +14,19 @@ SORT_KEY = "sk"
 TTL_ATTRIBUTE = "expires_at"
 BILLING_MODE = "PAY_PER_REQUEST"
 
+#: How many partitions a key written by every response (or every conversation) is split
+#: over: ``USAGE#<day>#<n>``, ``LOG#<day>#<n>``, ``CONV#<n>`` with ``n`` = :func:`shard_of` the
+#: response's (conversation's) id. Fixed: readers query every shard, and a row's shard must
+#: not move. 16 partitions of 1,000 WCU/s each carry 16,000 bookkeeping writes a second
+#: (docs/store.md, "Capacity").
+SHARDS = 16
+
 #: The index that lists conversations across tenants (the admin views) without a Scan: every
-#: conversation record carries ``cpk`` = :data:`CONVERSATIONS` and ``csk`` = ``<tenant>#<id>``,
-#: so one Query reads them in (key, id) order, and one key's by its prefix. Only the record's
-#: tenant, creation time and metadata are projected: a turn's writes (its length, its lock)
-#: never touch the index.
+#: conversation record carries ``cpk`` = ``CONV#<shard>`` and ``csk`` = ``<created>#<id>``,
+#: so a Query per shard reads them newest first, merged (store/dynamodb/usage.py). Only the
+#: record's tenant, creation time and metadata are projected: a turn's writes (its length, its
+#: lock) never touch the index. Records written before the shards sit in ``CONV`` with
+#: ``csk`` = ``<tenant>#<id>`` (:data:`CONVERSATIONS`) until ``store init`` moves them.
 CONVERSATION_INDEX = "conversations"
 CONVERSATION_INDEX_PK = "cpk"
 CONVERSATION_INDEX_SK = "csk"
@@ -58,10 +66,24 @@ def table_definition(table_name: str) -> dict[str, Any]:
     }
 
 
-def conversation_index_keys(tenant: str, conversation_id: str) -> dict[str, dict[str, str]]:
+def shard_of(identifier: str) -> int:
+    """The shard (0 .. SHARDS-1) of a response or conversation id: a hash, stable across
+    processes and versions (not Python's ``hash``, which is salted per process)."""
+    import hashlib
+
+    digest = hashlib.blake2b(identifier.encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") % SHARDS
+
+
+def conversation_index_keys(conversation_id: str, created: int) -> dict[str, dict[str, str]]:
     """The index attributes of a conversation record (DynamoDB's attribute-value form)."""
-    return {CONVERSATION_INDEX_PK: {"S": CONVERSATIONS},
-            CONVERSATION_INDEX_SK: {"S": f"{tenant}#{conversation_id}"}}
+    return {CONVERSATION_INDEX_PK: {"S": f"{CONVERSATIONS}#{shard_of(conversation_id)}"},
+            CONVERSATION_INDEX_SK: {"S": conversation_index_sort(conversation_id, created)}}
+
+
+def conversation_index_sort(conversation_id: str, created: int) -> str:
+    """Where a conversation sorts in its shard: by creation time, then id."""
+    return f"{created:010d}#{conversation_id}"
 
 
 def ttl_specification() -> dict[str, Any]:

@@ -85,6 +85,8 @@ CREATE TABLE IF NOT EXISTS conversations (
     byte_count INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS conversations_by_tenant ON conversations (tenant, id);
+-- the admin list, newest first (store/usage_sqlite.py)
+CREATE INDEX IF NOT EXISTS conversations_by_time ON conversations (created_at, id);
 CREATE TABLE IF NOT EXISTS conversation_items (
     conversation_id TEXT NOT NULL,
     pos INTEGER NOT NULL,

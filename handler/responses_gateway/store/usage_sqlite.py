@@ -191,8 +191,8 @@ class SQLiteUsage(UsageStore):
 
     async def conversations(self, limit: int, after: str | None = None,
                             tenant: str | None = None) -> list[dict[str, Any]]:
-        """In the order of DynamoDB's index (store/dynamodb_schema.py): tenant, then id, on
-        the conversations table's (tenant, id) index."""
+        """Newest first (created_at, then id, both descending), as DynamoDB's index merges
+        them (store/dynamodb/usage.py); ``after``'s (created_at, id) is the cursor."""
 
         def read(c: sqlite3.Connection) -> list[dict[str, Any]]:
             exists = c.execute("SELECT 1 FROM sqlite_master WHERE name = 'conversations'")
@@ -206,16 +206,13 @@ class SQLiteUsage(UsageStore):
                 sql += " AND tenant = ?"
                 args.append(tenant)
             if after is not None:
-                owner = tenant
-                if owner is None:
-                    row = c.execute("SELECT tenant FROM conversations WHERE id = ?",
-                                    (after,)).fetchone()
-                    if row is None:
-                        raise LookupError(after)
-                    owner = row[0]
-                sql += " AND (tenant > ? OR (tenant = ? AND id > ?))"
-                args += [owner, owner, after]
-            sql += " ORDER BY tenant, id LIMIT ?"
+                row = c.execute("SELECT created_at FROM conversations WHERE id = ?",
+                                (after,)).fetchone()
+                if row is None:
+                    raise LookupError(after)
+                sql += " AND (created_at < ? OR (created_at = ? AND id < ?))"
+                args += [row[0], row[0], after]
+            sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
             return [_conversation(r) for r in c.execute(sql, (*args, limit))]
 
         return await self._run(read)

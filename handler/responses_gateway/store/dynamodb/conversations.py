@@ -96,7 +96,7 @@ class _Conversations(_Responses, ConversationStore):
             TableName=self.table_name,
             Item={
                 **self._conv_key(conv.id),
-                **conversation_index_keys(conv.tenant, conv.id),  # the admin list's index
+                **conversation_index_keys(conv.id, conv.created_at),  # the admin list's index
                 "tenant": _s(conv.tenant),
                 "created": _n(conv.created_at),
                 "meta": _s(orjson.dumps(conv.metadata).decode()),

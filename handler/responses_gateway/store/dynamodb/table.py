@@ -24,11 +24,17 @@ from responses_gateway.store.dynamodb_schema import (
     ATTRIBUTE_DEFINITIONS,
     CONVERSATION_INDEX_PK,
     CONVERSATION_INDEX_SK,
+    CONVERSATIONS,
     GLOBAL_SECONDARY_INDEXES,
     conversation_index_keys,
     table_definition,
     ttl_specification,
 )
+
+#: Why a transaction is cancelled that a retry can cure: another transaction on an item, or an
+#: item's partition over its throughput (a hot key; DynamoDB's code for it in a transaction).
+_RETRIED_REASONS = frozenset({"TransactionConflict", "ThrottlingError",
+                              "ProvisionedThroughputExceeded"})
 
 
 def make_client(max_attempts: int = 5) -> Any:
@@ -97,21 +103,21 @@ def _add_indexes(client: Any, table_name: str) -> None:
 
 
 def backfill_conversation_index(client: Any, table_name: str) -> int:
-    """Give conversations written before the conversations index its keys (one Scan of the
-    table, an update per conversation); how many were updated. ``store init`` runs it on an
-    existing table."""
+    """Give conversations written before the conversations index, or before its shards (in
+    ``CONV``, by tenant and id), their sharded keys (one Scan of the table, an update per
+    conversation); how many were updated. ``store init`` runs it on an existing table."""
     kwargs: dict[str, Any] = {
         "TableName": table_name,
-        "FilterExpression": "sk = :c AND attribute_not_exists(#p)",
-        "ProjectionExpression": "pk, tenant",
+        "FilterExpression": "sk = :c AND (attribute_not_exists(#p) OR #p = :legacy)",
+        "ProjectionExpression": "pk, created",
         "ExpressionAttributeNames": {"#p": CONVERSATION_INDEX_PK},
-        "ExpressionAttributeValues": {":c": _s(CONVERSATION)},
+        "ExpressionAttributeValues": {":c": _s(CONVERSATION), ":legacy": _s(CONVERSATIONS)},
     }
     updated = 0
     while True:
         page = client.scan(**kwargs)
         for item in page.get("Items", []):
-            keys = conversation_index_keys(item["tenant"]["S"], item["pk"]["S"])
+            keys = conversation_index_keys(item["pk"]["S"], int(item["created"]["N"]))
             try:
                 client.update_item(
                     TableName=table_name, Key={"pk": item["pk"], "sk": _s(CONVERSATION)},
@@ -148,6 +154,7 @@ class _Table:
         self._client = client
         self._max_attempts = max_attempts
         self._client_lock = threading.Lock()
+        self._single_try: Any = None
 
     @property
     def client(self) -> Any:
@@ -156,6 +163,17 @@ class _Table:
                 if self._client is None:
                     self._client = make_client(self._max_attempts)
         return self._client
+
+    @property
+    def single_try_client(self) -> Any:
+        """A client that retries once (botocore's ``max_attempts`` 2: a dropped connection,
+        not a backoff), made on first use: for writes whose retries belong off the request's
+        path."""
+        if self._single_try is None:
+            with self._client_lock:
+                if self._single_try is None:
+                    self._single_try = make_client(2)
+        return self._single_try
 
     def _record_key(self, response_id: str) -> dict[str, Any]:
         return {"pk": _s(response_id), "sk": _s(RECORD)}
@@ -166,15 +184,20 @@ class _Table:
     def _conv_key(self, conversation_id: str) -> dict[str, Any]:
         return {"pk": _s(conversation_id), "sk": _s(CONVERSATION)}
 
-    def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
-        """One API call: condition failures become _ConditionFailed, transaction conflicts are
-        retried here (botocore does not), anything else left after botocore's retries becomes
-        StoreUnavailable."""
+    def _call(self, operation: str, *, once: bool = False, **kwargs: Any) -> dict[str, Any]:
+        """One API call: condition failures become _ConditionFailed, transaction conflicts and
+        transactions cancelled for throttling are retried here with jittered backoff (botocore
+        retries neither: both come as TransactionCanceledException), anything else left after
+        botocore's retries becomes StoreUnavailable. ``once``: one try (botocore's one quick
+        retry aside), the caller retrying later, off a response's path
+        (store/bookkeeping.py)."""
         from botocore.exceptions import BotoCoreError, ClientError
 
-        for attempt in range(_CONFLICT_ATTEMPTS):
+        attempts = 1 if once else _CONFLICT_ATTEMPTS
+        client = self.single_try_client if once else self.client
+        for attempt in range(attempts):
             try:
-                return getattr(self.client, operation)(**kwargs)
+                return getattr(client, operation)(**kwargs)
             except ClientError as e:
                 error = e.response.get("Error", {})
                 code = error.get("Code", "")
@@ -187,8 +210,8 @@ class _Table:
                         raise _ConditionFailed(tuple(
                             i for i, r in enumerate(reasons) if r == "ConditionalCheckFailed"
                         )) from None
-                    conflict = "TransactionConflict" in reasons
-                if not conflict or attempt + 1 == _CONFLICT_ATTEMPTS:
+                    conflict = bool(_RETRIED_REASONS.intersection(reasons))
+                if not conflict or attempt + 1 == attempts:
                     message = f"DynamoDB {operation} failed: {code}: {error.get('Message', '')}"
                     raise StoreUnavailable(message) from e
             except BotoCoreError as e:

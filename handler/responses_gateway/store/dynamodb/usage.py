@@ -2,10 +2,15 @@
 
 Items (docs/dashboard.md has the costs):
 
-- ``USAGE#<day>`` / ``<hour>#<tenant>#<model>``: a bucket's counters, moved by ``ADD``.
+- ``USAGE#<day>#<shard>`` / ``<hour>#<tenant>#<model>``: a bucket's counters, moved by
+  ``ADD``; the shard is the response id's (dynamodb_schema.shard_of), so a day's writes spread
+  over SHARDS partitions and a bucket is the sum of its shards' items.
 - ``USAGE#ID#<response id>`` / ``U``: the response's log row; written only if absent, in the
   same transaction as its counters, so a response is counted once whoever runs it again.
-- ``LOG#<day>`` / ``<created_at>#<response id>``: the same row, listed by time (admin views).
+- ``LOG#<day>#<shard>`` / ``<created_at>#<response id>``: the same row, listed by time (admin
+  views): each shard's Query newest first, merged.
+- Rows written before the shards (``USAGE#<day>``, ``LOG#<day>``) are read as one more shard
+  until they expire.
 - ``RATE#<tenant>#<width>#<window>`` / ``W``: a key's requests and tokens in one rate window,
   a request counted by a conditional ``ADD`` (under the caps, or nothing): every process and
   Lambda instance shares one count.
@@ -18,7 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import heapq
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -30,8 +37,10 @@ from responses_gateway.store.dynamodb_schema import (
     CONVERSATION_INDEX_PK,
     CONVERSATION_INDEX_SK,
     CONVERSATIONS,
+    SHARDS,
     TTL_ATTRIBUTE,
-    conversation_index_keys,
+    conversation_index_sort,
+    shard_of,
 )
 from responses_gateway.store.usage import (
     COUNTERS,
@@ -56,6 +65,12 @@ def _window_key(tenant: str, windows: Windows) -> dict[str, Any]:
     return {"pk": _s(pk), "sk": _s("W")}
 
 
+def _shards(prefix: str) -> list[str]:
+    """A sharded partition's keys, and the unsharded one rows written before the shards
+    sit in (read until they expire; an empty partition costs one read unit)."""
+    return [f"{prefix}#{n}" for n in range(SHARDS)] + [prefix]
+
+
 def _budget_key(tenant: str, period: str) -> dict[str, Any]:
     return {"pk": _s(f"BUDGET#{tenant}#{period}"), "sk": _s("B")}
 
@@ -66,9 +81,16 @@ class DynamoDBUsage(_Table, UsageStore):
     async def record(self, entry: UsageEntry, windows: Windows | None) -> bool:
         return await asyncio.to_thread(self._record, entry, windows)
 
-    def _record(self, entry: UsageEntry, windows: Windows | None) -> bool:
+    async def record_once(self, entry: UsageEntry, windows: Windows | None) -> bool:
+        """``record`` in one try, no retry (store/bookkeeping.py retries it off the response's
+        path): a throttled partition costs the response no backoff."""
+        return await asyncio.to_thread(self._record, entry, windows, True)
+
+    def _record(self, entry: UsageEntry, windows: Windows | None, once: bool = False) -> bool:
         row = orjson.dumps(entry.log_row()).decode()
-        expires = _n(int(time.time()) + self.retention_s)
+        # From the entry, not the clock: a retry (store/bookkeeping.py) sends the very same
+        # transaction, which its ClientRequestToken requires (else IdempotentParameterMismatch)
+        expires = _n(int(entry.finished_at) + self.retention_s)
         names: dict[str, str] = {"#tenant": "tenant", "#model": "model"}
         values: dict[str, Any] = {":tenant": _s(entry.tenant), ":model": _s(entry.model)}
         adds = []
@@ -79,6 +101,7 @@ class DynamoDBUsage(_Table, UsageStore):
             names[f"#t{i}"], values[f":t{i}"] = f"tool#{kind}", _n(n)
             adds.append(f"#t{i} :t{i}")
         bucket_sk = f"{entry.hour:010d}#{entry.tenant}#{entry.model}"
+        shard = shard_of(entry.response_id)
         actions: list[dict[str, Any]] = [
             {"Put": {
                 "TableName": self.table_name,
@@ -88,13 +111,14 @@ class DynamoDBUsage(_Table, UsageStore):
             }},
             {"Put": {
                 "TableName": self.table_name,
-                "Item": {"pk": _s(f"LOG#{day_of(entry.created_at)}"),
+                "Item": {"pk": _s(f"LOG#{day_of(entry.created_at)}#{shard}"),
                          "sk": _s(f"{entry.created_at:010d}#{entry.response_id}"),
                          "row": _s(row), TTL_ATTRIBUTE: expires},
             }},
             {"Update": {
                 "TableName": self.table_name,
-                "Key": {"pk": _s(f"USAGE#{day_of(entry.hour)}"), "sk": _s(bucket_sk)},
+                "Key": {"pk": _s(f"USAGE#{day_of(entry.hour)}#{shard}"),
+                        "sk": _s(bucket_sk)},
                 "UpdateExpression": "SET #tenant = :tenant, #model = :model ADD "
                                     + ", ".join(adds),
                 "ExpressionAttributeNames": names,
@@ -113,7 +137,7 @@ class DynamoDBUsage(_Table, UsageStore):
                     "ExpressionAttributeValues": {**tokens, ":e": _n(end + _WINDOW_GRACE)},
                 }})
             if windows.period_key is not None:
-                end = windows.period_end or int(time.time())
+                end = windows.period_end or int(entry.finished_at)
                 actions.append({"Update": {
                     "TableName": self.table_name,
                     "Key": _budget_key(entry.tenant, windows.period_key),
@@ -124,7 +148,8 @@ class DynamoDBUsage(_Table, UsageStore):
         # The same token for a call botocore retries: DynamoDB applies it once.
         token = hashlib.sha256(entry.response_id.encode()).hexdigest()[:36]
         try:
-            self._call("transact_write_items", TransactItems=actions, ClientRequestToken=token)
+            self._call("transact_write_items", once=once, TransactItems=actions,
+                       ClientRequestToken=token)
         except _ConditionFailed:
             return False
         return True
@@ -230,46 +255,58 @@ class DynamoDBUsage(_Table, UsageStore):
 
     async def buckets(self, start: int, end: int) -> list[UsageRow]:
         def read() -> list[UsageRow]:
-            rows = []
+            # A bucket is split over the day's shards: their items are summed here.
+            summed: dict[tuple[int, str, str], UsageRow] = {}
             for day in _days(start, end):
-                for item in self._query(
-                    KeyConditionExpression="pk = :pk AND sk BETWEEN :lo AND :hi",
-                    ExpressionAttributeValues={":pk": _s(f"USAGE#{day}"),
-                                               ":lo": _s(f"{start:010d}"),
-                                               ":hi": _s(f"{end - 1:010d}~")},
-                ):
-                    hour = int(item["sk"]["S"].split("#", 1)[0])
-                    if not start <= hour < end:
-                        continue
-                    rows.append(UsageRow(
-                        hour, item["tenant"]["S"], item["model"]["S"],
-                        {c: int(item.get(c, {}).get("N", 0)) for c in COUNTERS},
-                        {k[5:]: int(v["N"]) for k, v in item.items() if k.startswith("tool#")},
-                    ))
-            return rows
+                for pk in _shards(f"USAGE#{day}"):
+                    for item in self._query(
+                        KeyConditionExpression="pk = :pk AND sk BETWEEN :lo AND :hi",
+                        ExpressionAttributeValues={":pk": _s(pk),
+                                                   ":lo": _s(f"{start:010d}"),
+                                                   ":hi": _s(f"{end - 1:010d}~")},
+                    ):
+                        hour = int(item["sk"]["S"].split("#", 1)[0])
+                        if not start <= hour < end:
+                            continue
+                        key = (hour, item["tenant"]["S"], item["model"]["S"])
+                        row = summed.get(key)
+                        if row is None:
+                            row = summed[key] = UsageRow(*key, dict.fromkeys(COUNTERS, 0))
+                        for c in COUNTERS:
+                            row.counts[c] += int(item.get(c, {}).get("N", 0))
+                        for k, v in item.items():
+                            if k.startswith("tool#"):
+                                row.tool_calls[k[5:]] = row.tool_calls.get(k[5:], 0) + int(v["N"])
+            return sorted(summed.values(), key=lambda r: (r.hour, r.tenant, r.model))
 
         return await asyncio.to_thread(read)
 
     async def log(self, start: int, end: int, limit: int,
                   before: tuple[int, str] | None = None) -> list[dict[str, Any]]:
         # Log rows expire with the responses (TTL): older days hold nothing, and each day
-        # walked is a query.
+        # walked is a query per shard.
         start = max(start, int(time.time()) - self.retention_s - DAY)
 
         def read() -> list[dict[str, Any]]:
             high = f"{before[0]:010d}#{before[1]}" if before else f"{end - 1:010d}~"
             rows: list[dict[str, Any]] = []
             for day in reversed(_days(start, end)):
-                page = self._call(
-                    "query", TableName=self.table_name, ConsistentRead=True,
-                    KeyConditionExpression="pk = :pk AND sk BETWEEN :lo AND :hi",
-                    ExpressionAttributeValues={":pk": _s(f"LOG#{day}"),
-                                               ":lo": _s(f"{start:010d}"), ":hi": _s(high)},
-                    ScanIndexForward=False, Limit=limit - len(rows) + 1,
-                )
-                for item in page.get("Items", []):
-                    if item["sk"]["S"] != high:
-                        rows.append(orjson.loads(item["row"]["S"]))
+                want = limit - len(rows)
+                # Each shard's newest ``want`` rows before the cursor hold the day's newest
+                # ``want``: merged by (created_at, id), the order the cursor pages by.
+                found: list[tuple[str, str]] = []
+                for pk in _shards(f"LOG#{day}"):
+                    page = self._call(
+                        "query", TableName=self.table_name, ConsistentRead=True,
+                        KeyConditionExpression="pk = :pk AND sk BETWEEN :lo AND :hi",
+                        ExpressionAttributeValues={":pk": _s(pk), ":lo": _s(f"{start:010d}"),
+                                                   ":hi": _s(high)},
+                        ScanIndexForward=False, Limit=want + 1,
+                    )
+                    found += [(item["sk"]["S"], item["row"]["S"])
+                              for item in page.get("Items", []) if item["sk"]["S"] != high]
+                found.sort(reverse=True)
+                rows += [orjson.loads(row) for _, row in found[:want]]
                 if len(rows) >= limit:
                     break
             return rows[:limit]
@@ -288,46 +325,78 @@ class DynamoDBUsage(_Table, UsageStore):
 
     async def conversations(self, limit: int, after: str | None = None,
                             tenant: str | None = None) -> list[dict[str, Any]]:
-        """A Query of the conversations index (store/dynamodb_schema.py): read units in
-        proportion to the page, one key's conversations by their key's prefix."""
+        """Newest first: a Query per shard of the conversations index
+        (store/dynamodb_schema.py), each newest first from the cursor, merged; the cursor is
+        ``after``'s (created, id), read from its record. One key's conversations are the same
+        Queries filtered by tenant (the index is by time, not by key: such a page reads the
+        index entries of every key until it is full)."""
 
         def read() -> list[dict[str, Any]]:
-            condition = "#p = :p"
-            values: dict[str, Any] = {":p": _s(CONVERSATIONS)}
-            if tenant is not None:
-                condition += " AND begins_with(#s, :t)"
-                values[":t"] = _s(f"{tenant}#")
-            kwargs: dict[str, Any] = {
-                "TableName": self.table_name, "IndexName": CONVERSATION_INDEX,
-                "KeyConditionExpression": condition, "ExpressionAttributeValues": values,
-                "ExpressionAttributeNames": {"#p": CONVERSATION_INDEX_PK,
-                                             **({"#s": CONVERSATION_INDEX_SK}
-                                                if tenant is not None else {})},
-            }
+            below = None
             if after is not None:
-                owner = tenant if tenant is not None else self._owner(after)
-                kwargs["ExclusiveStartKey"] = {
-                    "pk": _s(after), "sk": _s(CONVERSATION),
-                    **conversation_index_keys(owner, after)}
-            found: list[dict[str, Any]] = []
-            while len(found) < limit:
-                page = self._call("query", Limit=limit - len(found), **kwargs)
-                found += [_conversation(item) for item in page.get("Items", [])]
-                if "LastEvaluatedKey" not in page:
+                below = conversation_index_sort(after, self._created(after))
+            streams = [self._index_shard(f"{CONVERSATIONS}#{n}", below, tenant, limit)
+                       for n in range(SHARDS)]
+            streams.append(self._legacy_index(below, tenant))
+            merged = heapq.merge(*streams, key=lambda pair: pair[0], reverse=True)
+            found = []
+            for _, item in merged:
+                found.append(_conversation(item))
+                if len(found) >= limit:
                     break
-                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
             return found
 
         return await asyncio.to_thread(read)
 
-    def _owner(self, conversation_id: str) -> str:
-        """The tenant of a conversation: where it sits in the index (LookupError if none)."""
+    def _index_shard(self, pk: str, below: str | None, tenant: str | None, page: int
+                     ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """One shard of the conversations index, newest first from ``below`` (exclusive),
+        lazily, a page at a time: the merge reads a shard only as far as the list goes."""
+        condition = "#p = :p"
+        values: dict[str, Any] = {":p": _s(pk)}
+        names = {"#p": CONVERSATION_INDEX_PK}
+        if below is not None:
+            condition += " AND #s < :below"
+            values[":below"] = _s(below)
+            names["#s"] = CONVERSATION_INDEX_SK
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name, "IndexName": CONVERSATION_INDEX,
+            "KeyConditionExpression": condition, "ExpressionAttributeValues": values,
+            "ExpressionAttributeNames": names, "ScanIndexForward": False,
+            # a filtered page drops other keys' entries: read whole pages for it
+            "Limit": 100 if tenant is not None else max(1, min(page, 100)),
+        }
+        if tenant is not None:
+            kwargs["FilterExpression"] = "tenant = :t"
+            values[":t"] = _s(tenant)
+        while True:
+            result = self._call("query", **kwargs)
+            for item in result.get("Items", []):
+                yield item[CONVERSATION_INDEX_SK]["S"], item
+            if "LastEvaluatedKey" not in result:
+                return
+            kwargs["ExclusiveStartKey"] = result["LastEvaluatedKey"]
+
+    def _legacy_index(self, below: str | None, tenant: str | None
+                      ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Index entries written before the shards (``CONV``, by tenant and id), sorted here:
+        empty once ``store init`` has moved them (table.py backfill_conversation_index)."""
+        entries = []
+        for _, item in self._index_shard(CONVERSATIONS, None, tenant, 100):
+            sort = conversation_index_sort(item["pk"]["S"], int(item["created"]["N"]))
+            if below is None or sort < below:
+                entries.append((sort, item))
+        entries.sort(key=lambda pair: pair[0], reverse=True)
+        yield from entries
+
+    def _created(self, conversation_id: str) -> int:
+        """When a conversation was created: where it sits in the index (LookupError if none)."""
         item = self._call("get_item", TableName=self.table_name,
                           Key={"pk": _s(conversation_id), "sk": _s(CONVERSATION)},
-                          ProjectionExpression="tenant").get("Item")
+                          ProjectionExpression="created").get("Item")
         if item is None:
             raise LookupError(conversation_id)
-        return item["tenant"]["S"]
+        return int(item["created"]["N"])
 
     async def conversation(self, conversation_id: str) -> dict[str, Any] | None:
         def read() -> dict[str, Any] | None:
