@@ -455,7 +455,9 @@ def test_dashboard_opens_failed_cancelled_tool_and_image_responses(
         driver.save_screenshot(str(shots / f"{engine}-failed.png"))
 
         # The list shows the key by name and id, the failure's code and durations.
-        row = by_id(By.CSS_SELECTOR, f"#response-list tr[data-id='{failed.id}']")
+        # (the list loads beside the detail: on DynamoDB it merges the log's shards first)
+        [row] = wait.until(lambda d: d.find_elements(
+            By.CSS_SELECTOR, f"#response-list tr[data-id='{failed.id}']"))
         assert KEY_NAME in row.text and TENANT in row.text and failed.error.code in row.text
 
         click_row(site["cancelled"])
