@@ -23,8 +23,11 @@ Each figure is the median (and min) over ``--runs`` fresh interpreters, all in t
 - ``buffered handler``: ``import responses_gateway.entry.lambda_buffered`` (Mangum, services built).
 
 The environment is the deployed one (DynamoDB store, worker function set) with dummy values;
-nothing is contacted. ``--importtime`` prints the 15 slowest imports of the streaming entry
-(``python -X importtime``) to show what to make lazy.
+nothing is contacted. The last lines print the two ratios of issue 46, each the median over
+runs of that run's figure against that run's floor (so machine noise hits both sides alike):
+the first-create ratio (``ready + first create`` / floor) and the own-share ratio
+((``streaming entry`` - floor) / floor). ``--importtime`` prints the 15 slowest imports of
+the streaming entry (``python -X importtime``) to show what to make lazy.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_MS = 150.0  # issue 21: the streaming entry and the worker each
+FIRST_CREATE_GOAL = 2.5  # issue 46: ready + first create, as a multiple of the floor
+OWN_SHARE_GOAL = 0.35  # issue 46: (streaming entry - floor) / floor
 
 ENV = {
     "GATEWAY_STORE": "dynamodb:cold-start-bench",
@@ -169,6 +174,15 @@ def measure(runs: int, importtime: bool) -> int:
         results["framework floor"])
     print(f"the gateway's own share of the streaming entry (entry - floor, per run): "
           f"{statistics.median(own):.1f} ms median; the entry is {ratio:.2f}x the floor")
+    floors = results["framework floor"]
+    first = statistics.median(c / f for c, f in zip(results["ready + first create"], floors,
+                                                     strict=True))
+    share = statistics.median((e - f) / f for e, f in zip(results["streaming entry"], floors,
+                                                          strict=True))
+    print(f"first-create ratio (ready + first create / floor, median per run): {first:.2f}x "
+          f"(goal <= {FIRST_CREATE_GOAL}x)")
+    print(f"own-share ratio ((streaming entry - floor) / floor, median per run): {share:.2f}x "
+          f"(goal <= {OWN_SHARE_GOAL}x)")
     for name in ("streaming entry", "worker handler"):
         median = statistics.median(results[name])
         verdict = "under" if median <= TARGET_MS else "OVER"
