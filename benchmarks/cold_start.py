@@ -16,9 +16,11 @@ Each figure is the median (and min) over ``--runs`` fresh interpreters, all in t
   picks when they are installed, uvloop and httptools (run.sh's whole import);
 - ``streaming ready``: the above plus the app's lifespan startup (services built) under a
   Lambda-like environment (JSON logging configured), i.e. until /health could answer;
-- ``ready + first create``: the above plus validating one create body, which builds
-  the request validators (deferred to the first create: the worker and the routes that do not
-  create never pay for them);
+- ``ready + first create``: the above plus what a fresh process's first create builds: the
+  request validators (one create body validated), the backend, its HTTP client and TLS
+  context. In Lambda the lifespan builds them (api/prewarm.py: paid in the init phase, before
+  any request when Lambda initializes ahead of traffic); the ``lazy`` pair leaves them to the
+  first create, as outside Lambda;
 - ``worker handler``: ``import responses_gateway.entry.lambda_worker``;
 - ``buffered handler``: ``import responses_gateway.entry.lambda_buffered`` (Mangum, services built).
 
@@ -71,6 +73,28 @@ FLOOR = ("import asyncio, orjson\nimport starlette.applications, starlette.datas
          "starlette.websockets")
 ENTRY = "from responses_gateway.api.app import create_app\napp = create_app()"
 NO_BYTECODE = {"PYTHONDONTWRITEBYTECODE": "1", "COLD_START_SOURCE_ONLY": "1"}
+#: What a fresh process's first create builds: the request validators (one create body
+#: validated), the backend and its HTTP client with its TLS context (api/prewarm.py builds the
+#: same; run inside the lifespan, as a request is). Already built, it costs next to nothing.
+CREATE = ("        from responses_gateway.api import prewarm as first_create\n"
+          "        first_create.prewarm(app.state.gateway)\n")
+
+
+def _ready(then: str = "", *, lazy: bool = False) -> str:
+    """The streaming entry up to /health answering (the Lambda Web Adapter's readiness), then
+    ``then`` inside the lifespan; ``lazy``: without api/prewarm.py at startup (the first
+    create builds what it needs)."""
+    off = "from responses_gateway.api import prewarm\nprewarm.wanted = lambda: False\n"
+    return (f"import asyncio\n{UVICORN}\n{off if lazy else ''}"
+            "from responses_gateway.api.app import create_app\n"
+            "app = create_app()\n"
+            "async def ready():\n"
+            "    async with app.router.lifespan_context(app):\n"
+            f"{then}"
+            "        pass\n"
+            "asyncio.run(ready())\n")
+
+
 CASES: dict[str, tuple[str, dict[str, str]]] = {
     "framework floor": (FLOOR, {}),
     "streaming entry": (ENTRY, {}),
@@ -78,23 +102,10 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "streaming entry + uvicorn": (
         f"{UVICORN}\nfrom responses_gateway.api.app import create_app\napp = create_app()",
         {}),
-    "streaming ready": (
-        f"import asyncio\n{UVICORN}\nfrom responses_gateway.api.app import create_app\n"
-        "app = create_app()\n"
-        "async def ready():\n"
-        "    async with app.router.lifespan_context(app):\n"
-        "        pass\n"
-        "asyncio.run(ready())", LAMBDA_ENV),
-    "ready + first create": (
-        f"import asyncio\n{UVICORN}\nfrom responses_gateway.api.app import create_app\n"
-        "from responses_gateway.translate.request_models import parse_create_request\n"
-        "app = create_app()\n"
-        "async def ready():\n"
-        "    async with app.router.lifespan_context(app):\n"
-        "        pass\n"
-        "asyncio.run(ready())\n"
-        "parse_create_request({'model': 'm', 'input': 'hi', 'tools': [{'type': 'function', "
-        "'name': 'f'}]})", LAMBDA_ENV),
+    "streaming ready": (_ready(), LAMBDA_ENV),
+    "ready + first create": (_ready(CREATE), LAMBDA_ENV),
+    "streaming ready, lazy": (_ready(lazy=True), LAMBDA_ENV),
+    "ready + first create, lazy": (_ready(CREATE, lazy=True), LAMBDA_ENV),
     "worker handler": ("import responses_gateway.entry.lambda_worker", {}),
     "buffered handler": ("import responses_gateway.entry.lambda_buffered", {}),
 }
@@ -183,6 +194,13 @@ def measure(runs: int, importtime: bool) -> int:
           f"(goal <= {FIRST_CREATE_GOAL}x)")
     print(f"own-share ratio ((streaming entry - floor) / floor, median per run): {share:.2f}x "
           f"(goal <= {OWN_SHARE_GOAL}x)")
+    for lazy in ("", ", lazy"):
+        after = statistics.median(
+            c - r for c, r in zip(results["ready + first create" + lazy],
+                                  results["streaming ready" + lazy], strict=True))
+        how = "built by the first create" if lazy else "built at init (api/prewarm.py)"
+        print(f"first create after ready, validators and client {how}: {after:.1f} ms median, "
+              f"{after / statistics.median(floors):.2f}x the floor")
     for name in ("streaming entry", "worker handler"):
         median = statistics.median(results[name])
         verdict = "under" if median <= TARGET_MS else "OVER"
