@@ -25,8 +25,11 @@ Each figure is the median (and min) over ``--runs`` fresh interpreters, all in t
 - ``buffered handler``: ``import responses_gateway.entry.lambda_buffered`` (Mangum, services built).
 
 The environment is the deployed one (DynamoDB store, worker function set) with dummy values;
-nothing is contacted. The last lines print the two ratios of issue 46, each the median over
-runs of that run's figure against that run's floor (so machine noise hits both sides alike):
+nothing is contacted. ``--cpu`` measures each case's CPU time (user + system) instead of the
+wall clock: on a machine that other work loads, the wall clock of a fresh interpreter
+varies 2-3x from one run to the next, its CPU time much less. The last lines print the two
+ratios of issue 46, each the median over runs of that run's figure against that run's floor
+(so machine noise hits both sides alike):
 the first-create ratio (``ready + first create`` / floor) and the own-share ratio
 ((``streaming entry`` - floor) / floor). ``--importtime`` prints the 15 slowest imports of
 the streaming entry (``python -X importtime``) to show what to make lazy.
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -62,9 +66,9 @@ LAMBDA_ENV = {"AWS_LAMBDA_FUNCTION_NAME": "cold-start-bench", "POWERTOOLS_METRIC
 
 TIMED = """
 import time
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 {body}
-print((time.perf_counter() - t0) * 1000)
+print((time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000)
 """
 
 UVICORN = "import uvicorn, uvloop, uvicorn.protocols.http.httptools_impl"
@@ -126,15 +130,22 @@ def child_env(extra: dict[str, str]) -> dict[str, str]:
 
 
 def bare_start_ms() -> float:
-    start = time.perf_counter()
+    start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run([sys.executable, "-c", "pass"], check=True, env=child_env({}))
+    if CPU:
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000
     return (time.perf_counter() - start) * 1000
+
+
+CPU = False  # --cpu: CPU time of the process instead of the wall clock
 
 
 def timed_ms(body: str, extra: dict[str, str]) -> float:
     out = subprocess.run([sys.executable, "-c", TIMED.format(body=body)], check=True,
                          capture_output=True, text=True, env=child_env(extra), cwd=ROOT)
-    return float(out.stdout.strip().splitlines()[-1])
+    wall, cpu = out.stdout.strip().splitlines()[-1].split()
+    return float(cpu if CPU else wall)
 
 
 def slowest_imports(count: int = 15) -> list[tuple[int, int, str]]:
@@ -154,7 +165,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--importtime", action="store_true")
+    parser.add_argument("--cpu", action="store_true",
+                        help="CPU time (user + system) instead of the wall clock: steadier "
+                             "on a machine other work loads")
     args = parser.parse_args()
+    global CPU
+    CPU = args.cpu
 
     shutil.rmtree(SOURCE_ONLY, ignore_errors=True)
     shutil.copytree(ROOT / "handler" / "responses_gateway", SOURCE_ONLY / "responses_gateway",
@@ -174,7 +190,8 @@ def measure(runs: int, importtime: bool) -> int:
         for name, (body, extra) in CASES.items():
             results[name].append(timed_ms(body, extra))
 
-    print(f"python {sys.version.split()[0]}, {runs} fresh interpreters per case")
+    clock = "CPU time" if CPU else "wall time"
+    print(f"python {sys.version.split()[0]}, {runs} fresh interpreters per case, {clock}")
     print(f"{'':28}{'median ms':>10}{'min ms':>10}")
     for name, values in results.items():
         note = "  (process wall time)" if name == "bare interpreter" else ""
