@@ -85,3 +85,21 @@ def test_a_failure_to_build_early_does_not_stop_startup(
     with caplog.at_level(logging.WARNING, logger="responses_gateway.prewarm"):
         prewarm.prewarm(Gateway())  # type: ignore[arg-type]
     assert "could not build the backend's client at init" in caplog.text
+
+
+def test_each_gateway_is_warmed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mangum's buffered entry runs the lifespan on every call: the work is done once."""
+    asked: list[str] = []
+
+    class Gateway:
+        served_tools = frozenset()
+        settings = Settings(upstream_url="http://127.0.0.1:9/v1")
+
+        def backend_for(self, kind: str) -> object:
+            asked.append(kind)
+            return object()
+
+    gateway = Gateway()
+    prewarm.prewarm(gateway)  # type: ignore[arg-type]
+    prewarm.prewarm(gateway)  # type: ignore[arg-type]
+    assert asked == ["openai"]

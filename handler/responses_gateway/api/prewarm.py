@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 
 from responses_gateway.responses.gateway import Gateway
 
@@ -24,6 +25,8 @@ logger = logging.getLogger("responses_gateway.prewarm")
 #: A create body that reaches every validator a plain create uses (a function tool included).
 _BODY = {"model": "prewarm", "input": "prewarm",
          "tools": [{"type": "function", "name": "prewarm"}]}
+#: Gateways already warmed: once each (Mangum's buffered entry runs the lifespan per call).
+_warmed: weakref.WeakSet[Gateway] = weakref.WeakSet()
 
 
 def wanted() -> bool:
@@ -35,6 +38,9 @@ def prewarm(gateway: Gateway) -> None:
     """Build the request validators and the configured backend's client now (on the event
     loop the requests will use: the client's pool is bound to it). Never fails startup: what
     could not be built here is built by the first create, as without this."""
+    if gateway in _warmed:
+        return
+    _warmed.add(gateway)
     try:
         from responses_gateway.translate.request import parse_create_request
 
