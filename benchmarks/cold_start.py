@@ -16,21 +16,30 @@ Each figure is the median (and min) over ``--runs`` fresh interpreters, all in t
   picks when they are installed, uvloop and httptools (run.sh's whole import);
 - ``streaming ready``: the above plus the app's lifespan startup (services built) under a
   Lambda-like environment (JSON logging configured), i.e. until /health could answer;
-- ``ready + first create``: the above plus validating one create body, which builds
-  the request validators (deferred to the first create: the worker and the routes that do not
-  create never pay for them);
+- ``ready + first create``: the above plus what a fresh process's first create builds: the
+  request validators (one create body validated), the backend, its HTTP client and TLS
+  context. In Lambda the lifespan builds them (api/prewarm.py: paid in the init phase, before
+  any request when Lambda initializes ahead of traffic); the ``lazy`` pair leaves them to the
+  first create, as outside Lambda;
 - ``worker handler``: ``import responses_gateway.entry.lambda_worker``;
 - ``buffered handler``: ``import responses_gateway.entry.lambda_buffered`` (Mangum, services built).
 
 The environment is the deployed one (DynamoDB store, worker function set) with dummy values;
-nothing is contacted. ``--importtime`` prints the 15 slowest imports of the streaming entry
-(``python -X importtime``) to show what to make lazy.
+nothing is contacted. ``--cpu`` measures each case's CPU time (user + system) instead of the
+wall clock: on a machine that other work loads, the wall clock of a fresh interpreter
+varies 2-3x from one run to the next, its CPU time much less. The last lines print the two
+ratios of issue 46, each the median over runs of that run's figure against that run's floor
+(so machine noise hits both sides alike):
+the first-create ratio (``ready + first create`` / floor) and the own-share ratio
+((``streaming entry`` - floor) / floor). ``--importtime`` prints the 15 slowest imports of
+the streaming entry (``python -X importtime``) to show what to make lazy.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -41,6 +50,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_MS = 150.0  # issue 21: the streaming entry and the worker each
+FIRST_CREATE_GOAL = 2.5  # issue 46: ready + first create, as a multiple of the floor
+OWN_SHARE_GOAL = 0.35  # issue 46: (streaming entry - floor) / floor
 
 ENV = {
     "GATEWAY_STORE": "dynamodb:cold-start-bench",
@@ -55,9 +66,9 @@ LAMBDA_ENV = {"AWS_LAMBDA_FUNCTION_NAME": "cold-start-bench", "POWERTOOLS_METRIC
 
 TIMED = """
 import time
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 {body}
-print((time.perf_counter() - t0) * 1000)
+print((time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000)
 """
 
 UVICORN = "import uvicorn, uvloop, uvicorn.protocols.http.httptools_impl"
@@ -66,6 +77,28 @@ FLOOR = ("import asyncio, orjson\nimport starlette.applications, starlette.datas
          "starlette.websockets")
 ENTRY = "from responses_gateway.api.app import create_app\napp = create_app()"
 NO_BYTECODE = {"PYTHONDONTWRITEBYTECODE": "1", "COLD_START_SOURCE_ONLY": "1"}
+#: What a fresh process's first create builds: the request validators (one create body
+#: validated), the backend and its HTTP client with its TLS context (api/prewarm.py builds the
+#: same; run inside the lifespan, as a request is). Already built, it costs next to nothing.
+CREATE = ("        from responses_gateway.api import prewarm as first_create\n"
+          "        first_create.prewarm(app.state.gateway)\n")
+
+
+def _ready(then: str = "", *, lazy: bool = False) -> str:
+    """The streaming entry up to /health answering (the Lambda Web Adapter's readiness), then
+    ``then`` inside the lifespan; ``lazy``: without api/prewarm.py at startup (the first
+    create builds what it needs)."""
+    off = "from responses_gateway.api import prewarm\nprewarm.wanted = lambda: False\n"
+    return (f"import asyncio\n{UVICORN}\n{off if lazy else ''}"
+            "from responses_gateway.api.app import create_app\n"
+            "app = create_app()\n"
+            "async def ready():\n"
+            "    async with app.router.lifespan_context(app):\n"
+            f"{then}"
+            "        pass\n"
+            "asyncio.run(ready())\n")
+
+
 CASES: dict[str, tuple[str, dict[str, str]]] = {
     "framework floor": (FLOOR, {}),
     "streaming entry": (ENTRY, {}),
@@ -73,23 +106,10 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "streaming entry + uvicorn": (
         f"{UVICORN}\nfrom responses_gateway.api.app import create_app\napp = create_app()",
         {}),
-    "streaming ready": (
-        f"import asyncio\n{UVICORN}\nfrom responses_gateway.api.app import create_app\n"
-        "app = create_app()\n"
-        "async def ready():\n"
-        "    async with app.router.lifespan_context(app):\n"
-        "        pass\n"
-        "asyncio.run(ready())", LAMBDA_ENV),
-    "ready + first create": (
-        f"import asyncio\n{UVICORN}\nfrom responses_gateway.api.app import create_app\n"
-        "from responses_gateway.translate.request_models import parse_create_request\n"
-        "app = create_app()\n"
-        "async def ready():\n"
-        "    async with app.router.lifespan_context(app):\n"
-        "        pass\n"
-        "asyncio.run(ready())\n"
-        "parse_create_request({'model': 'm', 'input': 'hi', 'tools': [{'type': 'function', "
-        "'name': 'f'}]})", LAMBDA_ENV),
+    "streaming ready": (_ready(), LAMBDA_ENV),
+    "ready + first create": (_ready(CREATE), LAMBDA_ENV),
+    "streaming ready, lazy": (_ready(lazy=True), LAMBDA_ENV),
+    "ready + first create, lazy": (_ready(CREATE, lazy=True), LAMBDA_ENV),
     "worker handler": ("import responses_gateway.entry.lambda_worker", {}),
     "buffered handler": ("import responses_gateway.entry.lambda_buffered", {}),
 }
@@ -110,15 +130,22 @@ def child_env(extra: dict[str, str]) -> dict[str, str]:
 
 
 def bare_start_ms() -> float:
-    start = time.perf_counter()
+    start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run([sys.executable, "-c", "pass"], check=True, env=child_env({}))
+    if CPU:
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000
     return (time.perf_counter() - start) * 1000
+
+
+CPU = False  # --cpu: CPU time of the process instead of the wall clock
 
 
 def timed_ms(body: str, extra: dict[str, str]) -> float:
     out = subprocess.run([sys.executable, "-c", TIMED.format(body=body)], check=True,
                          capture_output=True, text=True, env=child_env(extra), cwd=ROOT)
-    return float(out.stdout.strip().splitlines()[-1])
+    wall, cpu = out.stdout.strip().splitlines()[-1].split()
+    return float(cpu if CPU else wall)
 
 
 def slowest_imports(count: int = 15) -> list[tuple[int, int, str]]:
@@ -138,7 +165,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--importtime", action="store_true")
+    parser.add_argument("--cpu", action="store_true",
+                        help="CPU time (user + system) instead of the wall clock: steadier "
+                             "on a machine other work loads")
     args = parser.parse_args()
+    global CPU
+    CPU = args.cpu
 
     shutil.rmtree(SOURCE_ONLY, ignore_errors=True)
     shutil.copytree(ROOT / "handler" / "responses_gateway", SOURCE_ONLY / "responses_gateway",
@@ -158,7 +190,8 @@ def measure(runs: int, importtime: bool) -> int:
         for name, (body, extra) in CASES.items():
             results[name].append(timed_ms(body, extra))
 
-    print(f"python {sys.version.split()[0]}, {runs} fresh interpreters per case")
+    clock = "CPU time" if CPU else "wall time"
+    print(f"python {sys.version.split()[0]}, {runs} fresh interpreters per case, {clock}")
     print(f"{'':28}{'median ms':>10}{'min ms':>10}")
     for name, values in results.items():
         note = "  (process wall time)" if name == "bare interpreter" else ""
@@ -169,6 +202,22 @@ def measure(runs: int, importtime: bool) -> int:
         results["framework floor"])
     print(f"the gateway's own share of the streaming entry (entry - floor, per run): "
           f"{statistics.median(own):.1f} ms median; the entry is {ratio:.2f}x the floor")
+    floors = results["framework floor"]
+    first = statistics.median(c / f for c, f in zip(results["ready + first create"], floors,
+                                                     strict=True))
+    share = statistics.median((e - f) / f for e, f in zip(results["streaming entry"], floors,
+                                                          strict=True))
+    print(f"first-create ratio (ready + first create / floor, median per run): {first:.2f}x "
+          f"(goal <= {FIRST_CREATE_GOAL}x)")
+    print(f"own-share ratio ((streaming entry - floor) / floor, median per run): {share:.2f}x "
+          f"(goal <= {OWN_SHARE_GOAL}x)")
+    for lazy in ("", ", lazy"):
+        after = statistics.median(
+            c - r for c, r in zip(results["ready + first create" + lazy],
+                                  results["streaming ready" + lazy], strict=True))
+        how = "built by the first create" if lazy else "built at init (api/prewarm.py)"
+        print(f"first create after ready, validators and client {how}: {after:.1f} ms median, "
+              f"{after / statistics.median(floors):.2f}x the floor")
     for name in ("streaming entry", "worker handler"):
         median = statistics.median(results[name])
         verdict = "under" if median <= TARGET_MS else "OVER"

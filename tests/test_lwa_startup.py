@@ -165,6 +165,32 @@ def xray_daemon() -> Iterator[tuple[str, list[dict]]]:
         sock.close()
 
 
+def test_a_lambda_environment_builds_the_first_create_at_init(
+    upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    """In Lambda the lifespan builds the validators and the backend's client before /health
+    answers (api/prewarm.py); the first create, through openai-python unmodified, streams as
+    any other."""
+    import openai
+
+    env = {"GATEWAY_UPSTREAM_URL": upstream.base_url, "GATEWAY_API_KEYS": "sk-test",
+           "AWS_LAMBDA_FUNCTION_NAME": "responses-gateway-api",
+           "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_DISABLED": "true",
+           "HOME": str(tmp_path)}
+    with started_like_the_adapter(env, tmp_path) as base:
+        client = openai.OpenAI(base_url=base + "/v1", api_key="sk-test")
+        with client.responses.stream(
+            model="gpt-4o-mini", input="[[script:text n=3]]",
+            tools=[{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+        ) as stream:
+            types = [event.type for event in stream]
+            final = stream.get_final_response()
+    assert types[0] == "response.created" and types[-1] == "response.completed"
+    assert final.status == "completed" and final.output_text
+    log = (tmp_path / "server.log").read_text()
+    assert "could not build" not in log  # prewarm ran and built both
+
+
 def test_trace_header_from_the_adapter_becomes_subsegments(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:

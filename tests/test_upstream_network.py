@@ -32,7 +32,7 @@ from openai import APIStatusError, OpenAI
 from responses_gateway.backends import http11
 from responses_gateway.backends import sockets as network
 from responses_gateway.backends.base import BackendRequest
-from responses_gateway.backends.http11 import Http11Transport, install
+from responses_gateway.backends.http11 import Http11Transport, install, new_client
 from responses_gateway.backends.openai_compat import OpenAICompatBackend
 from responses_gateway.config import Settings
 from tests.helpers.e2e import e2e_settings
@@ -105,6 +105,30 @@ def test_installs_as_the_direct_transport_and_keeps_the_proxy_ones(
                       httpx.AsyncHTTPTransport)  # the proxy's: httpx's own
     assert not install(httpx.AsyncClient(transport=httpx.MockTransport(lambda r: None)),  # type: ignore[arg-type,return-value]
                        transport)
+
+
+def test_new_client_keeps_the_proxies_and_builds_no_transport_without_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No proxy in the environment: the transport is the client's only one (httpx builds
+    none of its own, which would import httpcore on a cold start's first create). A proxy:
+    httpx's transport per proxy, this one for what goes direct."""
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy",
+                 "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "localhost")
+    transport = Http11Transport()
+    client = new_client(transport)
+    assert client._transport is transport
+    assert all(mounted is None for mounted in client._mounts.values())
+    assert client._transport_for_url(httpx.URL("https://example.com/")) is transport
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    client = new_client(transport)
+    assert client._transport_for_url(httpx.URL("http://example.com/")) is transport
+    assert isinstance(client._transport_for_url(httpx.URL("https://example.com/")),
+                      httpx.AsyncHTTPTransport)  # the proxy's: httpx's own
+    assert client._transport_for_url(httpx.URL("https://localhost/")) is transport  # NO_PROXY
 
 
 def test_the_gateway_backend_sends_through_it() -> None:

@@ -37,6 +37,13 @@ def tune() -> None:
     gc.set_threshold(YOUNG_GENERATION_THRESHOLD, middle, old)
 
 
+def freeze_startup() -> None:
+    """What startup built after :func:`tune` (api/prewarm.py: the validators and clients of
+    the first create, in Lambda) is frozen too, once per process."""
+    if _tuned and not _settled:
+        gc.freeze()
+
+
 def response_opened() -> None:
     global _open
     _open += 1

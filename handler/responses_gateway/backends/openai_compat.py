@@ -48,7 +48,7 @@ from responses_gateway.backends.http11 import (
     Http11Transport,
     body_pieces,
     direct_transport,
-    install,
+    new_client,
 )
 from responses_gateway.errors import UpstreamError
 from responses_gateway.net.policy import shown_url
@@ -194,11 +194,11 @@ class OpenAICompatBackend(BaseBackend):
                     self._ssl = httpx.create_ssl_context()
                 limits = httpx.Limits(max_connections=self._max_connections,
                                       max_keepalive_connections=self._max_connections)
-                client = self._client = httpx.AsyncClient(
-                    timeout=self._timeout, verify=self._ssl, limits=limits
+                client = self._client = new_client(
+                    Http11Transport(ssl_context=self._ssl,
+                                    max_connections=self._max_connections),
+                    timeout=self._timeout, verify=self._ssl, limits=limits,
                 )  # the limits apply to proxied requests; direct ones share the transport's
-                install(client, Http11Transport(ssl_context=self._ssl,
-                                                max_connections=self._max_connections))
                 self._direct = direct_transport(client, self._post_url)
                 self._post_headers = httpx.Headers(client.headers)  # user-agent, encodings
                 self._post_headers.update(self._headers)
