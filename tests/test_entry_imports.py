@@ -100,7 +100,7 @@ def test_the_deployed_entry_point_loads_only_its_store(lambda_env: bool) -> None
     assert _loaded(seen["import"], LAZY + AWS_SDK + REQUEST_MODELS) == []  # before the lifespan
     lazy = tuple(n for n in LAZY if not (lambda_env and n == "aws_lambda_powertools"))
     assert _loaded(seen["started"], lazy) == []
-    if lambda_env:  # Lambda's init builds what the first create needs (api/prewarm.py)
+    if lambda_env:  # Lambda's init builds what the first create needs (api/warm_start.py)
         assert set(REQUEST_MODELS) <= set(seen["started"])
         # the upstream client, built on the gateway's own transport, never httpx's (httpcore)
         assert "responses_gateway.backends.http11" in seen["started"]

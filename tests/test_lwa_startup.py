@@ -169,7 +169,7 @@ def test_a_lambda_environment_builds_the_first_create_at_init(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
     """In Lambda the lifespan builds the validators and the backend's client before /health
-    answers (api/prewarm.py); the first create, through openai-python unmodified, streams as
+    answers (api/warm_start.py); the first create, through openai-python unmodified, streams as
     any other."""
     import openai
 

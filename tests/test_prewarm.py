@@ -1,105 +1,201 @@
-"""Lambda's init builds what a fresh process's first create builds (api/prewarm.py): the
-request validators and the backend's client, on the loop requests use; outside Lambda nothing
-is built early, and a failure to build never stops startup. End to end through run.sh under
-a Lambda environment: tests/test_lwa_startup.py."""
+"""``prompt_cache_options.prewarm`` (issue 43) through openai-python 3.57 used unmodified: the
+backend reads the prompt with its cache points and generates nothing; the client gets a
+``completed`` Response with no output, the prompt's usage (cache writes counted) and no
+output tokens, streamed or not, and later turns chain from it. On Bedrock, every Converse
+request is checked against botocore's model (tests/helpers/converse_strict.py) and asserted
+exactly; on an OpenAI-compatible server, the scripted upstream records what it received.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from pathlib import Path
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from openai import OpenAI
 
-from responses_gateway.api import prewarm
-from responses_gateway.api.app import create_app
-from responses_gateway.config import Settings
+from tests.helpers.converse_strict import assert_valid_converse
+from tests.helpers.e2e import (
+    WEATHER_TOOL,
+    check_response,
+    check_stream,
+    client_for,
+    e2e_settings,
+    sdk_events,
+)
+from tests.helpers.eventstream_server import FakeBedrock, use_dummy_aws
+from tests.helpers.gateway_server import GatewayServer
+from tests.helpers.scripted_upstream import ScriptedUpstream
+from tests.test_e2e_bedrock import (
+    CLAUDE,
+    WEATHER_SPEC,
+    bedrock_settings,
+    converse_json,
+    converse_stream,
+    text,
+    user,
+)
 
-
-def _started(tmp_path: Path) -> dict[str, object]:
-    """Start and stop the app's lifespan; what the backend held while it ran."""
-    app = create_app(Settings(upstream_url="http://127.0.0.1:9/v1",
-                              store=f"sqlite:{tmp_path / 'g.db'}"))
-    seen: dict[str, object] = {}
-
-    async def run() -> None:
-        async with app.router.lifespan_context(app):
-            gateway = app.state.gateway
-            backend = gateway.backend_for(gateway.settings.route("m").backend)
-            backend = getattr(backend, "_inner", backend)
-            seen["client"] = backend._client
-            seen["loop"] = backend._loop
-            seen["running"] = asyncio.get_running_loop()
-
-    asyncio.run(run())
-    return seen
-
-
-def test_lambda_init_builds_the_backend_client_on_the_requests_loop(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(prewarm, "wanted", lambda: True)
-    seen = _started(tmp_path)
-    assert seen["client"] is not None
-    assert seen["loop"] is seen["running"]  # the pool is bound to the loop requests run on
+WRITE_USAGE = {"inputTokens": 5, "outputTokens": 1, "totalTokens": 2106,
+               "cacheReadInputTokens": 0, "cacheWriteInputTokens": 2100}
+ONE_HOUR = {"cachePoint": {"type": "default", "ttl": "1h"}}
 
 
-def test_outside_lambda_the_first_create_builds_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("AWS_LAMBDA_FUNCTION_NAME", raising=False)
-    assert not prewarm.wanted()
-    assert _started(tmp_path)["client"] is None
+@pytest.fixture(scope="module")
+def bedrock() -> Iterator[FakeBedrock]:
+    with pytest.MonkeyPatch.context() as mp:
+        use_dummy_aws(mp)
+        with FakeBedrock() as server:
+            yield server
 
 
-def test_lambda_init_builds_the_request_validators(monkeypatch: pytest.MonkeyPatch) -> None:
-    from responses_gateway.translate import request_models
-
-    built: list[dict] = []
-    real = request_models.parse_create_request
-    monkeypatch.setattr(request_models, "parse_create_request",
-                        lambda body, **kw: built.append(body) or real(body, **kw))
-
-    class Gateway:  # what prewarm reads of the gateway
-        served_tools = frozenset()
-        settings = Settings(upstream_url="http://127.0.0.1:9/v1")
-
-        def backend_for(self, kind: str) -> object:
-            return object()
-
-    prewarm.prewarm(Gateway())  # type: ignore[arg-type]
-    assert built and built[0]["tools"][0]["type"] == "function"
-    assert request_models.CreateResponseRequest.__pydantic_complete__
+@pytest.fixture(scope="module")
+def gateway(bedrock: FakeBedrock, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[GatewayServer]:
+    db = tmp_path_factory.mktemp("prewarm-bedrock") / "gateway.db"
+    with GatewayServer(bedrock_settings(bedrock, db)) as server:
+        yield server
 
 
-def test_a_failure_to_build_early_does_not_stop_startup(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    class Gateway:
-        served_tools = frozenset()
-        settings = Settings(upstream_url="http://127.0.0.1:9/v1")
-
-        def backend_for(self, kind: str) -> object:
-            raise RuntimeError("no backend here")
-
-    with caplog.at_level(logging.WARNING, logger="responses_gateway.prewarm"):
-        prewarm.prewarm(Gateway())  # type: ignore[arg-type]
-    assert "could not build the backend's client at init" in caplog.text
+@pytest.fixture(scope="module")
+def openai_gateway(upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory
+                   ) -> Iterator[GatewayServer]:
+    db = tmp_path_factory.mktemp("prewarm-openai") / "gateway.db"
+    with GatewayServer(e2e_settings(upstream, db)) as server:
+        yield server
 
 
-def test_each_gateway_is_warmed_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Mangum's buffered entry runs the lifespan on every call: the work is done once."""
-    asked: list[str] = []
+@pytest.fixture(scope="module")
+def openai_client(openai_gateway: GatewayServer) -> Iterator[OpenAI]:
+    with client_for(openai_gateway) as c:
+        yield c
 
-    class Gateway:
-        served_tools = frozenset()
-        settings = Settings(upstream_url="http://127.0.0.1:9/v1")
 
-        def backend_for(self, kind: str) -> object:
-            asked.append(kind)
-            return object()
+def sent(fake: FakeBedrock, operation: str) -> dict[str, Any]:
+    with fake.lock:
+        [request] = fake.requests
+        fake.requests.clear()
+    assert request.operation == operation
+    assert_valid_converse(request.body, operation)
+    return request.body
 
-    gateway = Gateway()
-    prewarm.prewarm(gateway)  # type: ignore[arg-type]
-    prewarm.prewarm(gateway)  # type: ignore[arg-type]
-    assert asked == ["openai"]
+
+def assert_prewarmed(response: dict[str, Any], cache_write: int, input_tokens: int) -> None:
+    assert response["status"] == "completed" and response["output"] == []
+    assert response["usage"] == {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cache_write_tokens": cache_write, "cached_tokens": 0},
+        "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input_tokens}
+    assert response["prompt_cache_options"] == {"mode": "implicit", "ttl": "12h"}
+
+
+# -- Bedrock -------------------------------------------------------------------------------------
+
+
+def test_prewarm_on_bedrock_writes_the_cache_points_and_stops_at_one_token(
+        client: OpenAI, bedrock: FakeBedrock) -> None:
+    with bedrock.lock:
+        bedrock.requests.clear()
+    bedrock.json(CLAUDE, converse_json({"text": "Sure"}, stop="max_tokens",
+                                       usage=WRITE_USAGE))
+    response = check_response(client.responses.create(
+        model=CLAUDE, instructions="Long shared prefix.", input="Question?",
+        tools=[WEATHER_TOOL], prompt_cache_key="tenant-a", reasoning={"effort": "high"},
+        prompt_cache_options={"prewarm": True, "ttl": "12h"}))
+
+    # 12h asks more than Bedrock keeps: its longest, 1 h, on every point; one token, no
+    # thinking (it cannot run in one token)
+    assert sent(bedrock, "converse") == {
+        "system": [{"text": "Long shared prefix."}, ONE_HOUR],
+        "messages": [user("Question?", ONE_HOUR)],
+        "toolConfig": {"tools": [WEATHER_SPEC, ONE_HOUR]},
+        "inferenceConfig": {"maxTokens": 1},
+    }
+    assert_prewarmed(response, cache_write=2100, input_tokens=2105)
+
+    # The next turn chains from it and generates as usual.
+    bedrock.json(CLAUDE, converse_json({"text": "Answer."}))
+    answer = check_response(client.responses.create(
+        model=CLAUDE, previous_response_id=response["id"], input="Question?",
+        prompt_cache_key="tenant-a"))
+    assert answer["output"][0]["content"][0]["text"] == "Answer."
+    assert "inferenceConfig" not in sent(bedrock, "converse")
+
+
+def test_a_streamed_prewarm_is_created_in_progress_completed(
+        client: OpenAI, bedrock: FakeBedrock) -> None:
+    with bedrock.lock:
+        bedrock.requests.clear()
+    bedrock.stream(CLAUDE, converse_stream(text("Hello there"), stop="max_tokens",
+                                           usage=WRITE_USAGE))
+    events = sdk_events(client.responses.create(
+        model=CLAUDE, instructions="Long shared prefix.", input="Question?", stream=True,
+        prompt_cache_key="k", prompt_cache_options={"prewarm": True, "ttl": "12h"}))
+    check_stream(events)
+    assert [e["type"] for e in events] == ["response.created", "response.in_progress",
+                                           "response.completed"]
+    assert_prewarmed(events[-1]["response"], cache_write=2100, input_tokens=2105)
+    body = sent(bedrock, "converse-stream")
+    assert body["inferenceConfig"] == {"maxTokens": 1}
+    assert body["system"][-1] == ONE_HOUR
+
+
+# -- OpenAI-compatible -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_prewarm_on_an_openai_compatible_server_asks_for_one_token(
+        openai_client: OpenAI, upstream: ScriptedUpstream, stream: bool) -> None:
+    marker = f"prewarm-{stream}"
+    created = openai_client.responses.create(
+        model="m", instructions="Shared instructions.",
+        input=f"[[script:text text='a long answer that is never generated']] {marker}",
+        tools=[WEATHER_TOOL], reasoning={"effort": "high"}, max_output_tokens=500,
+        stream=stream, prompt_cache_options={"prewarm": True, "ttl": "12h"})
+    if stream:
+        events = sdk_events(created)
+        check_stream(events)
+        assert [e["type"] for e in events] == ["response.created", "response.in_progress",
+                                               "response.completed"]
+        response = events[-1]["response"]
+    else:
+        response = check_response(created)
+    [body] = [b for b in upstream.requests if marker in str(b["messages"])]
+    # one token, by the name this server's dialect takes (backends/dialects.py)
+    assert {k: body[k] for k in ("max_tokens", "max_completion_tokens") if k in body} == {
+        "max_tokens": 1}
+    assert "reasoning_effort" not in body
+    assert body["prompt_cache_options"] == {"ttl": "12h"}  # prewarm is the gateway's
+    assert [t["function"]["name"] for t in body["tools"]] == ["get_weather"]
+    assert response["status"] == "completed" and response["output"] == []
+    usage = response["usage"]
+    assert usage["output_tokens"] == 0 and usage["input_tokens"] > 0
+    assert usage["total_tokens"] == usage["input_tokens"]
+
+
+def test_without_prewarm_nothing_changes(openai_client: OpenAI,
+                                         upstream: ScriptedUpstream) -> None:
+    response = check_response(openai_client.responses.create(
+        model="m", input="[[script:text text='Hi.']] no-prewarm",
+        prompt_cache_options={"prewarm": False}))
+    [body] = [b for b in upstream.requests if "no-prewarm" in str(b["messages"])]
+    assert "max_completion_tokens" not in body and "max_tokens" not in body
+    assert response["output"][0]["content"][0]["text"] == "Hi."
+    assert response["prompt_cache_options"] == {"mode": "implicit", "ttl": "30m"}
+
+
+def test_over_a_websocket_prewarm_wins_over_generate_false(
+        openai_gateway: GatewayServer, upstream: ScriptedUpstream) -> None:
+    """OpenAI's types: ``prewarm`` "overrides the ``generate`` field to ``false``"; the
+    backend still reads the prompt (a plain ``generate: false`` never calls it)."""
+    from tests.test_websocket import completed, create, session
+
+    [warm] = session(openai_gateway, [create(
+        "[[script:text text='never sent']] ws-prewarm", generate=False, store=False,
+        prompt_cache_options={"prewarm": True})])
+    response = completed(warm)
+    assert response["status"] == "completed" and response["output"] == []
+    assert response["usage"]["input_tokens"] > 0 and response["usage"]["output_tokens"] == 0
+    [body] = [b for b in upstream.requests if "ws-prewarm" in str(b["messages"])]
+    assert body["max_tokens"] == 1

@@ -38,7 +38,7 @@ def tune() -> None:
 
 
 def freeze_startup() -> None:
-    """What startup built after :func:`tune` (api/prewarm.py: the validators and clients of
+    """What startup built after :func:`tune` (api/warm_start.py: the validators and clients of
     the first create, in Lambda) is frozen too, once per process."""
     if _tuned and not _settled:
         gc.freeze()

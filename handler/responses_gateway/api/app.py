@@ -22,10 +22,10 @@ from responses_gateway.api import (
     conversation_routes,
     file_routes,
     models,
-    prewarm,
     response_routes,
     startup,
     vector_store_routes,
+    warm_start,
 )
 from responses_gateway.api.auth import Authenticator
 from responses_gateway.config import Settings, settings_from_env
@@ -141,8 +141,8 @@ def create_app(
         scrub_server_logs()  # after the server configured its loggers
         startup.log_summary(settings)
         collector.tune()
-        if prewarm.wanted():  # Lambda: what the first create builds, paid in init
-            prewarm.prewarm(app.state.gateway)  # after tune(): the build's young collections
+        if warm_start.wanted():  # Lambda: what the first create builds, paid in init
+            warm_start.warm(app.state.gateway)  # after tune(): the build's young collections
             collector.freeze_startup()  # then kept out of every later collection
         check = asyncio.ensure_future(startup.check_upstream(settings)) if check_upstream \
             else None

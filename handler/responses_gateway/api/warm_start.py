@@ -20,11 +20,11 @@ import weakref
 
 from responses_gateway.responses.gateway import Gateway
 
-logger = logging.getLogger("responses_gateway.prewarm")
+logger = logging.getLogger("responses_gateway.warm_start")
 
 #: A create body that reaches every validator a plain create uses (a function tool included).
-_BODY = {"model": "prewarm", "input": "prewarm",
-         "tools": [{"type": "function", "name": "prewarm"}]}
+_BODY = {"model": "warm-start", "input": "warm start",
+         "tools": [{"type": "function", "name": "warm_start"}]}
 #: Gateways already warmed: once each (Mangum's buffered entry runs the lifespan per call).
 _warmed: weakref.WeakSet[Gateway] = weakref.WeakSet()
 
@@ -34,7 +34,7 @@ def wanted() -> bool:
     return bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
 
 
-def prewarm(gateway: Gateway) -> None:
+def warm(gateway: Gateway) -> None:
     """Build the request validators and the configured backend's client now (on the event
     loop the requests will use: the client's pool is bound to it). Never fails startup: what
     could not be built here is built by the first create, as without this."""
