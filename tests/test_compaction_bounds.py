@@ -385,3 +385,28 @@ def test_context_management_usage_counts_the_summarising_call(
     assert usage["input_tokens"] == sum(prompts)  # the summarising call's and the model's
     assert usage["output_tokens"] == 2 + 2  # each answered in two deltas
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+
+
+def test_compacting_over_a_websocket(client: OpenAI, upstream: ScriptedUpstream) -> None:
+    """A WebSocket create streams like SSE: compacting while the summary is written, before
+    the item (the upstream holds the summarising call until the client has read it)."""
+    upstream.reset()
+    gate = upstream.completions_gate = threading.Event()
+    events: list[dict[str, Any]] = []
+    try:
+        with client.responses.connect() as connection:
+            connection.response.create(model=FACTS, input=[*conversation(2), TRIGGER])
+            while not events or events[-1]["type"] not in (
+                    "response.completed", "response.failed", "error"):
+                events.append(connection.recv().to_dict(mode="json"))
+                if events[-1]["type"] == "response.compaction.compacting":
+                    assert wait_for(lambda: len(upstream.completions) == 1, 10)
+                    assert not upstream.completions[0].completed
+                    gate.set()
+    finally:
+        gate.set()
+    check_stream(events)
+    assert [e["type"] for e in events] == [
+        "response.created", "response.in_progress", "response.compaction.compacting",
+        "response.output_item.added", "response.output_item.done", "response.completed"]
+    assert events[2]["item_id"] == events[-1]["response"]["output"][0]["id"]
