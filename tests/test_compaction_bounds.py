@@ -22,6 +22,7 @@ from openai import APIStatusError, BadRequestError, OpenAI
 
 from tests.helpers.e2e import check_response, check_stream, client_for, e2e_settings, sdk_events
 from tests.helpers.gateway_server import GatewayServer
+from tests.helpers.responses_validation import failed_code
 from tests.helpers.scripted_upstream import ScriptedUpstream, message_text
 
 pytestmark = pytest.mark.slow
@@ -224,6 +225,28 @@ def test_a_compaction_ends_at_the_response_deadline(hurried: GatewayServer,
     assert "GATEWAY_MAX_RESPONSE_SECONDS" in error["message"]
     assert 1.4 < took < 4
     # The summarising call was closed, not left to run.
+    assert wait_for(lambda: any(c.client_disconnected for c in upstream.completions), 2)
+    assert len(upstream.requests) == 1
+
+
+def test_a_streamed_compaction_fails_at_the_response_deadline(hurried: GatewayServer,
+                                                              upstream: ScriptedUpstream
+                                                              ) -> None:
+    """After response.created the deadline ends the compaction as a failed response (not a
+    cancelled one), and its summarising call is closed."""
+    upstream.reset()
+    with client_for(hurried, api_key=KEY) as client, client.responses.create(
+            model=WINDOWED, input=conversation(3), stream=True,
+            instructions="[[script:stall seconds=6]]",
+            context_management=[{"type": "compaction", "compact_threshold": 1}]) as stream:
+        events = sdk_events(stream)
+    check_stream(events)
+    assert [e["type"] for e in events] == [
+        "response.created", "response.in_progress", "response.compaction.compacting",
+        "response.failed"]
+    error = events[-1]["response"]["error"]
+    assert failed_code(error) == "response_timeout"  # (OpenAI's code set: server_error)
+    assert "GATEWAY_MAX_RESPONSE_SECONDS" in error["message"]
     assert wait_for(lambda: any(c.client_disconnected for c in upstream.completions), 2)
     assert len(upstream.requests) == 1
 

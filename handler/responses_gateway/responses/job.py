@@ -263,7 +263,7 @@ class Job:
             if compaction is not None:
                 # The summary is written while the client already reads that it is.
                 yield started + translator.compacting(compaction.item_id)
-                await self._compacted(compaction)
+                await self.deadline.wait(self._compacted(compaction))  # within its time
                 first, started = self.open(), []
             for item in self.record.request.get("output_items") or ():
                 started += translator.add_finished_item(item)  # made before the model ran
