@@ -10,6 +10,7 @@ upstream, which records every chat request and whether its client left while it 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,10 +18,11 @@ from typing import Any
 
 import httpx
 import pytest
-from openai import BadRequestError, OpenAI
+from openai import APIStatusError, BadRequestError, OpenAI
 
 from tests.helpers.e2e import check_response, check_stream, client_for, e2e_settings, sdk_events
 from tests.helpers.gateway_server import GatewayServer
+from tests.helpers.responses_validation import failed_code
 from tests.helpers.scripted_upstream import ScriptedUpstream, message_text
 
 pytestmark = pytest.mark.slow
@@ -161,7 +163,19 @@ def test_a_client_that_leaves_stops_the_compaction(gateway: GatewayServer,
     if path != "/responses/compact":
         body["context_management"] = [{"type": "compaction", "compact_threshold": 100}]
         body["stream"] = path.endswith("stream")
-    leave_after(gateway, path.split("?")[0], body, 0.7)
+    if body.get("stream"):
+        # A stream compacts after response.created (keep-alives flow meanwhile): the client
+        # leaves once it has read that the compaction is under way and its call is upstream.
+        with (httpx.Client(timeout=30) as http,
+              http.stream("POST", gateway.base_url + "/responses", json=body,
+                          headers=AUTH) as answer):
+            lines = answer.iter_lines()  # (held: a dropped iterator closes the connection)
+            for line in lines:
+                if line == "event: response.compaction.compacting":
+                    break
+            assert wait_for(lambda: bool(upstream.requests), 5)
+    else:
+        leave_after(gateway, path.split("?")[0], body, 0.7)
     # The summarising call under way is closed at once; no further one starts.
     assert wait_for(lambda: any(c.client_disconnected for c in upstream.completions), 1.5)
     time.sleep(2.5)  # a part's call lasts 2 s: the next one would have started by now
@@ -215,6 +229,28 @@ def test_a_compaction_ends_at_the_response_deadline(hurried: GatewayServer,
     assert len(upstream.requests) == 1
 
 
+def test_a_streamed_compaction_fails_at_the_response_deadline(hurried: GatewayServer,
+                                                              upstream: ScriptedUpstream
+                                                              ) -> None:
+    """After response.created the deadline ends the compaction as a failed response (not a
+    cancelled one), and its summarising call is closed."""
+    upstream.reset()
+    with client_for(hurried, api_key=KEY) as client, client.responses.create(
+            model=WINDOWED, input=conversation(3), stream=True,
+            instructions="[[script:stall seconds=6]]",
+            context_management=[{"type": "compaction", "compact_threshold": 1}]) as stream:
+        events = sdk_events(stream)
+    check_stream(events)
+    assert [e["type"] for e in events] == [
+        "response.created", "response.in_progress", "response.compaction.compacting",
+        "response.failed"]
+    error = events[-1]["response"]["error"]
+    assert failed_code(error) == "response_timeout"  # (OpenAI's code set: server_error)
+    assert "GATEWAY_MAX_RESPONSE_SECONDS" in error["message"]
+    assert wait_for(lambda: any(c.client_disconnected for c in upstream.completions), 2)
+    assert len(upstream.requests) == 1
+
+
 # -- compaction_trigger -----------------------------------------------------------------------
 
 
@@ -256,9 +292,10 @@ def test_compaction_trigger_streams_its_item(client: OpenAI, upstream: ScriptedU
                                  stream=True) as stream:
         events = sdk_events(stream)
     check_stream(events)
-    assert [e["type"] for e in events if e["type"] != "response.in_progress"] == [
-        "response.created", "response.output_item.added", "response.compaction.compacting",
-        "response.output_item.done", "response.completed"]
+    # compacting while the summary is written, then the item, whole
+    assert [e["type"] for e in events] == [
+        "response.created", "response.in_progress", "response.compaction.compacting",
+        "response.output_item.added", "response.output_item.done", "response.completed"]
     compacting = next(e for e in events if e["type"] == "response.compaction.compacting")
     assert compacting["item_id"] == events[-1]["response"]["output"][0]["id"]
     assert compacting["output_index"] == 0
@@ -266,6 +303,71 @@ def test_compaction_trigger_streams_its_item(client: OpenAI, upstream: ScriptedU
     assert [i["type"] for i in final["output"]] == ["compaction"]
     assert final["usage"]["input_tokens"] > 0
     assert len(upstream.requests) == 1
+
+
+@pytest.mark.parametrize("how", ["trigger", "threshold"])
+def test_compacting_leaves_while_the_summary_is_written(client: OpenAI,
+                                                        upstream: ScriptedUpstream,
+                                                        how: str) -> None:
+    """The upstream holds the summarising call until the client has read
+    ``response.compaction.compacting``: the event cannot have been sent after the work."""
+    upstream.reset()
+    gate = upstream.completions_gate = threading.Event()
+    if how == "trigger":
+        body: dict[str, Any] = {"model": FACTS, "input": [*conversation(2), TRIGGER]}
+    else:
+        body = {"model": WINDOWED, "input": history(3),
+                "context_management": [{"type": "compaction", "compact_threshold": 100}]}
+    events: list[dict[str, Any]] = []
+    try:
+        with client.responses.create(**body, stream=True) as stream:
+            for event in stream:
+                events.append(event.to_dict(mode="json"))
+                if event.type == "response.compaction.compacting":
+                    # the summarising call is upstream, held: nothing has answered it yet
+                    assert wait_for(lambda: len(upstream.completions) == 1, 10)
+                    assert not upstream.completions[0].completed
+                    gate.set()
+    finally:
+        gate.set()
+    check_stream(events)
+    kinds = [e["type"] for e in events]
+    assert kinds[:5] == ["response.created", "response.in_progress",
+                         "response.compaction.compacting", "response.output_item.added",
+                         "response.output_item.done"]
+    item = events[-1]["response"]["output"][0]
+    assert item["type"] == "compaction" and events[2]["item_id"] == item["id"]
+    assert events[3]["item"]["id"] == item["id"] and events[2]["output_index"] == 0
+    assert kinds[-1] == "response.completed"
+    if how == "threshold":  # the model then read the compacted conversation
+        assert events[-1]["response"]["output"][-1]["type"] == "message"
+        assert "FACT:m0" not in json.dumps(upstream.requests[-1]["messages"][:-1])
+
+
+def test_a_compaction_that_fails_in_a_stream_is_a_failed_response(
+        client: OpenAI, upstream: ScriptedUpstream) -> None:
+    """A streamed create compacts after response.created: its failure is response.failed
+    with the error; a non-streamed create keeps the HTTP error."""
+    failing = "[[script:error status=500 message='summariser down']]"
+    upstream.reset()
+    with client.responses.create(model=WINDOWED, input=[*conversation(2), TRIGGER],
+                                 instructions=failing, stream=True) as stream:
+        events = sdk_events(stream)
+    check_stream(events)
+    assert [e["type"] for e in events] == [
+        "response.created", "response.in_progress", "response.compaction.compacting",
+        "response.failed"]
+    failed = events[-1]["response"]
+    assert failed["status"] == "failed" and failed["output"] == []
+    assert failed["error"]["code"] and "summariser down" in failed["error"]["message"]
+    # Stored as failed, like any response that failed while streaming.
+    assert client.responses.retrieve(failed["id"]).status == "failed"
+
+    upstream.reset()
+    with pytest.raises(APIStatusError) as refused:
+        client.responses.create(model=WINDOWED, input=[*conversation(2), TRIGGER],
+                                instructions=failing)
+    assert refused.value.status_code >= 500
 
 
 def test_compaction_trigger_must_be_the_final_input_item(client: OpenAI,
@@ -306,3 +408,28 @@ def test_context_management_usage_counts_the_summarising_call(
     assert usage["input_tokens"] == sum(prompts)  # the summarising call's and the model's
     assert usage["output_tokens"] == 2 + 2  # each answered in two deltas
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+
+
+def test_compacting_over_a_websocket(client: OpenAI, upstream: ScriptedUpstream) -> None:
+    """A WebSocket create streams like SSE: compacting while the summary is written, before
+    the item (the upstream holds the summarising call until the client has read it)."""
+    upstream.reset()
+    gate = upstream.completions_gate = threading.Event()
+    events: list[dict[str, Any]] = []
+    try:
+        with client.responses.connect() as connection:
+            connection.response.create(model=FACTS, input=[*conversation(2), TRIGGER])
+            while not events or events[-1]["type"] not in (
+                    "response.completed", "response.failed", "error"):
+                events.append(connection.recv().to_dict(mode="json"))
+                if events[-1]["type"] == "response.compaction.compacting":
+                    assert wait_for(lambda: len(upstream.completions) == 1, 10)
+                    assert not upstream.completions[0].completed
+                    gate.set()
+    finally:
+        gate.set()
+    check_stream(events)
+    assert [e["type"] for e in events] == [
+        "response.created", "response.in_progress", "response.compaction.compacting",
+        "response.output_item.added", "response.output_item.done", "response.completed"]
+    assert events[2]["item_id"] == events[-1]["response"]["output"][0]["id"]

@@ -2,9 +2,10 @@
 open the admin routes, what they and the dashboard show holds no key or MCP header, and the
 dashboard works in a real headless Chromium (Debian's ``chromium`` and ``chromium-driver``,
 driven by Selenium; nothing is downloaded): it lists a stored response, opens it, shows its
-events and draws the usage chart; a failed, a cancelled, a tool-running and an image response
-each open at their own URL with their error, timing, steps and image (screenshots kept in
-``$DASHBOARD_SCREENSHOTS`` when set); keys show by name; "Forget key" empties the page.
+events and draws the usage chart; a failed, a cancelled (client gone), an incomplete, a
+background-cancelled, a tool-running and an image response each open at their own URL
+with their error, timing, steps and image (screenshots kept in ``$DASHBOARD_SCREENSHOTS``
+when set); keys show by name; "Forget key" empties the page.
 """
 
 from __future__ import annotations
@@ -120,14 +121,21 @@ def site(store: dict[str, Any]) -> Iterator[dict[str, Any]]:
                 input="[[script:tool names=image_generation "
                       "args='{\"prompt\": \"a lighthouse\"}']] draw")
             cancelled = _cancelled(gw)
+            incomplete = client.responses.create(model="model-length",
+                                                 input="[[script:length]] go")
+            assert incomplete.status == "incomplete"
+            stopped = _background_cancelled(client)
             time.sleep(0.3)  # the background worker counts its usage as its job closes
             deadline = time.monotonic() + 20  # the cancelled one is counted as its job closes
-            while admin_get(gw, f"/v1/admin/responses/{cancelled}").status_code != 200:
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
+            for done in (cancelled, stopped):
+                while (admin_get(gw, f"/v1/admin/responses/{done}").json().get("summary")
+                       or {}).get("status") != "cancelled":
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
             yield {"gw": gw, "background": background.id, "foreground": foreground.id,
                    "conversation": conversation.id, "failed": failed, "tools": tools,
-                   "image": image, "cancelled": cancelled}
+                   "image": image, "cancelled": cancelled, "incomplete": incomplete,
+                   "stopped": stopped}
 
 
 def _cancelled(gw: GatewayServer) -> str:
@@ -144,6 +152,19 @@ def _cancelled(gw: GatewayServer) -> str:
                 break
     assert response_id is not None
     return response_id
+
+
+def _background_cancelled(client: OpenAI) -> str:
+    """A background response cancelled (POST /v1/responses/{id}/cancel) while it streams: its
+    id."""
+    started = client.responses.create(model="model-slow-background", background=True,
+                                      input="[[script:slow n=200 delay=0.1]]")
+    deadline = time.monotonic() + 20
+    while client.responses.retrieve(started.id).status == "queued":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert client.responses.cancel(started.id).status == "cancelled"
+    return started.id
 
 
 def admin_get(gw: GatewayServer, path: str, key: str | None = ADMIN_KEY,
@@ -333,6 +354,12 @@ def test_admin_detail_says_why_it_failed_and_where_the_time_went(site: dict[str,
     assert cancelled["status"] == "cancelled" and cancelled["error"]["code"] == "cancelled"
     assert "went away" in cancelled["error"]["message"]
     assert cancelled["timing"]["steps"][0]["error"] == "cancelled"
+    stopped = detail_of(gw, site["stopped"])["summary"]
+    assert stopped["status"] == "cancelled" and stopped["error"]["code"] == "cancelled"
+    assert "/cancel" in stopped["error"]["message"]
+    incomplete = detail_of(gw, site["incomplete"].id)["summary"]
+    assert incomplete["status"] == "incomplete"
+    assert incomplete["error"]["code"] == "max_output_tokens"
 
     image = detail_of(gw, site["image"].id)
     assert [s["type"] for s in image["summary"]["timing"]["steps"]] == [
@@ -466,6 +493,21 @@ def test_dashboard_opens_failed_cancelled_tool_and_image_responses(
         [step] = driver.find_elements(By.CSS_SELECTOR, "#detail-steps li.step")
         assert "cancelled" in step.text and "failed" in step.get_attribute("class")
         driver.save_screenshot(str(shots / f"{engine}-cancelled.png"))
+
+        # Incomplete: the reason, the text it had; a background response cancelled by the
+        # cancel endpoint says so (not a client gone away).
+        incomplete = site["incomplete"]
+        click_row(incomplete.id)
+        error = by_id(By.ID, "detail-error").text
+        assert "incomplete" in error and "max_output_tokens" in error, error
+        assert "reached max_output_tokens" in error
+        assert incomplete.output_text in by_id(By.ID, "detail-output").text
+        driver.save_screenshot(str(shots / f"{engine}-incomplete.png"))
+        click_row(site["stopped"])
+        error = by_id(By.ID, "detail-error").text
+        assert "cancelled" in error and "/cancel" in error and "went away" not in error
+        assert "background" in by_id(By.ID, "detail-summary").text.lower()
+        driver.save_screenshot(str(shots / f"{engine}-background-cancelled.png"))
 
         tools = site["tools"]
         click_row(tools.id)

@@ -76,7 +76,9 @@ def test_a_tool_running_response_is_one_trace_in_the_clients(
         upstream: ScriptedUpstream, mcp_server: McpTestServer, collector: OtlpCollector,
         tmp_path: Path) -> None:
     client_trace, client_span = secrets.token_hex(16), secrets.token_hex(8)
-    with GatewayProcess(gateway_env(upstream, collector, tmp_path), tmp_path) as gw:
+    env = gateway_env(upstream, collector, tmp_path,
+                      GATEWAY_API_KEYS=json.dumps({"team-traced": KEY}))
+    with GatewayProcess(env, tmp_path) as gw:
         client = OpenAI(base_url=gw.url + "/v1", api_key=KEY, max_retries=0,
                         default_headers={"traceparent": f"00-{client_trace}-{client_span}-01"})
         response = client.responses.create(
@@ -101,6 +103,7 @@ def test_a_tool_running_response_is_one_trace_in_the_clients(
         assert a["gen_ai.usage.output_tokens"] == response.usage.output_tokens
         assert a["gen_ai.response.finish_reasons"] == ["stop"]
         assert a["gateway.api_key_id"] == TENANT and a["gateway.model_turns"] == 2
+        assert a["gateway.api_key_name"] == "team-traced"  # the name GATEWAY_API_KEYS gave
         assert "gen_ai.input.messages" not in a and "gen_ai.output.messages" not in a
         assert root.resource["service.name"] == "gateway-under-test"
         assert root.status_code != ERROR
@@ -183,6 +186,7 @@ def test_content_is_traced_only_when_the_debug_setting_says_so(
                     "headers": {"Authorization": "Bearer mcp-header-secret-0123"}}])
         spans = collector.wait_for(has_response(response.id, 3))
         root, children = of_response(spans, response.id)
+        assert "gateway.api_key_name" not in root.attributes  # (a key given no name)
         messages = json.loads(root.attributes["gen_ai.input.messages"])
         assert any("go" in json.dumps(m) for m in messages)
         output = json.loads(root.attributes["gen_ai.output.messages"])

@@ -1,7 +1,7 @@
 """What a real ``responses-gateway serve`` says (issue 44): the start line lists every active
 capability (server tools and their providers, embedding model, image backend, admin, limits,
 routes, prices, tracing), and each request the limits refuse leaves exactly one JSON log line
-(the tenant id, which limit, its value, the counts), never a key."""
+(the tenant id and the key's name, which limit, its value, the counts), never a key."""
 
 from __future__ import annotations
 
@@ -92,7 +92,8 @@ def test_each_request_the_limits_refuse_leaves_one_log_line(upstream: ScriptedUp
     limits = {"default": {"requests_per_minute": 2, "window_seconds": 3600},
               "t_" + hashlib.sha256(OTHER.encode()).hexdigest()[:32]: {"usd_per_day": 1e-9}}
     env = {"GATEWAY_UPSTREAM_URL": upstream.base_url, "GATEWAY_STORE": f"sqlite:{tmp_path}/g.db",
-           "GATEWAY_API_KEYS": f"{KEY},{OTHER}", "GATEWAY_LIMITS": json.dumps(limits),
+           "GATEWAY_API_KEYS": json.dumps({"team-rate": KEY, "team-dollars": OTHER}),
+           "GATEWAY_LIMITS": json.dumps(limits),
            "GATEWAY_PRICES": json.dumps({"default": {"input": 1, "output": 1}})}
     with GatewayProcess(env, tmp_path) as gw:
         client = OpenAI(base_url=gw.url + "/v1", api_key=KEY, max_retries=0)
@@ -120,7 +121,8 @@ def test_each_request_the_limits_refuse_leaves_one_log_line(upstream: ScriptedUp
         found = [x for x in lines(gw) if x.get("message") == "request refused by the limits"]
         assert len(found) == 3
         rate, again, dollars = (x["refused"] for x in found)
-        assert rate == {"api_key_id": TENANT, "limit": "requests_per_minute", "limit_value": 2,
+        assert rate == {"api_key_id": TENANT, "api_key_name": "team-rate",
+                        "limit": "requests_per_minute", "limit_value": 2,
                         "used": 2, "requested": None, "status": 429,
                         "code": "rate_limit_exceeded", "retry_after": rate["retry_after"],
                         "counts": {"requests": 2, "tokens": tokens, "period_tokens": 0}}
@@ -130,6 +132,7 @@ def test_each_request_the_limits_refuse_leaves_one_log_line(upstream: ScriptedUp
         assert {found[0]["request_id"], found[1]["request_id"]} == {
             r.headers["x-request-id"] for r in refused}
         assert dollars["api_key_id"] == OTHER_TENANT and dollars["limit"] == "usd_per_day"
+        assert dollars["api_key_name"] == "team-dollars"
         assert dollars["limit_value"] == 1e-9 and dollars["used"] > 1e-9
         assert dollars["code"] == "insufficient_quota"
         text = gw.stderr()

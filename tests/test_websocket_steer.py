@@ -264,3 +264,54 @@ def test_a_successor_that_cannot_be_created_returns_the_steer(gateway: GatewaySe
 
         connection.response.create(model=MODEL, input="still here?")  # the socket goes on
         assert until(connection, terminal)[-1]["type"] == "response.completed"
+
+
+@pytest.fixture(scope="module")
+def one_turn(upstream: Any, tmp_path_factory: pytest.TempPathFactory
+             ) -> Iterator[GatewayServer]:
+    """A gateway whose responses stop after one tool turn (GATEWAY_MAX_TOOL_TURNS=1)."""
+    db = tmp_path_factory.mktemp("steer-one-turn") / "gateway.db"
+    with GatewayServer(e2e_settings(upstream, db, max_tool_turns=1,
+                                    mcp_allow_hosts=("127.0.0.1",))) as server:
+        yield server
+
+
+def test_a_steer_past_the_last_safe_point_completes_then_starts_the_successor(
+        one_turn: GatewayServer) -> None:
+    """The steer comes while the response's only allowed tool call runs (an MCP tool that
+    sleeps): no safe point follows (no further model turn may start), so the response
+    completes normally, acknowledges the steer before its terminal event, and the gateway
+    then starts the successor with the steer's input (OpenAI: "Normal completion can also be
+    followed by an automatic successor")."""
+    from tests.helpers.mcp_server import McpTestServer
+
+    with (McpTestServer() as mcp, client_for(one_turn) as client,
+          client.responses.connect() as connection):
+        connection.response.create(
+            model=MODEL, instructions="Be brief.",
+            input="[[script:tool names=lab__slow args='{\"seconds\": 5}']] Wait a bit.",
+            tools=[{"type": "mcp", "server_label": "lab", "server_url": mcp.url,
+                    "require_approval": "never"}])
+        events = until(connection, lambda e: e["type"] == "response.mcp_call.in_progress")
+        first_id = events[0]["response"]["id"]
+        # The tool is running (it sleeps 5 s): the steer lands before the response ends.
+        connection.response.steer(previous_response_id=first_id, input=[
+            user("[[script:text text='Moving on.']] Never mind; move on.")])
+        events += until(connection, lambda e: e["type"] in TERMINAL)
+        first_stream = response_events(events, first_id)
+        [accepted] = [e for e in first_stream if e["type"] == "response.steer.accepted"]
+        assert accepted["steer"]["previous_response_id"] == first_id
+        assert first_stream.index(accepted) == len(first_stream) - 2, "just before the end"
+        done = check_response_stream(first_stream)
+        assert done["status"] == "completed" and done["incomplete_details"] is None
+        assert [i["type"] for i in done["output"]] == ["mcp_list_tools", "mcp_call"]
+        assert done["output"][-1]["status"] == "completed"
+
+        events += until(connection, terminal)
+        created = [e for e in events if e["type"] == "response.created"]
+        assert len(created) == 2, "the gateway started the successor itself"
+        successor = check_response_stream(response_events(events, created[1]["response"]["id"]))
+        assert successor["status"] == "completed"
+        assert successor["previous_response_id"] == first_id
+        assert successor["instructions"] == "Be brief."
+        assert successor["output"][-1]["content"][0]["text"] == "Moving on."

@@ -18,8 +18,9 @@ closed hours' sum kept in the process, the current hour read again) against the 
 are not reserved: responses already running when the budget is reached may pass it by their
 own cost, as a bill's spending limit does.
 
-Every refusal leaves one JSON log line (``request refused by the limits``: the tenant id,
-which limit, its value, the counts, the retry delay), beside uvicorn's access line.
+Every refusal leaves one JSON log line (``request refused by the limits``: the tenant id and
+the name GATEWAY_API_KEYS gave the key, never the key; which limit, its value, the counts,
+the retry delay), beside uvicorn's access line.
 
 The rules are GATEWAY_LIMITS (key_limits.py). No rule, no store call.
 """
@@ -132,8 +133,11 @@ def _logged(tenant: str, error: GatewayError, rule: Rule, counts: Counts | None,
             "tokens": ("tokens_per_minute", rule.tokens_per_minute, counts.tokens),
         }.get(counts.refused_by or "", ("requests_per_minute", rule.requests_per_minute,
                                         counts.requests))
+    from responses_gateway.observability import key_name
+
     line: dict[str, Any] = {
-        "api_key_id": tenant, "limit": limit, "limit_value": value, "used": used,
+        "api_key_id": tenant, "api_key_name": key_name(tenant), "limit": limit,
+        "limit_value": value, "used": used,
         "requested": requested, "status": error.status, "code": error.code,
         "retry_after": (error.headers or {}).get("retry-after"),
     }

@@ -438,11 +438,19 @@ def _open_trace(response: str, model: str, tenant: str | None, stream: bool,
 
         settings: Settings | None = _state.get("settings")
         backend = settings.route(model).backend if settings is not None else None
-        return ResponseTrace(response, model, tenant=tenant, carrier=trace_carrier.get(),
-                             content=content, backend=backend, stream=stream)
+        return ResponseTrace(response, model, tenant=tenant,
+                             key_name=_key_name(settings, tenant),
+                             carrier=trace_carrier.get(), content=content, backend=backend,
+                             stream=stream)
     except Exception:  # tracing must never fail a response
         logger.warning("could not open the response's trace", exc_info=True)
         return None
+
+
+def key_name(tenant: str | None) -> str | None:
+    """The name the tenant's key was given, under the settings the process runs with (the
+    limits' refusal lines, limiter.py, show it beside the tenant id)."""
+    return _key_name(_state.get("settings"), tenant)
 
 
 def _key_name(settings: Settings | None, tenant: str | None) -> str | None:

@@ -11,8 +11,9 @@ One trace per response, after the OpenTelemetry GenAI semantic conventions:
   ``gen_ai.request.model``, ``gen_ai.response.id``, ``gen_ai.response.model``,
   ``gen_ai.response.finish_reasons``, ``gen_ai.usage.input_tokens`` / ``output_tokens`` for
   the whole response, ``gen_ai.conversation.id``, ``error.type`` when it failed), and the
-  gateway's own: the tenant id (``gateway.api_key_id``: never a key), status, time to first
-  token, the backend;
+  gateway's own: the tenant id (``gateway.api_key_id``: never a key) and the key's name
+  (``gateway.api_key_name``, when GATEWAY_API_KEYS names it), status, time to first token,
+  the backend;
 - each model turn: a CLIENT span ``model_turn {n}``, from the upstream request to its last
   chunk, with the backend model, its finish reason and its own tokens under ``gateway.turn.*``
   (not ``gen_ai.usage.*``: a tracing UI that sums generations would count them twice);
@@ -122,8 +123,8 @@ class ResponseTrace:
     __slots__ = ("content", "span", "tools", "turn", "turns")
 
     def __init__(self, response_id: str, model: str, *, tenant: str | None,
-                 carrier: dict[str, str] | None, content: Any, backend: str | None,
-                 stream: bool) -> None:
+                 key_name: str | None = None, carrier: dict[str, str] | None, content: Any,
+                 backend: str | None, stream: bool) -> None:
         from opentelemetry.trace import SpanKind
 
         self.turn: Any = None
@@ -141,6 +142,8 @@ class ResponseTrace:
             attributes["gateway.backend"] = backend
         if tenant:
             attributes["gateway.api_key_id"] = tenant  # the digest label, never the key
+        if key_name:
+            attributes["gateway.api_key_name"] = key_name  # GATEWAY_API_KEYS' name for it
         self.span = _tracer().start_span(f"chat {model}".strip(), context=_parent(carrier),
                                          kind=SpanKind.SERVER, attributes=attributes)
 

@@ -440,6 +440,9 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
       ``output_item.done``; function calls: argument deltas -> one ``.done``; items never
       interleave, ``output_index`` is dense in start order, nothing is open at the end but,
       in a failed response, a function call whose arguments were cut off;
+    - ``response.compaction.compacting`` announces the compaction item about to be added (its
+      id and output index), while the summary is written; in a failed response (the
+      compaction failed) no item may follow it;
     - done texts equal their deltas, the done item carries exactly the closed parts;
     - ids: ``resp_``, ``msg_``, ``fc_``, ``rs_``; the terminal response's output equals the
       items of the ``output_item.done`` events, in order, and its status matches the event.
@@ -489,14 +492,32 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
     closed_parts: dict[str, list[_Part]] = {}
     args: list[str] = []
     args_done: str | None = None
+    announced: tuple[str, int] | None = None  # (item_id, output_index) compacting named
 
     for i in range(start + 1, len(events) - 1):
         event = events[i]
         kind = event["type"]
+        if kind == "response.compaction.compacting" and item is None:
+            if announced is not None:
+                raise fail(i, f"{kind} again before its item")
+            if not str(event.get("item_id", "")).startswith("cmp_"):
+                raise fail(i, f"item_id {event.get('item_id')!r} lacks cmp_")
+            if event.get("output_index") != len(items):
+                raise fail(i, f"output_index {event.get('output_index')}, expected {len(items)}")
+            announced = (event["item_id"], event["output_index"])
+            continue
+        if announced is not None and kind != "response.output_item.added":
+            raise fail(i, f"{kind} before the compaction item compacting announced")
         if kind == "response.output_item.added":
             if item is not None:
                 raise fail(i, f"item {item.id} is still open: items must not interleave")
             new = event["item"]
+            if announced is not None:
+                if (new.get("type"), new.get("id"), event["output_index"]) != (
+                        "compaction", *announced):
+                    raise fail(i, f"the item added is not the compaction {announced[0]} "
+                                  "compacting announced")
+                announced = None
             if event["output_index"] != len(items):
                 raise fail(i, f"output_index {event['output_index']}, expected {len(items)}")
             prefix = ITEM_ID_PREFIXES.get(new.get("type"))
@@ -746,6 +767,8 @@ def check_grammar(events: list[dict[str, Any]], *, volatile: Iterable[str] = ())
     response = terminal["response"]
     finished = [t.done for t in items]
     cancelled = terminal["type"] == "response.failed" and response["status"] == "cancelled"
+    if announced is not None and terminal["type"] != "response.failed":
+        raise fail(last, "the compaction compacting announced never came")
     if item is not None:
         # Only a failed response may end with a call still open (its arguments were cut off,
         # so it is never announced done: issue 16), and a cancelled one with any item; the

@@ -823,6 +823,9 @@ class ScriptedUpstream:
         self._idle = threading.Condition(self._lock)
         #: set each time a streaming response's connection closes (cleared by reset())
         self.stream_closed = threading.Event()
+        #: when set to an Event, every stream=false answer (a compaction's summarising call)
+        #: waits until it is set: a test holds the call while it reads the client's stream
+        self.completions_gate: threading.Event | None = None
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self.app = Starlette(routes=[
@@ -892,6 +895,7 @@ class ScriptedUpstream:
             self._completions.clear()
             self._counters.clear()
             self.stream_closed.clear()
+            self.completions_gate = None
 
     def start(self) -> ScriptedUpstream:
         # IPPROTO_TCP explicitly: only then does asyncio set TCP_NODELAY on accepted sockets.
@@ -1034,7 +1038,7 @@ class ScriptedUpstream:
         record = StreamRecord(script=directive, opened_at=time.monotonic())
         with self._lock:
             self._completions.append(record)
-        return _CompletionResponse(plan, record)  # type: ignore[return-value]
+        return _CompletionResponse(plan, record, self.completions_gate)  # type: ignore[return-value]
 
     def _plan(self, body: dict[str, Any], index: int, directive: str) -> Plan:
         model = body.get("model") if isinstance(body.get("model"), str) else "scripted"
@@ -1177,11 +1181,14 @@ def _frame_chunks(frame: bytes) -> list[dict[str, Any]]:
 class _CompletionResponse:
     """A stream=false answer: the plan's chunks aggregated into one chat.completion."""
 
-    def __init__(self, plan: Plan, record: StreamRecord) -> None:
-        self.plan, self.record = plan, record
+    def __init__(self, plan: Plan, record: StreamRecord,
+                 gate: threading.Event | None = None) -> None:
+        self.plan, self.record, self.gate = plan, record, gate
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         plan, record = self.plan, self.record
+        while self.gate is not None and not self.gate.is_set():  # held by the test
+            await asyncio.sleep(0.01)
         pause = plan.first_delay + sum(i.seconds for i in plan.items if isinstance(i, Sleep))
         pause += plan.delay * len(plan.items)
         if pause:  # a client that leaves meanwhile is seen (and recorded) at once

@@ -59,13 +59,14 @@ async def _create(request: Request, gateway: Gateway, tenant: str, body: Any,
     except GatewayError:
         await job.close()
         raise
-    first = job.open()
     if job.backend_request.stream:
         # response.created leaves before the upstream has answered, as OpenAI sends it before
         # its model has; an upstream refusal is then a response.failed. A grace period (off by
-        # default) gives a fast refusal the chance to be a real HTTP error instead.
+        # default) gives a fast refusal the chance to be a real HTTP error instead. A
+        # compaction still to run goes first (the job opens the model's turn after it).
         grace = gateway.settings.stream_grace_seconds
-        if grace > 0:
+        first = job.open() if job.compaction is None else None
+        if grace > 0 and first is not None:
             await asyncio.wait({first}, timeout=grace)
             if first.done() and isinstance(first.exception(), GatewayError):
                 await job.close()
@@ -77,6 +78,7 @@ async def _create(request: Request, gateway: Gateway, tenant: str, body: Any,
         )
     # An upstream refusal before any output is an HTTP error; a wait past the response's
     # deadline is a failed response (run_to_end ends it so, and stores it).
+    first = job.open()
     await asyncio.wait({first}, timeout=job.seconds_left())
     if first.done() and isinstance(first.exception(), GatewayError):
         await job.close()

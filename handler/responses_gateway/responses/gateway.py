@@ -4,6 +4,10 @@
 before ``response.created``: the body validated and translated, item references and the
 chain resolved, the conversation locked, the input fitted to the model's window, the server
 tools built (an MCP server listed). What it returns, a :class:`~.job.Job`, runs the response.
+A foreground stream's ``context_management`` compaction is the exception: its bounds are
+checked here, its summarising calls run in the job after ``response.created`` (its
+``response.compaction.compacting`` leaves meanwhile, as OpenAI streams it), and a failure
+then is a ``response.failed``.
 
     create body -> new_job: parse (translate/request_models.py), history (history.py),
       conversation (conversations.py), fit (fitting/), server tools (tools/registry.py)
@@ -26,7 +30,7 @@ from responses_gateway.platform import platform_for
 from responses_gateway.responses import configuration, conversations, history
 from responses_gateway.responses.fitting import fit
 from responses_gateway.responses.fitting.compaction_bounds import CompactionLimits, Departure
-from responses_gateway.responses.job import Job, Persist
+from responses_gateway.responses.job import Compaction, Job, Persist
 from responses_gateway.responses.local_feed import LocalFeed
 from responses_gateway.store.base import Store, StoredResponse
 from responses_gateway.tools import reads as tool_reads
@@ -149,9 +153,12 @@ class Gateway:
         # What the server tools' calls in it gave the model, this process's or the store's.
         reads = await tool_reads.gather(self.store, tenant, earlier + items,
                                         self.settings.max_tool_output_bytes)
-        # Rendered, and compacted or truncated to the model's window as asked (fitting/).
+        # Rendered, and compacted or truncated to the model's window as asked (fitting/); a
+        # foreground stream compacts after response.created (``pending``: the job runs it).
+        defer = req.streaming and not req.background
         fitted = await self.fitting.fit(req, route, earlier + items, tenant,
-                                        new_catalog=ToolCatalog, left=client_left, reads=reads)
+                                        new_catalog=ToolCatalog, left=client_left, reads=reads,
+                                        defer=defer)
         chat, catalog = fitted.chat, fitted.catalog
         tools = await self._server_tools(req, chat, catalog, earlier, items, tenant)
         try:
@@ -159,7 +166,9 @@ class Gateway:
                                   earlier + items)
             if turn is not None:
                 await turn.lock(record)  # the request is ready: hold the conversation till it ends
-            if reserve is not None and generate and record.request["model_runs"] is not False:
+            # (a deferred compaction's record is reserved once compacted: _compacted)
+            if (reserve is not None and generate and fitted.pending is None
+                    and record.request["model_runs"] is not False):
                 try:
                     reserved = await reserve(record)
                 except BaseException:
@@ -175,8 +184,34 @@ class Gateway:
         if tools is not None and req.background:
             await tools.aclose()  # the worker builds them again (it may run in another process)
             tools = None
-        return Job(self, record, stream=req.streaming, store=req.store, tools=tools,
-                   generate=generate, started_at=started)
+        job = Job(self, record, stream=req.streaming, store=req.store, tools=tools,
+                  generate=generate, started_at=started)
+        if fitted.pending is not None:
+            job.compaction = Compaction(fitted.pending.item_id, partial(
+                self._compacted, req, record, fitted.pending, tools,
+                reserve if generate else None))
+        return job
+
+    async def _compacted(self, req: CreateResponseRequest, record: StoredResponse,
+                         pending: fit.Pending, tools: ServerTools | None,
+                         reserve: Reserve | None) -> None:
+        """A streamed create's deferred compaction (fitting/, ``pending``) run, and the record
+        made again of what it left, as :meth:`new_job` makes it: the chat body with the server
+        tools offered, the compaction item and what it cost; then its tokens reserved
+        (limiter.py). Its failures are the job's: the response fails with them."""
+        fitted = await pending.run()
+        chat, catalog = fitted.chat, fitted.catalog
+        if tools is not None:
+            self._offer(tools, req, chat, catalog)
+        record.request.update({
+            "chat": chat, "message_params": fitted.message_params,
+            "output_items": fitted.output_items, "output_usage": fitted.usage,
+            "tools": catalog.to_record(),
+        })
+        if reserve is not None and record.request["model_runs"] is not False:
+            reserved = await reserve(record)
+            if reserved is not None:
+                record.request["reserved"] = reserved
 
     def _record(
         self, req: CreateResponseRequest, tenant: str, items: list[dict[str, Any]],
@@ -236,18 +271,25 @@ class Gateway:
         if tools is None:
             return None
         try:
-            tools.offer(catalog)
-            chat["tools"] = catalog.chat_tools
-            chosen = tools.tool_choice(req.tool_choice, catalog)
+            self._offer(tools, req, chat, catalog)
         except BaseException:
             await tools.aclose()
             raise
+        return tools
+
+    @staticmethod
+    def _offer(tools: ServerTools, req: CreateResponseRequest, chat: dict[str, Any],
+               catalog: ToolCatalog) -> None:
+        """The server tools' functions offered in ``chat``, a tool_choice naming one
+        honoured."""
+        tools.offer(catalog)
+        chat["tools"] = catalog.chat_tools
+        chosen = tools.tool_choice(req.tool_choice, catalog)
         if chosen is not None:
             chat["tool_choice"] = chosen
         if not chat["tools"]:  # chat servers refuse an empty tool list and what goes with it
             for key in ("tools", "tool_choice", "parallel_tool_calls"):
                 chat.pop(key, None)
-        return tools
 
     async def resolve_references(
         self, items: list[dict[str, Any]], tenant: str

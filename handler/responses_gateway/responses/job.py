@@ -16,6 +16,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
@@ -56,6 +57,16 @@ class Services(Protocol):
     def backend_for(self, kind: str) -> Backend: ...
 
 
+@dataclass(slots=True)
+class Compaction:
+    """A streamed create's compaction, run by the job after ``response.created``
+    (gateway.py ``_compacted``): ``run`` makes the summarising calls and the record again of
+    what they left; ``item_id`` names the item ``response.compaction.compacting`` reports."""
+
+    item_id: str
+    run: Callable[[], Awaitable[None]]
+
+
 class Job:
     """One response being produced. ``batches()`` is the whole lifecycle, terminal included."""
 
@@ -91,13 +102,7 @@ class Job:
                 annotate=self.tools.annotate if self.tools is not None else None,
             ),
         )
-        chat = dict(record.request["chat"])
-        if not stream:
-            chat["stream"] = False
-            chat.pop("stream_options", None)
-        elif not chat.get("stream"):  # a background job streams, whatever its client asked
-            chat["stream"] = True
-            chat["stream_options"] = {"include_usage": True}
+        chat = _upstream_body(record.request["chat"], stream)
         backend = gateway.backend_for(record.request["backend"])
         self.reasoning_input = backend.reasoning_input(gateway.settings.reasoning_input)
         self._generate = generate
@@ -116,6 +121,8 @@ class Job:
         self.deadline = Deadline()
         #: set by a WebSocket session: a ``response.steer`` may stop it (responses/steering.py)
         self.steering: Steering | None = None
+        #: set by the gateway: a compaction still to run before the model (a streamed create)
+        self.compaction: Compaction | None = None
         self._turns = TurnLoop(self)
         limit = gateway.settings.max_response_seconds
         if limit > 0:
@@ -142,8 +149,9 @@ class Job:
 
     async def ready(self) -> None:
         """The backend's local work before the upstream call (``Backend.prepare``: Bedrock
-        fetches image URLs): its failures are still HTTP errors naming the client's param."""
-        if not self._generate:
+        fetches image URLs): its failures are still HTTP errors naming the client's param.
+        After a compaction still to run (``compaction``), the job does it once compacted."""
+        if not self._generate or self.compaction is not None:
             return
         try:
             await self.backend.prepare(self.backend_request)
@@ -245,12 +253,18 @@ class Job:
         """
         translator = self.translator
         turns = self._turns
-        first = self.open()
+        compaction = self.compaction
+        first = self.open() if compaction is None else None
         timer = self.deadline.arm(asyncio.current_task())
         if self.steering is not None:
             self.steering.arm()
         try:
             started = translator.start()
+            if compaction is not None:
+                # The summary is written while the client already reads that it is.
+                yield started + translator.compacting(compaction.item_id)
+                await self.deadline.wait(self._compacted(compaction))  # within its time
+                first, started = self.open(), []
             for item in self.record.request.get("output_items") or ():
                 started += translator.add_finished_item(item)  # made before the model ran
             translator.add_usage(self.record.request.get("output_usage"))  # what that cost
@@ -291,6 +305,17 @@ class Job:
                 translator.cancel()
                 await _shielded(self.persist())
             await _shielded(self.close())
+
+    async def _compacted(self, compaction: Compaction) -> None:
+        """Run the compaction the create left to the stream; the upstream request becomes
+        the record's compacted chat body, then the backend's local work (``ready``)."""
+        await compaction.run()
+        self.compaction = None
+        request = self.record.request
+        self.backend_request.body = _upstream_body(request["chat"], self.backend_request.stream)
+        self.translator.set_tools(specs_from_record(request.get("tools")))
+        self.metrics.reserved = request.get("reserved")
+        await self.ready()
 
     async def run_to_end(self) -> dict[str, Any]:
         """Consume every event; the final Response object (non-stream requests)."""
@@ -360,6 +385,19 @@ class Job:
             await self.conversation.finish(self, record)  # write: if it fails, neither does
         elif record is not None:
             await self.gateway.store.put(record)
+
+
+def _upstream_body(chat: dict[str, Any], stream: bool) -> dict[str, Any]:
+    """The record's chat body as this job sends it: streamed or not as its client reads it
+    (a background job always streams)."""
+    chat = dict(chat)
+    if not stream:
+        chat["stream"] = False
+        chat.pop("stream_options", None)
+    elif not chat.get("stream"):  # a background job streams, whatever its client asked
+        chat["stream"] = True
+        chat["stream_options"] = {"include_usage": True}
+    return chat
 
 
 async def _no_generation() -> AsyncIterator[list[Chunk]]:

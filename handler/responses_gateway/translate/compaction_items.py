@@ -68,14 +68,20 @@ class View:
 NO_VIEW = View(frozenset(), -1, None)
 
 
+def new_id() -> str:
+    """A compaction item's id (``cmp_…``), made before its summary when a stream names it."""
+    return ids.new_id(ids.COMPACTION)
+
+
 def new_window(summary: str, visible: list[dict[str, Any]], keep_budget: int | None,
-               seal: Seal) -> list[dict[str, Any]]:
+               seal: Seal, item_id: str | None = None) -> list[dict[str, Any]]:
     """The window a compaction leaves: the user messages of ``visible`` it keeps
     (:func:`kept_users`), then the ``compaction`` item standing for the rest, ``summary`` and
-    the kept messages' keys sealed into its ``encrypted_content``."""
+    the kept messages' keys sealed into its ``encrypted_content``. ``item_id``: the id a
+    stream already named it by (``response.compaction.compacting``), else a new one."""
     kept = kept_users(visible, keep_budget)
     payload = {SUMMARY_KEY: summary, KEEP_KEY: [user_key(item) for item in kept]}
-    item = {"id": ids.new_id(ids.COMPACTION), "type": "compaction",
+    item = {"id": item_id or new_id(), "type": "compaction",
             "encrypted_content": seal(payload)}
     return [*kept, item]
 

@@ -92,6 +92,7 @@ class ResponseTranslator(CallItems, ReasoningItems):
         "_call",
         "_calls_by_id",
         "_calls_by_index",
+        "_compacting",
         "_content_index",
         "_detail_text",
         "_details",
@@ -155,6 +156,7 @@ class ResponseTranslator(CallItems, ReasoningItems):
         self._repeat_misses = 0
         self._tools = self.options.tools or None
         self._usage_before: dict[str, Any] | None = None  # usage of the turns already ended
+        self._compacting: str | None = None  # the compaction item compacting was sent for
         #: this turn's calls the client must answer (function, custom) and the gateway's own
         self.client_calls = 0
         self.server_calls: list[ServerCall] = []
@@ -622,24 +624,36 @@ class ResponseTranslator(CallItems, ReasoningItems):
 
     # -- opening and closing items -----------------------------------------------------------
 
+    def compacting(self, item_id: str) -> list[Event]:
+        """``response.compaction.compacting`` for the compaction item about to be written at
+        the next output index (openai-python 3.57: summary output is being sampled): a
+        streamed create's compaction runs after it (responses/job.py)."""
+        self._compacting = item_id
+        return [self._event({"type": "response.compaction.compacting", "item_id": item_id,
+                             "output_index": len(self.response["output"])})]
+
+    def set_tools(self, tools: dict[str, ToolSpec] | None) -> None:
+        """What the chat function names stand for, when a compaction rendered them again."""
+        self.options.tools = tools
+        self._tools = tools or None
+
     def add_finished_item(self, item: dict[str, Any]) -> list[Event]:
         """An item the gateway made whole before the model ran (a compaction item, by
         responses/fitting/): its ``output_item.added`` and ``.done`` at the next output index.
 
-        A compaction item's summary was sampled: ``response.compaction.compacting`` between
-        the two, as OpenAI reports sampled summary output (openai-python 3.57). The gateway
-        compacts before ``response.created`` (a failed compaction stays an HTTP error), so it
-        comes at the stream's start, once, not while the summary is written."""
+        A compaction item's summary was sampled: ``response.compaction.compacting`` comes
+        before the two (once: a streamed create sent it while compacting, :meth:`compacting`;
+        a compaction done before ``response.created``, in the background, sends it here)."""
         out: list[Event] = []
         self._close(out, "completed")
         output = self.response["output"]
         index = len(output)
+        if item.get("type") == "compaction" and self._compacting != item["id"]:
+            out.append(self._event({"type": "response.compaction.compacting",
+                                    "item_id": item["id"], "output_index": index}))
         output.append(item)
         out.append(self._event({"type": "response.output_item.added", "output_index": index,
                                 "item": dict(item)}))
-        if item.get("type") == "compaction":
-            out.append(self._event({"type": "response.compaction.compacting",
-                                    "item_id": item["id"], "output_index": index}))
         out.append(self._event({"type": "response.output_item.done", "output_index": index,
                                 "item": dict(item)}))
         return out

@@ -61,6 +61,46 @@ class Compacted:
     usage: dict[str, Any] = field(default_factory=dict)  # Responses usage of the summarising
 
 
+class Planned:
+    """A compaction checked against its bounds (the input's size, the summarising calls its
+    parts need), none of its calls made yet: :meth:`run` makes them. Checked first so that a
+    stream that compacts after ``response.created`` still refuses these as HTTP errors."""
+
+    __slots__ = ("item_id", "limits", "parts", "render", "seal", "summariser", "visible",
+                 "window")
+
+    def __init__(self, render: Renderer, backend: Backend, seal: compaction_items.Seal, *,
+                 window: int | None, limits: CompactionLimits) -> None:
+        self.render, self.seal, self.window, self.limits = render, seal, window, limits
+        self.summariser = _Summariser(backend, render, window, limits)
+        self.visible = compaction_items.visible(render.items, render.unseal)
+        limits.check_input(sum(map(len, map(orjson.dumps, self.visible))))
+        self.parts = cuts.parts(self.visible,
+                                None if window is None else int(window * READ_SHARE))
+        limits.check_calls(len(self.parts), window)
+        #: the compaction item's id, known before its summary (a stream names it first)
+        self.item_id = compaction_items.new_id()
+
+    async def run(self, left: Departure | None = None) -> Compacted:
+        """The summarising calls, bounded in time; ``left``: the client's departure."""
+        summary = await bounded(self.summariser.run(self.parts), self.limits, left)
+        window = self.window
+        kept = compaction_items.new_window(
+            summary, self.visible, None if window is None else int(window * KEEP_SHARE),
+            self.seal, self.item_id)
+        return Compacted(window=kept, item=kept[-1], usage=self.summariser.usage)
+
+    async def fitted(self, *, left: Departure | None = None, model_runs: bool = True) -> Fitted:
+        """A create's conversation compacted and rendered with the compaction item as the
+        response's first output item; ``model_runs=False`` (a ``compaction_trigger``): the
+        item is the only output, the model does not run."""
+        result = await self.run(left)
+        fitted = self.render(output_items=[result.item])
+        fitted.usage = result.usage
+        fitted.model_runs = model_runs
+        return fitted
+
+
 async def compact(
     render: Renderer,
     backend: Backend,
@@ -74,40 +114,12 @@ async def compact(
     its route's model on ``backend``; ``seal``: the tenant's, for the compaction item.
 
     Within ``limits`` (compaction_bounds.py): the input's size and the summarising calls its
-    parts need are checked before the first call; the time it takes and its client leaving
-    (``left``) cancel the call under way. What the model reads of the items, and the item
-    made of the summary, are compaction_items.py's; where the window is cut into parts is
-    cuts.py's.
+    parts need are checked before the first call (:class:`Planned`); the time it takes and
+    its client leaving (``left``) cancel the call under way. What the model reads of the
+    items, and the item made of the summary, are compaction_items.py's; where the window is
+    cut into parts is cuts.py's.
     """
-    summariser = _Summariser(backend, render, window, limits)
-    visible = compaction_items.visible(render.items, render.unseal)
-    limits.check_input(sum(map(len, map(orjson.dumps, visible))))
-    parts = cuts.parts(visible, None if window is None else int(window * READ_SHARE))
-    limits.check_calls(len(parts), window)
-    summary = await bounded(summariser.run(parts), limits, left)
-    kept = compaction_items.new_window(
-        summary, visible, None if window is None else int(window * KEEP_SHARE), seal)
-    return Compacted(window=kept, item=kept[-1], usage=summariser.usage)
-
-
-async def compacted(
-    render: Renderer,
-    backend: Backend,
-    seal: compaction_items.Seal,
-    *,
-    window: int | None,
-    limits: CompactionLimits,
-    left: Departure | None = None,
-    model_runs: bool = True,
-) -> Fitted:
-    """A create's conversation compacted now and rendered with the compaction item as the
-    response's first output item; ``model_runs=False`` (a ``compaction_trigger``): the item
-    is the only output, the model does not run."""
-    result = await compact(render, backend, seal, window=window, limits=limits, left=left)
-    fitted = render(output_items=[result.item])
-    fitted.usage = result.usage
-    fitted.model_runs = model_runs
-    return fitted
+    return await Planned(render, backend, seal, window=window, limits=limits).run(left)
 
 
 def response_of(result: Compacted) -> dict[str, Any]:
@@ -194,4 +206,4 @@ def _text_of(completion: Any, usage: dict[str, Any]) -> str:
     return text
 
 
-__all__ = ["Compacted", "compact", "response_of"]
+__all__ = ["Compacted", "Planned", "compact", "response_of"]

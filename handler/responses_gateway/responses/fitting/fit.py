@@ -36,7 +36,7 @@ from responses_gateway.backends.base import Backend
 from responses_gateway.config import Route
 from responses_gateway.responses.fitting import compaction, cuts, tokens, vision
 from responses_gateway.responses.fitting.compaction_bounds import CompactionLimits, Departure
-from responses_gateway.responses.fitting.render import Fitted, Renderer
+from responses_gateway.responses.fitting.render import Fitted, Pending, Renderer
 from responses_gateway.responses.fitting.windows import ContextWindows
 from responses_gateway.translate import compaction_items
 from responses_gateway.translate.sealing import Sealer
@@ -44,7 +44,7 @@ from responses_gateway.translate.sealing import Sealer
 if TYPE_CHECKING:
     from responses_gateway.translate.request_models import CreateResponseRequest
 
-__all__ = ["Fitted", "Fitting"]
+__all__ = ["Fitted", "Fitting", "Pending"]
 
 #: Share of the window ``context_management`` compacts past when ``compact_threshold`` is null.
 DEFAULT_THRESHOLD_SHARE = 0.8
@@ -92,21 +92,34 @@ class Fitting:
         new_catalog: Callable[[], Any] | None = None,
         left: Departure | None = None,
         reads: Mapping[str, str] | None = None,
+        defer: bool = False,
     ) -> Fitted:
         """The chat body for ``items`` (history and this turn's input), fitted to the model.
         ``new_catalog`` makes the tool catalog each render fills (to_chat.py); ``left``: the
         client's departure, which stops a foreground create's compaction (compaction_bounds.py);
-        ``reads``: what server tools' calls among the items gave the model (tools/reads.py)."""
+        ``reads``: what server tools' calls among the items gave the model (tools/reads.py).
+
+        ``defer`` (a foreground stream): a compaction decided here is checked against its
+        bounds but not run; the uncompacted render comes back with ``pending`` (render.py's
+        :class:`Pending`), which the stream runs after ``response.created``, so that
+        ``response.compaction.compacting`` leaves while the summary is written."""
         entry = next((e for e in req.context_management or () if e.type == "compaction"), None)
         left = None if req.background else left  # a background response's compaction runs on
         backend, render = self._renderer(req, route, items, tenant, new_catalog, reads)
         fitted = render()
         window = await self.windows.window(req.model, route)
-        compact = partial(compaction.compacted, render, backend,
-                          partial(self._sealer.seal, tenant=tenant), window=window,
-                          limits=self.limits, left=left)
+
+        def planned() -> compaction.Planned:  # the bounds checked, no call made yet
+            return compaction.Planned(render, backend, partial(self._sealer.seal, tenant=tenant),
+                                      window=window, limits=self.limits)
+
         if compaction_items.trigger_requested(req.input, items):
-            return await compact(model_runs=False)
+            plan = planned()
+            fitted.model_runs = False
+            if defer:
+                fitted.pending = Pending(plan.item_id, partial(plan.fitted, model_runs=False))
+                return fitted
+            return await plan.fitted(left=left, model_runs=False)
         if entry is None and window is None:
             return fitted
         compactable = entry is not None and compaction_items.compactable(items)
@@ -117,7 +130,26 @@ class Fitting:
         if threshold is not None and not tokens.clearly_within(fitted.chat, threshold):
             counted = await tokens.count(backend, fitted.chat, fitted.message_params)
             if counted.tokens > threshold and compactable:
-                fitted, counted = await compact(), None
+                plan = planned()
+                if defer:
+                    fitted.pending = Pending(plan.item_id, partial(
+                        self._compacted_within, plan, req, render, backend, window))
+                    return fitted
+                fitted, counted = await plan.fitted(left=left), None
+        return await self._within(req, render, backend, fitted, window, counted)
+
+    async def _compacted_within(self, plan: compaction.Planned, req: CreateResponseRequest,
+                                render: Renderer, backend: Backend,
+                                window: int | None) -> Fitted:
+        """A deferred compaction run, then the window's rule on what it left."""
+        fitted = await plan.fitted()
+        return await self._within(req, render, backend, fitted, window, None)
+
+    async def _within(self, req: CreateResponseRequest, render: Renderer, backend: Backend,
+                      fitted: Fitted, window: int | None,
+                      counted: tokens.Count | None) -> Fitted:
+        """``fitted`` as the window allows: as it is, truncated (``truncation: "auto"``), or
+        OpenAI's 400 ``context_length_exceeded``; ``counted``: its count, when known."""
         if window is None:
             return fitted
         auto = req.truncation == "auto"

@@ -9,7 +9,7 @@ as a summarising call's body. The rendering itself is translate/to_chat.py's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,19 @@ class Fitted:
     catalog: Any = None  # the render's tool catalog, when asked for one (new_catalog)
     usage: dict[str, Any] | None = None  # Responses usage of the compaction's summarising calls
     model_runs: bool = True  # False: a compaction_trigger asked for the compaction only
+    #: a compaction decided but not yet run (fit.py's ``defer``): the stream runs it
+    pending: Pending | None = None
+
+
+@dataclass
+class Pending:
+    """A compaction a streamed create runs after ``response.created`` (fit.py ``defer``):
+    ``item_id`` names its item in ``response.compaction.compacting`` while ``run`` makes the
+    summarising calls; ``run`` returns the conversation fitted again (compacted, then
+    checked against the window), whose first output item is the compaction item."""
+
+    item_id: str
+    run: Callable[[], Awaitable[Fitted]]
 
 
 class Renderer:
