@@ -413,7 +413,7 @@ def test_cpu_left_burning_after_a_call_is_bounded(sandbox: Harness) -> None:
 import subprocess, sys
 subprocess.Popen([sys.executable, "-c", "while True: pass", "{mark}"])
 print("left burning")
-""", timeout=1)
+""", timeout=5)  # (room to start a Python on a loaded machine; its CPU is bounded by it)
     assert result.stdout == "left burning\n" and not result.timed_out
     assert processes_with(mark)
     assert wait_until_gone(mark, 60) == []
