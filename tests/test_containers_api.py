@@ -169,6 +169,7 @@ def test_tenants_see_only_their_own(alice: OpenAI, bob: OpenAI) -> None:
      "expires_after.minutes"),
     ({"name": "x", "expires_after": {"anchor": "last_active_at"}}, "expires_after.minutes"),
     ({"name": "x", "file_ids": "file-1"}, "file_ids"),
+    ({"name": "x", "file_ids": [f"file-{i}" for i in range(101)]}, "file_ids"),  # too many
     ({"name": "x", "network_policy": {"type": "allowlist", "allowed_domains": ["a.com"]}},
      "network_policy.type"),
     ({"name": "x", "skills": [{"type": "skill_reference", "skill_id": "s"}]}, "skills"),

@@ -14,6 +14,9 @@ from typing import Any
 
 RUNNING, EXPIRED, DELETED = "running", "expired", "deleted"
 MEMORY_LIMITS = ("1g", "4g", "16g", "64g")  # OpenAI's; the default is the first
+#: files one container may be created with (``file_ids``), as the code_interpreter tool's
+#: auto container takes at most (OpenAI's array bound)
+MAX_FILE_IDS = 100
 
 
 def memory_mb(limit: str) -> int:

@@ -39,6 +39,7 @@ from responses_gateway.containers.engine import (
     FileEntry,
 )
 from responses_gateway.containers.models import (
+    MAX_FILE_IDS,
     MEMORY_LIMITS,
     RUNNING,
     ContainerFile,
@@ -128,6 +129,11 @@ class Containers:
                 f"value. Expected a value between {MIN_EXPIRES_MINUTES} and "
                 f"{MAX_EXPIRES_MINUTES}, but got {expires_minutes} instead.",
                 param="expires_after.minutes", code="integer_out_of_range")
+        if len(file_ids) > MAX_FILE_IDS:  # each is a read of the Files API and a copy
+            raise invalid_request(
+                "Invalid 'file_ids': array too long. Expected an array with maximum length "
+                f"{MAX_FILE_IDS}, but got an array with length {len(file_ids)} instead.",
+                param="file_ids", code="array_above_max_length")
         sources = [await self._source_file(tenant, file_id, f"file_ids[{i}]")
                    for i, file_id in enumerate(file_ids)]
         now = self.clock()

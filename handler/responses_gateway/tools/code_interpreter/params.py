@@ -13,11 +13,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from responses_gateway.containers.models import MAX_FILE_IDS, MEMORY_LIMITS
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
-
-MEMORY_LIMITS = ("1g", "4g", "16g", "64g")
-#: OpenAI's bound on ``file_ids`` of one auto container (as for a container's own create)
-MAX_FILE_IDS = 100
 
 
 @dataclass(frozen=True, slots=True)
