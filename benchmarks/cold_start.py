@@ -18,7 +18,7 @@ Each figure is the median (and min) over ``--runs`` fresh interpreters, all in t
   Lambda-like environment (JSON logging configured), i.e. until /health could answer;
 - ``ready + first create``: the above plus what a fresh process's first create builds: the
   request validators (one create body validated), the backend, its HTTP client and TLS
-  context. In Lambda the lifespan builds them (api/prewarm.py: paid in the init phase, before
+  context. In Lambda the lifespan builds them (api/warm_start.py: paid in the init phase, before
   any request when Lambda initializes ahead of traffic); the ``lazy`` pair leaves them to the
   first create, as outside Lambda;
 - ``worker handler``: ``import responses_gateway.entry.lambda_worker``;
@@ -78,17 +78,17 @@ FLOOR = ("import asyncio, orjson\nimport starlette.applications, starlette.datas
 ENTRY = "from responses_gateway.api.app import create_app\napp = create_app()"
 NO_BYTECODE = {"PYTHONDONTWRITEBYTECODE": "1", "COLD_START_SOURCE_ONLY": "1"}
 #: What a fresh process's first create builds: the request validators (one create body
-#: validated), the backend and its HTTP client with its TLS context (api/prewarm.py builds the
+#: validated), the backend and its HTTP client with its TLS context (api/warm_start.py builds the
 #: same; run inside the lifespan, as a request is). Already built, it costs next to nothing.
-CREATE = ("        from responses_gateway.api import prewarm as first_create\n"
-          "        first_create.prewarm(app.state.gateway)\n")
+CREATE = ("        from responses_gateway.api import warm_start as first_create\n"
+          "        first_create.warm(app.state.gateway)\n")
 
 
 def _ready(then: str = "", *, lazy: bool = False) -> str:
     """The streaming entry up to /health answering (the Lambda Web Adapter's readiness), then
-    ``then`` inside the lifespan; ``lazy``: without api/prewarm.py at startup (the first
+    ``then`` inside the lifespan; ``lazy``: without api/warm_start.py at startup (the first
     create builds what it needs)."""
-    off = "from responses_gateway.api import prewarm\nprewarm.wanted = lambda: False\n"
+    off = "from responses_gateway.api import warm_start\nwarm_start.wanted = lambda: False\n"
     return (f"import asyncio\n{UVICORN}\n{off if lazy else ''}"
             "from responses_gateway.api.app import create_app\n"
             "app = create_app()\n"
@@ -215,7 +215,7 @@ def measure(runs: int, importtime: bool) -> int:
         after = statistics.median(
             c - r for c, r in zip(results["ready + first create" + lazy],
                                   results["streaming ready" + lazy], strict=True))
-        how = "built by the first create" if lazy else "built at init (api/prewarm.py)"
+        how = "built by the first create" if lazy else "built at init (api/warm_start.py)"
         print(f"first create after ready, validators and client {how}: {after:.1f} ms median, "
               f"{after / statistics.median(floors):.2f}x the floor")
     for name in ("streaming entry", "worker handler"):
