@@ -417,3 +417,29 @@ def test_store_false_resume_replays_the_gateways_calls_from_the_items(
     # the first add answers from its item; only the second runs now
     assert [i["type"] for i in second["output"]] == ["mcp_call", "program_output", "message"]
     assert second["output"][1]["result"] == "3 13 sunny in Baku"
+
+
+@pytest.mark.parametrize("store", [True, False])
+def test_a_resumed_program_never_runs_its_code_interpreter_calls_again(
+        client: OpenAI, store: bool) -> None:
+    """Issue 47: the program's code_interpreter call before its pause answers from the
+    journal on resume (what it printed: the response's tool reads), not by running again."""
+    python = {"type": "code_interpreter", "container": {"type": "auto"},
+              "allowed_callers": ["programmatic"]}
+    code = ("const n = await tools.python({code: 'print(6 * 7)'});\n"
+            "const w = await tools.get_weather({city: 'Riga'});\n"
+            "return `${n.trim()} ${w}`;")
+    tools = [PTC, python, WEATHER]
+    items: list[dict[str, Any]] = [{"role": "user", "content": writing(f"ci-{store}", code)}]
+    first = create(client, False, model="m", tools=tools, input=items, store=store)
+    assert [i["type"] for i in first["output"]] == ["program", "code_interpreter_call",
+                                                    "function_call"]
+    [call] = program_calls(first)
+    if store:
+        second = create(client, True, model="m", tools=tools,
+                        previous_response_id=first["id"], input=[answer(call)])
+    else:
+        items += first["output"] + [answer(call)]
+        second = create(client, True, model="m", tools=tools, input=items, store=False)
+    assert [i["type"] for i in second["output"]] == ["program_output", "message"]
+    assert second["output"][0]["result"] == "42 sunny in Riga"

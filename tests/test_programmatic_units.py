@@ -147,7 +147,29 @@ def test_the_gateway_calls_of_a_program_are_told_by_where_they_stand() -> None:
         {"lane": "server", "path": "lab.add", "output": o} for o in ("1", "3", "6")]
     ci = {"type": "code_interpreter_call", "id": "ci_1", "code": "1", "container_id": "c",
           "outputs": None, "status": "completed"}
-    items[2:2] = [ci]  # its output is not in its item: the lane ends before it
-    [program] = journal.programs(items).values()
-    assert [s.get("output") for s in program.served] == ["1", None]
-    assert [e.get("output") for e in program.journal() if e.get("lane")] == ["1"]
+    items[2:2] = [ci]  # its output is not in its item: its reads are (tools/reads.py)
+    [program] = journal.programs(items, {"ci_1": "printed\n"}).values()
+    assert [s.get("output") for s in program.served] == ["1", "printed\n", "3", "6"]
+    assert [e["path"] for e in program.journal() if e.get("lane")] == [
+        "lab.add", "python", "lab.add", "lab.add"]
+
+
+def test_a_gateway_call_without_its_reads_is_never_run_again() -> None:
+    """Issue 47: a code_interpreter call a program made before it paused answers from the
+    journal on resume, even when what it printed is no longer at hand (a ``store: false``
+    chain in another process): its side effects must not happen twice."""
+    caller = {"type": "program", "caller_id": "call_p"}
+    items = [{"type": "program", "call_id": "call_p", "code": "x", "fingerprint": "f"},
+             {"type": "code_interpreter_call", "id": "ci_1", "code": "1", "container_id": "c",
+              "outputs": [{"type": "logs", "logs": "from the item"}], "status": "completed"},
+             {"type": "code_interpreter_call", "id": "ci_2", "code": "2", "container_id": "c",
+              "outputs": None, "status": "completed"},
+             {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}",
+              "caller": caller},
+             {"type": "function_call_output", "call_id": "c1", "output": "one"}]
+    program = journal.waiting(items, {})
+    assert program is not None
+    served = [e for e in program.journal() if e.get("lane")]
+    assert [e["path"] for e in served] == ["python", "python"]
+    assert served[0]["output"] == "from the item"
+    assert "no longer at hand" in served[1]["output"]

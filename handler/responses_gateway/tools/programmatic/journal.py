@@ -76,8 +76,11 @@ class Program:
                 *({"lane": "server", **s} for s in served)]
 
 
-def programs(items: Sequence[Mapping[str, Any]]) -> dict[str, Program]:
-    """Every program among ``items`` (a whole conversation), by call id."""
+def programs(items: Sequence[Mapping[str, Any]],
+             reads: Mapping[str, str] | None = None) -> dict[str, Program]:
+    """Every program among ``items`` (a whole conversation), by call id; ``reads``: what the
+    gateway's calls among them gave (tools/reads.py), for the calls whose items keep no
+    answer (code_interpreter's)."""
     found: dict[str, Program] = {}
     by_call: dict[str, dict[str, Any]] = {}
     by_output: dict[str, str] = {}  # a program call's call_id -> its program
@@ -113,19 +116,21 @@ def programs(items: Sequence[Mapping[str, Any]]) -> dict[str, Program]:
                 call["output"] = (output_text(item.get("output")) if kind in (
                     "function_call_output", "custom_tool_call_output")
                     else client_tools.output_text(item))
-    _served(items, marks, found)
+    _served(items, marks, found, reads or {})
     return found
 
 
 def _served(items: Sequence[Mapping[str, Any]], marks: Sequence[tuple[str, bool] | None],
-            found: Mapping[str, Program]) -> None:
+            found: Mapping[str, Program], reads: Mapping[str, str]) -> None:
     """The items of a program's calls to the gateway's tools (an ``mcp_call``: their types
     have no ``caller``), told by where they stand: a run of them right after one of the
     program's own items (its ``program`` item, a call's output) and right before one of its
     calls is the program's; the model's own calls never stand there (a turn's calls run in
     order, and the program's pause comes last). Each is read as the model would read it
-    (its tool's history reader); one whose answer is not in its item (code_interpreter's
-    output is kept apart) ends the lane there, and the calls from it on run again."""
+    (its tool's history reader, with ``reads``): a code_interpreter call answers what it
+    printed (its reads: kept with a stored response, or in this process for ``store:
+    false``; else its item's logs when the client asked for ``code_interpreter_call.outputs``;
+    else the reader's "no longer at hand"). None runs again: its side effects happened once."""
     from responses_gateway.tools import registry
 
     i = 0
@@ -138,7 +143,7 @@ def _served(items: Sequence[Mapping[str, Any]], marks: Sequence[tuple[str, bool]
             after = marks[j] if j < len(items) else None
             if before is not None and after is not None and after[1] \
                     and before[0] == after[0] and before[0] in found:
-                _read_lane(items, items[i:j], found[before[0]], registry)
+                _read_lane(items, items[i:j], found[before[0]], registry, reads)
             i = j
         else:
             i += 1
@@ -150,16 +155,11 @@ def _server_item(item: Any, registry: Any) -> bool:
 
 
 def _read_lane(items: Sequence[Mapping[str, Any]], run: Sequence[Mapping[str, Any]],
-               program: Program, registry: Any) -> None:
-    if program.served and program.served[-1].get("path") is None:
-        return  # the lane ended earlier
+               program: Program, registry: Any, reads: Mapping[str, str]) -> None:
     for item in run:
         kind = item["type"]
-        if kind in registry.READ_ITEM_TYPES:
-            program.served.append({"path": None})  # its answer is not in the item: the end
-            return
         try:
-            read = registry.history_reader(kind, items, {}).read(item, "input")
+            read = registry.history_reader(kind, items, reads).read(item, "input")
         except GatewayError:  # malformed: not an answer to replay
             read = None
         if read is None:
@@ -169,9 +169,10 @@ def _read_lane(items: Sequence[Mapping[str, Any]], run: Sequence[Mapping[str, An
         program.served.append({"path": path, "output": read.output})
 
 
-def waiting(items: Sequence[Mapping[str, Any]]) -> Program | None:
+def waiting(items: Sequence[Mapping[str, Any]],
+            reads: Mapping[str, str] | None = None) -> Program | None:
     """The latest program that paused and whose calls the client has all answered now."""
-    for program in reversed(list(programs(items).values())):
+    for program in reversed(list(programs(items, reads).values())):
         if not program.finished:
             return program if program.calls and program.answered else None
     return None

@@ -107,7 +107,7 @@ class ProgrammaticTool(ServerTool):
     @classmethod
     async def for_request(cls, request: RequestTools) -> ProgrammaticTool:
         allowed, refused = reach.collect(request.every)
-        waiting = journal.waiting([*request.history, *request.items])
+        waiting = journal.waiting([*request.history, *request.items], request.reads)
         return cls(allowed, refused, request.settings, request.services, waiting)
 
     def functions(self) -> list[tuple[str | None, dict[str, Any]]]:
