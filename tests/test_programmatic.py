@@ -443,3 +443,24 @@ def test_a_resumed_program_never_runs_its_code_interpreter_calls_again(
         second = create(client, True, model="m", tools=tools, input=items, store=False)
     assert [i["type"] for i in second["output"]] == ["program_output", "message"]
     assert second["output"][0]["result"] == "42 sunny in Riga"
+
+
+@pytest.mark.parametrize("store", [True, False])
+def test_a_partly_answered_pause_is_openais_400(client: OpenAI, store: bool) -> None:
+    """Issue 47: the client answers one of a paused program's two calls: OpenAI's 400 for a
+    pending call without its output, not a program left paused and hidden from the model."""
+    code = ("const r = await Promise.all(['Oslo', 'Lima'].map(c => tools.get_weather({city: c})));"
+            "\nreturn r.join(' & ');")
+    items: list[dict[str, Any]] = [{"role": "user", "content": writing(f"part-{store}", code)}]
+    first = create(client, False, model="m", tools=[PTC, WEATHER], input=items, store=store)
+    oslo, lima = program_calls(first)
+    with pytest.raises(openai.BadRequestError) as raised:
+        if store:
+            client.responses.create(model="m", tools=[PTC, WEATHER],
+                                    previous_response_id=first["id"], input=[answer(oslo)])
+        else:
+            client.responses.create(model="m", tools=[PTC, WEATHER], store=False,
+                                    input=items + first["output"] + [answer(oslo)])
+    assert raised.value.body == {
+        "message": f"No tool output found for function call {lima['call_id']}.",
+        "type": "invalid_request_error", "param": "input", "code": None}

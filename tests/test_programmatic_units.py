@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from responses_gateway.errors import GatewayError
 from responses_gateway.tools.programmatic import allowed, bridge, journal
 from responses_gateway.tools.programmatic.allowed import Callable
 
@@ -52,7 +53,11 @@ def test_the_journal_is_rebuilt_from_the_items() -> None:
     assert program.journal() == [{"path": "f", "output": "one"},
                                  {"path": "ns.a", "output": "two"}]
     assert journal.waiting(_items()) == program
-    assert journal.waiting(_items()[:-1]) is None  # c1 not answered yet
+    # c1 not answered: OpenAI's 400 for a pending call sent back without its output
+    with pytest.raises(GatewayError) as raised:
+        journal.waiting(_items()[:-1])
+    assert (raised.value.status, raised.value.message, raised.value.param) == (
+        400, "No tool output found for function call c1.", "input")
     assert journal.waiting(_items(done=True)) is None  # finished
 
 

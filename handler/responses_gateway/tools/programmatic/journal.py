@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from responses_gateway.errors import GatewayError
+from responses_gateway.errors import GatewayError, invalid_request
 from responses_gateway.tools import client_tools
 from responses_gateway.tools.programmatic import PROGRAM, PROGRAM_OUTPUT
 
@@ -169,10 +169,27 @@ def _read_lane(items: Sequence[Mapping[str, Any]], run: Sequence[Mapping[str, An
         program.served.append({"path": path, "output": read.output})
 
 
+#: how OpenAI's 400 names a call left without its output, by the call's type
+UNANSWERED = {"function_call": "function call", "custom_tool_call": "custom tool call",
+              "shell_call": "shell call", "apply_patch_call": "apply patch call"}
+
+
 def waiting(items: Sequence[Mapping[str, Any]],
             reads: Mapping[str, str] | None = None) -> Program | None:
-    """The latest program that paused and whose calls the client has all answered now."""
+    """The latest program that paused and whose calls the client has all answered now.
+
+    One the client left a call of unanswered is OpenAI's 400 for a pending call sent back
+    without its output ("No tool output found for function call call_…", ``param``
+    ``input``): resumed, the program would wait for it forever; left paused, the model would
+    not see it."""
     for program in reversed(list(programs(items, reads).values())):
         if not program.finished:
-            return program if program.calls and program.answered else None
+            if not program.calls:
+                return None
+            for call in program.calls:
+                if "output" not in call:
+                    raise invalid_request(
+                        f"No tool output found for {UNANSWERED[call['kind']]} "
+                        f"{call['call_id']}.", param="input")
+            return program
     return None
