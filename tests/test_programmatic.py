@@ -464,3 +464,22 @@ def test_a_partly_answered_pause_is_openais_400(client: OpenAI, store: bool) -> 
     assert raised.value.body == {
         "message": f"No tool output found for function call {lima['call_id']}.",
         "type": "invalid_request_error", "param": "input", "code": None}
+
+
+def test_an_mcp_call_needing_approval_throws_in_the_program_with_no_approval_item(
+        client: OpenAI, mcp_server: McpTestServer) -> None:
+    """Issue 47: 3.57's ``mcp_approval_request`` has no ``caller``, so its approval would run
+    the call as the model's, outside the program: the program sees an error instead, and no
+    approval request is left in the output."""
+    lab = {"type": "mcp", "server_label": "lab", "server_url": mcp_server.url,
+           "require_approval": "always", "allowed_tools": ["add"],
+           "allowed_callers": ["programmatic"]}
+    code = ("try { return await tools.lab.add({a: 1, b: 2}); }\n"
+            "catch (e) { return 'refused: ' + e.message; }")
+    response = create(client, True, model="m", tools=[PTC, lab],
+                      input=writing("mcp-approval", code))
+    kinds = [i["type"] for i in response["output"]]
+    assert kinds == ["mcp_list_tools", "program", "program_output", "message"]
+    result = response["output"][2]["result"]
+    assert result.startswith("refused: lab.add needs the user's approval")
+    assert response["output"][2]["status"] == "completed"
