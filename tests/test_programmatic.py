@@ -483,3 +483,26 @@ def test_an_mcp_call_needing_approval_throws_in_the_program_with_no_approval_ite
     result = response["output"][2]["result"]
     assert result.startswith("refused: lab.add needs the user's approval")
     assert response["output"][2]["status"] == "completed"
+
+
+def test_a_program_runs_commands_in_the_hosted_shell(client: OpenAI,
+                                                     upstream: ScriptedUpstream) -> None:
+    """Issue 47: a hosted ``shell`` (a container environment) with ``allowed_callers`` is
+    callable from a program; on resume its call answers from its items, never runs again."""
+    shell = {"type": "shell", "environment": {"type": "container_auto"},
+             "allowed_callers": ["programmatic"]}
+    code = ("const out = JSON.parse(await tools.shell({action: {commands: "
+            "['echo x >> /mnt/data/log; wc -l < /mnt/data/log']}}));\n"
+            "const w = await tools.get_weather({city: 'Kyiv'});\n"
+            "return `${out[0].stdout.trim()} ${w}`;")
+    tools = [PTC, shell, WEATHER]
+    first = create(client, False, model="m", tools=tools, input=writing("hosted-shell", code))
+    assert [i["type"] for i in first["output"]] == ["program", "shell_call",
+                                                    "shell_call_output", "function_call"]
+    assert [t["function"]["name"] for t in upstream.requests[-1]["tools"]] == ["program"]
+    assert "tools.shell" in upstream.requests[-1]["tools"][0]["function"]["description"]
+    [call] = program_calls(first)
+    second = create(client, True, model="m", tools=tools, previous_response_id=first["id"],
+                    input=[answer(call)])
+    assert [i["type"] for i in second["output"]] == ["program_output", "message"]
+    assert second["output"][0]["result"] == "1 sunny in Kyiv"

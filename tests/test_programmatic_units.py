@@ -178,3 +178,24 @@ def test_a_gateway_call_without_its_reads_is_never_run_again() -> None:
     assert [e["path"] for e in served] == ["python", "python"]
     assert served[0]["output"] == "from the item"
     assert "no longer at hand" in served[1]["output"]
+
+
+def test_a_hosted_shell_call_is_in_the_gateways_lane() -> None:
+    """A hosted ``shell_call`` (its environment names a container) a program made is read
+    from its items on resume, like an ``mcp_call``; the client's shell would carry
+    ``caller``."""
+    caller = {"type": "program", "caller_id": "call_p"}
+    items = [{"type": "program", "call_id": "call_p", "code": "x", "fingerprint": "f"},
+             {"type": "shell_call", "id": "sh_1", "call_id": "s1", "status": "completed",
+              "action": {"commands": ["wc -l < log"]},
+              "environment": {"type": "container_reference", "container_id": "cntr_1"}},
+             {"type": "shell_call_output", "id": "sho_1", "call_id": "s1",
+              "output": [{"stdout": "1\n", "stderr": "",
+                          "outcome": {"type": "exit", "exit_code": 0}}]},
+             {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}",
+              "caller": caller},
+             {"type": "function_call_output", "call_id": "c1", "output": "one"}]
+    program = journal.waiting(items)
+    assert program is not None
+    [served] = [e for e in program.journal() if e.get("lane")]
+    assert served["path"] == "shell" and '"stdout": "1\\n"' in served["output"]

@@ -133,10 +133,12 @@ def _served(items: Sequence[Mapping[str, Any]], marks: Sequence[tuple[str, bool]
     else the reader's "no longer at hand"). None runs again: its side effects happened once."""
     from responses_gateway.tools import registry
 
+    readers: dict[str, Any] = {}  # a shared type's reader (hosted shell's), built once
     i = 0
     while i < len(items):
         j = i
-        while j < len(items) and marks[j] is None and _server_item(items[j], registry):
+        while j < len(items) and marks[j] is None and _server_item(items[j], registry, items,
+                                                                    readers):
             j += 1
         if j > i:
             before = marks[i - 1] if i > 0 else None
@@ -149,9 +151,20 @@ def _served(items: Sequence[Mapping[str, Any]], marks: Sequence[tuple[str, bool]
             i += 1
 
 
-def _server_item(item: Any, registry: Any) -> bool:
-    return isinstance(item, Mapping) and item.get("type") in registry.SERVER_ITEM_TYPES \
-        and item.get("type") not in (PROGRAM, PROGRAM_OUTPUT)
+def _server_item(item: Any, registry: Any, items: Sequence[Mapping[str, Any]],
+                 readers: dict[str, Any]) -> bool:
+    """An item of a tool the gateway runs: its own type (``mcp_call``), or a type it shares
+    with a client tool that its reader owns (a hosted ``shell_call`` names a container)."""
+    if not isinstance(item, Mapping):
+        return False
+    kind = item.get("type")
+    if kind in registry.SERVER_ITEM_TYPES:
+        return kind not in (PROGRAM, PROGRAM_OUTPUT)
+    if kind not in registry.SHARED_ITEM_TYPES:
+        return False
+    if kind not in readers:
+        readers[kind] = registry.history_reader(kind, items, {})
+    return bool(registry.owns(readers[kind], item))
 
 
 def _read_lane(items: Sequence[Mapping[str, Any]], run: Sequence[Mapping[str, Any]],
