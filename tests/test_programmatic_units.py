@@ -199,3 +199,25 @@ def test_a_hosted_shell_call_is_in_the_gateways_lane() -> None:
     assert program is not None
     [served] = [e for e in program.journal() if e.get("lane")]
     assert served["path"] == "shell" and '"stdout": "1\\n"' in served["output"]
+
+
+def test_fitting_never_cuts_between_a_program_and_its_output() -> None:
+    """Issue 47: truncation and compaction keep ``program`` with its ``program_output`` and
+    the program's calls (a gateway's ``mcp_call`` among them) between them."""
+    from responses_gateway.responses.fitting.cuts import cut_points, drop
+
+    caller = {"type": "program", "caller_id": "call_p"}
+    items = [{"type": "message", "role": "user", "content": "go"},
+             {"type": "program", "call_id": "call_p", "code": "x", "fingerprint": "f"},
+             _mcp("1"),
+             {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}",
+              "caller": caller},
+             {"type": "function_call_output", "call_id": "c1", "output": "one"},
+             _mcp("2"),
+             {"type": "program_output", "call_id": "call_p", "result": "r",
+              "status": "completed"},
+             {"type": "message", "role": "assistant", "content": "done"},
+             {"type": "message", "role": "user", "content": "next"}]
+    assert cut_points(items) == [1, 7, 8]
+    # a program whose output is in the latest turn stays whole, its calls with it
+    assert drop(items, [0, 1, 2, 3, 4, 5], set(), 10**9) == {0}
