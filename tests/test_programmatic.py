@@ -417,3 +417,92 @@ def test_store_false_resume_replays_the_gateways_calls_from_the_items(
     # the first add answers from its item; only the second runs now
     assert [i["type"] for i in second["output"]] == ["mcp_call", "program_output", "message"]
     assert second["output"][1]["result"] == "3 13 sunny in Baku"
+
+
+@pytest.mark.parametrize("store", [True, False])
+def test_a_resumed_program_never_runs_its_code_interpreter_calls_again(
+        client: OpenAI, store: bool) -> None:
+    """Issue 47: the program's code_interpreter call before its pause answers from the
+    journal on resume (what it printed: the response's tool reads), not by running again."""
+    python = {"type": "code_interpreter", "container": {"type": "auto"},
+              "allowed_callers": ["programmatic"]}
+    code = ("const n = await tools.python({code: 'print(6 * 7)'});\n"
+            "const w = await tools.get_weather({city: 'Riga'});\n"
+            "return `${n.trim()} ${w}`;")
+    tools = [PTC, python, WEATHER]
+    items: list[dict[str, Any]] = [{"role": "user", "content": writing(f"ci-{store}", code)}]
+    first = create(client, False, model="m", tools=tools, input=items, store=store)
+    assert [i["type"] for i in first["output"]] == ["program", "code_interpreter_call",
+                                                    "function_call"]
+    [call] = program_calls(first)
+    if store:
+        second = create(client, True, model="m", tools=tools,
+                        previous_response_id=first["id"], input=[answer(call)])
+    else:
+        items += first["output"] + [answer(call)]
+        second = create(client, True, model="m", tools=tools, input=items, store=False)
+    assert [i["type"] for i in second["output"]] == ["program_output", "message"]
+    assert second["output"][0]["result"] == "42 sunny in Riga"
+
+
+@pytest.mark.parametrize("store", [True, False])
+def test_a_partly_answered_pause_is_openais_400(client: OpenAI, store: bool) -> None:
+    """Issue 47: the client answers one of a paused program's two calls: OpenAI's 400 for a
+    pending call without its output, not a program left paused and hidden from the model."""
+    code = ("const r = await Promise.all(['Oslo', 'Lima'].map(c => tools.get_weather({city: c})));"
+            "\nreturn r.join(' & ');")
+    items: list[dict[str, Any]] = [{"role": "user", "content": writing(f"part-{store}", code)}]
+    first = create(client, False, model="m", tools=[PTC, WEATHER], input=items, store=store)
+    oslo, lima = program_calls(first)
+    with pytest.raises(openai.BadRequestError) as raised:
+        if store:
+            client.responses.create(model="m", tools=[PTC, WEATHER],
+                                    previous_response_id=first["id"], input=[answer(oslo)])
+        else:
+            client.responses.create(model="m", tools=[PTC, WEATHER], store=False,
+                                    input=items + first["output"] + [answer(oslo)])
+    assert raised.value.body == {
+        "message": f"No tool output found for function call {lima['call_id']}.",
+        "type": "invalid_request_error", "param": "input", "code": None}
+
+
+def test_an_mcp_call_needing_approval_throws_in_the_program_with_no_approval_item(
+        client: OpenAI, mcp_server: McpTestServer) -> None:
+    """Issue 47: 3.57's ``mcp_approval_request`` has no ``caller``, so its approval would run
+    the call as the model's, outside the program: the program sees an error instead, and no
+    approval request is left in the output."""
+    lab = {"type": "mcp", "server_label": "lab", "server_url": mcp_server.url,
+           "require_approval": "always", "allowed_tools": ["add"],
+           "allowed_callers": ["programmatic"]}
+    code = ("try { return await tools.lab.add({a: 1, b: 2}); }\n"
+            "catch (e) { return 'refused: ' + e.message; }")
+    response = create(client, True, model="m", tools=[PTC, lab],
+                      input=writing("mcp-approval", code))
+    kinds = [i["type"] for i in response["output"]]
+    assert kinds == ["mcp_list_tools", "program", "program_output", "message"]
+    result = response["output"][2]["result"]
+    assert result.startswith("refused: lab.add needs the user's approval")
+    assert response["output"][2]["status"] == "completed"
+
+
+def test_a_program_runs_commands_in_the_hosted_shell(client: OpenAI,
+                                                     upstream: ScriptedUpstream) -> None:
+    """Issue 47: a hosted ``shell`` (a container environment) with ``allowed_callers`` is
+    callable from a program; on resume its call answers from its items, never runs again."""
+    shell = {"type": "shell", "environment": {"type": "container_auto"},
+             "allowed_callers": ["programmatic"]}
+    code = ("const out = JSON.parse(await tools.shell({action: {commands: "
+            "['echo x >> /mnt/data/log; wc -l < /mnt/data/log']}}));\n"
+            "const w = await tools.get_weather({city: 'Kyiv'});\n"
+            "return `${out[0].stdout.trim()} ${w}`;")
+    tools = [PTC, shell, WEATHER]
+    first = create(client, False, model="m", tools=tools, input=writing("hosted-shell", code))
+    assert [i["type"] for i in first["output"]] == ["program", "shell_call",
+                                                    "shell_call_output", "function_call"]
+    assert [t["function"]["name"] for t in upstream.requests[-1]["tools"]] == ["program"]
+    assert "tools.shell" in upstream.requests[-1]["tools"][0]["function"]["description"]
+    [call] = program_calls(first)
+    second = create(client, True, model="m", tools=tools, previous_response_id=first["id"],
+                    input=[answer(call)])
+    assert [i["type"] for i in second["output"]] == ["program_output", "message"]
+    assert second["output"][0]["result"] == "1 sunny in Kyiv"

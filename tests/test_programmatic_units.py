@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from responses_gateway.errors import GatewayError
 from responses_gateway.tools.programmatic import allowed, bridge, journal
 from responses_gateway.tools.programmatic.allowed import Callable
 
@@ -52,7 +53,11 @@ def test_the_journal_is_rebuilt_from_the_items() -> None:
     assert program.journal() == [{"path": "f", "output": "one"},
                                  {"path": "ns.a", "output": "two"}]
     assert journal.waiting(_items()) == program
-    assert journal.waiting(_items()[:-1]) is None  # c1 not answered yet
+    # c1 not answered: OpenAI's 400 for a pending call sent back without its output
+    with pytest.raises(GatewayError) as raised:
+        journal.waiting(_items()[:-1])
+    assert (raised.value.status, raised.value.message, raised.value.param) == (
+        400, "No tool output found for function call c1.", "input")
     assert journal.waiting(_items(done=True)) is None  # finished
 
 
@@ -147,7 +152,72 @@ def test_the_gateway_calls_of_a_program_are_told_by_where_they_stand() -> None:
         {"lane": "server", "path": "lab.add", "output": o} for o in ("1", "3", "6")]
     ci = {"type": "code_interpreter_call", "id": "ci_1", "code": "1", "container_id": "c",
           "outputs": None, "status": "completed"}
-    items[2:2] = [ci]  # its output is not in its item: the lane ends before it
-    [program] = journal.programs(items).values()
-    assert [s.get("output") for s in program.served] == ["1", None]
-    assert [e.get("output") for e in program.journal() if e.get("lane")] == ["1"]
+    items[2:2] = [ci]  # its output is not in its item: its reads are (tools/reads.py)
+    [program] = journal.programs(items, {"ci_1": "printed\n"}).values()
+    assert [s.get("output") for s in program.served] == ["1", "printed\n", "3", "6"]
+    assert [e["path"] for e in program.journal() if e.get("lane")] == [
+        "lab.add", "python", "lab.add", "lab.add"]
+
+
+def test_a_gateway_call_without_its_reads_is_never_run_again() -> None:
+    """Issue 47: a code_interpreter call a program made before it paused answers from the
+    journal on resume, even when what it printed is no longer at hand (a ``store: false``
+    chain in another process): its side effects must not happen twice."""
+    caller = {"type": "program", "caller_id": "call_p"}
+    items = [{"type": "program", "call_id": "call_p", "code": "x", "fingerprint": "f"},
+             {"type": "code_interpreter_call", "id": "ci_1", "code": "1", "container_id": "c",
+              "outputs": [{"type": "logs", "logs": "from the item"}], "status": "completed"},
+             {"type": "code_interpreter_call", "id": "ci_2", "code": "2", "container_id": "c",
+              "outputs": None, "status": "completed"},
+             {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}",
+              "caller": caller},
+             {"type": "function_call_output", "call_id": "c1", "output": "one"}]
+    program = journal.waiting(items, {})
+    assert program is not None
+    served = [e for e in program.journal() if e.get("lane")]
+    assert [e["path"] for e in served] == ["python", "python"]
+    assert served[0]["output"] == "from the item"
+    assert "no longer at hand" in served[1]["output"]
+
+
+def test_a_hosted_shell_call_is_in_the_gateways_lane() -> None:
+    """A hosted ``shell_call`` (its environment names a container) a program made is read
+    from its items on resume, like an ``mcp_call``; the client's shell would carry
+    ``caller``."""
+    caller = {"type": "program", "caller_id": "call_p"}
+    items = [{"type": "program", "call_id": "call_p", "code": "x", "fingerprint": "f"},
+             {"type": "shell_call", "id": "sh_1", "call_id": "s1", "status": "completed",
+              "action": {"commands": ["wc -l < log"]},
+              "environment": {"type": "container_reference", "container_id": "cntr_1"}},
+             {"type": "shell_call_output", "id": "sho_1", "call_id": "s1",
+              "output": [{"stdout": "1\n", "stderr": "",
+                          "outcome": {"type": "exit", "exit_code": 0}}]},
+             {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}",
+              "caller": caller},
+             {"type": "function_call_output", "call_id": "c1", "output": "one"}]
+    program = journal.waiting(items)
+    assert program is not None
+    [served] = [e for e in program.journal() if e.get("lane")]
+    assert served["path"] == "shell" and '"stdout": "1\\n"' in served["output"]
+
+
+def test_fitting_never_cuts_between_a_program_and_its_output() -> None:
+    """Issue 47: truncation and compaction keep ``program`` with its ``program_output`` and
+    the program's calls (a gateway's ``mcp_call`` among them) between them."""
+    from responses_gateway.responses.fitting.cuts import cut_points, drop
+
+    caller = {"type": "program", "caller_id": "call_p"}
+    items = [{"type": "message", "role": "user", "content": "go"},
+             {"type": "program", "call_id": "call_p", "code": "x", "fingerprint": "f"},
+             _mcp("1"),
+             {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}",
+              "caller": caller},
+             {"type": "function_call_output", "call_id": "c1", "output": "one"},
+             _mcp("2"),
+             {"type": "program_output", "call_id": "call_p", "result": "r",
+              "status": "completed"},
+             {"type": "message", "role": "assistant", "content": "done"},
+             {"type": "message", "role": "user", "content": "next"}]
+    assert cut_points(items) == [1, 7, 8]
+    # a program whose output is in the latest turn stays whole, its calls with it
+    assert drop(items, [0, 1, 2, 3, 4, 5], set(), 10**9) == {0}

@@ -160,7 +160,7 @@ class Gateway:
                                         new_catalog=ToolCatalog, left=client_left, reads=reads,
                                         defer=defer)
         chat, catalog = fitted.chat, fitted.catalog
-        tools = await self._server_tools(req, chat, catalog, earlier, items, tenant)
+        tools = await self._server_tools(req, chat, catalog, earlier, items, tenant, reads)
         try:
             record = self._record(req, tenant, items, route.backend, fitted, catalog, tools,
                                   earlier + items)
@@ -262,12 +262,13 @@ class Gateway:
     async def _server_tools(
         self, req: CreateResponseRequest, chat: dict[str, Any], catalog: ToolCatalog,
         earlier: list[dict[str, Any]], items: list[dict[str, Any]], tenant: str,
+        reads: Mapping[str, str] | None = None,
     ) -> ServerTools | None:
         """The request's server tools built (an MCP server that cannot be listed is OpenAI's
         424), their functions offered to the model, a tool_choice naming one honoured."""
         tools = await ServerTools.for_request(
             req.tools, req.tool_choice, items, earlier, self.settings, tenant,
-            include=req.include or (), services=self)
+            include=req.include or (), services=self, reads=reads)
         if tools is None:
             return None
         try:

@@ -238,6 +238,7 @@ class ServerTools:
         cls, tools: Sequence[Any] | None, tool_choice: Any, items: list[dict[str, Any]],
         history: list[dict[str, Any]], settings: Any, tenant: str,
         include: Sequence[str] = (), services: Any = None,
+        reads: Mapping[str, str] | None = None,
     ) -> ServerTools | None:
         """Build each server tool the request names (listing MCP servers, say); a failure
         closes what was built and raises (a 4xx before the response)."""
@@ -257,6 +258,7 @@ class ServerTools:
                     tools=params, tool_choice=tool_choice, items=items, history=history,
                     settings=settings, tenant=tenant, include=tuple(include),
                     indexes=indexes[kind], services=services, every=list(tools or ()),
+                    reads=dict(reads or {}),
                 ))
         except BaseException:
             await asyncio.shield(ServerTools(built).aclose())

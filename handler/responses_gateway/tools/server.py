@@ -114,6 +114,9 @@ class RequestTools:
     include: tuple[str, ...] = ()  # the request's ``include`` (web_search_call.action.sources)
     #: every tool of the request, whoever serves it (a program calls the others)
     every: list[Any] = field(default_factory=list)
+    #: what the server tools' calls in the conversation gave the model, by call id
+    #: (tools/reads.py: this process's, else the store's): a paused program's journal
+    reads: Mapping[str, str] = field(default_factory=dict)
     services: ToolServices = field(kw_only=True)  # the process-wide services (the Gateway)
 
 

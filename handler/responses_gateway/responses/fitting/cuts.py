@@ -1,7 +1,9 @@
 """Where a window of conversation items may be cut, and the cuts fitting makes by it.
 
 The one rule: never separate a call from its output, nor reasoning from what it preceded (a
-model sent one without the other refuses it or loses its thread). Compaction splits a window
+model sent one without the other refuses it or loses its thread). A ``program`` is a call
+whose output is its ``program_output``, and the program's own calls (a gateway's
+``mcp_call`` among them) stand between them: nothing is cut inside. Compaction splits a window
 into the parts its summarising calls read (:func:`parts`, :func:`middle`); truncation leaves
 the oldest items out up to a point the rule allows (:func:`truncate`). Deciding
 to cut is fit.py's; rendering is render.py's, counting tokens.py's.
@@ -16,6 +18,7 @@ from responses_gateway.backends.base import Backend
 from responses_gateway.responses.fitting import tokens
 from responses_gateway.token_estimate import estimate, estimate_chat
 from responses_gateway.tools import client_tools
+from responses_gateway.tools.programmatic import PROGRAM, PROGRAM_OUTPUT
 from responses_gateway.translate import compaction_items
 
 if TYPE_CHECKING:
@@ -39,8 +42,10 @@ class Cuts:
 
     def add(self, item: dict[str, Any]) -> None:
         kind, call_id = item.get("type"), item.get("call_id")
-        if kind in CALLS and isinstance(call_id, str):
-            self.open_calls.add(call_id)
+        if (kind in CALLS and isinstance(call_id, str)) or kind == PROGRAM:
+            self.open_calls.add(str(call_id))
+        elif kind == PROGRAM_OUTPUT:
+            self.open_calls.discard(str(call_id))
         elif kind in OUTPUTS:
             # a local_shell_call_output names its call by ``id`` (client_tools.output_call_id)
             self.open_calls.discard(client_tools.output_call_id(item))
@@ -149,5 +154,9 @@ def drop(items: list[dict[str, Any]], candidates: list[int], omit: set[int],
         if saved >= excess and cuts.allowed:
             return chosen
     if cuts.open_calls:  # a call whose output is in the latest turn: it must stay, and its own
-        chosen = {i for i in chosen if items[i].get("call_id") not in cuts.open_calls}
+        # and an open program with all that followed it (its calls)
+        start = min((i for i in chosen if items[i].get("type") == PROGRAM
+                     and items[i].get("call_id") in cuts.open_calls), default=len(items))
+        chosen = {i for i in chosen
+                  if i < start and items[i].get("call_id") not in cuts.open_calls}
     return chosen

@@ -38,6 +38,7 @@ from responses_gateway.tools import client_tools
 from responses_gateway.tools.catalog import ToolCatalog, ToolSpec
 from responses_gateway.tools.hosted_shell import REGISTRATION, environment, items
 from responses_gateway.tools.hosted_shell.environment import Environment
+from responses_gateway.tools.programmatic.allowed import callers
 from responses_gateway.tools.server import (
     Event,
     HistoryCall,
@@ -67,10 +68,13 @@ class HostedShellTool(ServerTool):
     """Hosted shell for one response: its environment and the container it runs in."""
 
     kind = KIND
+    callers: tuple[str, ...] = ("direct",)  # (an instance's: __init__)
 
     def __init__(self, env: Environment, tenant: str, settings: Any, services: ToolServices,
-                 earlier: str | None = None) -> None:
+                 earlier: str | None = None, callers: tuple[str, ...] = ("direct",)) -> None:
         self.env = env
+        #: ``allowed_callers``: the model (``direct``), a program (``programmatic``)
+        self.callers = callers
         self.tenant = tenant
         self.settings = settings
         self.services = services
@@ -94,9 +98,18 @@ class HostedShellTool(ServerTool):
                                    param=f"{param}.container_id", code=exc.code) from None
         earlier = None if not env.auto else _latest_container(
             [*request.history, *request.items])
-        return cls(env, request.tenant, request.settings, request.services, earlier)
+        return cls(env, request.tenant, request.settings, request.services, earlier,
+                   callers=callers(request.tools[0]))
 
     def functions(self) -> list[tuple[str | None, dict[str, Any]]]:
+        return self._function() if "direct" in self.callers else []
+
+    def program_functions(self) -> list[tuple[str | None, dict[str, Any]]]:
+        """A program (tools/programmatic/) may run commands here when ``allowed_callers``
+        says so (tools.shell({action: {commands: [...]}}))."""
+        return self._function() if "programmatic" in self.callers else []
+
+    def _function(self) -> list[tuple[str | None, dict[str, Any]]]:
         parameters = client_tools.BY_KIND[NAME].parameters
         return [(None, {"name": NAME, "description": DESCRIPTION,
                         "parameters": json.loads(json.dumps(parameters))})]
@@ -108,12 +121,14 @@ class HostedShellTool(ServerTool):
         return {"type": "function", "function": {"name": catalog.chat_name(KIND, NAME)}}
 
     def to_record(self, seal: Seal) -> dict[str, Any]:
-        return {"environment": asdict(self.env), "tenant": self.tenant, "earlier": self.earlier}
+        return {"environment": asdict(self.env), "tenant": self.tenant, "earlier": self.earlier,
+                "callers": list(self.callers)}
 
     @classmethod
     def from_record(cls, data: Mapping[str, Any], rebuild: Rebuild) -> HostedShellTool:
         return cls(Environment(**data["environment"]), data["tenant"], rebuild.settings,
-                   rebuild.services, data.get("earlier"))
+                   rebuild.services, data.get("earlier"),
+                   callers=tuple(data.get("callers") or ("direct",)))
 
     # -- running -------------------------------------------------------------------------------
 

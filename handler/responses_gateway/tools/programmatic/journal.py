@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from responses_gateway.errors import GatewayError
+from responses_gateway.errors import GatewayError, invalid_request
 from responses_gateway.tools import client_tools
 from responses_gateway.tools.programmatic import PROGRAM, PROGRAM_OUTPUT
 
@@ -76,8 +76,11 @@ class Program:
                 *({"lane": "server", **s} for s in served)]
 
 
-def programs(items: Sequence[Mapping[str, Any]]) -> dict[str, Program]:
-    """Every program among ``items`` (a whole conversation), by call id."""
+def programs(items: Sequence[Mapping[str, Any]],
+             reads: Mapping[str, str] | None = None) -> dict[str, Program]:
+    """Every program among ``items`` (a whole conversation), by call id; ``reads``: what the
+    gateway's calls among them gave (tools/reads.py), for the calls whose items keep no
+    answer (code_interpreter's)."""
     found: dict[str, Program] = {}
     by_call: dict[str, dict[str, Any]] = {}
     by_output: dict[str, str] = {}  # a program call's call_id -> its program
@@ -113,53 +116,63 @@ def programs(items: Sequence[Mapping[str, Any]]) -> dict[str, Program]:
                 call["output"] = (output_text(item.get("output")) if kind in (
                     "function_call_output", "custom_tool_call_output")
                     else client_tools.output_text(item))
-    _served(items, marks, found)
+    _served(items, marks, found, reads or {})
     return found
 
 
 def _served(items: Sequence[Mapping[str, Any]], marks: Sequence[tuple[str, bool] | None],
-            found: Mapping[str, Program]) -> None:
+            found: Mapping[str, Program], reads: Mapping[str, str]) -> None:
     """The items of a program's calls to the gateway's tools (an ``mcp_call``: their types
     have no ``caller``), told by where they stand: a run of them right after one of the
     program's own items (its ``program`` item, a call's output) and right before one of its
     calls is the program's; the model's own calls never stand there (a turn's calls run in
     order, and the program's pause comes last). Each is read as the model would read it
-    (its tool's history reader); one whose answer is not in its item (code_interpreter's
-    output is kept apart) ends the lane there, and the calls from it on run again."""
+    (its tool's history reader, with ``reads``): a code_interpreter call answers what it
+    printed (its reads: kept with a stored response, or in this process for ``store:
+    false``; else its item's logs when the client asked for ``code_interpreter_call.outputs``;
+    else the reader's "no longer at hand"). None runs again: its side effects happened once."""
     from responses_gateway.tools import registry
 
+    readers: dict[str, Any] = {}  # a shared type's reader (hosted shell's), built once
     i = 0
     while i < len(items):
         j = i
-        while j < len(items) and marks[j] is None and _server_item(items[j], registry):
+        while j < len(items) and marks[j] is None and _server_item(items[j], registry, items,
+                                                                    readers):
             j += 1
         if j > i:
             before = marks[i - 1] if i > 0 else None
             after = marks[j] if j < len(items) else None
             if before is not None and after is not None and after[1] \
                     and before[0] == after[0] and before[0] in found:
-                _read_lane(items, items[i:j], found[before[0]], registry)
+                _read_lane(items, items[i:j], found[before[0]], registry, reads)
             i = j
         else:
             i += 1
 
 
-def _server_item(item: Any, registry: Any) -> bool:
-    return isinstance(item, Mapping) and item.get("type") in registry.SERVER_ITEM_TYPES \
-        and item.get("type") not in (PROGRAM, PROGRAM_OUTPUT)
+def _server_item(item: Any, registry: Any, items: Sequence[Mapping[str, Any]],
+                 readers: dict[str, Any]) -> bool:
+    """An item of a tool the gateway runs: its own type (``mcp_call``), or a type it shares
+    with a client tool that its reader owns (a hosted ``shell_call`` names a container)."""
+    if not isinstance(item, Mapping):
+        return False
+    kind = item.get("type")
+    if kind in registry.SERVER_ITEM_TYPES:
+        return kind not in (PROGRAM, PROGRAM_OUTPUT)
+    if kind not in registry.SHARED_ITEM_TYPES:
+        return False
+    if kind not in readers:
+        readers[kind] = registry.history_reader(kind, items, {})
+    return bool(registry.owns(readers[kind], item))
 
 
 def _read_lane(items: Sequence[Mapping[str, Any]], run: Sequence[Mapping[str, Any]],
-               program: Program, registry: Any) -> None:
-    if program.served and program.served[-1].get("path") is None:
-        return  # the lane ended earlier
+               program: Program, registry: Any, reads: Mapping[str, str]) -> None:
     for item in run:
         kind = item["type"]
-        if kind in registry.READ_ITEM_TYPES:
-            program.served.append({"path": None})  # its answer is not in the item: the end
-            return
         try:
-            read = registry.history_reader(kind, items, {}).read(item, "input")
+            read = registry.history_reader(kind, items, reads).read(item, "input")
         except GatewayError:  # malformed: not an answer to replay
             read = None
         if read is None:
@@ -169,9 +182,27 @@ def _read_lane(items: Sequence[Mapping[str, Any]], run: Sequence[Mapping[str, An
         program.served.append({"path": path, "output": read.output})
 
 
-def waiting(items: Sequence[Mapping[str, Any]]) -> Program | None:
-    """The latest program that paused and whose calls the client has all answered now."""
-    for program in reversed(list(programs(items).values())):
+#: how OpenAI's 400 names a call left without its output, by the call's type
+UNANSWERED = {"function_call": "function call", "custom_tool_call": "custom tool call",
+              "shell_call": "shell call", "apply_patch_call": "apply patch call"}
+
+
+def waiting(items: Sequence[Mapping[str, Any]],
+            reads: Mapping[str, str] | None = None) -> Program | None:
+    """The latest program that paused and whose calls the client has all answered now.
+
+    One the client left a call of unanswered is OpenAI's 400 for a pending call sent back
+    without its output ("No tool output found for function call call_…", ``param``
+    ``input``): resumed, the program would wait for it forever; left paused, the model would
+    not see it."""
+    for program in reversed(list(programs(items, reads).values())):
         if not program.finished:
-            return program if program.calls and program.answered else None
+            if not program.calls:
+                return None
+            for call in program.calls:
+                if "output" not in call:
+                    raise invalid_request(
+                        f"No tool output found for {UNANSWERED[call['kind']]} "
+                        f"{call['call_id']}.", param="input")
+            return program
     return None

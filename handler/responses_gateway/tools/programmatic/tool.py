@@ -68,6 +68,9 @@ PARAMETERS = {
     "required": ["code"],
     "additionalProperties": False,
 }
+#: what a program's call to an MCP tool that needs approval throws (no approval is asked)
+_NEEDS_APPROVAL = ("{path} needs the user's approval, which a program cannot ask for "
+                   "(require_approval: never allows it)")
 #: the program item's and its output's id prefixes (the registration's)
 PROGRAM_PREFIX, OUTPUT_PREFIX = (item.id_prefix for item in REGISTRATION.items)
 
@@ -107,7 +110,7 @@ class ProgrammaticTool(ServerTool):
     @classmethod
     async def for_request(cls, request: RequestTools) -> ProgrammaticTool:
         allowed, refused = reach.collect(request.every)
-        waiting = journal.waiting([*request.history, *request.items])
+        waiting = journal.waiting([*request.history, *request.items], request.reads)
         return cls(allowed, refused, request.settings, request.services, waiting)
 
     def functions(self) -> list[tuple[str | None, dict[str, Any]]]:
@@ -242,6 +245,14 @@ class ProgrammaticTool(ServerTool):
             entry["error"] = f"{entry['path']} is not available"
             return
         namespace = pending.get("namespace")
+        needs_approval = getattr(peer, "needs_approval", None)  # an MCP server's tools
+        if callable(needs_approval) and needs_approval(
+                namespace if isinstance(namespace, str) else "", str(pending.get("name") or "")):
+            # No mcp_approval_request: 3.57's has no ``caller``, so the client's approval
+            # would run the call as the model's (first in the next response), outside the
+            # program, which would never read its answer. The program sees why instead.
+            entry["error"] = _NEEDS_APPROVAL.format(path=entry["path"])
+            return
         served = ServerCall("call_" + secrets.token_hex(12),
                             ToolSpec(kind, str(pending.get("name") or ""),
                                      namespace if isinstance(namespace, str) else None),
@@ -250,9 +261,8 @@ class ProgrammaticTool(ServerTool):
         async for batch in peer.run(served, writer):
             made += [e["item"] for e in batch if e.get("type") == "response.output_item.done"]
             yield batch
-        if served.pauses:
-            entry["error"] = (f"{entry['path']} needs the user's approval, which a program "
-                              "cannot ask for (require_approval: never allows it)")
+        if served.pauses:  # a peer that asks the client for something a program cannot
+            entry["error"] = _NEEDS_APPROVAL.format(path=entry["path"])
             return
         reader = type(peer).history_reader(made, peer.reads())
         for item in made:
