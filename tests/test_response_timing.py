@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from responses_gateway.observability import MAX_STEPS, ResponseMetrics, _ending
-from responses_gateway.responses.turns import _failure_of
+from responses_gateway.observability import failure_of as _failure_of
 from responses_gateway.store.usage import UsageEntry
 
 

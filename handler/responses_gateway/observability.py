@@ -319,6 +319,40 @@ class ResponseMetrics:
                            None, None])
         return len(self.steps) - 1
 
+    def turn_opened(self, backend_model: str | None) -> int:
+        """A model turn began: its step in the timeline and, when it asks a backend
+        (``backend_model``; None: nothing is generated), its span (otel.py). Returns the step
+        for :meth:`turn_closed`."""
+        if self.trace is not None and backend_model is not None:
+            self.trace.turn_started(backend_model)
+        return self.step_opened("model", self.model)
+
+    def turn_closed(self, step: int, usage: dict[str, Any] | None,
+                    finish_reason: str | None) -> None:
+        """The model turn's last chunk came (``usage``: the upstream's, Chat shaped)."""
+        if self.trace is not None:
+            self.trace.turn_ended(usage, finish_reason)
+        self.step_closed(step)
+
+    def call_opened(self, call: Any) -> int:
+        """The turn loop runs a server tool's call: its step and span. Returns the step for
+        :meth:`call_closed`."""
+        spec = call.spec
+        name = f"{spec.namespace}.{spec.name}" if spec.namespace else spec.name
+        if self.trace is not None:
+            self.trace.tool_started(call, name)
+        return self.step_opened(spec.kind, name)
+
+    def call_closed(self, call: Any, step: int, items: list[dict[str, Any]],
+                    cut: str | None) -> None:
+        """The call's run ended with ``items``; ``cut``: what stopped it (an exception's code,
+        ``cancelled``). A cut call's step stays open: the response's ending closes it
+        (:meth:`timing`), as it does a deadline's."""
+        if cut is None:
+            self.step_closed(step, failure_of(items))
+        if self.trace is not None:
+            self.trace.tool_ended(call, items, cut)
+
     def step_closed(self, index: int, error: str | None = None,
                     at_ms: float | None = None) -> None:
         """The step ended (``error``: how it failed), now or ``at_ms`` after the start."""
@@ -428,6 +462,21 @@ class ResponseMetrics:
         from responses_gateway.store import bookkeeping
 
         await bookkeeping.record(self.ledger, entry, windows)  # retried off the path if need be
+
+
+def failure_of(items: list[dict[str, Any]]) -> str | None:
+    """How a call's items say it failed (an item ``failed`` or ``incomplete``, or carrying an
+    ``error``: an MCP server's), for its step in the timeline; None: it went well."""
+    for item in items:
+        error = item.get("error")
+        if isinstance(error, dict):
+            return str(error.get("code") or error.get("type") or error.get("message")
+                       or "error")[:200]
+        if error:  # an mcp_call's: the server's message
+            return str(error)[:200]
+        if item.get("status") in ("failed", "incomplete"):
+            return str(item["status"])
+    return None
 
 
 def _open_trace(response: str, model: str, tenant: str | None, stream: bool,

@@ -189,11 +189,10 @@ class ResponseTrace:
 
     # -- tool calls -------------------------------------------------------------------------
 
-    def tool_started(self, call: Any) -> None:
+    def tool_started(self, call: Any, name: str) -> None:
+        """``name``: the tool's, its namespace first (``server.tool``)."""
         try:
             spec = call.spec
-            name = spec.name if not getattr(spec, "namespace", None) \
-                else f"{spec.namespace}.{spec.name}"
             attributes: dict[str, Any] = {
                 "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
                 "gen_ai.tool.type": "extension", "gen_ai.tool.call.id": call.call_id,

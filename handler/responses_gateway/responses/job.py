@@ -216,11 +216,9 @@ class Job:
 
     def _start_turn(self) -> None:
         self._turns_started += 1
-        trace = self.metrics.trace
-        if trace is not None and self._generate:  # (otel.py: one span per model turn)
-            trace.turn_started(str(self.backend_request.body.get("model") or ""))
-        # the turn's step in the response's timeline (the turn loop closes it: turns.py)
-        self.turn_step = self.metrics.step_opened("model", self.metrics.model)
+        # its step in the timeline and its span (the turn loop closes them: turns.py)
+        self.turn_step = self.metrics.turn_opened(
+            str(self.backend_request.body.get("model") or "") if self._generate else None)
         if not self._generate:
             self.chunks = _no_generation()
         elif self._prewarm:

@@ -192,11 +192,9 @@ class TurnLoop:
                     if steering is not None:
                         steering.waiting = False
                     deadline.waiting = False
-            if metrics.trace is not None:  # the model turn's last chunk came (otel.py)
-                metrics.trace.turn_ended(translator.turn_usage, translator.finish_reason)
-            # The turn's stream ended: its step in the timeline closes (one that failed is
-            # closed with the response's error as the job ends: ResponseMetrics.timing).
-            metrics.step_closed(job.turn_step)
+            # The turn's stream ended: its step and span close (one that failed is closed
+            # with the response's error as the job ends: ResponseMetrics.timing).
+            metrics.turn_closed(job.turn_step, translator.turn_usage, translator.finish_reason)
             if translator.done or tools is None or not translator.wants_tool_turn:
                 return
             # The model called tools the gateway runs: their items, then the next turn.
@@ -239,13 +237,8 @@ class TurnLoop:
             call.extra["ran"] = True
             call.extra["calls_left"] = max(0, self.call_limit - self.calls_run - 1)
             made = len(output)
-            spec = call.spec
-            step = job.metrics.step_opened(
-                spec.kind, f"{spec.namespace}.{spec.name}" if spec.namespace else spec.name)
-            trace = job.metrics.trace
-            if trace is not None:  # (otel.py: one span per call)
-                trace.tool_started(call)
-            failure: str | None = "cancelled"
+            step = job.metrics.call_opened(call)  # its step in the timeline, its span
+            cut: str | None = "cancelled"
             runner = tools.run(call, job.translator)
             try:
                 while True:
@@ -255,19 +248,16 @@ class TurnLoop:
                         break
                     events, self.pending = self.pending + batch, []
                     yield events
-                # (a call cut by the deadline or a cancel stays open: the job's end closes it)
-                job.metrics.step_closed(step, _failure_of(output[made:]))
-                failure = None
+                cut = None
             except Exception as exc:
-                failure = getattr(exc, "code", None) or type(exc).__name__
+                cut = getattr(exc, "code", None) or type(exc).__name__
                 raise
             finally:
                 with contextlib.suppress(Exception):
                     await runner.aclose()
                 # counted even when the response then fails (a deadline during its item)
                 job.translator.add_tool_usage(call.usage)
-                if trace is not None:
-                    trace.tool_ended(call, output[made:], failure)
+                job.metrics.call_closed(call, step, output[made:], cut)
             if not call.pauses:
                 self.calls_run += 1
             self.calls_run += call.made  # a program's own calls count too
@@ -322,21 +312,6 @@ class TurnLoop:
             body.pop("max_tokens", None)
             body["max_completion_tokens"] = self.output_left
         return await job.start_next_turn()
-
-
-def _failure_of(items: list[dict[str, Any]]) -> str | None:
-    """How a call's items say it failed (an item ``failed`` or ``incomplete``, or carrying an
-    ``error``: an MCP server's), for its step in the timeline; None: it went well."""
-    for item in items:
-        error = item.get("error")
-        if isinstance(error, dict):
-            return str(error.get("code") or error.get("type") or error.get("message")
-                       or "error")[:200]
-        if error:  # an mcp_call's: the server's message
-            return str(error)[:200]
-        if item.get("status") in ("failed", "incomplete"):
-            return str(item["status"])
-    return None
 
 
 def _drop_server_functions(body: dict[str, object], specs: dict[str, object]) -> None:
