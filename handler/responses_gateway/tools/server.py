@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from responses_gateway.tools.catalog import ToolCatalog, ToolSpec
 
@@ -28,6 +28,26 @@ if TYPE_CHECKING:  # types only: building a tool never imports the engines for t
     from responses_gateway.vectors.service import VectorStores
 
 Event = dict[str, Any]
+#: ``allowed_callers``' values (openai-python 3.57): the model itself, a program the model
+#: wrote (tools/programmatic/); a tool without it is the model's only
+Caller = Literal["direct", "programmatic"]
+DIRECT: Caller = "direct"
+PROGRAMMATIC: Caller = "programmatic"
+
+
+def allowed_callers(tool: Any) -> tuple[str, ...]:
+    """Who may call ``tool`` (a request tool param: a model or a dict, or a tool kept as
+    sent): :data:`DIRECT` only unless its ``allowed_callers`` says otherwise."""
+    value = tool.get("allowed_callers") if isinstance(tool, Mapping) else getattr(
+        tool, "allowed_callers", None)
+    if not isinstance(value, (list, tuple)):
+        return (DIRECT,)
+    return tuple(v for v in value if isinstance(v, str))
+
+
+def offered_directly(tool: Any) -> bool:
+    """Whether the model is offered ``tool`` itself (not only through a program)."""
+    return DIRECT in allowed_callers(tool)
 Seal = Callable[[dict[str, Any]], str]
 Unseal = Callable[[str], dict[str, Any]]
 

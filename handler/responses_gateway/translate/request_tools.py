@@ -27,6 +27,7 @@ from pydantic import (
 from responses_gateway.errors import invalid_request
 from responses_gateway.tools import client_tools, registry
 from responses_gateway.tools.hosted import HOSTED_TYPES, refused
+from responses_gateway.tools.server import Caller
 from responses_gateway.translate.request_base import NAME_PATTERN, PARAMS_CONFIG, by_type
 
 #: The validation context key naming the hosted tool types the gateway runs itself
@@ -48,7 +49,7 @@ class FunctionTool(BaseModel):
     # Echoed as sent (openai-python 3.57): ``async`` marks a function whose result may come
     # later; the chat function has no place for it, the model is offered the function as is.
     async_: bool | None = Field(default=None, alias="async")
-    allowed_callers: list[Literal["direct", "programmatic"]] | None = None  # tools/programmatic
+    allowed_callers: list[Caller] | None = None
 
 
 class FormatGrammar(BaseModel):
@@ -70,7 +71,7 @@ class CustomTool(BaseModel):
     type: Literal["custom"]
     name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN)
     description: str | None = None
-    allowed_callers: list[Literal["direct", "programmatic"]] | None = None  # tools/programmatic
+    allowed_callers: list[Caller] | None = None
     format: (
         Annotated[
             Union[  # noqa: UP007
@@ -101,7 +102,7 @@ class NamespaceTool(BaseModel):
     name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN)
     description: str
     tools: list[NamespaceMember] = Field(min_length=1)
-    allowed_callers: list[Literal["direct", "programmatic"]] | None = None  # tools/programmatic
+    allowed_callers: list[Caller] | None = None
 
 
 def _imported(ref: str) -> Any:

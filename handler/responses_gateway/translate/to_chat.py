@@ -58,7 +58,7 @@ from responses_gateway.backends.base import GENERATED_IMAGE_INTRO
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
 from responses_gateway.tools import client_tools, custom, registry
 from responses_gateway.tools.catalog import ToolCatalog
-from responses_gateway.tools.server import HistoryReader
+from responses_gateway.tools.server import DIRECT, HistoryReader, offered_directly
 from responses_gateway.translate import compaction_items, reasoning_context
 
 if TYPE_CHECKING:  # the request models load with the first create (translate/request.py)
@@ -165,14 +165,14 @@ def _catalog_tools(req: CreateResponseRequest, catalog: ToolCatalog) -> list[dic
     for tool in tools:
         entry = client_tools.client_run(tool)
         if entry is not None:
-            if (allowed is None or _client_allowed(entry, allowed)) and _direct(tool):
+            if (allowed is None or _client_allowed(entry, allowed)) and offered_directly(tool):
                 catalog.add_client(entry.kind, client_tools.chat_function(entry, tool))
         elif isinstance(tool, NamespaceTool):
             for member in tool.tools:
-                if (allowed is None or (member.type, member.name) in allowed) and _direct(
+                if (allowed is None or (member.type, member.name) in allowed) and offered_directly(
                         member if member.allowed_callers is not None else tool):
                     _add_member(catalog, member, tool.name)
-        elif isinstance(tool, (FunctionTool, CustomTool)) and _direct(tool) and (
+        elif isinstance(tool, (FunctionTool, CustomTool)) and offered_directly(tool) and (
             allowed is None or (tool.type, tool.name) in allowed
         ):
             _add_member(catalog, tool, None)
@@ -697,14 +697,7 @@ def _program_made(item: dict[str, Any]) -> bool:
     """A call something other than the model made (its ``caller`` not ``direct``: a program,
     tools/programmatic/), or its output: the model wrote the program, not the call."""
     caller = item.get("caller")
-    return isinstance(caller, dict) and caller.get("type") not in (None, "direct")
-
-
-def _direct(tool: Any) -> bool:
-    """Whether the model is offered ``tool`` itself: ``allowed_callers`` without
-    ``direct`` makes it a program's only (tools/programmatic/)."""
-    callers = getattr(tool, "allowed_callers", None)
-    return callers is None or "direct" in callers
+    return isinstance(caller, dict) and caller.get("type") not in (None, DIRECT)
 
 
 def _call_ids(items: Sequence[dict[str, Any]]) -> set[str]:

@@ -48,6 +48,8 @@ from responses_gateway.tools.code_interpreter import CALL_ID_PREFIX, ITEM, OUTPU
 from responses_gateway.tools.code_interpreter.code_stream import code_deltas, code_of
 from responses_gateway.tools.code_interpreter.params import ContainerParams
 from responses_gateway.tools.server import (
+    DIRECT,
+    PROGRAMMATIC,
     Event,
     HistoryCall,
     ItemWriter,
@@ -56,6 +58,7 @@ from responses_gateway.tools.server import (
     Seal,
     ServerCall,
     ServerTool,
+    allowed_callers,
 )
 
 if TYPE_CHECKING:
@@ -78,7 +81,7 @@ class CodeInterpreterTool(ServerTool):
                  settings: Settings, include_outputs: bool = False, container_id: str | None = None,
                  earlier: str | None = None,
                  files: dict[str, dict[str, str]] | None = None,
-                 callers: tuple[str, ...] = ("direct",)) -> None:
+                 callers: tuple[str, ...] = (DIRECT,)) -> None:
         self.params = params
         #: ``allowed_callers``: the model (``direct``), a program (``programmatic``)
         self.callers = callers
@@ -117,15 +120,15 @@ class CodeInterpreterTool(ServerTool):
                    settings=request.settings, include_outputs=OUTPUTS in request.include,
                    earlier=None if not params.auto else latest_container(
                        [*request.history, *request.items]),
-                   callers=_callers(request.tools[0]))
+                   callers=allowed_callers(request.tools[0]))
 
     def functions(self) -> list[tuple[str | None, dict[str, Any]]]:
-        return self._function() if "direct" in self.callers else []
+        return self._function() if DIRECT in self.callers else []
 
     def program_functions(self) -> list[tuple[str | None, dict[str, Any]]]:
         """A program (tools/programmatic/) may run Python here when ``allowed_callers``
         says so."""
-        return self._function() if "programmatic" in self.callers else []
+        return self._function() if PROGRAMMATIC in self.callers else []
 
     def _function(self) -> list[tuple[str | None, dict[str, Any]]]:
         seconds = self.settings.code_timeout
@@ -163,7 +166,7 @@ class CodeInterpreterTool(ServerTool):
                    include_outputs=bool(data.get("include_outputs")),
                    container_id=data.get("container_id"), earlier=data.get("earlier"),
                    files=dict(data.get("files") or {}),
-                   callers=tuple(data.get("callers") or ("direct",)))
+                   callers=tuple(data.get("callers") or (DIRECT,)))
 
     # -- running -------------------------------------------------------------------------------
 
@@ -384,12 +387,3 @@ class CodeHistory:
                       and isinstance(o.get("url"), str) and o["url"].startswith("data:image/")),
                      None)
         return HistoryCall(call_id, ToolSpec(KIND, FUNCTION, None), arguments, output, image)
-
-
-def _callers(tool: Any) -> tuple[str, ...]:
-    """The tool's ``allowed_callers`` (kept as sent: a model or a dict); direct only unless
-    said."""
-    value = tool.get("allowed_callers") if isinstance(tool, Mapping) else getattr(
-        tool, "allowed_callers", None)
-    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else (
-        "direct",)

@@ -38,8 +38,9 @@ from responses_gateway.tools import client_tools
 from responses_gateway.tools.catalog import ToolCatalog, ToolSpec
 from responses_gateway.tools.hosted_shell import REGISTRATION, environment, items
 from responses_gateway.tools.hosted_shell.environment import Environment
-from responses_gateway.tools.programmatic.allowed import callers
 from responses_gateway.tools.server import (
+    DIRECT,
+    PROGRAMMATIC,
     Event,
     HistoryCall,
     ItemWriter,
@@ -49,6 +50,7 @@ from responses_gateway.tools.server import (
     ServerCall,
     ServerTool,
     ToolServices,
+    allowed_callers,
 )
 
 KIND = REGISTRATION.kind
@@ -68,10 +70,10 @@ class HostedShellTool(ServerTool):
     """Hosted shell for one response: its environment and the container it runs in."""
 
     kind = KIND
-    callers: tuple[str, ...] = ("direct",)  # (an instance's: __init__)
+    callers: tuple[str, ...] = (DIRECT,)  # (an instance's: __init__)
 
     def __init__(self, env: Environment, tenant: str, settings: Any, services: ToolServices,
-                 earlier: str | None = None, callers: tuple[str, ...] = ("direct",)) -> None:
+                 earlier: str | None = None, callers: tuple[str, ...] = (DIRECT,)) -> None:
         self.env = env
         #: ``allowed_callers``: the model (``direct``), a program (``programmatic``)
         self.callers = callers
@@ -99,15 +101,15 @@ class HostedShellTool(ServerTool):
         earlier = None if not env.auto else _latest_container(
             [*request.history, *request.items])
         return cls(env, request.tenant, request.settings, request.services, earlier,
-                   callers=callers(request.tools[0]))
+                   callers=allowed_callers(request.tools[0]))
 
     def functions(self) -> list[tuple[str | None, dict[str, Any]]]:
-        return self._function() if "direct" in self.callers else []
+        return self._function() if DIRECT in self.callers else []
 
     def program_functions(self) -> list[tuple[str | None, dict[str, Any]]]:
         """A program (tools/programmatic/) may run commands here when ``allowed_callers``
         says so (tools.shell({action: {commands: [...]}}))."""
-        return self._function() if "programmatic" in self.callers else []
+        return self._function() if PROGRAMMATIC in self.callers else []
 
     def _function(self) -> list[tuple[str | None, dict[str, Any]]]:
         parameters = client_tools.BY_KIND[NAME].parameters
@@ -128,7 +130,7 @@ class HostedShellTool(ServerTool):
     def from_record(cls, data: Mapping[str, Any], rebuild: Rebuild) -> HostedShellTool:
         return cls(Environment(**data["environment"]), data["tenant"], rebuild.settings,
                    rebuild.services, data.get("earlier"),
-                   callers=tuple(data.get("callers") or ("direct",)))
+                   callers=tuple(data.get("callers") or (DIRECT,)))
 
     # -- running -------------------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ import orjson
 
 from responses_gateway.net import pinned as net_pinned
 from responses_gateway.net import policy as net_policy
+from responses_gateway.tools.server import DIRECT, allowed_callers
 
 logger = logging.getLogger("responses_gateway.mcp")
 
@@ -76,7 +77,7 @@ class McpServer:
     allowed_tools: list[str] | dict[str, Any] | None = None
     require_approval: str | dict[str, Any] | None = None
     #: ``allowed_callers`` (``direct``: the model; ``programmatic``: a program)
-    callers: tuple[str, ...] = ("direct",)
+    callers: tuple[str, ...] = (DIRECT,)
 
     @classmethod
     def of(cls, tool: McpTool) -> McpServer:
@@ -89,7 +90,7 @@ class McpServer:
             require_approval=(
                 approval.model_dump() if hasattr(approval, "model_dump") else approval  # type: ignore[arg-type]
             ),
-            callers=tuple(getattr(tool, "allowed_callers", None) or ("direct",)),
+            callers=allowed_callers(tool),
         )
 
     def to_record(self) -> dict[str, Any]:
@@ -99,7 +100,7 @@ class McpServer:
     @classmethod
     def from_record(cls, data: Mapping[str, Any]) -> McpServer:
         return cls(data["label"], data["url"], data.get("allowed_tools"),
-                   data.get("require_approval"), tuple(data.get("callers") or ("direct",)))
+                   data.get("require_approval"), tuple(data.get("callers") or (DIRECT,)))
 
     def allows(self, tool: Mapping[str, Any]) -> bool:
         """``allowed_tools``: a list of names, or a filter (``tool_names``, ``read_only``)."""

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from responses_gateway.errors import invalid_request, missing_parameter
+from responses_gateway.tools.server import Caller
 
 CONFIG = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False, defer_build=True)
 #: a server label, as OpenAI allows a tool name
@@ -81,7 +82,7 @@ class McpTool(BaseModel):
         | None
     ) = None
     #: who may call its tools: the model, a program (tools/programmatic/); unset: the model
-    allowed_callers: list[Literal["direct", "programmatic"]] | None = None
+    allowed_callers: list[Caller] | None = None
 
     def echo(self) -> dict[str, Any]:
         """The tool as a Response lists it: never its headers or authorization."""

@@ -36,6 +36,8 @@ from responses_gateway.tools.mcp.client import (
     secrets_of,
 )
 from responses_gateway.tools.server import (
+    DIRECT,
+    PROGRAMMATIC,
     Event,
     HistoryCall,
     ItemWriter,
@@ -128,10 +130,10 @@ class McpServerTool(ServerTool):
         self.listed.sort(key=lambda entry: order.index(entry["server_label"]))
 
     def functions(self) -> list[tuple[str | None, dict[str, Any]]]:
-        return self._functions("direct")
+        return self._functions(DIRECT)
 
     def program_functions(self) -> list[tuple[str | None, dict[str, Any]]]:
-        return self._functions("programmatic")
+        return self._functions(PROGRAMMATIC)
 
     def _functions(self, caller: str) -> list[tuple[str | None, dict[str, Any]]]:
         """The listed tools of the servers whose ``allowed_callers`` name ``caller``."""

@@ -16,24 +16,19 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from responses_gateway.tools import client_tools
+from responses_gateway.tools.server import (
+    DIRECT,
+    PROGRAMMATIC,
+    allowed_callers,
+    offered_directly,
+)
 
 #: the client-run tools a program may call (their call items carry ``caller``)
 CLIENT_RUN = ("shell", "apply_patch")
 
-DIRECT = "direct"
-PROGRAMMATIC = "programmatic"
-
-
-def callers(tool: Any) -> tuple[str, ...]:
-    """Who may call ``tool`` (a request tool param, model or dict): direct only unless said."""
-    value = tool.get("allowed_callers") if isinstance(tool, dict) else getattr(
-        tool, "allowed_callers", None)
-    return tuple(value) if isinstance(value, (list, tuple)) else (DIRECT,)
-
-
-def direct(tool: Any) -> bool:
-    """Whether the model is offered ``tool`` itself (not only through a program)."""
-    return DIRECT in callers(tool)
+# (who may call a tool is the seam's: tools/server.py)
+callers = allowed_callers
+direct = offered_directly
 
 
 @dataclass(frozen=True, slots=True)
