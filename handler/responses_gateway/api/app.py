@@ -146,23 +146,16 @@ def create_app(
             collector.freeze_startup()  # then kept out of every later collection
         check = asyncio.ensure_future(startup.check_upstream(settings)) if check_upstream \
             else None
-        # expired Files and Uploads of every tenant (local store: AWS reclaims per tenant)
-        sweep = asyncio.ensure_future(file_routes.sweep_expired(
-            app, settings.file_sweep_seconds)) if settings.file_sweep_seconds > 0 \
-            and app.state.gateway.platform.sweeps_expired_files else None
+        # expired Files, Uploads and containers of every tenant (local: AWS reclaims per
+        # tenant), vector files whose ingestion stopped, the container engine checked once
+        sweep = startup.sweep_expired(app.state.gateway)
         reclaim = startup.reclaim_vector_files(app.state.gateway)
-        # the container engine checked once (its one line if it cannot run containers here),
-        # and expired containers ended on the files' timer (local: AWS reclaims per tenant)
         engine = startup.check_containers(app.state.gateway)
-        containers = asyncio.ensure_future(container_routes.sweep_expired(
-            app, settings.file_sweep_seconds)) if settings.file_sweep_seconds > 0 \
-            and settings.code_interpreter is not None \
-            and app.state.gateway.platform.sweeps_expired_files else None
         try:
             yield
         finally:
             # the app's own tasks end (and are waited for) before what they use closes
-            tasks = [task for task in (check, sweep, reclaim, engine, containers)
+            tasks = [task for task in (check, sweep, reclaim, engine)
                      if task is not None]
             for task in tasks:
                 task.cancel()

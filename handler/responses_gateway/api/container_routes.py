@@ -18,7 +18,6 @@ from responses_gateway.api.common import JSON, gateway_of, json_body, page_param
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
 
 if TYPE_CHECKING:
-    from starlette.applications import Starlette
 
     from responses_gateway.containers.service import Containers
 
@@ -231,23 +230,6 @@ async def delete_file(request: Request) -> Response:
     await containers_of(request).delete_file(tenant, request.path_params["container_id"],
                                              file_id)
     return JSON({"id": file_id, "object": "container.file.deleted", "deleted": True})
-
-
-async def sweep_expired(app: Starlette, every: float) -> None:
-    """Every ``every`` seconds end every tenant's expired containers (their processes and
-    files) and drop expired records past their keeping (``GATEWAY_FILE_SWEEP_SECONDS``; the
-    local platform: in AWS each tenant's are reclaimed as it is served and the TTL drops the
-    rest). Runs for the app's life (api/app.py); builds nothing before the first look."""
-    gateway = app.state.gateway
-    while True:
-        await asyncio.sleep(every)
-        try:
-            ended = await gateway.containers.reclaim(None)
-        except Exception:
-            logger.exception("expired containers sweep failed")
-            continue
-        if ended:
-            logger.info("ended %d expired containers", ended)
 
 
 ROUTES: list[tuple[str, Any, str]] = [

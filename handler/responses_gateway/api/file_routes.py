@@ -7,7 +7,6 @@ Every call is scoped to the caller's tenant; another tenant's id is a 404."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
@@ -194,24 +193,6 @@ async def cancel_upload(request: Request) -> Response:
     uploads = uploads_of(request)
     record = await uploads.cancel(tenant, request.path_params["upload_id"])
     return JSON(record.to_object(uploads.clock()))
-
-
-async def sweep_expired(app: Starlette, every: float) -> None:
-    """Every ``every`` seconds remove every tenant's expired Files and Uploads with their
-    bytes (``GATEWAY_FILE_SWEEP_SECONDS``; the local store, whose folder exists: the AWS
-    engines reclaim a tenant's as it is served). Runs for the app's life (api/app.py)."""
-    platform = app.state.gateway.platform
-    while True:
-        await asyncio.sleep(every)
-        if not platform.files_stored():
-            continue  # no file was ever stored: nothing to build the engines for
-        try:
-            removed = await uploads_for(app).files.reclaim(None)
-        except Exception:
-            logger.exception("expired files sweep failed")
-            continue
-        if removed:
-            logger.info("removed %d expired files and uploads", removed)
 
 
 ROUTES: list[tuple[str, Any, str]] = [

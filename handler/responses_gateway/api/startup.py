@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from responses_gateway.config import Settings
@@ -182,6 +183,37 @@ def reclaim_vector_files(gateway: Any) -> asyncio.Task[None] | None:
         await stores.reclaim_forever()
 
     return asyncio.get_running_loop().create_task(run(), name="reclaim-vector-files")
+
+
+def sweep_expired(gateway: Any) -> asyncio.Task[None] | None:
+    """The periodic task that removes every tenant's expired Files and Uploads with their
+    bytes, and ends its expired containers (their processes and files), every
+    ``GATEWAY_FILE_SWEEP_SECONDS``; None where the platform does not sweep (AWS reclaims a
+    tenant's as it is served, and TTLs drop the rest). It builds nothing before there is
+    something to look at."""
+    settings = gateway.settings
+    if settings.file_sweep_seconds <= 0 or not gateway.platform.sweeps_expired_files:
+        return None
+
+    async def run() -> None:
+        while True:
+            await asyncio.sleep(settings.file_sweep_seconds)
+            if gateway.platform.files_stored():  # else no engine to build for it
+                await _swept("files and uploads", lambda: gateway.uploads.files.reclaim(None))
+            if settings.code_interpreter is not None:
+                await _swept("containers", lambda: gateway.containers.reclaim(None))
+
+    return asyncio.get_running_loop().create_task(run(), name="sweep-expired")
+
+
+async def _swept(what: str, sweep: Callable[[], Awaitable[int]]) -> None:
+    try:
+        removed = await sweep()
+    except Exception:
+        logger.exception("expired %s sweep failed", what)
+        return
+    if removed:
+        logger.info("removed %d expired %s", removed, what)
 
 
 def _join(base: str, path: str) -> str:
