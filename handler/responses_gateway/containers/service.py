@@ -297,11 +297,16 @@ class Containers:
         return every[:limit], len(every) > limit
 
     async def get_file(self, tenant: str, container_id: str, file_id: str) -> ContainerFile:
-        await self._live(tenant, container_id)
+        return (await self._live_file(tenant, container_id, file_id))[1]
+
+    async def _live_file(self, tenant: str, container_id: str, file_id: str
+                         ) -> tuple[ContainerRecord, ContainerFile]:
+        """The tenant's live container and its file ``file_id``; OpenAI's 404 for either."""
+        record = await self._live(tenant, container_id)
         found = await self.records.get_file(tenant, container_id, file_id)
         if found is None:
             raise file_not_found(file_id)
-        return found
+        return record, found
 
     async def file_content(self, tenant: str, container_id: str, file_id: str
                            ) -> tuple[ContainerFile, AsyncIterator[bytes]]:
@@ -309,10 +314,7 @@ class Containers:
         be older): the sandbox reads it piece by piece; an engine that cannot reads it whole
         within GATEWAY_MAX_FILE_BYTES before the answer starts."""
         async with self._lock(container_id):
-            record = await self._live(tenant, container_id)
-            found = await self.records.get_file(tenant, container_id, file_id)
-            if found is None:
-                raise file_not_found(file_id)
+            record, found = await self._live_file(tenant, container_id, file_id)
             box = await self._started(record)
             try:
                 chunks = await self.engine.read_chunks(
@@ -326,10 +328,7 @@ class Containers:
 
     async def delete_file(self, tenant: str, container_id: str, file_id: str) -> None:
         async with self._lock(container_id):
-            record = await self._live(tenant, container_id)
-            found = await self.records.get_file(tenant, container_id, file_id)
-            if found is None:
-                raise file_not_found(file_id)
+            record, found = await self._live_file(tenant, container_id, file_id)
             box = await self._started(record)
             try:
                 await self.engine.remove_file(box, found.path)
