@@ -348,18 +348,28 @@ def validate_items(items: list[Any], context: dict[str, Any] | None) -> list[Bas
     validated = []
     for index, item in enumerate(items):
         tag = _item_tag(item)
-        if tag is None:
-            if not isinstance(item, dict):
-                raise invalid_type(f"input[{index}]", "an object", item)
-            raise missing_parameter(f"input[{index}].type")
-        model = item_model(tag)
-        if model is None:
-            raise unknown_item_type(index, item)
+        validate = _VALIDATORS.get(tag)  # type: ignore[arg-type]
         try:
-            validated.append(model.model_validate(item, context=context))
+            if validate is not None:
+                validated.append(validate(item, context=context))
+                continue
+            if tag is None:
+                if not isinstance(item, dict):
+                    raise invalid_type(f"input[{index}]", "an object", item)
+                raise missing_parameter(f"input[{index}].type")
+            model = item_model(tag)
+            if model is None:
+                raise unknown_item_type(index, item)
+            validated.append(model.model_validate(item, context=context))  # builds it
+            _VALIDATORS[tag] = model.__pydantic_validator__.validate_python
         except ValidationError as exc:
-            raise from_validation(exc, model, ("input", "~list", index, tag)) from None
+            model = item_model(tag)  # type: ignore[arg-type]
+            raise from_validation(exc, model, ("input", "~list", index, tag)) from None  # type: ignore[arg-type]
     return validated
+
+
+#: Each built item model's validator by tag (a create's items cost one lookup each).
+_VALIDATORS: dict[str, Any] = {}
 
 
 # --- what OpenAI stores and lists ----------------------------------------------------------
