@@ -65,6 +65,7 @@ ENV = {
     "AWS_ACCESS_KEY_ID": "dummy",
     "AWS_SECRET_ACCESS_KEY": "dummy",
     "POWERTOOLS_SERVICE_NAME": "cold-start-bench",
+    "PYDANTIC_DISABLE_PLUGINS": "__all__",  # template.yaml sets it
 }
 LAMBDA_ENV = {"AWS_LAMBDA_FUNCTION_NAME": "cold-start-bench", "POWERTOOLS_METRICS_DISABLED": "1"}
 
