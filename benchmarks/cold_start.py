@@ -25,7 +25,11 @@ Each figure is the median (and min) over ``--runs`` fresh interpreters, all in t
 - ``buffered handler``: ``import responses_gateway.entry.lambda_buffered`` (Mangum, services built).
 
 The environment is the deployed one (DynamoDB store, worker function set) with dummy values;
-nothing is contacted. ``--cpu`` measures each case's CPU time (user + system) instead of the
+nothing is contacted, and so are the packages: a child finds only what Lambda's dependency layer
+ships (layers/dependencies/requirements.txt), since optional imports change cost with what is
+installed (``import httpx`` imports rich and pygments for its command line when they are
+there, about half the floor on this machine); ``--installed`` measures with everything installed
+here instead. ``--cpu`` measures each case's CPU time (user + system) instead of the
 wall clock: on a machine that other work loads, the wall clock of a fresh interpreter
 varies 2-3x from one run to the next, its CPU time much less. The last lines print the two
 ratios of issue 46, each the median over runs of that run's figure against that run's floor
@@ -61,10 +65,12 @@ ENV = {
     "AWS_ACCESS_KEY_ID": "dummy",
     "AWS_SECRET_ACCESS_KEY": "dummy",
     "POWERTOOLS_SERVICE_NAME": "cold-start-bench",
+    "PYDANTIC_DISABLE_PLUGINS": "__all__",  # template.yaml sets it
 }
 LAMBDA_ENV = {"AWS_LAMBDA_FUNCTION_NAME": "cold-start-bench", "POWERTOOLS_METRICS_DISABLED": "1"}
 
 TIMED = """
+{hide}
 import time
 t0, c0 = time.perf_counter(), time.process_time()
 {body}
@@ -141,8 +147,51 @@ def bare_start_ms() -> float:
 CPU = False  # --cpu: CPU time of the process instead of the wall clock
 
 
+LAYER = ROOT / "layers" / "dependencies" / "requirements.txt"
+#: Installed in a child before its clock starts (with ``{hidden}`` filled in): refuses the
+#: top-level modules of distributions Lambda's dependency layer does not ship, as the deployed
+#: function would not find them. Optional imports then take the path they take in Lambda:
+#: httpx, for one, imports its command-line interface (rich, pygments) on ``import httpx``
+#: whenever those happen to be installed, and decoders (brotli, zstandard) likewise.
+HIDE = """
+import sys
+class _NotInLayer:
+    hidden = frozenset({hidden!r})
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in self.hidden:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (not in the Lambda layer)")
+        return None
+sys.meta_path.insert(0, _NotInLayer())
+"""
+
+
+def _canonical(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def not_in_layer() -> frozenset[str]:
+    """Top-level modules installed here whose distribution the Lambda layer does not ship
+    (the gateway itself and the standard library aside)."""
+    from importlib import metadata
+
+    shipped = {_canonical(line.split("==")[0]) for line in LAYER.read_text().splitlines()
+               if line.strip() and not line.startswith("#")}
+    shipped.add("responses-gateway")
+    hidden = set()
+    for module, dists in metadata.packages_distributions().items():
+        if module.startswith("_") or module in sys.stdlib_module_names:
+            continue
+        if not any(_canonical(dist) in shipped for dist in dists):
+            hidden.add(module)
+    return frozenset(hidden)
+
+
+HIDDEN: frozenset[str] = frozenset()  # --installed leaves it empty
+
+
 def timed_ms(body: str, extra: dict[str, str]) -> float:
-    out = subprocess.run([sys.executable, "-c", TIMED.format(body=body)], check=True,
+    hide = HIDE.format(hidden=sorted(HIDDEN)) if HIDDEN else ""
+    out = subprocess.run([sys.executable, "-c", TIMED.format(body=body, hide=hide)], check=True,
                          capture_output=True, text=True, env=child_env(extra), cwd=ROOT)
     wall, cpu = out.stdout.strip().splitlines()[-1].split()
     return float(cpu if CPU else wall)
@@ -150,6 +199,8 @@ def timed_ms(body: str, extra: dict[str, str]) -> float:
 
 def slowest_imports(count: int = 15) -> list[tuple[int, int, str]]:
     body = CASES["streaming entry"][0]
+    if HIDDEN:
+        body = HIDE.format(hidden=sorted(HIDDEN)) + body
     out = subprocess.run([sys.executable, "-X", "importtime", "-c", body], check=True,
                          capture_output=True, text=True, env=child_env({}), cwd=ROOT)
     rows = []
@@ -168,9 +219,13 @@ def main() -> int:
     parser.add_argument("--cpu", action="store_true",
                         help="CPU time (user + system) instead of the wall clock: steadier "
                              "on a machine other work loads")
+    parser.add_argument("--installed", action="store_true",
+                        help="import from everything installed here, not only what the "
+                             "Lambda dependency layer ships")
     args = parser.parse_args()
-    global CPU
+    global CPU, HIDDEN
     CPU = args.cpu
+    HIDDEN = frozenset() if args.installed else not_in_layer()
 
     shutil.rmtree(SOURCE_ONLY, ignore_errors=True)
     shutil.copytree(ROOT / "handler" / "responses_gateway", SOURCE_ONLY / "responses_gateway",
@@ -191,7 +246,9 @@ def measure(runs: int, importtime: bool) -> int:
             results[name].append(timed_ms(body, extra))
 
     clock = "CPU time" if CPU else "wall time"
-    print(f"python {sys.version.split()[0]}, {runs} fresh interpreters per case, {clock}")
+    modules = "the Lambda layer's packages" if HIDDEN else "every installed package"
+    print(f"python {sys.version.split()[0]}, {runs} fresh interpreters per case, {clock}, "
+          f"{modules}")
     print(f"{'':28}{'median ms':>10}{'min ms':>10}")
     for name, values in results.items():
         note = "  (process wall time)" if name == "bare interpreter" else ""

@@ -213,6 +213,8 @@ def test_every_setting_is_configured(template: dict[str, Any]) -> None:
     for name in ("UPSTREAM_API_KEY", "API_KEYS", "SEAL_KEY"):
         assert f"GATEWAY_{name}_SECRET_ARN" in env
     assert env["GATEWAY_STORE"] == {"Fn::Sub": "dynamodb:${ResponsesTable}"}
+    # A cold start's first create does not scan every installed package for pydantic plugins.
+    assert env["PYDANTIC_DISABLE_PLUGINS"] == "__all__"
 
 
 #: Parameters whose default is deliberately not the setting's own, and why.

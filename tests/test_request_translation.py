@@ -16,6 +16,8 @@ from openai.types.responses import FunctionTool, ResponseItem
 from pydantic import TypeAdapter, ValidationError
 
 from responses_gateway.errors import GatewayError
+from responses_gateway.translate.request_errors import from_validation
+from responses_gateway.translate.request_items import _item_tag, item_model
 from responses_gateway.translate.request_models import (
     CreateResponseRequest,
     _from_validation,
@@ -275,9 +277,22 @@ def test_errors_do_not_depend_on_pydantics_error_context(body: dict[str, Any]) -
         def errors(self, **_: Any) -> list[dict[str, Any]]:
             return [{k: v for k, v in e.items() if k != "ctx"} for e in self._errors]
 
-    with pytest.raises(ValidationError) as info:
-        CreateResponseRequest.model_validate({"model": "m", **body})
-    full, bare = _from_validation(info.value), _from_validation(WithoutContext(info.value))  # type: ignore[arg-type]
+    if "input" in body:  # an input item is validated on its own (request_items.py)
+        item = body["input"][0]
+        model = item_model(_item_tag(item))
+        assert model is not None
+        at = ("input", "~list", 0, _item_tag(item))
+        with pytest.raises(ValidationError) as info:
+            model.model_validate(item)
+        full = from_validation(info.value, model, at)
+        bare = from_validation(WithoutContext(info.value), model, at)  # type: ignore[arg-type]
+    else:
+        with pytest.raises(ValidationError) as info:
+            CreateResponseRequest.model_validate({"model": "m", **body})
+        full = _from_validation(info.value)
+        bare = _from_validation(WithoutContext(info.value))  # type: ignore[arg-type]
+    err = error_of({"model": "m", **body})  # what a client gets is the same error
+    assert (full.param, full.code, full.message) == (err.param, err.code, err.message)
     assert (bare.param, bare.code, bare.message) == (full.param, full.code, full.message)
     assert "None" not in full.message and "?" not in full.message
 
@@ -1950,3 +1965,38 @@ def test_a_hosted_tool_knows_at_construction_whether_the_gateway_runs_it() -> No
     setters = [p for p in handler.rglob("*.py")
                if re.search(r"(?<!self)\._served\s*=", p.read_text())]
     assert setters == []
+
+
+def test_input_items_are_validated_by_their_own_types_model() -> None:
+    """Each item by its type's model (request_items.validate_items), with the union's errors
+    and in the union's order: a field before ``input`` is named first, ``input`` before the
+    fields after it, and the first bad item before a later one."""
+    assert error_of({"input": [{"type": "nope"}]}).param == "model"
+    bad_item = {"type": "function_call", "call_id": "c", "name": "f", "arguments": 5}
+    err = error_of({"model": "m", "input": [bad_item], "temperature": 9})
+    assert (err.param, err.code) == ("input[0].arguments", "invalid_type")
+    err = error_of({"model": "m", "input": [{"role": "user", "content": "hi"}, 5, {}]})
+    assert err.param == "input[1]" and "expected an object" in err.message
+    assert error_of({"model": "m", "input": [{}]}).param == "input[0].type"
+    err = error_of({"model": "m", "input": [{"type": "nope"}]})
+    assert err.message.startswith("Input items of type 'nope' are not supported")
+
+
+def test_a_create_builds_only_the_validators_it_uses() -> None:
+    """A fresh process's plain create builds the message validator and not the other item
+    types', nor the client-run tools' item classes (most of the first create's validator
+    building, benchmarks/cold_start.py)."""
+    import subprocess
+    import sys
+
+    code = (
+        "from responses_gateway.translate import request_items as ri, request_models as rm\n"
+        "rm.parse_create_request({'model': 'm', 'input': [{'role': 'user', 'content': 'hi'}]})\n"
+        "import sys\n"
+        "print(ri.Message.__pydantic_complete__, ri.FunctionCall.__pydantic_complete__,"
+        " 'responses_gateway.translate.request_client_items' in sys.modules)\n"
+    )
+    handler = Path(__file__).resolve().parent.parent / "handler"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={"PYTHONPATH": str(handler), "PATH": "/usr/bin"})
+    assert out.stdout.split() == ["True", "False", "False"]

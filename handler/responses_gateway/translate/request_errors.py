@@ -53,13 +53,18 @@ _SUPPORTED_ITEMS = ", ".join(f"'{kind}'" for kind in (
 ))
 
 
-def from_validation(exc: ValidationError, model: type[BaseModel]) -> GatewayError:
+def from_validation(
+    exc: ValidationError, model: type[BaseModel], at: tuple[Any, ...] = ()
+) -> GatewayError:
     """Pydantic's first error as OpenAI's 400. Only the error's public ``type``, ``loc`` and
     ``input`` are read; limits and allowed values come from ``model``'s declarations at ``loc``
     (:func:`_declared`), lengths from the input: pydantic's ``ctx`` differs between versions
-    (2.14 stopped reporting a dict's length: "got None properties")."""
+    (2.14 stopped reporting a dict's length: "got None properties"). ``at``: where ``model``
+    sits in the body, for a part validated on its own (an input item: request_items.py)."""
     error = exc.errors(include_url=False)[0]
-    kind, loc, value = error["type"], error["loc"], error.get("input")
+    kind, value = error["type"], error.get("input")
+    inner = error["loc"]
+    loc = at + inner
     param = _param(loc)
     if kind == "missing":
         return missing_parameter(param)
@@ -79,7 +84,7 @@ def from_validation(exc: ValidationError, model: type[BaseModel]) -> GatewayErro
         return invalid_request(
             f"Invalid '{param}': expected a finite number.", param=param, code="invalid_value"
         )
-    declared, constraints = _declared(model, loc)
+    declared, constraints = _declared(model, inner)
     if kind == "union_tag_invalid":
         return _invalid_tag(param, loc, value, _tags(declared))
     if kind == "literal_error" and get_origin(declared) is Literal:
@@ -128,6 +133,11 @@ def from_validation(exc: ValidationError, model: type[BaseModel]) -> GatewayErro
         param=param,
         code="invalid_value",
     )
+
+
+def unknown_item_type(index: int, value: Any) -> GatewayError:
+    """An input item whose ``type`` the gateway does not take (request_items.py)."""
+    return _invalid_tag(f"input[{index}]", ("input", "~list", index), value, [])
 
 
 def _invalid_tag(param: str, loc: tuple[Any, ...], value: Any, tags: list[str]) -> GatewayError:

@@ -1,8 +1,9 @@
 """The create body's ``input``: content parts, input items, and what OpenAI stores of them.
 
-:data:`InputItem` is the tagged union of the item types the gateway accepts; untyped easy
-messages (``{"role", "content"}``) and bare ``{"id"}`` references are told apart by their
-keys. :func:`normalize_items` gives the items the shape OpenAI lists them in;
+:func:`validate_items` checks each input item with its own type's model (:func:`item_model`),
+so a create builds the validators of the types it sends only; untyped easy messages
+(``{"role", "content"}``) and bare ``{"id"}`` references are told apart by their keys.
+:func:`normalize_items` gives the items the shape OpenAI lists them in;
 :func:`check_input` refuses what pydantic cannot word the way OpenAI does (a content type a
 role does not take, ``file_id``, a ``file_url`` that is not a URL).
 """
@@ -12,7 +13,15 @@ from __future__ import annotations
 import importlib
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    create_model,
+)
 
 from responses_gateway import ids
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
@@ -24,7 +33,12 @@ from responses_gateway.translate.request_base import (
     by_type,
     str_or_parts,
 )
-from responses_gateway.translate.request_errors import quoted
+from responses_gateway.translate.request_errors import (
+    from_validation,
+    invalid_type,
+    quoted,
+    unknown_item_type,
+)
 
 # --- content parts -------------------------------------------------------------------------
 
@@ -172,150 +186,6 @@ class CustomToolCallOutput(BaseModel):
     status: Status | None = None
 
 
-# --- items of the tools the client runs (tools/client_tools.py), as openai-python types them --
-
-
-class ShellAction(BaseModel):
-    model_config = ITEM_CONFIG
-    commands: list[str]
-    timeout_ms: int | None = None
-    max_output_length: int | None = None
-
-
-class ShellCallItem(BaseModel):
-    model_config = ITEM_CONFIG
-    type: Literal["shell_call"]
-    id: ItemId | None = None
-    call_id: str = Field(min_length=1)
-    action: ShellAction
-    status: Status | None = None
-
-
-class ShellOutputChunk(BaseModel):
-    model_config = ITEM_CONFIG
-    stdout: str
-    stderr: str
-    outcome: dict[str, Any]
-
-
-class ShellCallOutputItem(BaseModel):
-    model_config = ITEM_CONFIG
-    type: Literal["shell_call_output"]
-    id: ItemId | None = None
-    call_id: str = Field(min_length=1)
-    output: list[ShellOutputChunk]
-    max_output_length: int | None = None
-    status: Status | None = None
-
-
-class PatchOperation(BaseModel):
-    model_config = ITEM_CONFIG
-    type: Literal["create_file", "update_file", "delete_file"]
-    path: str
-    diff: str | None = None
-
-
-class ApplyPatchCallItem(BaseModel):
-    model_config = ITEM_CONFIG
-    type: Literal["apply_patch_call"]
-    id: ItemId | None = None
-    call_id: str = Field(min_length=1)
-    operation: PatchOperation
-    status: Literal["in_progress", "completed"] | None = None
-
-
-class ApplyPatchCallOutputItem(BaseModel):
-    model_config = ITEM_CONFIG
-    type: Literal["apply_patch_call_output"]
-    id: ItemId | None = None
-    call_id: str = Field(min_length=1)
-    status: Literal["completed", "failed"]
-    output: str | None = None
-
-
-class ExecAction(BaseModel):
-    model_config = ITEM_CONFIG
-    type: Literal["exec"]
-    command: list[str]
-    env: dict[str, str]
-    timeout_ms: int | None = None
-    user: str | None = None
-    working_directory: str | None = None
-
-
-class LocalShellCallItem(BaseModel):
-    model_config = ITEM_CONFIG
-    type: Literal["local_shell_call"]
-    id: ItemId | None = None
-    call_id: str = Field(min_length=1)
-    action: ExecAction
-    status: Status | None = None
-
-
-class LocalShellCallOutputItem(BaseModel):
-    """openai-python: ``id`` is the call's ``call_id``; the Agents SDK sends ``call_id``."""
-
-    model_config = ITEM_CONFIG
-    type: Literal["local_shell_call_output"]
-    id: ItemId | None = None
-    call_id: str | None = None
-    output: str
-    status: Status | None = None
-
-
-class ComputerCallItem(BaseModel):
-    model_config = ITEM_CONFIG
-    type: Literal["computer_call"]
-    id: ItemId | None = None
-    call_id: str = Field(min_length=1)
-    action: dict[str, Any] | None = None
-    actions: list[dict[str, Any]] | None = None
-    pending_safety_checks: list[dict[str, Any]] = Field(default_factory=list)
-    status: Status | None = None
-
-
-class ComputerScreenshot(BaseModel):
-    model_config = ITEM_CONFIG
-    type: Literal["computer_screenshot"]
-    image_url: str | None = None
-    file_id: str | None = None
-
-
-class ComputerCallOutputItem(BaseModel):
-    model_config = ITEM_CONFIG
-    type: Literal["computer_call_output"]
-    id: ItemId | None = None
-    call_id: str = Field(min_length=1)
-    output: ComputerScreenshot
-    acknowledged_safety_checks: list[dict[str, Any]] | None = None
-    status: Literal["in_progress", "completed", "incomplete", "failed"] | None = None
-
-
-class ToolSearchCallItem(BaseModel):
-    model_config = ITEM_CONFIG
-    type: Literal["tool_search_call"]
-    id: ItemId | None = None
-    call_id: str | None = None
-    arguments: Any
-    execution: Literal["server", "client"] | None = None
-    status: Status | None = None
-
-
-class ToolSearchOutputItem(BaseModel):
-    model_config = ITEM_CONFIG
-    type: Literal["tool_search_output"]
-    id: ItemId | None = None
-    call_id: str | None = None
-    tools: list[dict[str, Any]]
-    execution: Literal["server", "client"] | None = None
-    status: Status | None = None
-
-
-_CLIENT_ITEMS: tuple[type[BaseModel], ...] = (
-    ShellCallItem, ShellCallOutputItem, ApplyPatchCallItem, ApplyPatchCallOutputItem,
-    LocalShellCallItem, LocalShellCallOutputItem, ComputerCallItem, ComputerCallOutputItem,
-    ToolSearchCallItem, ToolSearchOutputItem,
-)
 
 
 class ItemReference(BaseModel):
@@ -430,32 +300,76 @@ def _server_item_model(item: registry.ItemType) -> type[BaseModel]:
         id=(ItemId, ...) if item.id_required else (ItemId | None, None), **fields)
 
 
-#: Items of the tools the gateway runs (tools/registry.py) that a client may send back as
-#: input (replaying a response's output), by type.
-SERVER_ITEM_MODELS = {kind: _server_item_model(item) for kind, item in registry.ITEMS.items()}
-_TYPED_SERVER_ITEMS = [k for k, m in SERVER_ITEM_MODELS.items() if m is not ServerToolItem]
+#: The item types a create body may send, by tag; the models of client-run tools' items
+#: (request_client_items.py) and of server tools' (:func:`_server_item_model`) are made when
+#: a request first sends one.
+ITEM_MODELS: dict[str, type[BaseModel]] = {
+    "~message": Message,
+    "~function_call": FunctionCall,
+    "~function_call_output": FunctionCallOutput,
+    "~reasoning": ReasoningItem,
+    "~custom_tool_call": CustomToolCall,
+    "~custom_tool_call_output": CustomToolCallOutput,
+    "~item_reference": ItemReference,
+    "~compaction": CompactionItem,
+    "~compaction_trigger": CompactionTrigger,
+    "~configuration_update": ConfigurationUpdate,
+}
+#: The client-run tools' item types (the models: request_client_items.py).
+CLIENT_ITEM_TYPES = frozenset({
+    "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output",
+    "local_shell_call", "local_shell_call_output", "computer_call", "computer_call_output",
+    "tool_search_call", "tool_search_output",
+})
 
 
-InputItem = Annotated[
-    Union[
-        Annotated[Message, Tag("~message")],
-        Annotated[FunctionCall, Tag("~function_call")],
-        Annotated[FunctionCallOutput, Tag("~function_call_output")],
-        Annotated[ReasoningItem, Tag("~reasoning")],
-        Annotated[CustomToolCall, Tag("~custom_tool_call")],
-        Annotated[CustomToolCallOutput, Tag("~custom_tool_call_output")],
-        *(Annotated[SERVER_ITEM_MODELS[kind], Tag(f"~{kind}")] for kind in _TYPED_SERVER_ITEMS),
-        Annotated[ItemReference, Tag("~item_reference")],
-        Annotated[CompactionItem, Tag("~compaction")],
-        Annotated[CompactionTrigger, Tag("~compaction_trigger")],
-        Annotated[ConfigurationUpdate, Tag("~configuration_update")],
-        *(Annotated[model, Tag(f"~{model.model_fields['type'].annotation.__args__[0]}")]
-          for model in _CLIENT_ITEMS),
-        *(Annotated[ServerToolItem, Tag(f"~{kind}")] for kind, model in SERVER_ITEM_MODELS.items()
-          if model is ServerToolItem),
-    ],
-    Discriminator(_item_tag),
-]
+def item_model(tag: str) -> type[BaseModel] | None:
+    """The model of the item type ``tag`` (``~message``...); ``None``: not one a create takes."""
+    model = ITEM_MODELS.get(tag)
+    if model is None:
+        kind = tag[1:]
+        if kind in CLIENT_ITEM_TYPES:
+            from responses_gateway.translate.request_client_items import BY_TYPE
+
+            model = BY_TYPE[kind]
+        elif kind in registry.ITEMS:
+            model = _server_item_model(registry.ITEMS[kind])
+        else:
+            return None
+        ITEM_MODELS[tag] = model
+    return model
+
+
+def validate_items(items: list[Any], context: dict[str, Any] | None) -> list[BaseModel]:
+    """``input``'s items, each by its own type's model: what validating :data:`InputItem`
+    does, but building only the validators of the types a request sends (one union of every
+    type is most of the first create's validator building). Errors are OpenAI's 400s, worded
+    as the union's would be."""
+    validated = []
+    for index, item in enumerate(items):
+        tag = _item_tag(item)
+        validate = _VALIDATORS.get(tag)  # type: ignore[arg-type]
+        try:
+            if validate is not None:
+                validated.append(validate(item, context=context))
+                continue
+            if tag is None:
+                if not isinstance(item, dict):
+                    raise invalid_type(f"input[{index}]", "an object", item)
+                raise missing_parameter(f"input[{index}].type")
+            model = item_model(tag)
+            if model is None:
+                raise unknown_item_type(index, item)
+            validated.append(model.model_validate(item, context=context))  # builds it
+            _VALIDATORS[tag] = model.__pydantic_validator__.validate_python
+        except ValidationError as exc:
+            model = item_model(tag)  # type: ignore[arg-type]
+            raise from_validation(exc, model, ("input", "~list", index, tag)) from None  # type: ignore[arg-type]
+    return validated
+
+
+#: Each built item model's validator by tag (a create's items cost one lookup each).
+_VALIDATORS: dict[str, Any] = {}
 
 
 # --- what OpenAI stores and lists ----------------------------------------------------------

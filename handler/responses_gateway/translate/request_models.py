@@ -33,6 +33,7 @@ from pydantic import (
     Field,
     Tag,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -52,7 +53,7 @@ from responses_gateway.translate.request_errors import (
     shown,
     unsupported,
 )
-from responses_gateway.translate.request_items import InputItem, check_input, normalize_items
+from responses_gateway.translate.request_items import check_input, normalize_items, validate_items
 from responses_gateway.translate.request_names import (
     ENCRYPTED_REASONING,
     INCLUDABLE,
@@ -207,6 +208,10 @@ class ContextManagement(BaseModel):
     compact_threshold: int | None = Field(default=None, ge=1)
 
 
+#: Where CreateResponseRequest._items leaves an input item's 400, and its pydantic error type.
+_ITEM_ERROR = "input_item"
+
+
 # --- the request ---------------------------------------------------------------------------
 
 
@@ -216,7 +221,7 @@ class CreateResponseRequest(BaseModel):
     model_config = PARAMS_CONFIG
 
     model: str
-    input: str_or_parts(InputItem) | None = None
+    input: str_or_parts(Any) | None = None  # the items: _items
     instructions: str | None = None
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
@@ -260,6 +265,22 @@ class CreateResponseRequest(BaseModel):
         if value is None:
             return info.field_name == "store"
         return value
+
+    @field_validator("input")
+    @classmethod
+    def _items(cls, value: Any, info: ValidationInfo) -> Any:
+        """Each item by its own type's model (request_items.validate_items): the validators
+        of types a request does not send are never built. Its 400 waits in the context
+        until pydantic has checked the fields before ``input``, whose errors come first."""
+        if not isinstance(value, list):
+            return value
+        try:
+            return validate_items(value, info.context)
+        except GatewayError as exc:
+            if isinstance(info.context, dict):
+                info.context[_ITEM_ERROR] = exc
+                raise PydanticCustomError(_ITEM_ERROR, "an invalid input item") from None
+            raise
 
     @field_validator("include")
     @classmethod
@@ -422,9 +443,12 @@ def parse_create_request(
             f"The request body must be a JSON object, but got {kind_of(body)} instead.",
             code="invalid_type",
         )
+    context: dict[str, Any] = {SERVED: frozenset(served)}
     try:
-        req = CreateResponseRequest.model_validate(body, context={SERVED: frozenset(served)})
+        req = CreateResponseRequest.model_validate(body, context=context)
     except ValidationError as exc:
+        if exc.errors(include_url=False)[0]["type"] == _ITEM_ERROR:
+            raise context[_ITEM_ERROR] from None
         raise _from_validation(exc) from None
     _check(req)
     if hosted_tools == "reject":
