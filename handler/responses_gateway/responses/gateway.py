@@ -160,7 +160,9 @@ class Gateway:
                                         new_catalog=ToolCatalog, left=client_left, reads=reads,
                                         defer=defer)
         chat, catalog = fitted.chat, fitted.catalog
-        tools = await self._server_tools(req, chat, catalog, earlier, items, tenant, reads)
+        tools = await ServerTools.offered(
+            chat, catalog, req.tools, req.tool_choice, items, earlier, self.settings, tenant,
+            include=req.include or (), services=self, reads=reads)
         try:
             record = self._record(req, tenant, items, route.backend, fitted, catalog, tools,
                                   earlier + items)
@@ -202,7 +204,7 @@ class Gateway:
         fitted = await pending.run()
         chat, catalog = fitted.chat, fitted.catalog
         if tools is not None:
-            self._offer(tools, req, chat, catalog)
+            tools.offer(chat, catalog, req.tool_choice)
         record.request.update({
             "chat": chat, "message_params": fitted.message_params,
             "output_items": fitted.output_items, "output_usage": fitted.usage,
@@ -258,39 +260,6 @@ class Gateway:
             background=req.background,
             expires_at=int(time.time()) + self.settings.retention_days * 86400,
         )
-
-    async def _server_tools(
-        self, req: CreateResponseRequest, chat: dict[str, Any], catalog: ToolCatalog,
-        earlier: list[dict[str, Any]], items: list[dict[str, Any]], tenant: str,
-        reads: Mapping[str, str] | None = None,
-    ) -> ServerTools | None:
-        """The request's server tools built (an MCP server that cannot be listed is OpenAI's
-        424), their functions offered to the model, a tool_choice naming one honoured."""
-        tools = await ServerTools.for_request(
-            req.tools, req.tool_choice, items, earlier, self.settings, tenant,
-            include=req.include or (), services=self, reads=reads)
-        if tools is None:
-            return None
-        try:
-            self._offer(tools, req, chat, catalog)
-        except BaseException:
-            await tools.aclose()
-            raise
-        return tools
-
-    @staticmethod
-    def _offer(tools: ServerTools, req: CreateResponseRequest, chat: dict[str, Any],
-               catalog: ToolCatalog) -> None:
-        """The server tools' functions offered in ``chat``, a tool_choice naming one
-        honoured."""
-        tools.offer(catalog)
-        chat["tools"] = catalog.chat_tools
-        chosen = tools.tool_choice(req.tool_choice, catalog)
-        if chosen is not None:
-            chat["tool_choice"] = chosen
-        if not chat["tools"]:  # chat servers refuse an empty tool list and what goes with it
-            for key in ("tools", "tool_choice", "parallel_tool_calls"):
-                chat.pop(key, None)
 
     async def resolve_references(
         self, items: list[dict[str, Any]], tenant: str
