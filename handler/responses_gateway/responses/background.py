@@ -132,7 +132,7 @@ async def run(
             return
         log = EventLog(gateway, response_id, lease)
         # record.response is still queued: response.queued first
-        job = gateway.job_for(record, persist=log.finish)
+        job = Job.from_record(gateway, record, persist=log.finish)
         if deadline is not None:
             job.set_deadline(deadline, UpstreamError(
                 504,

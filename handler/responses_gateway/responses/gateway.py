@@ -30,7 +30,7 @@ from responses_gateway.platform import platform_for
 from responses_gateway.responses import configuration, conversations, history
 from responses_gateway.responses.fitting import fit
 from responses_gateway.responses.fitting.compaction_bounds import CompactionLimits, Departure
-from responses_gateway.responses.job import Compaction, Job, Persist
+from responses_gateway.responses.job import Compaction, Job
 from responses_gateway.responses.local_feed import LocalFeed
 from responses_gateway.store.base import Store, StoredResponse
 from responses_gateway.tools import reads as tool_reads
@@ -146,7 +146,7 @@ class Gateway:
         earlier = await history.chain(self.store, req.previous_response_id, tenant, cached)
         turn = await conversations.begin(self.store, req, tenant, items)
         if turn is not None:  # ``conversation``: its items come before this turn's input
-            earlier = turn.history
+            earlier, turn.history = turn.history, []  # read here once: the job holds the turn
         # The newest configuration_update items set effort and format (configuration.py).
         configuration.apply_updates(req, earlier + items)
         route = self.settings.route(req.model)
@@ -187,7 +187,7 @@ class Gateway:
             await tools.aclose()  # the worker builds them again (it may run in another process)
             tools = None
         job = Job(self, record, stream=req.streaming, store=req.store, tools=tools,
-                  generate=generate, started_at=started)
+                  conversation=turn, generate=generate, started_at=started)
         if fitted.pending is not None:
             job.compaction = Compaction(fitted.pending.item_id, partial(
                 self._compacted, req, record, fitted.pending, tools,
@@ -265,10 +265,6 @@ class Gateway:
         self, items: list[dict[str, Any]], tenant: str
     ) -> list[dict[str, Any]]:
         return await history.resolve_references(self.store, items, tenant)
-
-    def job_for(self, record: StoredResponse, *, persist: Persist | None = None) -> Job:
-        """A job for a stored (background) record, in whichever process runs it."""
-        return Job(self, record, stream=True, store=True, persist=persist)
 
     async def aclose(self) -> None:
         await self.local_feed.stop_all()  # background responses running here

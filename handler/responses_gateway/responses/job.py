@@ -72,9 +72,12 @@ class Job:
 
     def __init__(
         self, gateway: Services, record: StoredResponse, *, stream: bool, store: bool,
-        tools: ServerTools | None = None, generate: bool = True, persist: Persist | None = None,
-        started_at: float | None = None,
+        tools: ServerTools | None = None, conversation: conversations.Turn | None = None,
+        generate: bool = True, persist: Persist | None = None, started_at: float | None = None,
     ):
+        """``tools`` and ``conversation``: the server tools this response runs and its turn
+        on a conversation, as its builder made them (gateway.py ``new_job``; a stored record's
+        are rebuilt by :meth:`from_record`)."""
         self.gateway = gateway
         self.record = record
         self.store = store
@@ -84,13 +87,22 @@ class Job:
         #: (responses/prewarm.py); it overrides ``generate: false``, as OpenAI's does
         self._prewarm = bool(record.request.get("prewarm")) and runs
         generate = (generate or self._prewarm) and runs
-        options = record.request["options"]
+        self._generate = generate
+        chat = _upstream_body(record.request["chat"], stream)
+        self.deadline = Deadline()
+        limit = gateway.settings.max_response_seconds
+        if limit > 0:
+            # One clock for the whole response: a compaction before it was built counts.
+            start = started_at if started_at is not None else time.time()
+            self.deadline.set(start + limit, GatewayError(
+                504,
+                f"The response took longer than this gateway allows ({limit:g} s, "
+                "GATEWAY_MAX_RESPONSE_SECONDS); the output so far is kept.",
+                type="server_error", code="response_timeout",
+            ))
         #: the server tools this response runs between model turns (tools/server.py)
-        self.tools = tools if tools is not None else _tools_of(gateway, record)
-        if self.tools is not None and (not generate or self._prewarm):
-            self.tools.skip_first_calls()  # nothing is generated: nothing approved runs
-        self.first_calls: list[ServerCall] = (
-            self.tools.first_calls() if self.tools is not None else [])
+        self.tools = tools
+        options = record.request["options"]
         self.translator = ResponseTranslator(
             record.response,
             TranslateOptions(
@@ -99,13 +111,14 @@ class Job:
                 encrypted_reasoning=options["encrypted_reasoning"],
                 seal=partial(gateway.sealer.seal, tenant=record.tenant),
                 tools=specs_from_record(record.request.get("tools")),
-                annotate=self.tools.annotate if self.tools is not None else None,
+                annotate=tools.annotate if tools is not None else None,
             ),
         )
-        chat = _upstream_body(record.request["chat"], stream)
+        if tools is not None and (not generate or self._prewarm):
+            tools.skip_first_calls()  # nothing is generated: nothing approved runs
+        self.first_calls: list[ServerCall] = tools.first_calls() if tools is not None else []
         backend = gateway.backend_for(record.request["backend"])
         self.reasoning_input = backend.reasoning_input(gateway.settings.reasoning_input)
-        self._generate = generate
         self.backend = backend
         self.backend_request = BackendRequest(body=chat, tenant=record.tenant, stream=stream)
         self.metrics = ResponseMetrics(
@@ -117,23 +130,22 @@ class Job:
         self._turns_started = 0  # model turns sent upstream
         self.turn_step = -1  # the current model turn's step (ResponseMetrics.step_opened)
         self._first: asyncio.Future[list[Chunk]] | None = None
-        self.conversation = conversations.turn_of(gateway.store, record)
-        self.deadline = Deadline()
+        #: the response's turn on a conversation: it settles with the record (``persist``)
+        self.conversation = conversation
         #: set by a WebSocket session: a ``response.steer`` may stop it (responses/steering.py)
         self.steering: Steering | None = None
         #: set by the gateway: a compaction still to run before the model (a streamed create)
         self.compaction: Compaction | None = None
         self._turns = TurnLoop(self)
-        limit = gateway.settings.max_response_seconds
-        if limit > 0:
-            # One clock for the whole response: a compaction before it was built counts.
-            start = started_at if started_at is not None else time.time()
-            self.deadline.set(start + limit, GatewayError(
-                504,
-                f"The response took longer than this gateway allows ({limit:g} s, "
-                "GATEWAY_MAX_RESPONSE_SECONDS); the output so far is kept.",
-                type="server_error", code="response_timeout",
-            ))
+
+    @classmethod
+    def from_record(cls, gateway: Services, record: StoredResponse, *,
+                    persist: Persist | None = None) -> Job:
+        """A job for a stored (background) record, in whichever process runs it: its server
+        tools and its conversation turn rebuilt from what the record holds."""
+        return cls(gateway, record, stream=True, store=True, persist=persist,
+                   tools=_tools_of(gateway, record),
+                   conversation=conversations.turn_of(gateway.store, record))
 
     def set_deadline(self, when: float, error: GatewayError) -> None:
         """End the response ``failed`` with ``error`` at ``when`` (epoch seconds), partial
