@@ -300,12 +300,7 @@ async def begin(
     if req.conversation is None:
         return None
     conversation_id = req.conversation
-    found = await store_of(store).conversation_items(conversation_id, tenant)
-    if found is None:
-        raise not_found(conversation_id)
-    conversation, history = found
-    if conversation.locked:
-        conversation, history = await _settled(store, conversation, tenant)
+    conversation, history = await _unheld(store, conversation_id, tenant)
     held = {item.get("id") for item in history}
     for item in items:
         if item.get("id") in held:
@@ -319,12 +314,19 @@ async def begin(
     )
 
 
-async def _settled(
-    store: Any, conversation: StoredConversation, tenant: str
+async def _unheld(
+    store: Any, conversation_id: str, tenant: str
 ) -> tuple[StoredConversation, list[dict[str, Any]]]:
-    """The conversation once the turn holding it has let go, if that turn's response has
-    already ended (a cancelled or lost background response frees it just after its record is
-    written); else, or if that takes longer than SETTLE_SECONDS, ``conversation_locked``."""
+    """The conversation and its items, held by no other turn. One held by a turn whose
+    response has already ended (a cancelled or lost background response frees it just after
+    its record is written) is read again until that turn has let go; else, or if that takes
+    longer than SETTLE_SECONDS, ``conversation_locked``."""
+    found = await store_of(store).conversation_items(conversation_id, tenant)
+    if found is None:
+        raise not_found(conversation_id)
+    conversation = found[0]
+    if not conversation.locked:
+        return found
     holder = conversation.holder or ""
     response_id = holder.partition(".")[0]
     if not response_id.startswith(ids.RESPONSE):
