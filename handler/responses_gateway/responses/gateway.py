@@ -140,7 +140,8 @@ class Gateway:
         started = time.time()  # the response's deadline counts from here (compaction too)
         req = parse_create_request(body, hosted_tools=self.settings.hosted_tools,
                                    served=self.served_tools)
-        items = await history.resolve_references(self.store, normalize_input(req), tenant)
+        given = normalize_input(req)  # ids minted, content as parts
+        items = await history.resolve_references(self.store, given, tenant)
         if req.store:
             self.store.check_input_items(items)
         earlier = await history.chain(self.store, req.previous_response_id, tenant, cached)

@@ -236,7 +236,8 @@ class Job:
         elif self._prewarm:
             from responses_gateway.responses.prewarm import prewarm_request, prewarmed
 
-            self.chunks = prewarmed(self.backend.stream(prewarm_request(self.backend_request)))
+            warm = prewarm_request(self.backend_request)
+            self.chunks = prewarmed(self.backend.stream(warm))
         else:
             self.chunks = self.backend.stream(self.backend_request)
         self._first = asyncio.ensure_future(self._first_chunk())
