@@ -274,8 +274,8 @@ class Job:
             if compaction is not None:
                 # The summary is written while the client already reads that it is.
                 yield started + translator.compacting(compaction.item_id)
-                await self.deadline.wait(self._compacted(compaction))  # within its time
-                first, started = self.open(), []
+                first = await self.deadline.wait(self._compacted(compaction))  # within its time
+                started = []
             for item in self.record.request.get("output_items") or ():
                 started += translator.add_finished_item(item)  # made before the model ran
             translator.add_usage(self.record.request.get("output_usage"))  # what that cost
@@ -317,16 +317,21 @@ class Job:
                 await _shielded(self.persist())
             await _shielded(self.close())
 
-    async def _compacted(self, compaction: Compaction) -> None:
-        """Run the compaction the create left to the stream; the upstream request becomes
-        the record's compacted chat body, then the backend's local work (``ready``)."""
+    async def _compacted(self, compaction: Compaction) -> asyncio.Future[list[Chunk]]:
+        """Run the compaction the create left to the stream, then open the model's turn on
+        what it left, in one sequence: the upstream request becomes the record's compacted
+        chat body, the backend does its local work (``ready``), the request is sent
+        (``open``: its first chunks come back), and the translator learns what the chat
+        function names of the new render stand for."""
         await compaction.run()
         self.compaction = None
         request = self.record.request
         self.backend_request.body = _upstream_body(request["chat"], self.backend_request.stream)
-        self.translator.set_tools(specs_from_record(request.get("tools")))
         self.metrics.reserved = request.get("reserved")
         await self.ready()
+        first = self.open()
+        self.translator.set_tools(specs_from_record(request.get("tools")))
+        return first
 
     async def run_to_end(self) -> dict[str, Any]:
         """Consume every event; the final Response object (non-stream requests)."""
