@@ -270,44 +270,46 @@ class Job:
         if self.steering is not None:
             self.steering.arm()
         try:
-            started = translator.start()
-            if compaction is not None:
-                # The summary is written while the client already reads that it is.
-                yield started + translator.compacting(compaction.item_id)
-                first = await self.deadline.wait(self._compacted(compaction))  # within its time
-                started = []
-            for item in self.record.request.get("output_items") or ():
-                started += translator.add_finished_item(item)  # made before the model ran
-            translator.add_usage(self.record.request.get("output_usage"))  # what that cost
-            if self.tools is not None:
-                started += self.tools.opening_items(translator)
-            yield started
-            async for events in turns.run(first):
-                yield events
-            if not translator.done:
-                if self.steering is not None:  # numbered before the terminal event
-                    turns.pending += self.steering.acknowledge(translator)
-                ending = translator.steered() if turns.steered else translator.finish()
-                yield await self.stored(turns.pending + ending)
-        except (StoreUnavailable, StoreCancelled):
-            raise  # the store's own verdicts: a 503, or a background job that must stop
-        except GatewayError as exc:
-            # An upstream failure, or a backend refusing part of the request (a Bedrock
-            # image it cannot fetch) after the stream had started: the response fails.
-            if translator.done:
+            try:
+                started = translator.start()
+                if compaction is not None:
+                    # The summary is written while the client already reads that it is.
+                    yield started + translator.compacting(compaction.item_id)
+                    first = await self.deadline.wait(self._compacted(compaction))  # its time
+                    started = []
+                for item in self.record.request.get("output_items") or ():
+                    started += translator.add_finished_item(item)  # made before the model ran
+                translator.add_usage(self.record.request.get("output_usage"))  # what it cost
+                if self.tools is not None:
+                    started += self.tools.opening_items(translator)
+                yield started
+                async for events in turns.run(first):
+                    yield events
+                if not translator.done:
+                    if self.steering is not None:  # numbered before the terminal event
+                        turns.pending += self.steering.acknowledge(translator)
+                    ending = translator.steered() if turns.steered else translator.finish()
+                    yield await self.stored(turns.pending + ending)
                 return
-            if exc.code == "upstream_connection_closed" and translator.finish_reason:
-                ending = translator.finish()  # closed early, but after the model had finished
-            else:
-                ending = translator.fail(exc.code or "upstream_error", exc.message)
+            except (StoreUnavailable, StoreCancelled):
+                raise  # the store's own verdicts: a 503, or a background job that must stop
+            except GatewayError as exc:
+                # An upstream failure, or a backend refusing part of the request (a Bedrock
+                # image it cannot fetch) after the stream had started: the response fails.
+                if translator.done:
+                    return
+                if exc.code == "upstream_connection_closed" and translator.finish_reason:
+                    ending = translator.finish()  # closed early, after the model had finished
+                else:
+                    ending = translator.fail(exc.code or "upstream_error", exc.message)
+            except Exception:
+                logger.exception("response %s failed inside the gateway", self.record.id)
+                if translator.done:
+                    return
+                ending = translator.fail(
+                    "server_error", "The gateway failed while producing this response.")
+            # failed (or finished early) on the way: the terminal event, once stored
             yield await self.stored(turns.pending + ending)
-        except Exception:
-            logger.exception("response %s failed inside the gateway", self.record.id)
-            if translator.done:
-                return
-            yield await self.stored(turns.pending + translator.fail(
-                "server_error", "The gateway failed while producing this response."
-            ))
         finally:
             if timer is not None:
                 timer.cancel()
