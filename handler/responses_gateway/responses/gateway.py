@@ -10,8 +10,10 @@ checked here, its summarising calls run in the job after ``response.created`` (i
 then is a ``response.failed``.
 
     create body -> new_job: parse (translate/request_models.py), history (history.py),
-      conversation (conversations.py), fit (fitting/), server tools (tools/registry.py)
-    -> Job (job.py): model turns and tool calls (turns.py), deadline, persistence
+      conversation turn (conversations.py), fit (fitting/), server tools built and offered
+      (tools/registry.py), the record, the turn locked
+    -> Job (job.py), holding the turn and the tools: model turns and tool calls
+      (turns.py), deadline, persistence
 """
 
 from __future__ import annotations
