@@ -170,12 +170,15 @@ class Turn:
     done: bool = False
     _keeper: asyncio.Task[None] | None = field(default=None, repr=False)
 
-    async def lock(self, record: StoredResponse) -> None:
-        """Take the turn lock and name the conversation in the record (and the Response).
+    @property
+    def held(self) -> dict[str, Any]:
+        """What the response's record says of its turn (``turn_of`` reads it back)."""
+        return {"id": self.conversation_id, "token": self.token, "length": self.length}
 
-        The token starts with the response's id: a turn that finds the conversation held can
+    async def lock(self) -> None:
+        """Take the turn lock, conditional on nothing appended since the read. The token
+        starts with the response's id (``begin``): a turn that finds the conversation held can
         tell whether the holder has already ended (its append is under way)."""
-        self.token = f"{record.id}.{secrets.token_hex(8)}"
         taken = await self.store.lock_conversation(
             self.conversation_id,
             self.tenant,
@@ -187,10 +190,6 @@ class Turn:
             raise not_found(self.conversation_id)
         if not taken:
             raise ConversationLocked()
-        record.request["conversation"] = {
-            "id": self.conversation_id, "token": self.token, "length": self.length
-        }
-        record.response["conversation"] = {"id": self.conversation_id}
 
     def keep(self) -> None:
         """Renew the lock every RENEW_SECONDS until the turn settles (``finish``/``release``):
@@ -294,9 +293,11 @@ class Turn:
 
 
 async def begin(
-    store: Any, req: CreateResponseRequest, tenant: str, items: list[dict[str, Any]]
+    store: Any, req: CreateResponseRequest, tenant: str, items: list[dict[str, Any]],
+    response_id: str,
 ) -> Turn | None:
-    """The conversation's items for a create with ``conversation`` (None without one)."""
+    """The turn of the response ``response_id`` on the conversation of a create with
+    ``conversation`` (None without one), with the conversation's items; not locked yet."""
     if req.conversation is None:
         return None
     conversation_id = req.conversation
@@ -310,7 +311,8 @@ async def begin(
     # so a conversation passes its bound by at most one response, then takes no more turns.
     store_of(store).limits.check_room(conversation, items, "input")
     return Turn(
-        store_of(store), conversation_id, tenant, conversation.length, history=history
+        store_of(store), conversation_id, tenant, conversation.length,
+        token=f"{response_id}.{secrets.token_hex(8)}", history=history,
     )
 
 

@@ -142,12 +142,13 @@ class Gateway:
         started = time.time()  # the response's deadline counts from here (compaction too)
         req = parse_create_request(body, hosted_tools=self.settings.hosted_tools,
                                    served=self.served_tools)
+        response_id = ids.new_id(ids.RESPONSE)  # its conversation turn's token starts with it
         given = normalize_input(req)  # ids minted, content as parts
         items = await history.resolve_references(self.store, given, tenant)
         if req.store:
             self.store.check_input_items(items)
         earlier = await history.chain(self.store, req.previous_response_id, tenant, cached)
-        turn = await conversations.begin(self.store, req, tenant, items)
+        turn = await conversations.begin(self.store, req, tenant, items, response_id)
         if turn is not None:  # ``conversation``: its items come before this turn's input
             earlier, turn.history = turn.history, []  # read here once: the job holds the turn
         # The newest configuration_update items set effort and format (configuration.py).
@@ -167,10 +168,10 @@ class Gateway:
             chat, catalog, req.tools, req.tool_choice, items, earlier, self.settings, tenant,
             include=req.include or (), services=self, reads=reads)
         try:
-            record = self._record(req, tenant, items, route.backend, fitted, catalog, tools,
-                                  earlier + items)
+            record = self._record(req, response_id, tenant, items, route.backend, fitted,
+                                  catalog, tools, earlier + items, turn)
             if turn is not None:
-                await turn.lock(record)  # the request is ready: hold the conversation till it ends
+                await turn.lock()  # the request is ready: hold the conversation till it ends
             # (a deferred compaction's record is reserved once compacted: _compacted)
             if (reserve is not None and generate and fitted.pending is None
                     and record.request["model_runs"] is not False):
@@ -219,11 +220,13 @@ class Gateway:
                 record.request["reserved"] = reserved
 
     def _record(
-        self, req: CreateResponseRequest, tenant: str, items: list[dict[str, Any]],
-        backend: str, fitted: fit.Fitted, catalog: ToolCatalog, tools: ServerTools | None,
-        conversation: list[dict[str, Any]],
+        self, req: CreateResponseRequest, response_id: str, tenant: str,
+        items: list[dict[str, Any]], backend: str, fitted: fit.Fitted, catalog: ToolCatalog,
+        tools: ServerTools | None, conversation: list[dict[str, Any]],
+        turn: conversations.Turn | None,
     ) -> StoredResponse:
-        response_id = ids.new_id(ids.RESPONSE)
+        """The response's record, whole: its Response as created, what the job (here or in a
+        worker) needs to run it, and the conversation turn it holds (``turn``)."""
         reasoning_input = self.backend_for(backend).reasoning_input(self.settings.reasoning_input)
         echo = req.echo(reasoning_input)
         if req.reasoning_context is not None:  # what ``current_turn`` kept from the model
@@ -236,28 +239,32 @@ class Gateway:
             status="queued" if req.background else "in_progress",
         )
         seal = partial(self.sealer.seal, tenant=tenant)
+        request: dict[str, Any] = {
+            "chat": fitted.chat,
+            "backend": backend,
+            "options": {
+                "summary": bool(req.summary),
+                "logprobs": req.wants_logprobs,
+                "encrypted_reasoning": req.wants_encrypted_reasoning,
+            },
+            "sealed_reasoning": {},
+            "message_params": fitted.message_params,
+            "output_items": fitted.output_items,  # made before the model runs (compaction)
+            "output_usage": fitted.usage,  # what making them cost (summarising calls)
+            "model_runs": fitted.model_runs,  # False: a compaction_trigger's response
+            "prewarm": req.prewarm,  # warm the prompt cache, generate nothing (job.py)
+            "tools": catalog.to_record(),  # chat function name -> what it stands for
+            # server tools (tools/registry.py): their state, secrets sealed
+            "server_tools": tools.to_record(seal) if tools else None,
+        }
+        if turn is not None:  # the turn it holds (locked once the record is made)
+            request["conversation"] = turn.held
+            response["conversation"] = {"id": turn.conversation_id}
         return StoredResponse(
             id=response_id,
             tenant=tenant,
             response=response,
-            request={
-                "chat": fitted.chat,
-                "backend": backend,
-                "options": {
-                    "summary": bool(req.summary),
-                    "logprobs": req.wants_logprobs,
-                    "encrypted_reasoning": req.wants_encrypted_reasoning,
-                },
-                "sealed_reasoning": {},
-                "message_params": fitted.message_params,
-                "output_items": fitted.output_items,  # made before the model runs (compaction)
-                "output_usage": fitted.usage,  # what making them cost (summarising calls)
-                "model_runs": fitted.model_runs,  # False: a compaction_trigger's response
-                "prewarm": req.prewarm,  # warm the prompt cache, generate nothing (job.py)
-                "tools": catalog.to_record(),  # chat function name -> what it stands for
-                # server tools (tools/registry.py): their state, secrets sealed
-                "server_tools": tools.to_record(seal) if tools else None,
-            },
+            request=request,
             input_items=items,
             previous_response_id=req.previous_response_id,
             background=req.background,
