@@ -16,6 +16,7 @@ from openai import AsyncOpenAI, OpenAI
 from responses_gateway.api.auth import Authenticator
 from responses_gateway.config import Settings, SettingsError, settings_from_env
 from responses_gateway.errors import GatewayError
+from responses_gateway.responses.job import Job
 from responses_gateway.responses.services import build_gateway
 from responses_gateway.store.usage import UsageEntry
 from responses_gateway.tools.registry import ITEM_COUNTERS
@@ -133,7 +134,7 @@ def test_background_responses_counted_once_when_run_again(settings: Settings) ->
             try:
                 record = await gateway.store.get(created.id, tenant_of(KEYS[0]))
                 assert record is not None
-                again = await gateway.job_for(record).run_to_end()
+                again = await Job.from_record(gateway, record).run_to_end()
                 assert again["usage"]["input_tokens"] > 0  # it did run and spend
             finally:
                 await gateway.aclose()

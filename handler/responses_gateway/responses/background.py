@@ -22,7 +22,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
@@ -46,9 +46,6 @@ from responses_gateway.store.base import (
 from responses_gateway.translate.response_object import response_error
 from responses_gateway.translate.stream import Event
 
-if TYPE_CHECKING:
-    from responses_gateway.platform.worker import Worker  # built on first use: cold start
-
 logger = logging.getLogger("responses_gateway.worker")
 
 FLUSH_SECONDS = 0.25  # events reach the store (and other invocations) this often
@@ -66,7 +63,10 @@ def feed_of(gateway: Gateway) -> LocalFeed:
 
 
 async def start(gateway: Gateway, job: Job) -> None:
-    """Store the record ``queued`` and hand it to a worker; the caller answers the client."""
+    """Store the record ``queued`` and hand it to a worker (platform/worker.py): a task of
+    this process, or the worker Lambda; a worker that cannot be reached is a 503 and no
+    response (the record deleted, the job's conversation turn let go). The caller answers
+    the client."""
     record = job.record
     # Until a worker claims it, this lease bounds how long it may stay queued. An async Lambda
     # invocation may wait in its queue up to the template's MaximumEventAgeInSeconds (300 s;
@@ -77,32 +77,27 @@ async def start(gateway: Gateway, job: Job) -> None:
     )
     record.lease_until = time.time() + queued_for
     await gateway.store.put(record)
-    await dispatch(gateway, record, worker)
-
-
-async def dispatch(gateway: Gateway, record: StoredResponse, worker: Worker) -> None:
-    """Queue the record for the worker Lambda, or run it as a task of this process
-    (platform/worker.py); a worker that cannot be reached is a 503 and no response."""
-    if not worker.in_process:
-        try:
-            await worker.queue({"response_id": record.id, "tenant": record.tenant})
-        except Exception as exc:
-            logger.exception("could not invoke worker %s for %s", worker.function, record.id)
-            with contextlib.suppress(Exception):
-                await gateway.store.delete(record.id, record.tenant)
-            await conversations.release_record(gateway.store, record)  # never ran: let go
-            raise GatewayError(
-                503,
-                "The background worker could not be started; the response was not created.",
-                type="server_error",
-                code="worker_unavailable",
-            ) from exc
+    if worker.in_process:
+        feed = feed_of(gateway)
+        feed.open(record.id)
+        task = asyncio.ensure_future(run(gateway, record.id, record.tenant))
+        feed.tasks[record.id] = task
+        task.add_done_callback(lambda _: feed.tasks.pop(record.id, None))
         return
-    feed = feed_of(gateway)
-    feed.open(record.id)
-    task = asyncio.ensure_future(run(gateway, record.id, record.tenant))
-    feed.tasks[record.id] = task
-    task.add_done_callback(lambda _: feed.tasks.pop(record.id, None))
+    try:
+        await worker.queue({"response_id": record.id, "tenant": record.tenant})
+    except Exception as exc:
+        logger.exception("could not invoke worker %s for %s", worker.function, record.id)
+        with contextlib.suppress(Exception):
+            await gateway.store.delete(record.id, record.tenant)
+        if job.conversation is not None:
+            await job.conversation.release()  # never ran: let go
+        raise GatewayError(
+            503,
+            "The background worker could not be started; the response was not created.",
+            type="server_error",
+            code="worker_unavailable",
+        ) from exc
 
 
 # -- run ------------------------------------------------------------------------------------
@@ -132,7 +127,7 @@ async def run(
             return
         log = EventLog(gateway, response_id, lease)
         # record.response is still queued: response.queued first
-        job = gateway.job_for(record, persist=log.finish)
+        job = Job.from_record(gateway, record, persist=log.finish)
         if deadline is not None:
             job.set_deadline(deadline, UpstreamError(
                 504,

@@ -170,12 +170,15 @@ class Turn:
     done: bool = False
     _keeper: asyncio.Task[None] | None = field(default=None, repr=False)
 
-    async def lock(self, record: StoredResponse) -> None:
-        """Take the turn lock and name the conversation in the record (and the Response).
+    @property
+    def held(self) -> dict[str, Any]:
+        """What the response's record says of its turn (``turn_of`` reads it back)."""
+        return {"id": self.conversation_id, "token": self.token, "length": self.length}
 
-        The token starts with the response's id: a turn that finds the conversation held can
+    async def lock(self) -> None:
+        """Take the turn lock, conditional on nothing appended since the read. The token
+        starts with the response's id (``begin``): a turn that finds the conversation held can
         tell whether the holder has already ended (its append is under way)."""
-        self.token = f"{record.id}.{secrets.token_hex(8)}"
         taken = await self.store.lock_conversation(
             self.conversation_id,
             self.tenant,
@@ -187,10 +190,6 @@ class Turn:
             raise not_found(self.conversation_id)
         if not taken:
             raise ConversationLocked()
-        record.request["conversation"] = {
-            "id": self.conversation_id, "token": self.token, "length": self.length
-        }
-        record.response["conversation"] = {"id": self.conversation_id}
 
     def keep(self) -> None:
         """Renew the lock every RENEW_SECONDS until the turn settles (``finish``/``release``):
@@ -294,18 +293,15 @@ class Turn:
 
 
 async def begin(
-    store: Any, req: CreateResponseRequest, tenant: str, items: list[dict[str, Any]]
+    store: Any, req: CreateResponseRequest, tenant: str, items: list[dict[str, Any]],
+    response_id: str,
 ) -> Turn | None:
-    """The conversation's items for a create with ``conversation`` (None without one)."""
+    """The turn of the response ``response_id`` on the conversation of a create with
+    ``conversation`` (None without one), with the conversation's items; not locked yet."""
     if req.conversation is None:
         return None
     conversation_id = req.conversation
-    found = await store_of(store).conversation_items(conversation_id, tenant)
-    if found is None:
-        raise not_found(conversation_id)
-    conversation, history = found
-    if conversation.locked:
-        conversation, history = await _settled(store, conversation, tenant)
+    conversation, history = await _unheld(store, conversation_id, tenant)
     held = {item.get("id") for item in history}
     for item in items:
         if item.get("id") in held:
@@ -315,16 +311,24 @@ async def begin(
     # so a conversation passes its bound by at most one response, then takes no more turns.
     store_of(store).limits.check_room(conversation, items, "input")
     return Turn(
-        store_of(store), conversation_id, tenant, conversation.length, history=history
+        store_of(store), conversation_id, tenant, conversation.length,
+        token=f"{response_id}.{secrets.token_hex(8)}", history=history,
     )
 
 
-async def _settled(
-    store: Any, conversation: StoredConversation, tenant: str
+async def _unheld(
+    store: Any, conversation_id: str, tenant: str
 ) -> tuple[StoredConversation, list[dict[str, Any]]]:
-    """The conversation once the turn holding it has let go, if that turn's response has
-    already ended (a cancelled or lost background response frees it just after its record is
-    written); else, or if that takes longer than SETTLE_SECONDS, ``conversation_locked``."""
+    """The conversation and its items, held by no other turn. One held by a turn whose
+    response has already ended (a cancelled or lost background response frees it just after
+    its record is written) is read again until that turn has let go; else, or if that takes
+    longer than SETTLE_SECONDS, ``conversation_locked``."""
+    found = await store_of(store).conversation_items(conversation_id, tenant)
+    if found is None:
+        raise not_found(conversation_id)
+    conversation = found[0]
+    if not conversation.locked:
+        return found
     holder = conversation.holder or ""
     response_id = holder.partition(".")[0]
     if not response_id.startswith(ids.RESPONSE):

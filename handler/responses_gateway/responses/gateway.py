@@ -10,8 +10,10 @@ checked here, its summarising calls run in the job after ``response.created`` (i
 then is a ``response.failed``.
 
     create body -> new_job: parse (translate/request_models.py), history (history.py),
-      conversation (conversations.py), fit (fitting/), server tools (tools/registry.py)
-    -> Job (job.py): model turns and tool calls (turns.py), deadline, persistence
+      conversation turn (conversations.py), fit (fitting/), server tools built and offered
+      (tools/registry.py), the record, the turn locked
+    -> Job (job.py), holding the turn and the tools: model turns and tool calls
+      (turns.py), deadline, persistence
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from responses_gateway.platform import platform_for
 from responses_gateway.responses import configuration, conversations, history
 from responses_gateway.responses.fitting import fit
 from responses_gateway.responses.fitting.compaction_bounds import CompactionLimits, Departure
-from responses_gateway.responses.job import Compaction, Job, Persist
+from responses_gateway.responses.job import Compaction, Job
 from responses_gateway.responses.local_feed import LocalFeed
 from responses_gateway.store.base import Store, StoredResponse
 from responses_gateway.tools import reads as tool_reads
@@ -140,13 +142,15 @@ class Gateway:
         started = time.time()  # the response's deadline counts from here (compaction too)
         req = parse_create_request(body, hosted_tools=self.settings.hosted_tools,
                                    served=self.served_tools)
-        items = await history.resolve_references(self.store, normalize_input(req), tenant)
+        response_id = ids.new_id(ids.RESPONSE)  # its conversation turn's token starts with it
+        given = normalize_input(req)  # ids minted, content as parts
+        items = await history.resolve_references(self.store, given, tenant)
         if req.store:
             self.store.check_input_items(items)
         earlier = await history.chain(self.store, req.previous_response_id, tenant, cached)
-        turn = await conversations.begin(self.store, req, tenant, items)
+        turn = await conversations.begin(self.store, req, tenant, items, response_id)
         if turn is not None:  # ``conversation``: its items come before this turn's input
-            earlier = turn.history
+            earlier, turn.history = turn.history, []  # read here once: the job holds the turn
         # The newest configuration_update items set effort and format (configuration.py).
         configuration.apply_updates(req, earlier + items)
         route = self.settings.route(req.model)
@@ -160,12 +164,14 @@ class Gateway:
                                         new_catalog=ToolCatalog, left=client_left, reads=reads,
                                         defer=defer)
         chat, catalog = fitted.chat, fitted.catalog
-        tools = await self._server_tools(req, chat, catalog, earlier, items, tenant, reads)
+        tools = await ServerTools.offered(
+            chat, catalog, req.tools, req.tool_choice, items, earlier, self.settings, tenant,
+            include=req.include or (), services=self, reads=reads)
         try:
-            record = self._record(req, tenant, items, route.backend, fitted, catalog, tools,
-                                  earlier + items)
+            record = self._record(req, response_id, tenant, items, route.backend, fitted,
+                                  catalog, tools, earlier + items, turn)
             if turn is not None:
-                await turn.lock(record)  # the request is ready: hold the conversation till it ends
+                await turn.lock()  # the request is ready: hold the conversation till it ends
             # (a deferred compaction's record is reserved once compacted: _compacted)
             if (reserve is not None and generate and fitted.pending is None
                     and record.request["model_runs"] is not False):
@@ -185,7 +191,7 @@ class Gateway:
             await tools.aclose()  # the worker builds them again (it may run in another process)
             tools = None
         job = Job(self, record, stream=req.streaming, store=req.store, tools=tools,
-                  generate=generate, started_at=started)
+                  conversation=turn, generate=generate, started_at=started)
         if fitted.pending is not None:
             job.compaction = Compaction(fitted.pending.item_id, partial(
                 self._compacted, req, record, fitted.pending, tools,
@@ -202,7 +208,7 @@ class Gateway:
         fitted = await pending.run()
         chat, catalog = fitted.chat, fitted.catalog
         if tools is not None:
-            self._offer(tools, req, chat, catalog)
+            tools.offer(chat, catalog, req.tool_choice)
         record.request.update({
             "chat": chat, "message_params": fitted.message_params,
             "output_items": fitted.output_items, "output_usage": fitted.usage,
@@ -214,11 +220,13 @@ class Gateway:
                 record.request["reserved"] = reserved
 
     def _record(
-        self, req: CreateResponseRequest, tenant: str, items: list[dict[str, Any]],
-        backend: str, fitted: fit.Fitted, catalog: ToolCatalog, tools: ServerTools | None,
-        conversation: list[dict[str, Any]],
+        self, req: CreateResponseRequest, response_id: str, tenant: str,
+        items: list[dict[str, Any]], backend: str, fitted: fit.Fitted, catalog: ToolCatalog,
+        tools: ServerTools | None, conversation: list[dict[str, Any]],
+        turn: conversations.Turn | None,
     ) -> StoredResponse:
-        response_id = ids.new_id(ids.RESPONSE)
+        """The response's record, whole: its Response as created, what the job (here or in a
+        worker) needs to run it, and the conversation turn it holds (``turn``)."""
         reasoning_input = self.backend_for(backend).reasoning_input(self.settings.reasoning_input)
         echo = req.echo(reasoning_input)
         if req.reasoning_context is not None:  # what ``current_turn`` kept from the model
@@ -231,75 +239,42 @@ class Gateway:
             status="queued" if req.background else "in_progress",
         )
         seal = partial(self.sealer.seal, tenant=tenant)
+        request: dict[str, Any] = {
+            "chat": fitted.chat,
+            "backend": backend,
+            "options": {
+                "summary": bool(req.summary),
+                "logprobs": req.wants_logprobs,
+                "encrypted_reasoning": req.wants_encrypted_reasoning,
+            },
+            "sealed_reasoning": {},
+            "message_params": fitted.message_params,
+            "output_items": fitted.output_items,  # made before the model runs (compaction)
+            "output_usage": fitted.usage,  # what making them cost (summarising calls)
+            "model_runs": fitted.model_runs,  # False: a compaction_trigger's response
+            "prewarm": req.prewarm,  # warm the prompt cache, generate nothing (job.py)
+            "tools": catalog.to_record(),  # chat function name -> what it stands for
+            # server tools (tools/registry.py): their state, secrets sealed
+            "server_tools": tools.to_record(seal) if tools else None,
+        }
+        if turn is not None:  # the turn it holds (locked once the record is made)
+            request["conversation"] = turn.held
+            response["conversation"] = {"id": turn.conversation_id}
         return StoredResponse(
             id=response_id,
             tenant=tenant,
             response=response,
-            request={
-                "chat": fitted.chat,
-                "backend": backend,
-                "options": {
-                    "summary": bool(req.summary),
-                    "logprobs": req.wants_logprobs,
-                    "encrypted_reasoning": req.wants_encrypted_reasoning,
-                },
-                "sealed_reasoning": {},
-                "message_params": fitted.message_params,
-                "output_items": fitted.output_items,  # made before the model runs (compaction)
-                "output_usage": fitted.usage,  # what making them cost (summarising calls)
-                "model_runs": fitted.model_runs,  # False: a compaction_trigger's response
-                "prewarm": req.prewarm,  # warm the prompt cache, generate nothing (job.py)
-                "tools": catalog.to_record(),  # chat function name -> what it stands for
-                # server tools (tools/registry.py): their state, secrets sealed
-                "server_tools": tools.to_record(seal) if tools else None,
-            },
+            request=request,
             input_items=items,
             previous_response_id=req.previous_response_id,
             background=req.background,
             expires_at=int(time.time()) + self.settings.retention_days * 86400,
         )
 
-    async def _server_tools(
-        self, req: CreateResponseRequest, chat: dict[str, Any], catalog: ToolCatalog,
-        earlier: list[dict[str, Any]], items: list[dict[str, Any]], tenant: str,
-        reads: Mapping[str, str] | None = None,
-    ) -> ServerTools | None:
-        """The request's server tools built (an MCP server that cannot be listed is OpenAI's
-        424), their functions offered to the model, a tool_choice naming one honoured."""
-        tools = await ServerTools.for_request(
-            req.tools, req.tool_choice, items, earlier, self.settings, tenant,
-            include=req.include or (), services=self, reads=reads)
-        if tools is None:
-            return None
-        try:
-            self._offer(tools, req, chat, catalog)
-        except BaseException:
-            await tools.aclose()
-            raise
-        return tools
-
-    @staticmethod
-    def _offer(tools: ServerTools, req: CreateResponseRequest, chat: dict[str, Any],
-               catalog: ToolCatalog) -> None:
-        """The server tools' functions offered in ``chat``, a tool_choice naming one
-        honoured."""
-        tools.offer(catalog)
-        chat["tools"] = catalog.chat_tools
-        chosen = tools.tool_choice(req.tool_choice, catalog)
-        if chosen is not None:
-            chat["tool_choice"] = chosen
-        if not chat["tools"]:  # chat servers refuse an empty tool list and what goes with it
-            for key in ("tools", "tool_choice", "parallel_tool_calls"):
-                chat.pop(key, None)
-
     async def resolve_references(
         self, items: list[dict[str, Any]], tenant: str
     ) -> list[dict[str, Any]]:
         return await history.resolve_references(self.store, items, tenant)
-
-    def job_for(self, record: StoredResponse, *, persist: Persist | None = None) -> Job:
-        """A job for a stored (background) record, in whichever process runs it."""
-        return Job(self, record, stream=True, store=True, persist=persist)
 
     async def aclose(self) -> None:
         await self.local_feed.stop_all()  # background responses running here

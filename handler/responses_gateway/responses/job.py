@@ -72,9 +72,12 @@ class Job:
 
     def __init__(
         self, gateway: Services, record: StoredResponse, *, stream: bool, store: bool,
-        tools: ServerTools | None = None, generate: bool = True, persist: Persist | None = None,
-        started_at: float | None = None,
+        tools: ServerTools | None = None, conversation: conversations.Turn | None = None,
+        generate: bool = True, persist: Persist | None = None, started_at: float | None = None,
     ):
+        """``tools`` and ``conversation``: the server tools this response runs and its turn
+        on a conversation, as its builder made them (gateway.py ``new_job``; a stored record's
+        are rebuilt by :meth:`from_record`)."""
         self.gateway = gateway
         self.record = record
         self.store = store
@@ -84,13 +87,22 @@ class Job:
         #: (responses/prewarm.py); it overrides ``generate: false``, as OpenAI's does
         self._prewarm = bool(record.request.get("prewarm")) and runs
         generate = (generate or self._prewarm) and runs
-        options = record.request["options"]
+        self._generate = generate
+        chat = _upstream_body(record.request["chat"], stream)
+        self.deadline = Deadline()
+        limit = gateway.settings.max_response_seconds
+        if limit > 0:
+            # One clock for the whole response: a compaction before it was built counts.
+            start = started_at if started_at is not None else time.time()
+            self.deadline.set(start + limit, GatewayError(
+                504,
+                f"The response took longer than this gateway allows ({limit:g} s, "
+                "GATEWAY_MAX_RESPONSE_SECONDS); the output so far is kept.",
+                type="server_error", code="response_timeout",
+            ))
         #: the server tools this response runs between model turns (tools/server.py)
-        self.tools = tools if tools is not None else _tools_of(gateway, record)
-        if self.tools is not None and (not generate or self._prewarm):
-            self.tools.skip_first_calls()  # nothing is generated: nothing approved runs
-        self.first_calls: list[ServerCall] = (
-            self.tools.first_calls() if self.tools is not None else [])
+        self.tools = tools
+        options = record.request["options"]
         self.translator = ResponseTranslator(
             record.response,
             TranslateOptions(
@@ -99,13 +111,14 @@ class Job:
                 encrypted_reasoning=options["encrypted_reasoning"],
                 seal=partial(gateway.sealer.seal, tenant=record.tenant),
                 tools=specs_from_record(record.request.get("tools")),
-                annotate=self.tools.annotate if self.tools is not None else None,
+                annotate=tools.annotate if tools is not None else None,
             ),
         )
-        chat = _upstream_body(record.request["chat"], stream)
+        if tools is not None and (not generate or self._prewarm):
+            tools.skip_first_calls()  # nothing is generated: nothing approved runs
+        self.first_calls: list[ServerCall] = tools.first_calls() if tools is not None else []
         backend = gateway.backend_for(record.request["backend"])
         self.reasoning_input = backend.reasoning_input(gateway.settings.reasoning_input)
-        self._generate = generate
         self.backend = backend
         self.backend_request = BackendRequest(body=chat, tenant=record.tenant, stream=stream)
         self.metrics = ResponseMetrics(
@@ -117,23 +130,22 @@ class Job:
         self._turns_started = 0  # model turns sent upstream
         self.turn_step = -1  # the current model turn's step (ResponseMetrics.step_opened)
         self._first: asyncio.Future[list[Chunk]] | None = None
-        self.conversation = conversations.turn_of(gateway.store, record)
-        self.deadline = Deadline()
+        #: the response's turn on a conversation: it settles with the record (``persist``)
+        self.conversation = conversation
         #: set by a WebSocket session: a ``response.steer`` may stop it (responses/steering.py)
         self.steering: Steering | None = None
         #: set by the gateway: a compaction still to run before the model (a streamed create)
         self.compaction: Compaction | None = None
         self._turns = TurnLoop(self)
-        limit = gateway.settings.max_response_seconds
-        if limit > 0:
-            # One clock for the whole response: a compaction before it was built counts.
-            start = started_at if started_at is not None else time.time()
-            self.deadline.set(start + limit, GatewayError(
-                504,
-                f"The response took longer than this gateway allows ({limit:g} s, "
-                "GATEWAY_MAX_RESPONSE_SECONDS); the output so far is kept.",
-                type="server_error", code="response_timeout",
-            ))
+
+    @classmethod
+    def from_record(cls, gateway: Services, record: StoredResponse, *,
+                    persist: Persist | None = None) -> Job:
+        """A job for a stored (background) record, in whichever process runs it: its server
+        tools and its conversation turn rebuilt from what the record holds."""
+        return cls(gateway, record, stream=True, store=True, persist=persist,
+                   tools=_tools_of(gateway, record),
+                   conversation=conversations.turn_of(gateway.store, record))
 
     def set_deadline(self, when: float, error: GatewayError) -> None:
         """End the response ``failed`` with ``error`` at ``when`` (epoch seconds), partial
@@ -224,7 +236,8 @@ class Job:
         elif self._prewarm:
             from responses_gateway.responses.prewarm import prewarm_request, prewarmed
 
-            self.chunks = prewarmed(self.backend.stream(prewarm_request(self.backend_request)))
+            warm = prewarm_request(self.backend_request)
+            self.chunks = prewarmed(self.backend.stream(warm))
         else:
             self.chunks = self.backend.stream(self.backend_request)
         self._first = asyncio.ensure_future(self._first_chunk())
@@ -257,44 +270,46 @@ class Job:
         if self.steering is not None:
             self.steering.arm()
         try:
-            started = translator.start()
-            if compaction is not None:
-                # The summary is written while the client already reads that it is.
-                yield started + translator.compacting(compaction.item_id)
-                await self.deadline.wait(self._compacted(compaction))  # within its time
-                first, started = self.open(), []
-            for item in self.record.request.get("output_items") or ():
-                started += translator.add_finished_item(item)  # made before the model ran
-            translator.add_usage(self.record.request.get("output_usage"))  # what that cost
-            if self.tools is not None:
-                started += self.tools.opening_items(translator)
-            yield started
-            async for events in turns.run(first):
-                yield events
-            if not translator.done:
-                if self.steering is not None:  # numbered before the terminal event
-                    turns.pending += self.steering.acknowledge(translator)
-                ending = translator.steered() if turns.steered else translator.finish()
-                yield await self.stored(turns.pending + ending)
-        except (StoreUnavailable, StoreCancelled):
-            raise  # the store's own verdicts: a 503, or a background job that must stop
-        except GatewayError as exc:
-            # An upstream failure, or a backend refusing part of the request (a Bedrock
-            # image it cannot fetch) after the stream had started: the response fails.
-            if translator.done:
+            try:
+                started = translator.start()
+                if compaction is not None:
+                    # The summary is written while the client already reads that it is.
+                    yield started + translator.compacting(compaction.item_id)
+                    first = await self.deadline.wait(self._compacted(compaction))  # its time
+                    started = []
+                for item in self.record.request.get("output_items") or ():
+                    started += translator.add_finished_item(item)  # made before the model ran
+                translator.add_usage(self.record.request.get("output_usage"))  # what it cost
+                if self.tools is not None:
+                    started += self.tools.opening_items(translator)
+                yield started
+                async for events in turns.run(first):
+                    yield events
+                if not translator.done:
+                    if self.steering is not None:  # numbered before the terminal event
+                        turns.pending += self.steering.acknowledge(translator)
+                    ending = translator.steered() if turns.steered else translator.finish()
+                    yield await self.stored(turns.pending + ending)
                 return
-            if exc.code == "upstream_connection_closed" and translator.finish_reason:
-                ending = translator.finish()  # closed early, but after the model had finished
-            else:
-                ending = translator.fail(exc.code or "upstream_error", exc.message)
+            except (StoreUnavailable, StoreCancelled):
+                raise  # the store's own verdicts: a 503, or a background job that must stop
+            except GatewayError as exc:
+                # An upstream failure, or a backend refusing part of the request (a Bedrock
+                # image it cannot fetch) after the stream had started: the response fails.
+                if translator.done:
+                    return
+                if exc.code == "upstream_connection_closed" and translator.finish_reason:
+                    ending = translator.finish()  # closed early, after the model had finished
+                else:
+                    ending = translator.fail(exc.code or "upstream_error", exc.message)
+            except Exception:
+                logger.exception("response %s failed inside the gateway", self.record.id)
+                if translator.done:
+                    return
+                ending = translator.fail(
+                    "server_error", "The gateway failed while producing this response.")
+            # failed (or finished early) on the way: the terminal event, once stored
             yield await self.stored(turns.pending + ending)
-        except Exception:
-            logger.exception("response %s failed inside the gateway", self.record.id)
-            if translator.done:
-                return
-            yield await self.stored(turns.pending + translator.fail(
-                "server_error", "The gateway failed while producing this response."
-            ))
         finally:
             if timer is not None:
                 timer.cancel()
@@ -304,16 +319,21 @@ class Job:
                 await _shielded(self.persist())
             await _shielded(self.close())
 
-    async def _compacted(self, compaction: Compaction) -> None:
-        """Run the compaction the create left to the stream; the upstream request becomes
-        the record's compacted chat body, then the backend's local work (``ready``)."""
+    async def _compacted(self, compaction: Compaction) -> asyncio.Future[list[Chunk]]:
+        """Run the compaction the create left to the stream, then open the model's turn on
+        what it left, in one sequence: the upstream request becomes the record's compacted
+        chat body, the backend does its local work (``ready``), the request is sent
+        (``open``: its first chunks come back), and the translator learns what the chat
+        function names of the new render stand for."""
         await compaction.run()
         self.compaction = None
         request = self.record.request
         self.backend_request.body = _upstream_body(request["chat"], self.backend_request.stream)
-        self.translator.set_tools(specs_from_record(request.get("tools")))
         self.metrics.reserved = request.get("reserved")
         await self.ready()
+        first = self.open()
+        self.translator.set_tools(specs_from_record(request.get("tools")))
+        return first
 
     async def run_to_end(self) -> dict[str, Any]:
         """Consume every event; the final Response object (non-stream requests)."""

@@ -265,6 +265,27 @@ class ServerTools:
             raise
         return cls(built)._joined()
 
+    @classmethod
+    async def offered(
+        cls, chat: dict[str, Any], catalog: ToolCatalog, tools: Sequence[Any] | None,
+        tool_choice: Any, items: list[dict[str, Any]], history: list[dict[str, Any]],
+        settings: Any, tenant: str, include: Sequence[str] = (), services: Any = None,
+        reads: Mapping[str, str] | None = None,
+    ) -> ServerTools | None:
+        """The request's server tools built (:meth:`for_request`: an MCP server that cannot
+        be listed is OpenAI's 424) and offered in ``chat`` (:meth:`offer`); a failure closes
+        what was built and raises."""
+        built = await cls.for_request(tools, tool_choice, items, history, settings, tenant,
+                                      include=include, services=services, reads=reads)
+        if built is None:
+            return None
+        try:
+            built.offer(chat, catalog, tool_choice)
+        except BaseException:
+            await built.aclose()
+            raise
+        return built
+
     def _joined(self) -> ServerTools:
         for tool in self.by_kind.values():
             tool.join(self.by_kind)
@@ -279,18 +300,21 @@ class ServerTools:
     def to_record(self, seal: Seal) -> dict[str, Any]:
         return {kind: tool.to_record(seal) for kind, tool in self.by_kind.items()}
 
-    def offer(self, catalog: ToolCatalog) -> None:
-        """Add every server tool's functions to what the model is offered."""
+    def offer(self, chat: dict[str, Any], catalog: ToolCatalog, tool_choice: Any) -> None:
+        """Every server tool's functions offered in ``chat`` (through ``catalog``), a
+        ``tool_choice`` naming one of them honoured."""
         for kind, tool in self.by_kind.items():
             for namespace, function in tool.functions():
                 catalog.add_server(kind, function, namespace)
-
-    def tool_choice(self, choice: Any, catalog: ToolCatalog) -> dict[str, Any] | str | None:
+        chat["tools"] = catalog.chat_tools
         for tool in self.by_kind.values():
-            chosen = tool.tool_choice(choice, catalog)
+            chosen = tool.tool_choice(tool_choice, catalog)
             if chosen is not None:
-                return chosen
-        return None
+                chat["tool_choice"] = chosen
+                break
+        if not chat["tools"]:  # chat servers refuse an empty tool list and what goes with it
+            for key in ("tools", "tool_choice", "parallel_tool_calls"):
+                chat.pop(key, None)
 
     def opening_items(self, items: ItemWriter) -> list[Event]:
         events: list[Event] = []

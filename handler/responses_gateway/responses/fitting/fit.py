@@ -127,9 +127,10 @@ class Fitting:
         threshold = entry.compact_threshold if entry is not None else None
         if threshold is None and entry is not None and window is not None:
             threshold = int(window * DEFAULT_THRESHOLD_SHARE)
-        if threshold is not None and not tokens.clearly_within(fitted.chat, threshold):
-            counted = await tokens.count(backend, fitted.chat, fitted.message_params)
-            if counted.tokens > threshold and compactable:
+        if threshold is not None:
+            counted = await tokens.count_unless_within(backend, fitted.chat, threshold,
+                                                       fitted.message_params)
+            if counted is not None and counted.tokens > threshold and compactable:
                 plan = planned()
                 if defer:
                     fitted.pending = Pending(plan.item_id, partial(
@@ -156,9 +157,11 @@ class Fitting:
         # under "auto", room is left for the answer: max_output_tokens, else a tenth
         budget = (window - min(req.max_output_tokens or window // 10, window // 2) if auto
                   else window)
-        if counted is None and tokens.clearly_within(fitted.chat, budget):
-            return fitted
-        counted = counted or await tokens.count(backend, fitted.chat, fitted.message_params)
+        if counted is None:
+            counted = await tokens.count_unless_within(backend, fitted.chat, budget,
+                                                       fitted.message_params)
+            if counted is None:  # clearly within: not counted
+                return fitted
         if counted.tokens <= budget:
             return fitted
         if not auto:

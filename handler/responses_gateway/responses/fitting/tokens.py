@@ -48,6 +48,15 @@ def clearly_within(chat: dict[str, Any], limit: int) -> bool:
     return estimate_chat(chat) * SAFE_FACTOR <= limit
 
 
+async def count_unless_within(backend: Backend, chat: dict[str, Any], limit: int,
+                              message_params: Sequence[str] | None = None) -> Count | None:
+    """:func:`count`, or None (no count made) when the estimate of ``chat`` is clearly
+    within ``limit``."""
+    if clearly_within(chat, limit):
+        return None
+    return await count(backend, chat, message_params)
+
+
 async def count(backend: Backend, chat: dict[str, Any],
                 message_params: Sequence[str] | None = None) -> Count:
     """The input tokens of ``chat`` (a Chat Completions body) for ``backend``. A request
