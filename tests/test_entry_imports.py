@@ -31,6 +31,10 @@ LAZY = (
     "responses_gateway.api.websocket",
     "responses_gateway.entry.lambda_websocket",
     "responses_gateway.tools.mcp.client",
+    # a deployment without GATEWAY_ROUTES / GATEWAY_PRICES never needs them
+    "responses_gateway.backends.router",
+    "responses_gateway.backends.route_config",
+    "responses_gateway.prices",
 )
 #: Not imported with the embedded store either (only the DynamoDB store needs them).
 AWS_SDK = ("boto3", "botocore")

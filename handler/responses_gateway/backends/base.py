@@ -50,6 +50,9 @@ __all__ = ["Backend", "BackendRequest", "BaseBackend", "Chunk"]
 #: image_generation made, in a model turn's messages: a backend may treat that image as the
 #: gateway's (Bedrock re-encodes one over its size limits; a client's own image goes as sent).
 GENERATED_IMAGE_INTRO = "Image made by "
+#: Where BackendRequest.extra names the deployment that answered (x-gateway-deployment): set
+#: by backends/router.py, read by the HTTP layer; here so that layer need not import the router
+DEPLOYMENT = "deployment"
 
 
 @dataclass(slots=True)

@@ -21,6 +21,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+#: output items priced each, by item type: the Price field and the Costs API's line item
+#: (``ItemType.price``); filled by tools/registry.py, read by prices.py (loaded on first use)
+PRICED_ITEMS: dict[str, tuple[str, str]] = {}
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ItemType:
