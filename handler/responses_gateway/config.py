@@ -119,17 +119,16 @@ class Reading:
 class _Spec:
     """What a format needs of the setting it reads: its variable, default and declaration."""
 
-    __slots__ = ("_default", "_factory", "env", "name", "setting")
+    __slots__ = ("env", "name", "setting")
 
     def __init__(self, name: str, setting: Setting) -> None:
-        field = Settings.__dataclass_fields__[name]
         self.name, self.setting, self.env = name, setting, setting.env
-        self._default, self._factory = field.default, field.default_factory
 
     @property
     def default(self) -> Any:
-        """The field's default (a fresh one where it is made by a factory)."""
-        return self._factory() if callable(self._factory) else self._default
+        """The field's default (a fresh copy of a dict one)."""
+        default = self.setting.default
+        return default.copy() if isinstance(default, dict) else default
 
 
 _SPECS: dict[str, _Spec] = {}

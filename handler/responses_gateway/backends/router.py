@@ -35,7 +35,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from responses_gateway.backends.base import (
@@ -89,7 +89,7 @@ def deployment_settings(settings: Settings, deployment: Deployment, *, alone: bo
             changes[key] = options[key]
     if "max_retries" not in options and not alone:
         changes["max_retries"] = 0
-    return replace(settings, **changes)
+    return settings.replace(**changes)
 
 
 class _Health:
