@@ -39,6 +39,7 @@ import orjson
 
 from responses_gateway.errors import GatewayError
 from responses_gateway.ids import request_id
+from responses_gateway.records import Record, Value
 
 if TYPE_CHECKING:
     from responses_gateway.store.health import HealthStore
@@ -94,16 +95,24 @@ class ResponseTooLarge(StoreUnavailable):
 # -- bounds ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class StoreLimits:
-    """What one conversation and one stored response may hold (0: no bound).
+class StoreLimits(Value):
+    """What one conversation and one stored response may hold (0: no bound; a frozen value:
+    records.py).
 
     A turn on a conversation reads all of it, so its size is what every turn costs in memory
     and upstream tokens; these keep that bounded. Enforced before anything is written."""
 
-    conversation_items: int = 10_000  # GATEWAY_MAX_CONVERSATION_ITEMS
-    conversation_bytes: int = 64 * MIB  # GATEWAY_MAX_CONVERSATION_BYTES (items' JSON)
-    response_bytes: int = 32 * MIB  # GATEWAY_MAX_STORED_RESPONSE_BYTES (input; Response)
+    __slots__ = ("conversation_bytes", "conversation_items", "response_bytes")
+
+    conversation_items: int  # GATEWAY_MAX_CONVERSATION_ITEMS
+    conversation_bytes: int  # GATEWAY_MAX_CONVERSATION_BYTES (items' JSON)
+    response_bytes: int  # GATEWAY_MAX_STORED_RESPONSE_BYTES (input; Response)
+
+    def __init__(self, conversation_items: int = 10_000, conversation_bytes: int = 64 * MIB,
+                 response_bytes: int = 32 * MIB) -> None:
+        object.__setattr__(self, "conversation_items", conversation_items)
+        object.__setattr__(self, "conversation_bytes", conversation_bytes)
+        object.__setattr__(self, "response_bytes", response_bytes)
 
     def check_input(self, items: list[dict[str, Any]]) -> None:
         """A create's input items, together, within what one stored response may hold."""
@@ -187,20 +196,30 @@ class StoredResponse:
         return self.response.get("status", "")
 
 
-@dataclass(slots=True)
-class TurnSettle:
+class TurnSettle(Record):
     """A background turn's settle, carried by the worker's terminal write (``append_events``).
 
     ``items`` (a completed or incomplete turn) are appended at the end and the lock released,
     conditional on the lock (``token``, taken at ``length``): held by this turn, or free. With
-    ``items=None`` (a failed turn) the lock is only released, if still ``token``'s.
+    ``items=None`` (a failed turn) the lock is only released, if still ``token``'s. (A record:
+    records.py.)
     """
+
+    __slots__ = ("conversation_id", "items", "length", "tenant", "token")
 
     conversation_id: str
     tenant: str
     token: str
     length: int
-    items: list[dict[str, Any]] | None = None
+    items: list[dict[str, Any]] | None
+
+    def __init__(self, conversation_id: str, tenant: str, token: str, length: int,
+                 items: list[dict[str, Any]] | None = None) -> None:
+        self.conversation_id = conversation_id
+        self.tenant = tenant
+        self.token = token
+        self.length = length
+        self.items = items
 
 
 class ResponseStore(Bounded, ABC):
