@@ -6,10 +6,10 @@ that was a third of the gateway's own share of a cold start (benchmarks/cold_sta
 record here is a plain class with ``__slots__``, its fields declared as annotations (in
 order) and its own ``__init__``; these bases give what the dataclass gave besides: ``repr``
 over the fields (a field whose name starts with ``_`` is not shown), ``Frozen``'s assignment
-errors (``dataclasses.FrozenInstanceError``, as ``frozen=True``) and ``Value``'s field-wise
-comparison and hash (``eq=True``, with ``frozen=True``). Without ``Value`` a record compares
-by identity (``eq=False``). No record here is a dataclass: ``dataclasses.replace`` and
-``fields`` do not apply to them.
+errors (``dataclasses.FrozenInstanceError``, as ``frozen=True``), ``Compared``'s field-wise
+comparison (``eq=True``: a mutable record is then unhashable) and ``Value``'s, with a hash
+(``eq=True, frozen=True``). ``Record`` and ``Frozen`` compare by identity (``eq=False``). No
+record here is a dataclass: ``dataclasses.replace`` and ``fields`` do not apply to them.
 """
 
 from __future__ import annotations
@@ -29,6 +29,23 @@ class Record:
         return f"{self.__class__.__qualname__}({shown})"
 
 
+class Compared(Record):
+    """A record equal to another of its class with equal fields; unhashable, as a mutable
+    dataclass."""
+
+    __slots__ = ()
+
+    def _key(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.__class__.__annotations__)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._key() == other._key()  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 class Frozen(Record):
     """A record no one may change after ``__init__`` (which sets its fields with
     ``object.__setattr__``)."""
@@ -42,18 +59,10 @@ class Frozen(Record):
         raise FrozenInstanceError(f"cannot delete field {name!r}")
 
 
-class Value(Frozen):
+class Value(Frozen, Compared):
     """A frozen record equal to another of its class with equal fields, hashed by them."""
 
     __slots__ = ()
-
-    def _key(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in self.__class__.__annotations__)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._key() == other._key()  # type: ignore[attr-defined]
 
     def __hash__(self) -> int:
         return hash(self._key())

@@ -38,7 +38,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from responses_gateway.backends.chunks import Chunk
-from responses_gateway.records import Record
+from responses_gateway.records import Compared
 
 if TYPE_CHECKING:
     from responses_gateway.settings import Settings
@@ -55,7 +55,7 @@ GENERATED_IMAGE_INTRO = "Image made by "
 DEPLOYMENT = "deployment"
 
 
-class BackendRequest(Record):
+class BackendRequest(Compared):
     """A chat request on its way upstream, with what a backend may need beyond the body (a
     record: records.py)."""
 

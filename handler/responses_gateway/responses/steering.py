@@ -21,12 +21,12 @@ import asyncio
 from typing import Any
 
 from responses_gateway import ids
-from responses_gateway.records import Record
+from responses_gateway.records import Compared
 
 Event = dict[str, Any]
 
 
-class Steer(Record):
+class Steer(Compared):
     """One accepted steering submission: its id, the response it steers, its input as sent (a
     record: records.py)."""
 

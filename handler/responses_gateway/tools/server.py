@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
-from responses_gateway.records import Record, Value
+from responses_gateway.records import Compared, Value
 from responses_gateway.tools.catalog import ToolCatalog, ToolSpec
 
 if TYPE_CHECKING:  # types only: building a tool never imports the engines for them
@@ -120,7 +120,7 @@ class ToolServices(Protocol):
         ...
 
 
-class RequestTools(Record):
+class RequestTools(Compared):
     """What building a server tool for one create can see (a record: records.py)."""
 
     __slots__ = ("every", "history", "include", "indexes", "items", "reads", "services",
@@ -161,7 +161,7 @@ class RequestTools(Record):
         self.services = services
 
 
-class Rebuild(Record):
+class Rebuild(Compared):
     """What rebuilding a server tool from a stored record can see (a background worker)."""
 
     __slots__ = ("extra", "services", "settings", "unseal")

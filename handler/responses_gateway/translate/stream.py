@@ -34,7 +34,7 @@ import orjson
 
 from responses_gateway import ids
 from responses_gateway.backends.chunks import parse_chunk
-from responses_gateway.records import Record
+from responses_gateway.records import Compared
 from responses_gateway.tools.catalog import ToolSpec
 from responses_gateway.tools.server import ServerCall
 from responses_gateway.translate.item_kinds import CALL as _CALL
@@ -72,7 +72,7 @@ _JSONDecodeError = orjson.JSONDecodeError
 _REPEAT_MAX_MISSES = 4  # repeat shapes that never matched (per-chunk nonces): stop learning
 
 
-class TranslateOptions(Record):
+class TranslateOptions(Compared):
     """What the request asked of the output (fixed for the whole response; a record:
     records.py)."""
 

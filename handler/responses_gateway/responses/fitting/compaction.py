@@ -25,7 +25,7 @@ import orjson
 from responses_gateway import ids
 from responses_gateway.backends.base import Backend, BackendRequest
 from responses_gateway.errors import UpstreamError
-from responses_gateway.records import Record
+from responses_gateway.records import Compared
 from responses_gateway.responses.fitting import cuts, tokens
 from responses_gateway.responses.fitting.compaction_bounds import (
     CompactionLimits,
@@ -52,7 +52,7 @@ SUMMARY_SHARE = 0.2
 SUMMARY_MAX_TOKENS = 4096
 
 
-class Compacted(Record):
+class Compacted(Compared):
     """A compaction's result: the window that replaces the history, and what it cost (a
     record: records.py)."""
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from responses_gateway.backends.base import Backend
 from responses_gateway.config import Route
-from responses_gateway.records import Record
+from responses_gateway.records import Compared
 from responses_gateway.responses.fitting import vision
 from responses_gateway.translate import compaction_items
 from responses_gateway.translate.to_chat import Unseal, to_chat_request
@@ -27,7 +27,7 @@ _NOT_FOR_A_SUMMARY = ("response_format", "logprobs", "top_logprobs", "parallel_t
                       "stream_options", "reasoning_effort", "verbosity", "max_tokens")
 
 
-class Fitted(Record):
+class Fitted(Compared):
     """A conversation fitted to its route: the chat body to send, and what fitting made (a
     record: records.py)."""
 
@@ -56,7 +56,7 @@ class Fitted(Record):
         self.pending = pending
 
 
-class Pending(Record):
+class Pending(Compared):
     """A compaction a streamed create runs after ``response.created`` (fit.py ``defer``):
     ``item_id`` names its item in ``response.compaction.compacting`` while ``run`` makes the
     summarising calls; ``run`` returns the conversation fitted again (compacted, then
