@@ -43,7 +43,6 @@ from responses_gateway import collector
 from responses_gateway.ids import new_request_id, request_id
 from responses_gateway.status import TERMINAL_STATUSES
 from responses_gateway.store.base import Store
-from responses_gateway.store.wrapper import StoreWrapper, role_calls
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
@@ -672,15 +671,8 @@ def _end(sub: Any) -> None:
 
 def trace_store(store: Store) -> Store:
     """The store, every call a subsegment when tracing (else the store itself)."""
-    return _TracedStore(store) if tracing_enabled() else store
+    if not tracing_enabled():
+        return store
+    from responses_gateway.store.traced import TracedStore  # made only when tracing
 
-
-class _TracedStore(StoreWrapper):
-    """Every store call (each role's coroutines, conversation calls included) in a
-    ``store.<method>`` subsegment; the rest handed on as is."""
-
-    passed_through = ("limits", "check_input_items", "usage_store", "health_store", "aclose")
-    around_each = role_calls(but=passed_through)
-
-    def _around(self, name: str) -> contextlib.AbstractAsyncContextManager[None]:
-        return subsegment(f"store.{name}")
+    return TracedStore(store)
