@@ -288,8 +288,8 @@ def _store(text: str | None, spec: _Spec, reading: Reading) -> str:
 
 
 #: what a key's name may be (GATEWAY_API_KEYS' JSON form): short, printable, no separator a
-#: log line or the dashboard would trip on
-_KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@ -]{0,63}")
+#: log line or the dashboard would trip on (compiled, by ``re``'s cache, when a key is named)
+_KEY_NAME = r"[A-Za-z0-9][A-Za-z0-9._@ -]{0,63}"
 _MIN_NAMED_KEY = 16
 _NAME_RULE = ("1 to 64 letters, digits, '.', '_', '@', '-' or spaces, starting with a letter or "
               "digit")
@@ -323,7 +323,7 @@ def _api_keys(text: str | None, spec: _Spec, reading: Reading) -> ApiKeys:
     seen: dict[str, int] = {}
     for n, (name, key) in enumerate(document, 1):
         where = f"the {_ordinal(n)} entry"
-        if not _KEY_NAME.fullmatch(name):
+        if not re.fullmatch(_KEY_NAME, name):
             raise SettingsError(f"{spec.env}: the name of {where} is not a name ({_NAME_RULE})")
         if name in named:
             raise SettingsError(f"{spec.env}: the name of {where} is given twice")
