@@ -48,7 +48,7 @@ class Compared(Record):
 
 class Frozen(Record):
     """A record no one may change after ``__init__`` (which sets its fields with
-    ``object.__setattr__``)."""
+    ``object.__setattr__``); copied and pickled field by field, as a frozen dataclass."""
 
     __slots__ = ()
 
@@ -57,6 +57,13 @@ class Frozen(Record):
 
     def __delattr__(self, name: str) -> None:
         raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __getstate__(self) -> list[Any]:
+        return [getattr(self, name) for name in self.__class__.__annotations__]
+
+    def __setstate__(self, state: list[Any]) -> None:
+        for name, value in zip(self.__class__.__annotations__, state, strict=True):
+            object.__setattr__(self, name, value)
 
 
 class Value(Frozen, Compared):
