@@ -11,7 +11,8 @@ Any layer may import this module; reading the environment and checking each valu
 feature's own format is config.py's (``settings_from_env``), which sits above the features
 whose formats it knows. The one import here that runs up the layering is ``backends/kinds.py``,
 a table with no imports of its own: :meth:`Settings.route` tells a backend prefix in the model
-map (``bedrock:…``) from a model name with a colon by it.
+map (``bedrock:…``) from a model name with a colon by it. (``records.py``, the records' bases,
+imports nothing of the gateway's.)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from responses_gateway.backends.kinds import KINDS as BACKEND_KINDS
 from responses_gateway.backends.kinds import ROUTE_PREFIX
+from responses_gateway.records import Value
 
 if TYPE_CHECKING:  # their modules load only when the setting is used (cold start)
     from responses_gateway.backends.route_config import Routes
@@ -32,12 +34,9 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 FROM_SECRET = "a secret: from the stack's secret (its _SECRET_ARN, SecretArn)"
 
 
-class Route:
-    """Where one client-visible model goes: which backend, under which backend model name.
-
-    Immutable, compared and hashed by value (what ``@dataclass(frozen=True)`` made it), written
-    out: generating a dataclass's methods costs every cold start ~0.5 ms.
-    """
+class Route(Value):
+    """Where one client-visible model goes: which backend, under which backend model name (a
+    frozen value: records.py)."""
 
     __slots__ = ("backend", "model")
 
@@ -47,23 +46,6 @@ class Route:
     def __init__(self, backend: str, model: str) -> None:
         object.__setattr__(self, "backend", backend)
         object.__setattr__(self, "model", model)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def __repr__(self) -> str:
-        return f"Route(backend={self.backend!r}, model={self.model!r})"
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not Route:
-            return NotImplemented
-        return (self.backend, self.model) == (other.backend, other.model)  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash((self.backend, self.model))
 
 
 class ApiKeys(tuple[str, ...]):
