@@ -25,7 +25,7 @@ END = "<!-- /settings -->"
 
 sys.path.insert(0, str(ROOT / "handler"))
 
-from responses_gateway.settings import SECTIONS, Settings, declared  # noqa: E402
+from responses_gateway.settings import SECTIONS, declared  # noqa: E402
 
 
 def shown_default(name: str) -> str:
@@ -33,8 +33,7 @@ def shown_default(name: str) -> str:
     setting = declared()[name]
     if setting.shown is not None:
         return setting.shown
-    field = Settings.__dataclass_fields__[name]
-    value: Any = field.default_factory() if callable(field.default_factory) else field.default
+    value: Any = setting.default
     if value is None:
         return "unset"
     if isinstance(value, bool):

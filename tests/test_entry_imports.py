@@ -31,7 +31,18 @@ LAZY = (
     "responses_gateway.api.websocket",
     "responses_gateway.entry.lambda_websocket",
     "responses_gateway.tools.mcp.client",
+    # a deployment without GATEWAY_ROUTES / GATEWAY_PRICES never needs them
+    "responses_gateway.backends.router",
+    "responses_gateway.backends.route_config",
+    "responses_gateway.prices",
+    # the store wrappers: tracing's (X-Ray on) and the blob store's (an image bucket)
+    "responses_gateway.store.traced",
+    "responses_gateway.store.wrapper",
+    # the reasoning sealer's cipher: built on first use, or by Lambda's init (warm_start.py)
+    "cryptography",
 )
+#: What Lambda's init loads on purpose: its JSON logging, the first create's cipher.
+LAMBDA_INIT = ("aws_lambda_powertools", "cryptography")
 #: Not imported with the embedded store either (only the DynamoDB store needs them).
 AWS_SDK = ("boto3", "botocore")
 #: The create body's validators (translate/request.py loads them on the first create): their
@@ -98,10 +109,11 @@ def test_the_deployed_entry_point_loads_only_its_store(lambda_env: bool) -> None
                 "POWERTOOLS_METRICS_DISABLED": "1"}
     seen = _modules(env, started=True)
     assert _loaded(seen["import"], LAZY + AWS_SDK + REQUEST_MODELS) == []  # before the lifespan
-    lazy = tuple(n for n in LAZY if not (lambda_env and n == "aws_lambda_powertools"))
+    lazy = tuple(n for n in LAZY if not (lambda_env and n in LAMBDA_INIT))
     assert _loaded(seen["started"], lazy) == []
     if lambda_env:  # Lambda's init builds what the first create needs (api/warm_start.py)
         assert set(REQUEST_MODELS) <= set(seen["started"])
+        assert "cryptography" in seen["started"]  # the sealer's cipher
         # the upstream client, built on the gateway's own transport, never httpx's (httpcore)
         assert "responses_gateway.backends.http11" in seen["started"]
         assert "httpcore" not in seen["started"]

@@ -239,9 +239,9 @@ def test_records_count_atomically_and_are_forgotten_when_old(store_setting: str)
 def test_the_store_wrappers_hand_on_the_shared_health(tmp_path: Path) -> None:
     """The store a gateway is given may be wrapped (tracing, large values beside it): the
     wrapper must not answer the base class's None."""
-    from responses_gateway.observability import _TracedStore
     from responses_gateway.store.blobs import BlobbedStore, MemoryBlobs
     from responses_gateway.store.sqlite import SQLiteStore
+    from responses_gateway.store.traced import TracedStore as _TracedStore
 
     store = SQLiteStore(str(tmp_path / "gateway.db"))
     try:

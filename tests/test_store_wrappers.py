@@ -18,10 +18,10 @@ import pytest
 
 from responses_gateway import observability
 from responses_gateway.errors import GatewayError
-from responses_gateway.observability import _TracedStore
 from responses_gateway.store.base import ROLES, Store, StoreLimits, ToolReadStore
 from responses_gateway.store.blobs import BlobbedStore, MemoryBlobs
 from responses_gateway.store.sqlite import SQLiteStore
+from responses_gateway.store.traced import TracedStore as _TracedStore
 from responses_gateway.store.wrapper import StoreWrapper, role_calls, role_members, uncovered
 
 WRAPPERS = [BlobbedStore, _TracedStore]

@@ -119,17 +119,16 @@ class Reading:
 class _Spec:
     """What a format needs of the setting it reads: its variable, default and declaration."""
 
-    __slots__ = ("_default", "_factory", "env", "name", "setting")
+    __slots__ = ("env", "name", "setting")
 
     def __init__(self, name: str, setting: Setting) -> None:
-        field = Settings.__dataclass_fields__[name]
         self.name, self.setting, self.env = name, setting, setting.env
-        self._default, self._factory = field.default, field.default_factory
 
     @property
     def default(self) -> Any:
-        """The field's default (a fresh one where it is made by a factory)."""
-        return self._factory() if callable(self._factory) else self._default
+        """The field's default (a fresh copy of a dict one)."""
+        default = self.setting.default
+        return default.copy() if isinstance(default, dict) else default
 
 
 _SPECS: dict[str, _Spec] = {}
@@ -289,8 +288,8 @@ def _store(text: str | None, spec: _Spec, reading: Reading) -> str:
 
 
 #: what a key's name may be (GATEWAY_API_KEYS' JSON form): short, printable, no separator a
-#: log line or the dashboard would trip on
-_KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@ -]{0,63}")
+#: log line or the dashboard would trip on (compiled, by ``re``'s cache, when a key is named)
+_KEY_NAME = r"[A-Za-z0-9][A-Za-z0-9._@ -]{0,63}"
 _MIN_NAMED_KEY = 16
 _NAME_RULE = ("1 to 64 letters, digits, '.', '_', '@', '-' or spaces, starting with a letter or "
               "digit")
@@ -324,7 +323,7 @@ def _api_keys(text: str | None, spec: _Spec, reading: Reading) -> ApiKeys:
     seen: dict[str, int] = {}
     for n, (name, key) in enumerate(document, 1):
         where = f"the {_ordinal(n)} entry"
-        if not _KEY_NAME.fullmatch(name):
+        if not re.fullmatch(_KEY_NAME, name):
             raise SettingsError(f"{spec.env}: the name of {where} is not a name ({_NAME_RULE})")
         if name in named:
             raise SettingsError(f"{spec.env}: the name of {where} is given twice")

@@ -43,7 +43,6 @@ from responses_gateway import collector
 from responses_gateway.ids import new_request_id, request_id
 from responses_gateway.status import TERMINAL_STATUSES
 from responses_gateway.store.base import Store
-from responses_gateway.store.wrapper import StoreWrapper, role_calls
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
@@ -150,24 +149,29 @@ class _Correlation(logging.Filter):
 
 # Query parameters that carry credentials: a client may send its key as ``?api_key=`` (it is
 # refused, but the access log line would still keep it).
-_CREDENTIAL_QUERY = re.compile(
+_CREDENTIAL_QUERY = (
     r"(?i)([?&;](?:[a-z0-9_.-]*(?:key|token|secret|password|passwd|auth[a-z]*|sig|signature|"
     r"credential[s]?|session)))=[^&;#\s\"']*"
 )
-
-
 # The user and password of a URL (``https://user:key@host/v1``).
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s\"']+@")
+_URL_USERINFO = r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s\"']+@"
+
+
+@cache
+def _pattern(source: str) -> re.Pattern[str]:
+    """One of the patterns above, compiled the first time a line needs it (both cost every
+    cold start ~1 ms to compile at import, and many processes never log a matching line)."""
+    return re.compile(source)
 
 
 def scrub(text: str) -> str:
     """``text`` with the values of credential-like query parameters and the user and password
     of URLs replaced."""
     if "@" in text:
-        text = _URL_USERINFO.sub(r"\1***@", text)
+        text = _pattern(_URL_USERINFO).sub(r"\1***@", text)
     if "=" not in text:
         return text
-    return _CREDENTIAL_QUERY.sub(r"\1=[redacted]", text)
+    return _pattern(_CREDENTIAL_QUERY).sub(r"\1=[redacted]", text)
 
 
 class ScrubCredentials(logging.Filter):
@@ -547,7 +551,8 @@ def _unstarted(first: Any) -> tuple[str, str | None]:
     return "cancelled", None
 
 
-_HTTP_STATUS = re.compile(r"\(HTTP (\d{3})\)")
+#: compiled (by ``re``'s cache) when a failure is first described: not at every cold start
+_HTTP_STATUS = r"\(HTTP (\d{3})\)"
 
 
 def _failure(response: dict[str, Any], first: Any) -> tuple[int | None, str | None]:
@@ -563,11 +568,11 @@ def _failure(response: dict[str, Any], first: Any) -> tuple[int | None, str | No
     if first is not None and first.done() and not first.cancelled():
         exc = first.exception()
         if isinstance(exc, UpstreamError):
-            quoted = _HTTP_STATUS.search(exc.message)
+            quoted = re.search(_HTTP_STATUS, exc.message)
             status = int(quoted.group(1)) if quoted else exc.status
         if exc is not None:
             reason = reason or str(exc)
-    if reason is not None and status is None and (quoted := _HTTP_STATUS.search(reason)):
+    if reason is not None and status is None and (quoted := re.search(_HTTP_STATUS, reason)):
         status = int(quoted.group(1))
     return status, reason
 
@@ -672,15 +677,8 @@ def _end(sub: Any) -> None:
 
 def trace_store(store: Store) -> Store:
     """The store, every call a subsegment when tracing (else the store itself)."""
-    return _TracedStore(store) if tracing_enabled() else store
+    if not tracing_enabled():
+        return store
+    from responses_gateway.store.traced import TracedStore  # made only when tracing
 
-
-class _TracedStore(StoreWrapper):
-    """Every store call (each role's coroutines, conversation calls included) in a
-    ``store.<method>`` subsegment; the rest handed on as is."""
-
-    passed_through = ("limits", "check_input_items", "usage_store", "health_store", "aclose")
-    around_each = role_calls(but=passed_through)
-
-    def _around(self, name: str) -> contextlib.AbstractAsyncContextManager[None]:
-        return subsegment(f"store.{name}")
+    return TracedStore(store)

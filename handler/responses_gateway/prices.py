@@ -26,6 +26,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+# PRICED_ITEMS: output items priced each (a web search), by item type: the Price field and the
+# line item; filled from the server tools' registrations (``ItemType.price``) by
+# tools/registry.py, which sits above this module; declared beside ItemType so the registry
+# need not import this one
+from responses_gateway.tools.declaration import PRICED_ITEMS
+
 #: when the shipped Bedrock prices were taken from AWS's public pricing page
 BEDROCK_PRICES_AS_OF = "2025-10-01"
 MILLION = 1_000_000
@@ -33,10 +39,6 @@ _FIELDS = ("input", "cached_input", "output", "image", "search")
 _REGION_PREFIXES = ("us.", "eu.", "apac.", "global.", "us-gov.", "jp.", "au.")
 #: the line items of the Costs API, by the counter they price
 LINE_ITEMS = ("input", "cached input", "output", "image generation", "web search")
-#: output items priced each (a web search): by item type, the Price field and the line item;
-#: filled from the server tools' registrations (``ItemType.price``) by tools/registry.py, which
-#: sits above this module
-PRICED_ITEMS: dict[str, tuple[str, str]] = {}
 
 
 @dataclass(frozen=True, slots=True)

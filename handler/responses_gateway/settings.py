@@ -11,16 +11,18 @@ Any layer may import this module; reading the environment and checking each valu
 feature's own format is config.py's (``settings_from_env``), which sits above the features
 whose formats it knows. The one import here that runs up the layering is ``backends/kinds.py``,
 a table with no imports of its own: :meth:`Settings.route` tells a backend prefix in the model
-map (``bedrock:…``) from a model name with a colon by it.
+map (``bedrock:…``) from a model name with a colon by it. (``records.py``, the records' bases,
+imports nothing of the gateway's.)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError
 from typing import TYPE_CHECKING, Any
 
 from responses_gateway.backends.kinds import KINDS as BACKEND_KINDS
 from responses_gateway.backends.kinds import ROUTE_PREFIX
+from responses_gateway.records import Value
 
 if TYPE_CHECKING:  # their modules load only when the setting is used (cold start)
     from responses_gateway.backends.route_config import Routes
@@ -32,12 +34,18 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 FROM_SECRET = "a secret: from the stack's secret (its _SECRET_ARN, SecretArn)"
 
 
-@dataclass(frozen=True, slots=True)
-class Route:
-    """Where one client-visible model goes: which backend, under which backend model name."""
+class Route(Value):
+    """Where one client-visible model goes: which backend, under which backend model name (a
+    frozen value: records.py)."""
+
+    __slots__ = ("backend", "model")
 
     backend: str  # a registered kind (backends/kinds.py): "openai", "bedrock"; or "route:NAME"
     model: str
+
+    def __init__(self, backend: str, model: str) -> None:
+        object.__setattr__(self, "backend", backend)
+        object.__setattr__(self, "model", model)
 
 
 class ApiKeys(tuple[str, ...]):
@@ -59,17 +67,19 @@ class ApiKeys(tuple[str, ...]):
 
 
 class Setting:
-    """How one field of :class:`Settings` is read, documented and deployed (read-only by
-    convention; a plain class, not a dataclass: this module is on every cold start)."""
+    """How one field of :class:`Settings` is read, documented and deployed, and its default
+    (read-only by convention; a plain class, not a dataclass: this module is on every cold
+    start)."""
 
-    __slots__ = ("choices", "doc", "env", "floor", "not_parameter", "parameter", "parse",
-                 "secret", "section", "shown")
+    __slots__ = ("choices", "default", "doc", "env", "floor", "not_parameter", "parameter",
+                 "parse", "secret", "section", "shown")
 
     def __init__(self, env: str, section: str, doc: str, parse: str = "text",
                  floor: int | None = None, choices: tuple[str, ...] = (), secret: bool = False,
                  parameter: str | None = None, not_parameter: str | None = None,
-                 shown: str | None = None) -> None:
+                 shown: str | None = None, default: Any = None) -> None:
         self.env = env  # its environment variable
+        self.default = default  # the field's default (a dict one is copied per Settings)
         self.section = section  # the feature it belongs to (a Section's key)
         self.doc = doc  # one line: the README table's meaning column
         self.parse = parse  # the format config.py reads it with (config.FORMATS)
@@ -87,7 +97,7 @@ class Setting:
 
 
 class Section:
-    """A per-feature group of settings; calling it declares one (a dataclass field)."""
+    """A per-feature group of settings; calling it declares one (a field of :class:`Settings`)."""
 
     __slots__ = ("key", "title")
 
@@ -99,10 +109,7 @@ class Section:
                  **how: Any) -> Any:
         """A field of :class:`Settings` with ``default``, read from ``env`` as ``how`` says
         (the other arguments of :class:`Setting`)."""
-        metadata = {"setting": Setting(env, self.key, doc, secret=secret, **how)}
-        if isinstance(default, dict):  # a fresh copy per Settings
-            return field(default_factory=default.copy, repr=not secret, metadata=metadata)
-        return field(default=default, repr=not secret, metadata=metadata)
+        return Setting(env, self.key, doc, secret=secret, default=default, **how)
 
 
 UPSTREAM = Section("upstream", "Upstream and models")
@@ -124,13 +131,15 @@ SECTIONS = (UPSTREAM, BEDROCK, RESPONSES, TENANTS, STORE, TOOLS, MCP, WEB_SEARCH
             IMAGE_GENERATION, FILES, VECTOR_STORES, CODE, WEBSOCKET, OBSERVABILITY)
 
 
-@dataclass(frozen=True, eq=False)
 class Settings:
     """Every setting, read once at start; frozen, so no request can change another's.
 
-    Compared and hashed by identity (``eq=False``): nothing compares two settings objects, a
-    field-wise hash fails on the dict fields anyway, and generating both methods over every
-    field was a few milliseconds of each cold start.
+    Built with keywords only (``Settings(store="sqlite:g.db")``; an unnamed field keeps its
+    default, a dict one a fresh copy), shown without its secrets, compared and hashed by
+    identity (nothing compares two settings objects); :meth:`replace` is
+    ``dataclasses.replace``'s stand-in. What ``@dataclass(frozen=True, eq=False)`` made it,
+    written out once for every field: generating a dataclass's ``__init__`` and ``__repr__``
+    over ~100 fields was ~5 ms of each cold start.
     """
 
     # -- upstream --------------------------------------------------------------------------------
@@ -150,13 +159,13 @@ class Settings:
              "`vllm`, `sglang`, `ollama`, `lmstudio`, `tgi`, `litellm`, `openrouter`, `groq`, "
              "`deepseek`, `mistral`, `together`, `fireworks` "
              "([docs/upstreams.md](docs/upstreams.md))"))
-    model_map: dict[str, str] = UPSTREAM(  # noqa: RUF009 (a field)
+    model_map: dict[str, str] = UPSTREAM(
         "GATEWAY_MODEL_MAP", {}, parse="model_map", parameter="ModelMap",
         doc=("client model name → backend model, JSON (`{\"fast\": \"llama3.2\"}`) or `a=b,c=d`; a "
              "value may name the backend: "
              "`claude=bedrock:anthropic.claude-sonnet-4-20250514-v1:0`. Unmapped names pass "
              "through"))
-    routes: Routes | None = UPSTREAM(  # noqa: RUF009 (a field)
+    routes: Routes | None = UPSTREAM(
         "GATEWAY_ROUTES", None, parse="routes", parameter="Routes", shown="empty",
         doc=("routed models: client model name → ordered deployments (backend, model, optional "
              "`weight`, `region`/`endpoint_url` for Bedrock, `url`/`api_key` (a variable's "
@@ -173,7 +182,7 @@ class Settings:
              "Unlisted: the backend's word (Bedrock's vision models: Claude 3 and later but 3.5"
              " Haiku, Nova Lite/Pro/Premier/2 Lite, Llama 3.2 11B/90B, Llama 4, Pixtral), else "
              "a note ([docs/image_generation.md](docs/image_generation.md))"))
-    context_windows: dict[str, int] = UPSTREAM(  # noqa: RUF009 (a field)
+    context_windows: dict[str, int] = UPSTREAM(
         "GATEWAY_CONTEXT_WINDOWS", {}, parse="context_windows", parameter="ContextWindows",
         doc=("context windows in tokens, `model=tokens,...` (client or backend model name): "
              "what `truncation` fits into and `context_length_exceeded` checks. Wins over what "
@@ -273,14 +282,14 @@ class Settings:
              " conversations) and the `/dashboard` page; never a tenant key (a key also in "
              "`GATEWAY_API_KEYS` is refused at start). Unset = admin routes off "
              "([docs/dashboard.md](docs/dashboard.md))"))
-    limits: Limits | None = TENANTS(  # noqa: RUF009 (a field)
+    limits: Limits | None = TENANTS(
         "GATEWAY_LIMITS", None, parse="limits", parameter="Limits",
         doc=("per-key limits, JSON: `requests_per_minute`, `tokens_per_minute`, "
              "`tokens_per_period` (`period` `day`/`month`), `usd_per_day`, `usd_per_month` "
              "under `default` and per tenant id "
              "`t_…`; past one, OpenAI's 429 with `x-ratelimit-*` headers "
              "([docs/dashboard.md](docs/dashboard.md))"))
-    prices: Prices | None = TENANTS(  # noqa: RUF009 (a field)
+    prices: Prices | None = TENANTS(
         "GATEWAY_PRICES", None, parse="prices", parameter="Prices", shown="Bedrock's",
         doc=("per-model prices in US dollars, JSON: `input`, `cached_input`, `output` per "
              "million tokens, `image` per image, `search` per web search, per model name and "
@@ -564,7 +573,7 @@ class Settings:
              "this, or `0`, is searched by sqlite-vec ([docs/files.md](docs/files.md))"))
     # vectors/knowledge_bases.py KnowledgeBase by store id (typed as Any: settings sit below
     # vectors/, and an import for the type alone still runs up the layering for a reader)
-    knowledge_bases: dict[str, Any] = VECTOR_STORES(  # noqa: RUF009 (a field)
+    knowledge_bases: dict[str, Any] = VECTOR_STORES(
         "GATEWAY_KNOWLEDGE_BASES", {}, parse="knowledge_bases", parameter="KnowledgeBases",
         shown="unset",
         doc=("Bedrock Knowledge Bases served as read-only vector stores, JSON `{\"vs_handbook\": "
@@ -702,7 +711,57 @@ class Settings:
         return Route(self.backend, target)
 
 
+    def __init__(self, **values: Any) -> None:
+        unknown = values.keys() - DEFAULTS.keys()
+        if unknown:
+            raise TypeError(f"Settings.__init__() got an unexpected keyword argument "
+                            f"{min(unknown)!r}")
+        fields = self.__dict__
+        for name, default in DEFAULTS.items():
+            if name in values:
+                fields[name] = values[name]
+            else:
+                fields[name] = default.copy() if default.__class__ is dict else default
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with ``changes`` (``dataclasses.replace``)."""
+        return Settings(**{**self.__dict__, **changes})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __repr__(self) -> str:
+        fields = self.__dict__
+        return "Settings(" + ", ".join(f"{name}={fields[name]!r}" for name in _SHOWN) + ")"
+
+
+def _fields(cls: type) -> tuple[dict[str, Any], dict[str, Setting]]:
+    """Every field's default, in declaration order, and every declared setting; the class keeps
+    a field's default as its attribute (a dict one: none), as a dataclass does."""
+    defaults: dict[str, Any] = {}
+    settings: dict[str, Setting] = {}
+    for name in cls.__annotations__:
+        value = cls.__dict__[name]
+        if isinstance(value, Setting):
+            settings[name] = value
+            value = value.default
+        defaults[name] = value
+        if isinstance(value, dict):
+            delattr(cls, name)
+        else:
+            type.__setattr__(cls, name, value)
+    return defaults, settings
+
+
+#: every field of :class:`Settings` and its default, in declaration order
+DEFAULTS, _DECLARED = _fields(Settings)
+#: the fields ``repr(settings)`` shows: all but the secrets
+_SHOWN = tuple(name for name in DEFAULTS if not (name in _DECLARED and _DECLARED[name].secret))
+
+
 def declared() -> dict[str, Setting]:
     """Every declared setting by its field name, in declaration order."""
-    return {name: f.metadata["setting"] for name, f in Settings.__dataclass_fields__.items()
-            if "setting" in f.metadata}
+    return dict(_DECLARED)

@@ -11,7 +11,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 
 from responses_gateway import collector
@@ -28,6 +28,7 @@ from responses_gateway.api import (
     warm_start,
 )
 from responses_gateway.api.auth import Authenticator
+from responses_gateway.api.lazy_route import Route
 from responses_gateway.config import Settings, settings_from_env
 from responses_gateway.errors import GatewayError
 from responses_gateway.ids import request_id
@@ -167,7 +168,10 @@ def create_app(
 
     app = Starlette(
         routes=[
+            # Paths compiled on first match, in this order (api/lazy_route.py): the create,
+            # then /health (the Lambda Web Adapter's readiness check) come first.
             Route("/v1/responses", response_routes.create_response, methods=["POST"]),
+            Route("/health", response_routes.health, methods=["GET"]),
             WebSocketRoute("/v1/responses", _responses_socket),
             # Before {response_id}, every method: "compact" is never taken for an id
             # (api/context_routes.py).
@@ -192,7 +196,6 @@ def create_app(
             *(Route(path, fn, methods=[m]) for path, fn, m in container_routes.ROUTES),
             *(Route(path, _images(path), methods=["POST"]) for path in IMAGE_PATHS),
             Route("/v1/models", models.list_models, methods=["GET"]),
-            Route("/health", response_routes.health, methods=["GET"]),
             # Admin routes and the dashboard, imported on first use (admin keys only).
             *(Route(path, _admin(path), methods=["GET"]) for path in ADMIN_PATHS),
             Route("/dashboard", _dashboard, methods=["GET"]),

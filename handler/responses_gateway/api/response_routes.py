@@ -19,7 +19,7 @@ from responses_gateway.api.common import (
     tenant_of,
 )
 from responses_gateway.api.sse_response import EventStreamResponse
-from responses_gateway.backends.router import DEPLOYMENT
+from responses_gateway.backends.base import DEPLOYMENT
 from responses_gateway.errors import GatewayError, invalid_request, not_found
 from responses_gateway.responses import background
 from responses_gateway.responses.job import Job

@@ -45,6 +45,7 @@ def warm(gateway: Gateway) -> None:
         from responses_gateway.translate.request import parse_create_request
 
         parse_create_request(_BODY, served=gateway.served_tools)
+        gateway.sealer.ready()  # the reasoning sealer's cipher (translate/sealing.py)
     except Exception:  # an optimization only
         logger.warning("could not build the request validators at init", exc_info=True)
     try:

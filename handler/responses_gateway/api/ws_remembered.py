@@ -16,7 +16,6 @@ therefore never breaks the chains that grew from it.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 
@@ -98,8 +97,8 @@ def flattened(record: StoredResponse, base: StoredResponse | None) -> StoredResp
         *with_sealed_reasoning(base.response.get("output", ()),
                                base.request.get("sealed_reasoning") or {}),
     ]
-    return dataclasses.replace(record, input_items=[*history, *record.input_items],
-                               previous_response_id=base.previous_response_id)
+    return record.replace(input_items=[*history, *record.input_items],
+                          previous_response_id=base.previous_response_id)
 
 
 def _size(record: StoredResponse) -> int:

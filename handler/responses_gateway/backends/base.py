@@ -35,10 +35,10 @@ backends/instances.py.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from responses_gateway.backends.chunks import Chunk
+from responses_gateway.records import Compared
 
 if TYPE_CHECKING:
     from responses_gateway.settings import Settings
@@ -50,16 +50,28 @@ __all__ = ["Backend", "BackendRequest", "BaseBackend", "Chunk"]
 #: image_generation made, in a model turn's messages: a backend may treat that image as the
 #: gateway's (Bedrock re-encodes one over its size limits; a client's own image goes as sent).
 GENERATED_IMAGE_INTRO = "Image made by "
+#: Where BackendRequest.extra names the deployment that answered (x-gateway-deployment): set
+#: by backends/router.py, read by the HTTP layer; here so that layer need not import the router
+DEPLOYMENT = "deployment"
 
 
-@dataclass(slots=True)
-class BackendRequest:
-    """A chat request on its way upstream, with what a backend may need beyond the body."""
+class BackendRequest(Compared):
+    """A chat request on its way upstream, with what a backend may need beyond the body (a
+    record: records.py)."""
+
+    __slots__ = ("body", "extra", "stream", "tenant")
 
     body: dict[str, Any]  # Chat Completions body; body["model"] is already the backend's model
-    tenant: str = "default"
-    stream: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)
+    tenant: str
+    stream: bool
+    extra: dict[str, Any]
+
+    def __init__(self, body: dict[str, Any], tenant: str = "default", stream: bool = True,
+                 extra: dict[str, Any] | None = None) -> None:
+        self.body = body
+        self.tenant = tenant
+        self.stream = stream
+        self.extra = {} if extra is None else extra
 
 
 class Backend(Protocol):

@@ -35,10 +35,16 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from responses_gateway.backends.base import Backend, BackendRequest, BaseBackend, Chunk
+from responses_gateway.backends.base import (
+    DEPLOYMENT,
+    Backend,
+    BackendRequest,
+    BaseBackend,
+    Chunk,
+)
 from responses_gateway.backends.route_config import COOLDOWN_AFTER, COOLDOWN_SECONDS, Deployment
 from responses_gateway.errors import GatewayError, UpstreamError
 
@@ -48,8 +54,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("responses_gateway.router")
 
-#: Where BackendRequest.extra names the deployment that answered (x-gateway-deployment).
-DEPLOYMENT = "deployment"
 _REASON_CHARS = 200
 _URL_SETTING = "GATEWAY_UPSTREAM_URL"
 #: How old this process's view of the shared health may grow before it is read again.
@@ -85,7 +89,7 @@ def deployment_settings(settings: Settings, deployment: Deployment, *, alone: bo
             changes[key] = options[key]
     if "max_retries" not in options and not alone:
         changes["max_retries"] = 0
-    return replace(settings, **changes)
+    return settings.replace(**changes)
 
 
 class _Health:

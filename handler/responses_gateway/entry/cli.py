@@ -12,7 +12,6 @@ stops it with one line naming the variable, and exit status 2.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 
@@ -79,7 +78,7 @@ def _serve(args: argparse.Namespace) -> int:
     if level not in LOG_LEVELS:
         raise SettingsError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, not {level!r}")
     if args.log_level:  # the flag wins over GATEWAY_LOG_LEVEL for the gateway's lines too
-        settings = dataclasses.replace(settings, log_level=level)
+        settings = settings.replace(log_level=level)
 
     import uvicorn
 

@@ -15,8 +15,9 @@ its module then: a process loads boto3 only for AWS, and an engine it never uses
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from responses_gateway.records import Frozen
 
 if TYPE_CHECKING:
     from responses_gateway.platform.base import Platform
@@ -26,10 +27,12 @@ LOCAL = "sqlite"  # GATEWAY_STORE=sqlite:PATH
 AWS = "dynamodb"  # GATEWAY_STORE=dynamodb:TABLE
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class Declared:
+class Declared(Frozen):
     """One platform as the gateway knows it before its module is imported (compared by
-    identity, as tools/declaration.py's registrations: this module is on every cold start)."""
+    identity, as tools/declaration.py's registrations; a frozen record, records.py: this
+    module is on every cold start)."""
+
+    __slots__ = ("form", "needs_image_bucket", "needs_target", "target")
 
     #: what ``GATEWAY_STORE`` looks like for it (``dynamodb:TABLE``)
     form: str
@@ -37,10 +40,18 @@ class Declared:
     #: ``(settings, target)``
     target: str
     #: its ``GATEWAY_STORE`` must name something after the colon (a table)
-    needs_target: bool = False
+    needs_target: bool
     #: large values (generated images) cannot be kept beside its records, so an image
     #: backend needs ``GATEWAY_IMAGE_BUCKET`` (a DynamoDB item holds 400 KB)
-    needs_image_bucket: bool = False
+    needs_image_bucket: bool
+
+    def __init__(self, form: str, target: str, needs_target: bool = False,
+                 needs_image_bucket: bool = False) -> None:
+        init = object.__setattr__
+        init(self, "form", form)
+        init(self, "target", target)
+        init(self, "needs_target", needs_target)
+        init(self, "needs_image_bucket", needs_image_bucket)
 
 
 #: The platforms by ``GATEWAY_STORE``'s kind: a new storage engine is one subclass of

@@ -18,22 +18,31 @@ there (as the deadline interrupts it), so a slow stream stops at once.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 from typing import Any
 
 from responses_gateway import ids
+from responses_gateway.records import Compared
 
 Event = dict[str, Any]
 
 
-@dataclass(slots=True)
-class Steer:
-    """One accepted steering submission: its id, the response it steers, its input as sent."""
+class Steer(Compared):
+    """One accepted steering submission: its id, the response it steers, its input as sent (a
+    record: records.py)."""
+
+    __slots__ = ("acknowledged", "id", "input", "previous_response_id")
 
     id: str
     previous_response_id: str
     input: Any
-    acknowledged: bool = field(default=False)
+    acknowledged: bool
+
+    def __init__(self, id: str, previous_response_id: str, input: Any,
+                 acknowledged: bool = False) -> None:
+        self.id = id
+        self.previous_response_id = previous_response_id
+        self.input = input
+        self.acknowledged = acknowledged
 
     def to_record(self) -> dict[str, Any]:
         return {"id": self.id, "previous_response_id": self.previous_response_id,

@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from responses_gateway.errors import GatewayError
 from responses_gateway.ids import request_id
+from responses_gateway.records import Compared, Value
 
 if TYPE_CHECKING:
     from responses_gateway.store.health import HealthStore
@@ -94,16 +94,24 @@ class ResponseTooLarge(StoreUnavailable):
 # -- bounds ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class StoreLimits:
-    """What one conversation and one stored response may hold (0: no bound).
+class StoreLimits(Value):
+    """What one conversation and one stored response may hold (0: no bound; a frozen value:
+    records.py).
 
     A turn on a conversation reads all of it, so its size is what every turn costs in memory
     and upstream tokens; these keep that bounded. Enforced before anything is written."""
 
-    conversation_items: int = 10_000  # GATEWAY_MAX_CONVERSATION_ITEMS
-    conversation_bytes: int = 64 * MIB  # GATEWAY_MAX_CONVERSATION_BYTES (items' JSON)
-    response_bytes: int = 32 * MIB  # GATEWAY_MAX_STORED_RESPONSE_BYTES (input; Response)
+    __slots__ = ("conversation_bytes", "conversation_items", "response_bytes")
+
+    conversation_items: int  # GATEWAY_MAX_CONVERSATION_ITEMS
+    conversation_bytes: int  # GATEWAY_MAX_CONVERSATION_BYTES (items' JSON)
+    response_bytes: int  # GATEWAY_MAX_STORED_RESPONSE_BYTES (input; Response)
+
+    def __init__(self, conversation_items: int = 10_000, conversation_bytes: int = 64 * MIB,
+                 response_bytes: int = 32 * MIB) -> None:
+        object.__setattr__(self, "conversation_items", conversation_items)
+        object.__setattr__(self, "conversation_bytes", conversation_bytes)
+        object.__setattr__(self, "response_bytes", response_bytes)
 
     def check_input(self, items: list[dict[str, Any]]) -> None:
         """A create's input items, together, within what one stored response may hold."""
@@ -167,40 +175,72 @@ class Bounded:
         return getattr(self, "_limits", None) or DEFAULT_LIMITS
 
 
-@dataclass(slots=True)
-class StoredResponse:
+class StoredResponse(Compared):
     """One response as every store keeps it: what retrieve, resume and a later
-    ``previous_response_id`` read back."""
+    ``previous_response_id`` read back (a record: records.py; :meth:`replace` for
+    ``dataclasses.replace``)."""
+
+    __slots__ = ("background", "expires_at", "id", "input_items", "lease_until",
+                 "previous_response_id", "request", "response", "tenant")
 
     id: str
     tenant: str
     response: dict[str, Any]  # the Response object as the API returns it
     request: dict[str, Any]  # the validated create body (model, tools, input after resolution…)
-    input_items: list[dict[str, Any]] = field(default_factory=list)  # with ids, in order
-    previous_response_id: str | None = None
-    background: bool = False
-    lease_until: float | None = None  # epoch seconds; a running background worker renews it
-    expires_at: int | None = None  # epoch seconds (TTL)
+    input_items: list[dict[str, Any]]  # with ids, in order
+    previous_response_id: str | None
+    background: bool
+    lease_until: float | None  # epoch seconds; a running background worker renews it
+    expires_at: int | None  # epoch seconds (TTL)
+
+    def __init__(self, id: str, tenant: str, response: dict[str, Any], request: dict[str, Any],
+                 input_items: list[dict[str, Any]] | None = None,
+                 previous_response_id: str | None = None, background: bool = False,
+                 lease_until: float | None = None, expires_at: int | None = None) -> None:
+        self.id = id
+        self.tenant = tenant
+        self.response = response
+        self.request = request
+        self.input_items = [] if input_items is None else input_items
+        self.previous_response_id = previous_response_id
+        self.background = background
+        self.lease_until = lease_until
+        self.expires_at = expires_at
+
+    def replace(self, **changes: Any) -> StoredResponse:
+        """A copy with ``changes`` (``dataclasses.replace``: the other fields shared)."""
+        fields = {name: getattr(self, name) for name in StoredResponse.__annotations__}
+        return StoredResponse(**{**fields, **changes})
 
     @property
     def status(self) -> str:
         return self.response.get("status", "")
 
 
-@dataclass(slots=True)
-class TurnSettle:
+class TurnSettle(Compared):
     """A background turn's settle, carried by the worker's terminal write (``append_events``).
 
     ``items`` (a completed or incomplete turn) are appended at the end and the lock released,
     conditional on the lock (``token``, taken at ``length``): held by this turn, or free. With
-    ``items=None`` (a failed turn) the lock is only released, if still ``token``'s.
+    ``items=None`` (a failed turn) the lock is only released, if still ``token``'s. (A record:
+    records.py.)
     """
+
+    __slots__ = ("conversation_id", "items", "length", "tenant", "token")
 
     conversation_id: str
     tenant: str
     token: str
     length: int
-    items: list[dict[str, Any]] | None = None
+    items: list[dict[str, Any]] | None
+
+    def __init__(self, conversation_id: str, tenant: str, token: str, length: int,
+                 items: list[dict[str, Any]] | None = None) -> None:
+        self.conversation_id = conversation_id
+        self.tenant = tenant
+        self.token = token
+        self.length = length
+        self.items = items
 
 
 class ResponseStore(Bounded, ABC):
@@ -358,20 +398,35 @@ class ConversationFull(GatewayError):
         )
 
 
-@dataclass(slots=True)
-class StoredConversation:
+class StoredConversation(Compared):
     """A conversation's record without its items: its counters bound it, its lock orders
-    turns."""
+    turns (a record: records.py)."""
+
+    __slots__ = ("byte_count", "created_at", "holder", "id", "item_count", "length", "locked",
+                 "metadata", "tenant")
 
     id: str
     tenant: str
     created_at: int
-    metadata: dict[str, str] = field(default_factory=dict)
-    length: int = 0  # positions committed so far (deleted items leave holes; never reused)
-    locked: bool = False  # a turn holds the lock right now
-    holder: str | None = None  # while locked: the holding turn's token ("<response id>.<hex>")
-    item_count: int = 0  # items held (what GATEWAY_MAX_CONVERSATION_ITEMS bounds)
-    byte_count: int = 0  # their JSON bytes (GATEWAY_MAX_CONVERSATION_BYTES), kept with appends
+    metadata: dict[str, str]
+    length: int  # positions committed so far (deleted items leave holes; never reused)
+    locked: bool  # a turn holds the lock right now
+    holder: str | None  # while locked: the holding turn's token ("<response id>.<hex>")
+    item_count: int  # items held (what GATEWAY_MAX_CONVERSATION_ITEMS bounds)
+    byte_count: int  # their JSON bytes (GATEWAY_MAX_CONVERSATION_BYTES), kept with appends
+
+    def __init__(self, id: str, tenant: str, created_at: int,
+                 metadata: dict[str, str] | None = None, length: int = 0, locked: bool = False,
+                 holder: str | None = None, item_count: int = 0, byte_count: int = 0) -> None:
+        self.id = id
+        self.tenant = tenant
+        self.created_at = created_at
+        self.metadata = {} if metadata is None else metadata
+        self.length = length
+        self.locked = locked
+        self.holder = holder
+        self.item_count = item_count
+        self.byte_count = byte_count
 
     def to_object(self) -> dict[str, Any]:
         """The ``conversation`` object the API returns."""

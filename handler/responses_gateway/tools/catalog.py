@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
 from typing import Any
 
+from responses_gateway.records import Value
 from responses_gateway.tools import custom
 
 _NAME_OK = re.compile(r"[a-zA-Z0-9_-]{1,64}")
@@ -34,15 +34,22 @@ _NAME_BAD = re.compile(r"[^a-zA-Z0-9_-]")
 SEPARATOR = "__"
 
 
-@dataclass(frozen=True, slots=True)
-class ToolSpec:
-    """What a chat function stands for."""
+class ToolSpec(Value):
+    """What a chat function stands for (a frozen value: records.py)."""
+
+    __slots__ = ("kind", "name", "namespace")
 
     # "function", "custom", a server tool's kind (tools/registry.py: "mcp") or the type of a
     # tool the client runs (tools/client_tools.py: "shell", "apply_patch", "computer"...)
     kind: str
     name: str  # the name the client (or the MCP server) gave it
-    namespace: str | None = None  # the namespace, or the MCP server's label
+    namespace: str | None  # the namespace, or the MCP server's label
+
+    def __init__(self, kind: str, name: str, namespace: str | None = None) -> None:
+        init = object.__setattr__
+        init(self, "kind", kind)
+        init(self, "name", name)
+        init(self, "namespace", namespace)
 
 
 class ToolCatalog:

@@ -15,13 +15,13 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from responses_gateway import ids
 from responses_gateway.json_depth import fits_depth
+from responses_gateway.records import Value
 from responses_gateway.tools import registry
 
 _INT = {"type": "integer"}
@@ -136,9 +136,12 @@ _V4A = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class ClientTool:
-    """One client-run tool: how the model is offered it and what its items look like."""
+class ClientTool(Value):
+    """One client-run tool: how the model is offered it and what its items look like (a
+    frozen value: records.py)."""
+
+    __slots__ = ("call_prefix", "call_type", "description", "field", "function", "kind",
+                 "output_prefix", "output_type", "parameters", "tool_types")
 
     kind: str  # ToolSpec.kind (tools/catalog.py)
     tool_types: tuple[str, ...]  # the request's tools[].type values
@@ -150,6 +153,21 @@ class ClientTool:
     field: str  # the call item's field the chat arguments carry ("" for tool_search: all)
     description: str
     parameters: Mapping[str, Any]
+
+    def __init__(self, kind: str, tool_types: tuple[str, ...], function: str, call_type: str,
+                 output_type: str, call_prefix: str, output_prefix: str, field: str,
+                 description: str, parameters: Mapping[str, Any]) -> None:
+        init = object.__setattr__
+        init(self, "kind", kind)
+        init(self, "tool_types", tool_types)
+        init(self, "function", function)
+        init(self, "call_type", call_type)
+        init(self, "output_type", output_type)
+        init(self, "call_prefix", call_prefix)
+        init(self, "output_prefix", output_prefix)
+        init(self, "field", field)
+        init(self, "description", description)
+        init(self, "parameters", parameters)
 
 
 CLIENT_TOOLS: tuple[ClientTool, ...] = (

@@ -17,9 +17,9 @@ in tools/registry.py.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
+from responses_gateway.records import Compared, Value
 from responses_gateway.tools.catalog import ToolCatalog, ToolSpec
 
 if TYPE_CHECKING:  # types only: building a tool never imports the engines for them
@@ -120,9 +120,11 @@ class ToolServices(Protocol):
         ...
 
 
-@dataclass
-class RequestTools:
-    """What building a server tool for one create can see."""
+class RequestTools(Compared):
+    """What building a server tool for one create can see (a record: records.py)."""
+
+    __slots__ = ("every", "history", "include", "indexes", "items", "reads", "services",
+                 "settings", "tenant", "tool_choice", "tools")
 
     tools: list[Any]  # the request's tool params this tool serves (pydantic models)
     tool_choice: Any  # the request's tool_choice (pydantic model or string)
@@ -130,24 +132,51 @@ class RequestTools:
     history: list[dict[str, Any]]  # earlier turns' items (previous_response_id, conversation)
     settings: Settings
     tenant: str
-    indexes: list[int] = field(default_factory=list)  # where ``tools`` sit in the request's
-    include: tuple[str, ...] = ()  # the request's ``include`` (web_search_call.action.sources)
+    indexes: list[int]  # where ``tools`` sit in the request's
+    include: tuple[str, ...]  # the request's ``include`` (web_search_call.action.sources)
     #: every tool of the request, whoever serves it (a program calls the others)
-    every: list[Any] = field(default_factory=list)
+    every: list[Any]
     #: what the server tools' calls in the conversation gave the model, by call id
     #: (tools/reads.py: this process's, else the store's): a paused program's journal
-    reads: Mapping[str, str] = field(default_factory=dict)
-    services: ToolServices = field(kw_only=True)  # the process-wide services (the Gateway)
+    reads: Mapping[str, str]
+    services: ToolServices  # the process-wide services (the Gateway)
+
+    def __init__(
+        self, tools: list[Any], tool_choice: Any, items: list[dict[str, Any]],
+        history: list[dict[str, Any]], settings: Settings, tenant: str,
+        indexes: list[int] | None = None, include: tuple[str, ...] = (),
+        every: list[Any] | None = None, reads: Mapping[str, str] | None = None, *,
+        services: ToolServices,
+    ) -> None:
+        self.tools = tools
+        self.tool_choice = tool_choice
+        self.items = items
+        self.history = history
+        self.settings = settings
+        self.tenant = tenant
+        self.indexes = [] if indexes is None else indexes
+        self.include = include
+        self.every = [] if every is None else every
+        self.reads = {} if reads is None else reads
+        self.services = services
 
 
-@dataclass
-class Rebuild:
+class Rebuild(Compared):
     """What rebuilding a server tool from a stored record can see (a background worker)."""
+
+    __slots__ = ("extra", "services", "settings", "unseal")
 
     settings: Settings
     unseal: Unseal
-    extra: dict[str, Any] = field(default_factory=dict)
-    services: ToolServices = field(kw_only=True)  # the process-wide services (the Gateway)
+    extra: dict[str, Any]
+    services: ToolServices  # the process-wide services (the Gateway)
+
+    def __init__(self, settings: Settings, unseal: Unseal, extra: dict[str, Any] | None = None,
+                 *, services: ToolServices) -> None:
+        self.settings = settings
+        self.unseal = unseal
+        self.extra = {} if extra is None else extra
+        self.services = services
 
 
 class ServerTool:
@@ -238,9 +267,11 @@ class ServerTool:
         raise NotImplementedError
 
 
-@dataclass(frozen=True, slots=True)
-class HistoryCall:
-    """One of a tool's items as the model reads it: a call it made, and the answer."""
+class HistoryCall(Value):
+    """One of a tool's items as the model reads it: a call it made, and the answer (a frozen
+    value: records.py)."""
+
+    __slots__ = ("arguments", "call_id", "image", "output", "spec")
 
     call_id: str
     spec: ToolSpec
@@ -248,7 +279,16 @@ class HistoryCall:
     output: str
     #: an image the call made (a data URL), sent after the output to a model that reads
     #: images (translate/to_chat.py); others read ``output`` alone
-    image: str | None = None
+    image: str | None
+
+    def __init__(self, call_id: str, spec: ToolSpec, arguments: str, output: str,
+                 image: str | None = None) -> None:
+        init = object.__setattr__
+        init(self, "call_id", call_id)
+        init(self, "spec", spec)
+        init(self, "arguments", arguments)
+        init(self, "output", output)
+        init(self, "image", image)
 
 
 class HistoryReader(Protocol):

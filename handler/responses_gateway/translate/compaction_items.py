@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -31,6 +30,7 @@ import orjson
 
 from responses_gateway import ids
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
+from responses_gateway.records import Value
 from responses_gateway.token_estimate import estimate
 
 #: The sealed payload's key for the summary (a reasoning blob has none: it is refused here).
@@ -48,21 +48,32 @@ Opener = Callable[..., dict[str, Any]]
 Seal = Callable[[dict[str, Any]], str]
 
 
-@dataclass(frozen=True, slots=True)
-class Opened:
+class Opened(Value):
     """A compaction item's sealed content, opened: the summary and the kept messages' keys."""
+
+    __slots__ = ("keep", "summary")
 
     summary: str
     keep: tuple[str, ...]
 
+    def __init__(self, summary: str, keep: tuple[str, ...]) -> None:
+        object.__setattr__(self, "summary", summary)
+        object.__setattr__(self, "keep", keep)
 
-@dataclass(frozen=True, slots=True)
-class View:
+
+class View(Value):
     """What the model sees of a window by its newest compaction item."""
+
+    __slots__ = ("at", "hidden", "message")
 
     hidden: frozenset[int]  # indexes the item stands for (the model does not read them)
     at: int  # the item's index, -1 when there is none
     message: dict[str, Any] | None  # what the item becomes: a user message giving its summary
+
+    def __init__(self, hidden: frozenset[int], at: int, message: dict[str, Any] | None) -> None:
+        object.__setattr__(self, "hidden", hidden)
+        object.__setattr__(self, "at", at)
+        object.__setattr__(self, "message", message)
 
 
 NO_VIEW = View(frozenset(), -1, None)

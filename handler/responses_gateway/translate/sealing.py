@@ -3,7 +3,9 @@
 Reasoning signatures and redacted blocks must return to the model verbatim on the next turn,
 also with ``store=false``, so they travel in the reasoning item's ``encrypted_content``.
 AES-GCM authenticates them and binds them to the tenant (associated data), so a client can
-neither forge a blob nor replay another tenant's.
+neither forge a blob nor replay another tenant's. The cipher (the ``cryptography`` package,
+a few milliseconds to import) is built on first use, not with the gateway's services at start;
+the key is fixed when the sealer is made.
 """
 
 from __future__ import annotations
@@ -23,9 +25,21 @@ _VERSION = b"rg1"
 
 class Sealer:
     def __init__(self, key: bytes) -> None:
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        self._key = hashlib.sha256(key).digest()
+        self._cipher: Any = None
 
-        self._aead = AESGCM(hashlib.sha256(key).digest())
+    @property
+    def _aead(self) -> Any:
+        """The AES-GCM cipher, built on first use."""
+        if self._cipher is None:
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+            self._cipher = AESGCM(self._key)
+        return self._cipher
+
+    def ready(self) -> None:
+        """Build the cipher now (api/warm_start.py: in Lambda's init, before a request)."""
+        self._aead  # noqa: B018 (built on first read)
 
     @classmethod
     def from_secret(cls, secret: str | None) -> Sealer:

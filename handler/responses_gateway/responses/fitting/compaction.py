@@ -18,7 +18,6 @@ quarter of it (the latest always), the others being in the summary.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -26,6 +25,7 @@ import orjson
 from responses_gateway import ids
 from responses_gateway.backends.base import Backend, BackendRequest
 from responses_gateway.errors import UpstreamError
+from responses_gateway.records import Compared
 from responses_gateway.responses.fitting import cuts, tokens
 from responses_gateway.responses.fitting.compaction_bounds import (
     CompactionLimits,
@@ -52,13 +52,21 @@ SUMMARY_SHARE = 0.2
 SUMMARY_MAX_TOKENS = 4096
 
 
-@dataclass
-class Compacted:
-    """A compaction's result: the window that replaces the history, and what it cost."""
+class Compacted(Compared):
+    """A compaction's result: the window that replaces the history, and what it cost (a
+    record: records.py)."""
+
+    __slots__ = ("item", "usage", "window")
 
     window: list[dict[str, Any]]  # the kept user messages, then ``item``
     item: dict[str, Any]  # the compaction item
-    usage: dict[str, Any] = field(default_factory=dict)  # Responses usage of the summarising
+    usage: dict[str, Any]  # Responses usage of the summarising calls
+
+    def __init__(self, window: list[dict[str, Any]], item: dict[str, Any],
+                 usage: dict[str, Any] | None = None) -> None:
+        self.window = window
+        self.item = item
+        self.usage = {} if usage is None else usage
 
 
 class Planned:

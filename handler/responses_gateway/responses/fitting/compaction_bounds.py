@@ -20,23 +20,31 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.records import Value
 
 T = TypeVar("T")
 #: Resolves when the client that waits for the compaction leaves (its exception is raised).
 Departure = asyncio.Future[None]
 
 
-@dataclass(frozen=True, slots=True)
-class CompactionLimits:
-    """What one compaction may cost: summarising calls, input bytes, time."""
+class CompactionLimits(Value):
+    """What one compaction may cost: summarising calls, input bytes, time (a frozen value:
+    records.py)."""
 
-    calls: int = 16  # GATEWAY_MAX_COMPACTION_CALLS
-    input_bytes: int = 20 * 1024 * 1024  # GATEWAY_MAX_COMPACTION_INPUT_BYTES
-    seconds: float = 0.0  # GATEWAY_MAX_RESPONSE_SECONDS
+    __slots__ = ("calls", "input_bytes", "seconds")
+
+    calls: int  # GATEWAY_MAX_COMPACTION_CALLS
+    input_bytes: int  # GATEWAY_MAX_COMPACTION_INPUT_BYTES
+    seconds: float  # GATEWAY_MAX_RESPONSE_SECONDS
+
+    def __init__(self, calls: int = 16, input_bytes: int = 20 * 1024 * 1024,
+                 seconds: float = 0.0) -> None:
+        object.__setattr__(self, "calls", calls)
+        object.__setattr__(self, "input_bytes", input_bytes)
+        object.__setattr__(self, "seconds", seconds)
 
     def check_input(self, size: int) -> None:
         if self.input_bytes and size > self.input_bytes:

@@ -10,11 +10,11 @@ as a summarising call's body. The rendering itself is translate/to_chat.py's.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from responses_gateway.backends.base import Backend
 from responses_gateway.config import Route
+from responses_gateway.records import Compared
 from responses_gateway.responses.fitting import vision
 from responses_gateway.translate import compaction_items
 from responses_gateway.translate.to_chat import Unseal, to_chat_request
@@ -27,29 +27,49 @@ _NOT_FOR_A_SUMMARY = ("response_format", "logprobs", "top_logprobs", "parallel_t
                       "stream_options", "reasoning_effort", "verbosity", "max_tokens")
 
 
-@dataclass
-class Fitted:
-    """A conversation fitted to its route: the chat body to send, and what fitting made."""
+class Fitted(Compared):
+    """A conversation fitted to its route: the chat body to send, and what fitting made (a
+    record: records.py)."""
+
+    __slots__ = ("catalog", "chat", "message_params", "model_runs", "output_items", "pending",
+                 "usage")
 
     chat: dict[str, Any]
     message_params: list[str]
-    output_items: list[dict[str, Any]] = field(default_factory=list)
-    catalog: Any = None  # the render's tool catalog, when asked for one (new_catalog)
-    usage: dict[str, Any] | None = None  # Responses usage of the compaction's summarising calls
-    model_runs: bool = True  # False: a compaction_trigger asked for the compaction only
+    output_items: list[dict[str, Any]]
+    catalog: Any  # the render's tool catalog, when asked for one (new_catalog)
+    usage: dict[str, Any] | None  # Responses usage of the compaction's summarising calls
+    model_runs: bool  # False: a compaction_trigger asked for the compaction only
     #: a compaction decided but not yet run (fit.py's ``defer``): the stream runs it
-    pending: Pending | None = None
+    pending: Pending | None
+
+    def __init__(self, chat: dict[str, Any], message_params: list[str],
+                 output_items: list[dict[str, Any]] | None = None, catalog: Any = None,
+                 usage: dict[str, Any] | None = None, model_runs: bool = True,
+                 pending: Pending | None = None) -> None:
+        self.chat = chat
+        self.message_params = message_params
+        self.output_items = [] if output_items is None else output_items
+        self.catalog = catalog
+        self.usage = usage
+        self.model_runs = model_runs
+        self.pending = pending
 
 
-@dataclass
-class Pending:
+class Pending(Compared):
     """A compaction a streamed create runs after ``response.created`` (fit.py ``defer``):
     ``item_id`` names its item in ``response.compaction.compacting`` while ``run`` makes the
     summarising calls; ``run`` returns the conversation fitted again (compacted, then
     checked against the window), whose first output item is the compaction item."""
 
+    __slots__ = ("item_id", "run")
+
     item_id: str
     run: Callable[[], Awaitable[Fitted]]
+
+    def __init__(self, item_id: str, run: Callable[[], Awaitable[Fitted]]) -> None:
+        self.item_id = item_id
+        self.run = run
 
 
 class Renderer:

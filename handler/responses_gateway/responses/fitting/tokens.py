@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from responses_gateway.backends.base import Backend
 from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.records import Value
 from responses_gateway.token_estimate import estimate_chat
 from responses_gateway.translate.to_chat import client_param
 
@@ -24,12 +24,18 @@ logger = logging.getLogger("responses_gateway")
 SAFE_FACTOR = 1.5
 
 
-@dataclass(frozen=True, slots=True)
-class Count:
-    """Input tokens, and whether the backend counted them or the gateway estimated."""
+class Count(Value):
+    """Input tokens, and whether the backend counted them or the gateway estimated (a frozen
+    value: records.py)."""
+
+    __slots__ = ("exact", "tokens")
 
     tokens: int
     exact: bool  # the backend counted (else: the estimate)
+
+    def __init__(self, tokens: int, exact: bool) -> None:
+        object.__setattr__(self, "tokens", tokens)
+        object.__setattr__(self, "exact", exact)
 
 
 def context_length_exceeded(tokens_used: int, window: int) -> GatewayError:
