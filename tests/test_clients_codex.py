@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.cache_lock import held
 from tests.helpers.e2e import e2e_settings
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.scripted_upstream import ScriptedUpstream
@@ -76,22 +77,25 @@ def codex_bin() -> str:
     if os.environ.get("RG_CODEX_BIN"):
         return os.environ["RG_CODEX_BIN"]
     binary = CACHE / "node_modules" / ".bin" / "codex"
-    installed = _installed_version()
-    if not binary.exists() or installed is None or installed != (_wanted_version() or installed):
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.skip("npm is not installed: cannot install the Codex CLI")
-        CACHE.mkdir(parents=True, exist_ok=True)
-        try:
-            done = subprocess.run(
-                [npm, "install", "--prefix", str(CACHE), "--no-audit", "--no-fund", "--save-exact",
-                 "--loglevel=error", CODEX_PACKAGE],
-                capture_output=True, text=True, timeout=INSTALL_TIMEOUT, check=False,
-            )
-        except subprocess.TimeoutExpired:
-            pytest.skip(f"npm install {CODEX_PACKAGE} took longer than {INSTALL_TIMEOUT} s")
-        if done.returncode != 0 or not binary.exists():
-            pytest.skip(f"npm install {CODEX_PACKAGE} failed: {done.stderr.strip()[-600:]}")
+    npm = shutil.which("npm")
+    if npm is None and not binary.exists():
+        pytest.skip("npm is not installed: cannot install the Codex CLI")
+    with held(CACHE):  # another xdist worker may be installing it
+        installed = _installed_version()
+        if (not binary.exists() or installed is None
+                or installed != (_wanted_version() or installed)):
+            if npm is None:
+                pytest.skip("npm is not installed: cannot install the Codex CLI")
+            try:
+                done = subprocess.run(
+                    [npm, "install", "--prefix", str(CACHE), "--no-audit", "--no-fund",
+                     "--save-exact", "--loglevel=error", CODEX_PACKAGE],
+                    capture_output=True, text=True, timeout=INSTALL_TIMEOUT, check=False,
+                )
+            except subprocess.TimeoutExpired:
+                pytest.skip(f"npm install {CODEX_PACKAGE} took longer than {INSTALL_TIMEOUT} s")
+            if done.returncode != 0 or not binary.exists():
+                pytest.skip(f"npm install {CODEX_PACKAGE} failed: {done.stderr.strip()[-600:]}")
     try:
         version = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
                                  timeout=60, check=False)

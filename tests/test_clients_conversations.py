@@ -31,6 +31,7 @@ from openai.types.conversations import (
 from openai.types.responses import Response
 from pydantic import TypeAdapter
 
+from tests.helpers.cache_lock import held
 from tests.helpers.e2e import check_response, check_stream, e2e_settings
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.scripted_upstream import ScriptedUpstream
@@ -294,18 +295,18 @@ def openai_node() -> Path:
     if node is None or npm is None:
         pytest.skip("node/npm is not installed: cannot run openai-node")
     wanted = NODE_PACKAGE.rpartition("@")[2]
-    if _node_installed_version() != wanted:
-        NODE_CACHE.mkdir(parents=True, exist_ok=True)
-        try:
-            done = subprocess.run(
-                [npm, "install", "--prefix", str(NODE_CACHE), "--no-audit", "--no-fund",
-                 "--save-exact", "--loglevel=error", NODE_PACKAGE],
-                capture_output=True, text=True, timeout=INSTALL_TIMEOUT, check=False,
-            )
-        except subprocess.TimeoutExpired:
-            pytest.skip(f"npm install {NODE_PACKAGE} took longer than {INSTALL_TIMEOUT} s")
-        if done.returncode != 0 or _node_installed_version() is None:
-            pytest.skip(f"npm install {NODE_PACKAGE} failed: {done.stderr.strip()[-600:]}")
+    with held(NODE_CACHE):  # another xdist worker may be installing it
+        if _node_installed_version() != wanted:
+            try:
+                done = subprocess.run(
+                    [npm, "install", "--prefix", str(NODE_CACHE), "--no-audit", "--no-fund",
+                     "--save-exact", "--loglevel=error", NODE_PACKAGE],
+                    capture_output=True, text=True, timeout=INSTALL_TIMEOUT, check=False,
+                )
+            except subprocess.TimeoutExpired:
+                pytest.skip(f"npm install {NODE_PACKAGE} took longer than {INSTALL_TIMEOUT} s")
+            if done.returncode != 0 or _node_installed_version() is None:
+                pytest.skip(f"npm install {NODE_PACKAGE} failed: {done.stderr.strip()[-600:]}")
     return NODE_CACHE
 
 

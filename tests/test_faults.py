@@ -745,8 +745,13 @@ def test_terminal_write_rejected_ends_failed_not_stuck(
         created = post(gateway.base_url + "/responses", {
             "model": MODEL, "input": "[[script:slow n=4 delay=0.05]]", "background": True})
         response_id = created.json()["id"]
+        # The rejected write first: on a loaded machine the 1 s lease can lapse (and a read
+        # report failed) before the worker gets to its terminal write at all.
+        deadline = time.monotonic() + 30
+        while injector.injected < 1:
+            assert time.monotonic() < deadline, "the terminal write was never attempted"
+            time.sleep(0.05)
         stored = settle(gateway, response_id, timeout=10)
-        assert injector.injected >= 1
         assert stored["status"] == "failed"
         follow = _follow(gateway, response_id)
         terminals = [e for e in follow.events if e["type"] in TERMINAL_TYPES]

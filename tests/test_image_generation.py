@@ -22,6 +22,7 @@ import pytest
 from openai import OpenAI
 
 from responses_gateway.tools.image_generation.backends import forget_backends
+from tests.helpers.cache_lock import held
 from tests.helpers.e2e import check_response, check_stream, client_for, e2e_settings, sdk_events
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.image_servers import (
@@ -650,15 +651,15 @@ def ai_sdk() -> Path:
         pytest.skip("node/npm is not installed: cannot run the Vercel AI SDK")
     manifest = AI_SDK_CACHE / "node_modules" / "@ai-sdk" / "openai" / "package.json"
     wanted = AI_SDK_PACKAGES[1].rpartition("@")[2]
-    if not manifest.exists() or json.loads(manifest.read_text())["version"] != wanted:
-        AI_SDK_CACHE.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run([npm, "install", "--prefix", str(AI_SDK_CACHE), "--no-audit",
-                               "--no-fund", "--save-exact", "--loglevel=error",
-                               *AI_SDK_PACKAGES], capture_output=True, text=True, timeout=300,
-                              check=False)
-        if done.returncode != 0 or not manifest.exists():
-            pytest.skip(f"npm install failed: {done.stderr.strip()[-600:]}")
-    (AI_SDK_CACHE / "image.mjs").write_text(AI_SDK_SCRIPT)
+    with held(AI_SDK_CACHE):  # another xdist worker may be installing it
+        if not manifest.exists() or json.loads(manifest.read_text())["version"] != wanted:
+            done = subprocess.run([npm, "install", "--prefix", str(AI_SDK_CACHE), "--no-audit",
+                                   "--no-fund", "--save-exact", "--loglevel=error",
+                                   *AI_SDK_PACKAGES], capture_output=True, text=True,
+                                  timeout=300, check=False)
+            if done.returncode != 0 or not manifest.exists():
+                pytest.skip(f"npm install failed: {done.stderr.strip()[-600:]}")
+        (AI_SDK_CACHE / "image.mjs").write_text(AI_SDK_SCRIPT)
     return AI_SDK_CACHE
 
 

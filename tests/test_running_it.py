@@ -465,7 +465,7 @@ def test_the_readme_commands_install_from_the_locks() -> None:
     # scripts/test-deps.sh: the system packages (the dashboard test's chromium), apt-get
     assert ci == "scripts/test-deps.sh && " \
                  "python3 -m pip install --no-deps -r requirements-test.lock -e . && " \
-                 "python3 -m pytest"
+                 "python3 -m pytest -n 4 --dist worksteal"
     assert f"```bash\n{ci}\n```" in readme
     assert "python3 -m pip install --no-deps -r requirements.lock -e ." in readme
     assert "pip install openai" in readme  # the README's Python example needs it

@@ -14,7 +14,7 @@ from tests import conftest
 
 ROOT = Path(__file__).resolve().parent.parent
 FULL = ("scripts/test-deps.sh && python3 -m pip install --no-deps -r requirements-test.lock "
-        "-e . && python3 -m pytest")
+        "-e . && python3 -m pytest -n 4 --dist worksteal")
 FAST = 'python3 -m pytest -m "not slow"'
 
 

@@ -46,8 +46,8 @@ def gateway(upstream: ScriptedUpstream, store: str, limits: dict[str, Any]) -> G
 
 
 def admin_get(gw: GatewayServer, path: str, **params: Any) -> dict[str, Any]:
-    answer = httpx.get(gw.base_url + path, params=params,
-                       headers={"Authorization": f"Bearer {ADMIN}"})
+    answer = httpx.get(gw.base_url + path, params=params,  # 30 s: moto on a loaded machine
+                       headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
     assert answer.status_code == 200, answer.text
     return answer.json()
 

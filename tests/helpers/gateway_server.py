@@ -27,12 +27,25 @@ class GatewayServer:
     def __init__(self, settings: Settings, *, port: int | None = None, **app_kwargs: Any) -> None:
         self.settings = settings
         self.app = create_app(settings, **app_kwargs)
-        self.port = port or free_port()
+        # Without a port asked for, the socket is bound here and handed to uvicorn: a port
+        # only looked up (free_port) could be taken by another process in between, as tests
+        # run in several pytest-xdist workers at once.
+        self._sockets: list[socket.socket] | None = None
+        if port is None:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", 0))
+            self._sockets = [sock]
+            port = sock.getsockname()[1]
+        self.port = port
         self._server = uvicorn.Server(
             uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
                            lifespan="on")
         )
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        self._server.run(sockets=self._sockets)
 
     @property
     def url(self) -> str:
@@ -59,3 +72,5 @@ class GatewayServer:
     def __exit__(self, *exc: object) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=15)
+        for sock in self._sockets or ():
+            sock.close()
