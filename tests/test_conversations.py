@@ -30,7 +30,7 @@ from responses_gateway.platform import platform_for
 from responses_gateway.responses import conversations
 from responses_gateway.responses.conversations import MAX_ITEMS_PER_WRITE
 from responses_gateway.store.base import StoredConversation, StoredResponse
-from responses_gateway.store.traced import TracedStore
+from responses_gateway.traced_store import TracedStore
 from responses_gateway.translate.request_models import parse_create_request
 from tests.helpers.e2e import MODEL, check_response, check_stream, e2e_settings, sdk_events
 from tests.helpers.gateway_server import GatewayServer

@@ -36,7 +36,7 @@ LAZY = (
     "responses_gateway.backends.route_config",
     "responses_gateway.prices",
     # the store wrappers: tracing's (X-Ray on) and the blob store's (an image bucket)
-    "responses_gateway.store.traced",
+    "responses_gateway.traced_store",
     "responses_gateway.store.wrapper",
     # the reasoning sealer's cipher: built on first use, or by Lambda's init (warm_start.py)
     "cryptography",

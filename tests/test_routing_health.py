@@ -241,7 +241,7 @@ def test_the_store_wrappers_hand_on_the_shared_health(tmp_path: Path) -> None:
     wrapper must not answer the base class's None."""
     from responses_gateway.store.blobs import BlobbedStore, MemoryBlobs
     from responses_gateway.store.sqlite import SQLiteStore
-    from responses_gateway.store.traced import TracedStore as _TracedStore
+    from responses_gateway.traced_store import TracedStore as _TracedStore
 
     store = SQLiteStore(str(tmp_path / "gateway.db"))
     try:

@@ -21,8 +21,8 @@ from responses_gateway.errors import GatewayError
 from responses_gateway.store.base import ROLES, Store, StoreLimits, ToolReadStore
 from responses_gateway.store.blobs import BlobbedStore, MemoryBlobs
 from responses_gateway.store.sqlite import SQLiteStore
-from responses_gateway.store.traced import TracedStore as _TracedStore
 from responses_gateway.store.wrapper import StoreWrapper, role_calls, role_members, uncovered
+from responses_gateway.traced_store import TracedStore as _TracedStore
 
 WRAPPERS = [BlobbedStore, _TracedStore]
 

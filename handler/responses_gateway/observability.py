@@ -42,7 +42,6 @@ import orjson
 from responses_gateway import collector
 from responses_gateway.ids import new_request_id, request_id
 from responses_gateway.status import TERMINAL_STATUSES
-from responses_gateway.store.base import Store
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
@@ -673,12 +672,3 @@ def _end(sub: Any) -> None:
         _recorder().stream_subsegments()
     except Exception:
         logger.debug("could not close subsegment", exc_info=True)
-
-
-def trace_store(store: Store) -> Store:
-    """The store, every call a subsegment when tracing (else the store itself)."""
-    if not tracing_enabled():
-        return store
-    from responses_gateway.store.traced import TracedStore  # made only when tracing
-
-    return TracedStore(store)

@@ -22,7 +22,12 @@ def build_gateway(
     """The gateway for ``settings``; ``store`` and ``backends`` replace the configured ones."""
     observability.configure(settings)
     platform = platform_for(settings)
-    store = store or observability.trace_store(platform.store())
+    if store is None:
+        store = platform.store()
+        if observability.tracing_enabled():  # every store call a subsegment
+            from responses_gateway.traced_store import TracedStore  # made only when tracing
+
+            store = TracedStore(store)
     return Gateway(
         settings,
         store,

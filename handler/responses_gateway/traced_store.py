@@ -1,5 +1,5 @@
-"""The store behind tracing: every store call in an X-Ray subsegment (observability.py's
-``trace_store``, in Lambda with tracing on).
+"""The store behind tracing: every store call in an X-Ray subsegment (made by
+responses/services.py's ``build_gateway``, in Lambda with tracing on).
 
 Its own module so that a process that does not trace never makes the class: a
 :class:`~responses_gateway.store.wrapper.StoreWrapper` subclass checks every role member and
