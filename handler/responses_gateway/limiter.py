@@ -104,9 +104,10 @@ async def _check_spend(ledger: UsageStore, rule: Rule, tenant: str, now: float,
                        settings: Settings) -> None:
     """OpenAI's 429 ``insufficient_quota`` when a dollar budget of the key is spent."""
     from responses_gateway.key_limits import period_of
+    from responses_gateway.priced_items import PRICED_ITEMS
     from responses_gateway.prices import pricing
 
-    prices = pricing(settings)
+    prices = pricing(settings, PRICED_ITEMS)
     for period, cap in rule.dollars:
         used = await spent(ledger, prices, tenant, period, now)
         if used < cap:

@@ -26,12 +26,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-# PRICED_ITEMS: output items priced each (a web search), by item type: the Price field and the
-# line item; filled from the server tools' registrations (``ItemType.price``) by
-# tools/registry.py, which sits above this module; declared beside ItemType so the registry
-# need not import this one
-from responses_gateway.tools.declaration import PRICED_ITEMS
-
 #: when the shipped Bedrock prices were taken from AWS's public pricing page
 BEDROCK_PRICES_AS_OF = "2025-10-01"
 MILLION = 1_000_000
@@ -143,14 +137,17 @@ class Pricing:
     """Prices each (model, counters) as configured, the shipped Bedrock prices beneath.
 
     ``route`` is ``Settings.route`` (a client model name to its backend and backend model):
-    a Bedrock model is found by its model id when its client name has no entry."""
+    a Bedrock model is found by its model id when its client name has no entry.
+    ``priced_items``: output items priced each (a web search call), by item type: the
+    :class:`Price` field and the line item (priced_items.py, the server tools' declarations)."""
 
-    __slots__ = ("_found", "configured", "route")
+    __slots__ = ("_found", "configured", "priced_items", "route")
 
-    def __init__(self, configured: Prices | None,
-                 route: Callable[[str], Any] | None = None) -> None:
+    def __init__(self, configured: Prices | None, route: Callable[[str], Any] | None = None,
+                 priced_items: Mapping[str, tuple[str, str]] | None = None) -> None:
         self.configured = configured or Prices()
         self.route = route
+        self.priced_items = priced_items or {}
         self._found: dict[str, Price] = {}
 
     def price(self, model: str) -> Price:
@@ -198,7 +195,7 @@ class Pricing:
             "output": quantities["output"] * (price.output or 0.0) / MILLION,
             "image generation": quantities["image generation"] * (price.image or 0.0),
         }
-        for item_type, (name, line) in PRICED_ITEMS.items():
+        for item_type, (name, line) in self.priced_items.items():
             n = (tool_calls or {}).get(item_type, 0)
             quantities[line] = quantities.get(line, 0) + n
             amounts[line] = amounts.get(line, 0.0) + n * (getattr(price, name) or 0.0)
@@ -222,11 +219,12 @@ def _bare(model_id: str) -> str:
 _pricings: dict[int, tuple[Any, Pricing]] = {}
 
 
-def pricing(settings: Any) -> Pricing:
-    """The settings' pricing, built once per settings object."""
+def pricing(settings: Any, priced_items: Mapping[str, tuple[str, str]]) -> Pricing:
+    """The settings' pricing, built once per settings object; ``priced_items`` as
+    :class:`Pricing` takes them (the callers sit above the tools that declare them)."""
     held = _pricings.get(id(settings))
     if held is None or held[0] is not settings:
-        held = (settings, Pricing(settings.prices, settings.route))
+        held = (settings, Pricing(settings.prices, settings.route, priced_items))
         if len(_pricings) > 32:  # a test suite builds many settings; a process, one
             _pricings.clear()
         _pricings[id(settings)] = held

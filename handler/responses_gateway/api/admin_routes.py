@@ -95,9 +95,10 @@ async def usage_completions(request: Request) -> Response:
     stop = min(end, first + limit * width)
     rows = [r for r in await ledger.buckets(first - first % HOUR, stop)
             if (not models or r.model in models) and (not keys or r.tenant in keys)]
+    from responses_gateway.priced_items import PRICED_ITEMS
     from responses_gateway.prices import pricing
 
-    prices = pricing(gateway_of(request).settings)
+    prices = pricing(gateway_of(request).settings, PRICED_ITEMS)
     buckets = []
     key_names = names(request)
     for bucket_start in range(first, stop, width):
@@ -187,6 +188,7 @@ async def costs(request: Request) -> Response:
     ``group_by`` (``line_item``, ``api_key_id``; the gateway has no projects, users or API
     sources: those group to null), filtered by ``api_key_ids``, ``line_items`` and
     ``project_ids``; ``limit`` buckets a page, ``page`` the cursor."""
+    from responses_gateway.priced_items import PRICED_ITEMS
     from responses_gateway.prices import pricing
 
     ledger = admin(request)
@@ -223,7 +225,7 @@ async def costs(request: Request) -> Response:
     end = int_param(params.get("end_time"), "end_time", int(time.time()) + 1)
     stop = min(end, first + limit * DAY)
     rows = [r for r in await ledger.buckets(first, stop) if not keys or r.tenant in keys]
-    prices = pricing(gateway_of(request).settings)
+    prices = pricing(gateway_of(request).settings, PRICED_ITEMS)
     buckets = []
     for bucket_start in range(first, stop, DAY):
         inside = [r for r in rows if bucket_start <= r.hour < bucket_start + DAY]

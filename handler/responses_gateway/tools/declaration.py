@@ -22,10 +22,6 @@ from typing import Any
 
 from responses_gateway.records import Frozen
 
-#: output items priced each, by item type: the Price field and the Costs API's line item
-#: (``ItemType.price``); filled by tools/registry.py, read by prices.py (loaded on first use)
-PRICED_ITEMS: dict[str, tuple[str, str]] = {}
-
 
 class ItemType(Frozen):
     """One output item type a server tool makes (``web_search_call``)."""

@@ -19,8 +19,9 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from functools import cache
 from typing import Any, cast
 
+from responses_gateway.priced_items import PRICED_ITEMS
 from responses_gateway.tools.catalog import ToolCatalog
-from responses_gateway.tools.declaration import PRICED_ITEMS, ItemType, Registration
+from responses_gateway.tools.declaration import ItemType, Registration
 from responses_gateway.tools.server import (
     Event,
     HistoryReader,

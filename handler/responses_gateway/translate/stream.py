@@ -34,7 +34,6 @@ import orjson
 
 from responses_gateway import ids
 from responses_gateway.backends.chunks import parse_chunk
-from responses_gateway.records import Compared
 from responses_gateway.tools.catalog import ToolSpec
 from responses_gateway.tools.server import ServerCall
 from responses_gateway.translate.item_kinds import CALL as _CALL
@@ -54,6 +53,7 @@ from responses_gateway.translate.response_object import (
     usage_from_chat,
 )
 from responses_gateway.translate.stream_calls import CallItems, _Call
+from responses_gateway.translate.stream_options import TranslateOptions
 from responses_gateway.translate.stream_reasoning import ReasoningItems
 from responses_gateway.translate.stream_repeat import _Repeat
 
@@ -70,33 +70,6 @@ _ARGS_DELTA = "response.function_call_arguments.delta"
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 _REPEAT_MAX_MISSES = 4  # repeat shapes that never matched (per-chunk nonces): stop learning
-
-
-class TranslateOptions(Compared):
-    """What the request asked of the output (fixed for the whole response; a record:
-    records.py)."""
-
-    __slots__ = ("annotate", "encrypted_reasoning", "logprobs", "seal", "summary", "tools")
-
-    summary: bool  # reasoning.summary set: reasoning as summary parts (Codex, AI SDK)
-    logprobs: bool  # include "message.output_text.logprobs"
-    encrypted_reasoning: bool  # include "reasoning.encrypted_content"
-    seal: Callable[[dict[str, Any]], str] | None  # tenant-bound sealer for reasoning
-    tools: dict[str, ToolSpec] | None  # chat function name -> what it stands for
-    #: annotations for a text part as it closes (server tools' citations: tools/server.py)
-    annotate: Callable[[str], list[dict[str, Any]]] | None
-
-    def __init__(self, summary: bool = False, logprobs: bool = False,
-                 encrypted_reasoning: bool = False,
-                 seal: Callable[[dict[str, Any]], str] | None = None,
-                 tools: dict[str, ToolSpec] | None = None,
-                 annotate: Callable[[str], list[dict[str, Any]]] | None = None) -> None:
-        self.summary = summary
-        self.logprobs = logprobs
-        self.encrypted_reasoning = encrypted_reasoning
-        self.seal = seal
-        self.tools = tools
-        self.annotate = annotate
 
 
 class ResponseTranslator(CallItems, ReasoningItems):
