@@ -31,7 +31,7 @@ from openai.types.conversations import (
 from openai.types.responses import Response
 from pydantic import TypeAdapter
 
-from tests.helpers.cache_lock import held
+from tests.helpers.cache_lock import held, put
 from tests.helpers.e2e import check_response, check_stream, e2e_settings
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.scripted_upstream import ScriptedUpstream
@@ -323,7 +323,7 @@ def test_openai_node_drives_the_whole_conversations_surface(
     openai_node: Path, gateway: GatewayServer, upstream: ScriptedUpstream
 ) -> None:
     script = openai_node / "conversations.mjs"  # beside node_modules: `import "openai"` resolves
-    script.write_text(NODE_SCRIPT)
+    put(script, NODE_SCRIPT)  # another xdist worker may be running it
     done = subprocess.run(
         [shutil.which("node") or "node", str(script)],
         env={**os.environ, "GATEWAY_BASE_URL": gateway.base_url, "GATEWAY_KEY": KEY},

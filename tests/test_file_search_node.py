@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.cache_lock import put
 from tests.helpers.e2e import check_stream, e2e_settings
 from tests.helpers.embedding_server import EmbeddingServer
 from tests.helpers.gateway_server import GatewayServer
@@ -84,7 +85,7 @@ def test_openai_node_file_search_streamed_and_not(
         openai_node: Path, gateway: GatewayServer, upstream: ScriptedUpstream,  # noqa: F811
         library: dict[str, str]) -> None:  # noqa: F811
     script = openai_node / "file_search.mjs"  # beside node_modules: `import "openai"` resolves
-    script.write_text(NODE_SCRIPT)
+    put(script, NODE_SCRIPT)  # another xdist worker may be running it
     prompts = {kind: searching(f"node-{kind}", ANSWER) for kind in ("plain", "raw", "helper")}
     done = subprocess.run(
         [shutil.which("node") or "node", str(script)],

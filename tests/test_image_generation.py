@@ -22,7 +22,7 @@ import pytest
 from openai import OpenAI
 
 from responses_gateway.tools.image_generation.backends import forget_backends
-from tests.helpers.cache_lock import held
+from tests.helpers.cache_lock import held, put
 from tests.helpers.e2e import check_response, check_stream, client_for, e2e_settings, sdk_events
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.image_servers import (
@@ -659,7 +659,7 @@ def ai_sdk() -> Path:
                                   timeout=300, check=False)
             if done.returncode != 0 or not manifest.exists():
                 pytest.skip(f"npm install failed: {done.stderr.strip()[-600:]}")
-        (AI_SDK_CACHE / "image.mjs").write_text(AI_SDK_SCRIPT)
+        put(AI_SDK_CACHE / "image.mjs", AI_SDK_SCRIPT)  # a worker may be running it
     return AI_SDK_CACHE
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.cache_lock import put
 from tests.helpers.e2e import check_stream
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.image_servers import FakeImagesServer, colour_for, png_info
@@ -111,7 +112,7 @@ def test_openai_node_image_generation_streamed_and_not(
     server: GatewayServer = request.getfixturevalue(
         "openai_gateway" if backend == "openai" else "gateway")
     script = openai_node / "image_generation.mjs"  # beside node_modules: "openai" resolves
-    script.write_text(NODE_SCRIPT)
+    put(script, NODE_SCRIPT)  # another xdist worker may be running it
     prompts = {kind: f"a lighthouse {kind}" for kind in ("plain", "raw", "helper")}
     asked = {"plain": 2, "raw": 2, "helper": 1}  # partial_images asked for
     asks = {kind: {"input": draw(prompts[kind], f"node-ig-{backend}-{kind}"),

@@ -27,6 +27,7 @@ from openai.types.vector_stores import (
     VectorStoreFileDeleted,
 )
 
+from tests.helpers.cache_lock import put
 from tests.helpers.embedding_server import EmbeddingServer
 from tests.helpers.file_storage import gateway_on
 from tests.helpers.gateway_server import GatewayServer
@@ -136,7 +137,7 @@ def _texts(results: list[dict[str, Any]]) -> list[str]:
 def test_openai_node_retrieval_walkthrough(openai_node: Path,  # noqa: F811
                                            gateway: GatewayServer) -> None:
     script = openai_node / "vector_stores.mjs"  # beside node_modules: `import "openai"` resolves
-    script.write_text(NODE_SCRIPT)
+    put(script, NODE_SCRIPT)  # another xdist worker may be running it
     done = subprocess.run(
         [shutil.which("node") or "node", str(script)],
         env={**os.environ, "GATEWAY_BASE_URL": gateway.base_url},

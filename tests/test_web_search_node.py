@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.cache_lock import put
 from tests.helpers.e2e import check_stream
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.responses_validation import sdk_validate_response
@@ -103,7 +104,7 @@ def test_openai_node_web_search_streamed_and_not(
         openai_node: Path, gateway: GatewayServer, upstream: ScriptedUpstream,  # noqa: F811
         provider: SearchProvider) -> None:  # noqa: F811
     script = openai_node / "web_search.mjs"  # beside node_modules: `import "openai"` resolves
-    script.write_text(NODE_SCRIPT)
+    put(script, NODE_SCRIPT)  # another xdist worker may be running it
     answer = answer_citing()
     prompts = {kind: searching(f"node-ws-{kind}", answer) for kind in ("plain", "raw", "helper")}
     done = subprocess.run(
@@ -182,7 +183,7 @@ console.log(JSON.stringify(out));
 def test_vercel_ai_sdk_web_search(ai_sdk: Path, gateway: GatewayServer,  # noqa: F811
                                   upstream: ScriptedUpstream, mode: str) -> None:
     script = ai_sdk / "web_search.mjs"
-    script.write_text(AI_SDK_SCRIPT)
+    put(script, AI_SDK_SCRIPT)  # another xdist worker may be running it
     marker = f"vercel-ws-{mode}"
     answer = answer_citing()
     done = subprocess.run(
