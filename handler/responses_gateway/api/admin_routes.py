@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -23,6 +23,9 @@ from responses_gateway.errors import invalid_request, not_found
 from responses_gateway.key_limits import NO_LIMITS
 from responses_gateway.responses.conversations import store_of
 from responses_gateway.store.usage import COUNTERS, DAY, HOUR, UsageRow, UsageStore
+
+if TYPE_CHECKING:
+    from responses_gateway.prices import Pricing
 
 #: bucket widths: seconds, default and maximum bucket count (OpenAI's for 1h and 1d)
 WIDTHS = {"1h": (HOUR, 24, 168), "1d": (DAY, 7, 31)}
@@ -52,6 +55,15 @@ def admin(request: Request) -> UsageStore:
     if ledger is None:
         raise not_found("This gateway's store keeps no usage.")
     return ledger
+
+
+def _pricing(request: Request) -> Pricing:
+    """The gateway's prices (prices.py, loaded with the first usage or costs read), with the
+    server tools' priced items."""
+    from responses_gateway.priced_items import PRICED_ITEMS
+    from responses_gateway.prices import pricing
+
+    return pricing(gateway_of(request).settings, PRICED_ITEMS)
 
 
 # -- usage ----------------------------------------------------------------------------------
@@ -95,10 +107,7 @@ async def usage_completions(request: Request) -> Response:
     stop = min(end, first + limit * width)
     rows = [r for r in await ledger.buckets(first - first % HOUR, stop)
             if (not models or r.model in models) and (not keys or r.tenant in keys)]
-    from responses_gateway.priced_items import PRICED_ITEMS
-    from responses_gateway.prices import pricing
-
-    prices = pricing(gateway_of(request).settings, PRICED_ITEMS)
+    prices = _pricing(request)
     buckets = []
     key_names = names(request)
     for bucket_start in range(first, stop, width):
@@ -188,9 +197,6 @@ async def costs(request: Request) -> Response:
     ``group_by`` (``line_item``, ``api_key_id``; the gateway has no projects, users or API
     sources: those group to null), filtered by ``api_key_ids``, ``line_items`` and
     ``project_ids``; ``limit`` buckets a page, ``page`` the cursor."""
-    from responses_gateway.priced_items import PRICED_ITEMS
-    from responses_gateway.prices import pricing
-
     ledger = admin(request)
     params = request.query_params
     if "start_time" not in params:
@@ -225,7 +231,7 @@ async def costs(request: Request) -> Response:
     end = int_param(params.get("end_time"), "end_time", int(time.time()) + 1)
     stop = min(end, first + limit * DAY)
     rows = [r for r in await ledger.buckets(first, stop) if not keys or r.tenant in keys]
-    prices = pricing(gateway_of(request).settings, PRICED_ITEMS)
+    prices = _pricing(request)
     buckets = []
     for bucket_start in range(first, stop, DAY):
         inside = [r for r in rows if bucket_start <= r.hour < bucket_start + DAY]

@@ -39,13 +39,20 @@ def refused(kind: str, index: int) -> GatewayError:
         + (f" as configured: it runs '{kind}' itself when {off.enabled_by}. "
            if off is not None and off.enabled_by else
            ": OpenAI runs it on its own servers. ")
-        + f"It serves 'function', 'custom', 'namespace' and 'mcp' tools, the tools the client "
+        + f"It serves {_one_of(('function', 'custom', 'namespace', *registry.own_tool_types()))}"
+        + " tools, the tools the client "
         f"runs (shell, apply_patch, local_shell, computer, client tool_search), and runs these "
         f"hosted tools itself: {runs}. It leaves the other hosted tools out for the model "
         f"when GATEWAY_HOSTED_TOOLS=omit.",
         param=f"tools[{index}].type",
         code="invalid_value",
     )
+
+
+def _one_of(kinds: tuple[str, ...]) -> str:
+    """``'a', 'b' and 'c'``."""
+    named = [f"'{kind}'" for kind in kinds]
+    return named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}"
 
 
 def policy_named(name: str) -> str:

@@ -148,6 +148,12 @@ def _served_quietly(kind: str, settings: Any) -> bool:
         return False
 
 
+def own_tool_types() -> tuple[str, ...]:
+    """The request tool types only the gateway serves (no OpenAI-hosted namesake: ``mcp``),
+    one a tool, as messages listing what the gateway takes name them."""
+    return tuple(r.tool_types[0] for r in REGISTRATIONS if not r.hosted)
+
+
 def registration_of(tool_type: str) -> Registration | None:
     """The server tool serving request tools of ``tool_type``, if any."""
     return _BY_TOOL_TYPE.get(tool_type)

@@ -144,10 +144,11 @@ def _invalid_tag(param: str, loc: tuple[Any, ...], value: Any, tags: list[str]) 
     tag = value.get("type") if isinstance(value, dict) else value
     type_param = f"{param}.type"
     if loc[0] == "tools" and len(loc) == 2:
+        supported = quoted(("function", "custom", "namespace", *registry.own_tool_types()))
         message = (
             f"Tool type '{tag}' is not supported by this gateway. Supported values are: "
-            f"'function', 'custom', 'namespace', 'mcp' and OpenAI's hosted tools (left out for "
-            f"the model, or refused, as GATEWAY_HOSTED_TOOLS says)."
+            f"{supported} and OpenAI's hosted tools (left out for the model, or refused, as "
+            f"GATEWAY_HOSTED_TOOLS says)."
         )
     elif loc[0] == "tool_choice" and len(loc) == 1:
         message = (
