@@ -340,31 +340,20 @@ def _client_call(writer: ItemWriter, program_id: str, pending: Mapping[str, Any]
         events = writer.start_tool_item(item, None)
         events += writer.end_tool_item(item["status"], None)
         return events
-    if pending.get("kind") == "custom":
-        item: dict[str, Any] = {"id": ids.new_id(ids.CUSTOM_TOOL_CALL),
-                                "type": "custom_tool_call", "status": "in_progress",
-                                "call_id": call_id, "input": "", "name": name}
-        if namespace:
-            item["namespace"] = namespace
-        item["caller"] = caller
-        events = writer.start_tool_item(item, None)
-        item["input"] = arguments
-        events.append(writer.tool_item_event("response.custom_tool_call_input.delta",
-                                             delta=arguments))
-        events.append(writer.tool_item_event("response.custom_tool_call_input.done",
-                                             input=arguments))
-    else:
-        item = {"id": ids.new_id(ids.FUNCTION_CALL), "type": "function_call",
-                "status": "in_progress", "arguments": "", "call_id": call_id, "name": name}
-        if namespace:
-            item["namespace"] = namespace
-        item["caller"] = caller
-        events = writer.start_tool_item(item, None)
-        item["arguments"] = arguments
-        events.append(writer.tool_item_event("response.function_call_arguments.delta",
-                                             delta=arguments))
-        events.append(writer.tool_item_event("response.function_call_arguments.done",
-                                             arguments=arguments))
+    custom = pending.get("kind") == "custom"  # else a function's call
+    field, event = (("input", "response.custom_tool_call_input") if custom
+                    else ("arguments", "response.function_call_arguments"))
+    item: dict[str, Any] = {
+        "id": ids.new_id(ids.CUSTOM_TOOL_CALL if custom else ids.FUNCTION_CALL),
+        "type": "custom_tool_call" if custom else "function_call", "status": "in_progress",
+        "call_id": call_id, field: "", "name": name}
+    if namespace:
+        item["namespace"] = namespace
+    item["caller"] = caller
+    events = writer.start_tool_item(item, None)
+    item[field] = arguments
+    events.append(writer.tool_item_event(f"{event}.delta", delta=arguments))
+    events.append(writer.tool_item_event(f"{event}.done", **{field: arguments}))
     events += writer.end_tool_item("completed", None)
     return events
 
