@@ -221,3 +221,37 @@ def test_fitting_never_cuts_between_a_program_and_its_output() -> None:
     assert cut_points(items) == [1, 7, 8]
     # a program whose output is in the latest turn stays whole, its calls with it
     assert drop(items, [0, 1, 2, 3, 4, 5], set(), 10**9) == {0}
+
+
+@pytest.mark.parametrize(("kind", "item_type", "field", "event"), [
+    ("function", "function_call", "arguments", "response.function_call_arguments"),
+    ("custom", "custom_tool_call", "input", "response.custom_tool_call_input"),
+])
+def test_a_programs_client_call_is_written_as_the_models_own(
+    kind: str, item_type: str, field: str, event: str
+) -> None:
+    """A program's call of a function or custom tool the client runs: added, its arguments
+    (or input) streamed once, done; its ``caller`` the program; valid for openai-python."""
+    from responses_gateway.tools.programmatic.tool import _client_call
+    from responses_gateway.translate.request import parse_create_request
+    from responses_gateway.translate.response_object import new_response
+    from responses_gateway.translate.stream import ResponseTranslator, TranslateOptions
+    from tests.helpers.responses_validation import sdk_validate_event
+
+    response = new_response(parse_create_request({"model": "m"}).echo(), response_id="resp_p",
+                            created_at=1, status="in_progress")
+    writer = ResponseTranslator(response, TranslateOptions())
+    writer.start()
+    pending = {"kind": kind, "name": "lookup", "namespace": "docs", "arguments": "{\"q\": 1}"}
+    events = _client_call(writer, "call_program", pending)  # type: ignore[arg-type]
+    assert [e["type"] for e in events] == [
+        "response.output_item.added", f"{event}.delta", f"{event}.done",
+        "response.output_item.done"]
+    for e in events:
+        sdk_validate_event(e)
+    item = events[-1]["item"]
+    assert item["type"] == item_type and item[field] == "{\"q\": 1}"
+    assert item.get("status") == (None if kind == "custom" else "completed")
+    assert item["namespace"] == "docs"
+    assert item["caller"] == {"type": "program", "caller_id": "call_program"}
+    assert events[2][field] == "{\"q\": 1}" and events[1]["delta"] == "{\"q\": 1}"

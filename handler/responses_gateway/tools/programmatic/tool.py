@@ -345,8 +345,10 @@ def _client_call(writer: ItemWriter, program_id: str, pending: Mapping[str, Any]
                     else ("arguments", "response.function_call_arguments"))
     item: dict[str, Any] = {
         "id": ids.new_id(ids.CUSTOM_TOOL_CALL if custom else ids.FUNCTION_CALL),
-        "type": "custom_tool_call" if custom else "function_call", "status": "in_progress",
+        "type": "custom_tool_call" if custom else "function_call",
         "call_id": call_id, field: "", "name": name}
+    if not custom:  # a custom_tool_call has no status (openai-python's type, the model's own)
+        item["status"] = "in_progress"
     if namespace:
         item["namespace"] = namespace
     item["caller"] = caller
