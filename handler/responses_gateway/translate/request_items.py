@@ -341,35 +341,31 @@ def item_model(tag: str) -> type[BaseModel] | None:
 
 
 def validate_items(items: list[Any], context: dict[str, Any] | None) -> list[BaseModel]:
-    """``input``'s items, each by its own type's model: what validating :data:`InputItem`
-    does, but building only the validators of the types a request sends (one union of every
-    type is most of the first create's validator building). Errors are OpenAI's 400s, worded
-    as the union's would be."""
+    """``input``'s items, each by its own type's model (:func:`item_model`): what one tagged
+    union of every type would do, but building only the validators of the types a request
+    sends (that union was most of the first create's validator building). Errors are
+    OpenAI's 400s, worded as the union's were."""
     validated = []
+    validators: dict[str | None, Any] = {}  # by tag, for this request's items
     for index, item in enumerate(items):
         tag = _item_tag(item)
-        validate = _VALIDATORS.get(tag)  # type: ignore[arg-type]
-        try:
-            if validate is not None:
-                validated.append(validate(item, context=context))
-                continue
-            if tag is None:
+        validate = validators.get(tag)
+        if validate is None:
+            model = None if tag is None else item_model(tag)
+            if model is None:
+                if tag is not None:
+                    raise unknown_item_type(index, item)
                 if not isinstance(item, dict):
                     raise invalid_type(f"input[{index}]", "an object", item)
                 raise missing_parameter(f"input[{index}].type")
-            model = item_model(tag)
-            if model is None:
-                raise unknown_item_type(index, item)
-            validated.append(model.model_validate(item, context=context))  # builds it
-            _VALIDATORS[tag] = model.__pydantic_validator__.validate_python
+            # the class's own validator (built on first use), without model_validate's wrapper
+            validate = validators[tag] = model.__pydantic_validator__.validate_python
+        try:
+            validated.append(validate(item, context=context))
         except ValidationError as exc:
             model = item_model(tag)  # type: ignore[arg-type]
             raise from_validation(exc, model, ("input", "~list", index, tag)) from None  # type: ignore[arg-type]
     return validated
-
-
-#: Each built item model's validator by tag (a create's items cost one lookup each).
-_VALIDATORS: dict[str, Any] = {}
 
 
 # --- what OpenAI stores and lists ----------------------------------------------------------
