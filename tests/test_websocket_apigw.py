@@ -27,7 +27,7 @@ from responses_gateway.store import connections
 from responses_gateway.store.base import StoreUnavailable
 from responses_gateway.store.connections import Connections
 from tests.helpers.e2e import MODEL, check_response, check_stream
-from tests.helpers.gateway_server import free_port
+from tests.helpers.gateway_server import bound_socket
 from tests.helpers.moto_server import create_dynamodb_table, use_moto
 from tests.test_websocket import check_ws_event
 
@@ -43,12 +43,14 @@ class ManagementApi:
     def __init__(self) -> None:
         self.messages: dict[str, list[dict[str, Any]]] = {}
         self.gone: set[str] = set()
-        self.port = free_port()
+        self._sock = bound_socket()
+        self.port = self._sock.getsockname()[1]
         app = Starlette(routes=[Route("/{stage}/@connections/{cid}", self._post,
                                       methods=["POST"])])
         self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
                                                      log_level="warning"))
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread = threading.Thread(target=self._server.run, args=([self._sock],),
+                                        daemon=True)
 
     async def _post(self, request: Request) -> Response:
         cid = urllib.parse.unquote(request.path_params["cid"])
@@ -67,6 +69,7 @@ class ManagementApi:
     def __exit__(self, *exc: object) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=10)
+        self._sock.close()
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,21 @@ from responses_gateway.config import Settings
 
 
 def free_port() -> int:
+    """A port free now, for a process that binds it itself: another pytest-xdist worker may
+    take it in between, so a server of this process binds :func:`bound_socket` instead."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def bound_socket() -> socket.socket:
+    """A socket bound to a free port of 127.0.0.1, not yet listening: handed to uvicorn
+    (``Server.run(sockets=...)``, or to a child process by its descriptor), the port is
+    this server's from the start, never looked up and bound later."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
 
 
 class GatewayServer:
@@ -32,9 +44,7 @@ class GatewayServer:
         # run in several pytest-xdist workers at once.
         self._sockets: list[socket.socket] | None = None
         if port is None:
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(("127.0.0.1", 0))
+            sock = bound_socket()
             self._sockets = [sock]
             port = sock.getsockname()[1]
         self.port = port

@@ -27,18 +27,18 @@ from typing import Any
 
 import httpx
 
+from tests.helpers.gateway_server import bound_socket
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class McpTestServer:
     def __init__(self, port: int | None = None) -> None:
-        self.port = port or free_port()
+        # Without a port asked for, this process binds one and the child serves on that
+        # socket (its descriptor inherited): a port only looked up could be another xdist
+        # worker's server by the time the child binds it, and answer our health check.
+        self._sock = bound_socket() if port is None else None
+        self.port = port or self._sock.getsockname()[1]
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -62,9 +62,11 @@ class McpTestServer:
 
     def __enter__(self) -> McpTestServer:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "handler")])}
+        where = str(self.port) if self._sock is None else f"fd={self._sock.fileno()}"
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "tests.helpers.mcp_server", str(self.port)],
+            [sys.executable, "-m", "tests.helpers.mcp_server", where],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            pass_fds=() if self._sock is None else (self._sock.fileno(),),
         )
         deadline = time.monotonic() + 30
         while True:
@@ -84,6 +86,8 @@ class McpTestServer:
                 self._process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self._process.kill()
+        if self._sock is not None:
+            self._sock.close()
 
 
 def digest(value: str) -> str:
@@ -175,12 +179,15 @@ def main() -> None:
     import uvicorn
 
     app, inner = build_app()
-    config = uvicorn.Config(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="error",
+    where = sys.argv[1]  # a port, or "fd=N": a socket bound by the parent (McpTestServer)
+    sockets = [socket.socket(fileno=int(where[3:]))] if where.startswith("fd=") else None
+    port = sockets[0].getsockname()[1] if sockets else int(where)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error",
                             lifespan="off")
 
     async def serve() -> None:
         async with inner.router.lifespan_context(inner):
-            await uvicorn.Server(config).serve()
+            await uvicorn.Server(config).serve(sockets=sockets)
 
     import asyncio
 

@@ -18,6 +18,7 @@ Results are ``RESULTS`` (three pages on example.com/org) unless ``results=`` say
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -31,7 +32,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.responses import Response as StarletteResponse
 from starlette.routing import Route
 
-from tests.helpers.gateway_server import free_port
+from tests.helpers.gateway_server import bound_socket
 
 RESULTS = [
     {"url": "https://example.com/rust-2024", "title": "Rust 2024 edition",
@@ -55,12 +56,17 @@ class Seen:
 @dataclass
 class _Threaded:
     app: Starlette
-    port: int = field(default_factory=free_port)
+    sock: socket.socket = field(default_factory=bound_socket)
+
+    @property
+    def port(self) -> int:
+        return self.sock.getsockname()[1]
 
     def start(self) -> None:
         self._server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port,
                                                      log_level="warning", lifespan="off"))
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread = threading.Thread(target=self._server.run, args=([self.sock],),
+                                        daemon=True)
         self._thread.start()
         deadline = time.monotonic() + 10
         while not self._server.started:
@@ -71,6 +77,7 @@ class _Threaded:
     def stop(self) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=10)
+        self.sock.close()
 
 
 class SearchProvider:
