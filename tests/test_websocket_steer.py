@@ -225,6 +225,30 @@ def test_steer_refusals(gateway: GatewayServer) -> None:
         assert events[-1]["type"] == "response.completed"
 
 
+def test_a_steer_with_a_malformed_part_is_refused_and_the_response_runs_on(
+    gateway: GatewayServer,
+) -> None:
+    """A part a create's input would refuse (text without ``text``, an image URL that is no
+    string) is ``invalid_input`` when the steer arrives: the response it targets is not
+    stopped for a successor that could never be created."""
+    with client_for(gateway) as client, client.responses.connect() as connection:
+        connection.response.create(model=MODEL, input="[[script:slow delay=0.1 n=20]] Count.")
+        events = until(connection, lambda e: e["type"] == "response.output_text.delta")
+        response_id = events[0]["response"]["id"]
+        for part in ({"type": "input_text"}, {"type": "input_image", "image_url": 5}):
+            connection.send({"type": "response.steer", "previous_response_id": response_id,
+                             "input": [{"role": "user", "content": [part]}]})
+            events += until(connection, lambda e: e["type"] == "response.steer.failed")
+            failed = events[-1]
+            assert failed["error"]["code"] == "invalid_input", failed
+            assert "input[0].content[0]" in failed["error"]["message"]
+            assert failed["steer"] == {"input": "", "previous_response_id": response_id}
+        events += until(connection, terminal)
+        assert events[-1]["type"] == "response.completed", events[-1]
+        assert "response.steer.accepted" not in [e["type"] for e in events]
+        assert [e["type"] for e in events].count("response.created") == 1
+
+
 def test_a_laned_steer_echoes_its_lane(gateway: GatewayServer) -> None:
     with client_for(gateway) as client, client.responses.connect() as connection:
         connection.send({"type": "response.create", "model": MODEL, "input": SLOW,

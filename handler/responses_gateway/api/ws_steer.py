@@ -24,9 +24,11 @@ from typing import Any
 
 import orjson
 
+from responses_gateway.errors import GatewayError
 from responses_gateway.responses.steering import Steer, input_items
 from responses_gateway.status import COMPLETED
 from responses_gateway.tools import registry
+from responses_gateway.translate.request_items import validate_items
 
 Event = dict[str, Any]
 #: a create's fields a successor does not inherit: its input and where it continues from
@@ -53,7 +55,7 @@ def _echo(steer_input: Any) -> Any:
             isinstance(item, dict) and (
                 (item.get("type") == "function_call_output" and "output" in item)
                 or (item.get("role") == "user" and _user_content(item.get("content"))))
-            for item in steer_input):
+            for item in steer_input) and _valid_items(steer_input) is None:
         return [dict(item, type=item.get("type", "message")) for item in steer_input]
     return ""
 
@@ -204,7 +206,8 @@ def required_input(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def check_input(event: dict[str, Any]) -> str | None:
     """Why a ``response.steer`` event is invalid (OpenAI: it takes only ``type``,
     ``previous_response_id`` and ``input``; input is a string or a non-empty list of user
-    messages with ``type``, ``role``, ``content`` only), or None."""
+    messages with ``type``, ``role``, ``content`` only, each valid as a create's input
+    item), or None."""
     extra = sorted(set(event) - {"type", "previous_response_id", "input"})
     if extra:
         return (f"Unknown parameter: '{extra[0]}'. 'response.steer' accepts only 'type', "
@@ -227,4 +230,15 @@ def check_input(event: dict[str, Any]) -> str | None:
         if not _user_content(item.get("content")):
             return (f"'input[{index}].content' must be a string or an array of "
                     "'input_text', 'input_image' and 'input_file' parts.")
+    return _valid_items(steer_input)
+
+
+def _valid_items(steer_input: list[Any]) -> str | None:
+    """Why the messages are not valid as a create's input items (a text part without text,
+    an image URL that is no string), or None: such a steer is refused when it arrives, not
+    by its successor's create after the response it targets was stopped for it."""
+    try:
+        validate_items(steer_input, None)
+    except GatewayError as exc:
+        return exc.message
     return None
