@@ -269,6 +269,10 @@ def test_one_lane_is_fifo(gateway: GatewayServer) -> None:
         (json.dumps(create("x", background=True)), 400, "invalid_request_error", "background"),
         (json.dumps(create("x", generate="no")), 400, "invalid_type", "generate"),
         (json.dumps(create("x" * MAX_MESSAGE)), 413, "request_too_large", None),
+        # the limit is on bytes, as an HTTP body's: fewer characters than it, more UTF-8
+        pytest.param(json.dumps(create("\U0001F600" * (MAX_MESSAGE // 4 + 1)),
+                                ensure_ascii=False), 413, "request_too_large", None,
+                     id="utf8-bytes-over-the-limit"),
         (json.dumps({"type": "response.create", "input": "no model"}), 400, None, "model"),
         ('{"type": "response.create", "model": "m", "input": "deep", "tools": [{"type": '
          '"function", "name": "f", "parameters": ' + '{"a": ' * 300 + "{}" + "}" * 300 + "}]}",

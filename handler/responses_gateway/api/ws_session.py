@@ -399,7 +399,7 @@ class Session:
 
     def _parse(self, message: str | bytes) -> dict[str, Any]:
         limit = self.gateway.settings.max_body_bytes
-        if limit and len(message) > limit:
+        if limit and _size(message) > limit:
             raise too_large(limit)
         try:
             event = orjson.loads(message)
@@ -488,6 +488,15 @@ def _generate(body: dict[str, Any]) -> bool:
             code="invalid_type",
         )
     return generate
+
+
+def _size(message: str | bytes) -> int:
+    """A message's bytes (a text message counts as its UTF-8, as an HTTP body does), so
+    ``GATEWAY_MAX_BODY_BYTES`` bounds the same bytes over both (a character may be four);
+    encoded only when not ASCII."""
+    if isinstance(message, str) and not message.isascii():
+        return len(message.encode("utf-8", "surrogatepass"))
+    return len(message)
 
 
 def _remembered(job: Job) -> StoredResponse:
