@@ -124,6 +124,30 @@ def test_named_streams_are_bounded(gateway: GatewayServer) -> None:
     completed(strip_lane(turns[5]))  # a known stream still works
 
 
+def test_steering_state_is_kept_for_the_lanes_in_use_only(gateway: GatewayServer) -> None:
+    """A lane whose response failed is no stream any more (nothing runs or is remembered in
+    it), so a client may go on with new ``stream_id`` values for ever: what the connection
+    keeps to answer a late steer is kept for as many lanes as may be in use at once (4 named
+    here, and the unnamed one), the most recent, not one entry per ``stream_id`` ever sent."""
+    failing = "[[script:error status=500]] fail"
+    with connect(ws_url(gateway)) as ws:
+        ids = []
+        for n in range(7):
+            ws.send(json.dumps(create(failing, stream_id=f"gone-{n}")))
+            turn = read_turn(ws)
+            assert turn[-1]["type"] == "response.failed", turn[-1]
+            ids.append(turn[-1]["response"]["id"])
+        for response_id, code in ((ids[0], "response_not_found"), (ids[1], "response_not_found"),
+                                  (ids[2], "response_not_active"),
+                                  (ids[-1], "response_not_active")):
+            ws.send(json.dumps({"type": "response.steer", "previous_response_id": response_id,
+                                "input": "late"}))
+            failed = json.loads(ws.recv(timeout=10))
+            check_ws_event(failed)
+            assert failed["type"] == "response.steer.failed", failed
+            assert failed["error"]["code"] == code, (response_id, failed)
+
+
 # -- what a connection remembers ----------------------------------------------------------------
 
 

@@ -22,7 +22,11 @@ What a connection adds to HTTP:
 - **Bounds** (settings): responses running or queued on the connection
   (``GATEWAY_WS_MAX_ACTIVE_RESPONSES``, OpenAI's 16), named streams
   (``GATEWAY_WS_MAX_STREAMS``, OpenAI's 32), bytes remembered
-  (``GATEWAY_WS_MAX_REMEMBERED_BYTES``). A create past the first two is an ``error``.
+  (``GATEWAY_WS_MAX_REMEMBERED_BYTES``). A create past the first two is an ``error``. What
+  the connection keeps per lane for steering (the responses that ended last, steers waiting
+  for tool output) is kept for the lanes that were used most recently, as many as may be in
+  use at once: a lane stops counting as a stream once its work ended and it is not
+  remembered, so a client cycling through new ``stream_id`` values does not grow it.
 - **Warm-up** (``generate: false``): the request is validated, translated and its state
   kept as for any response, but the model is not called: ``response.created``,
   ``response.in_progress``, ``response.completed`` with no output and zero usage. Its id is a
@@ -45,7 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from functools import partial
@@ -72,6 +76,8 @@ Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], None]
 CLIENT_EVENTS = ("response.create", "response.steer")
 #: ended responses a connection tells a late steer about, per lane (else response_not_found)
 ENDED_PER_LANE = 4
+#: named streams a connection keeps steering state for when GATEWAY_WS_MAX_STREAMS is 0
+DEFAULT_STREAMS = 32
 
 
 def error_event(exc: GatewayError, stream_id: str | None = None) -> Event:
@@ -147,9 +153,11 @@ class Session:
         #: responses running on this connection, by id: what a steer targets
         self._running: dict[str, tuple[Job, Create]] = {}
         #: each lane's responses that ended last (a steered one and its successor): (id, status)
-        self._ended: dict[Lane, deque[tuple[str, str]]] = {}
+        self._ended: OrderedDict[Lane, deque[tuple[str, str]]] = OrderedDict()
         #: each lane's steers waiting for the client's tool output: (response id, steers)
-        self._pending: dict[Lane, tuple[str, list[Steer]]] = {}
+        self._pending: OrderedDict[Lane, tuple[str, list[Steer]]] = OrderedDict()
+        #: lanes those two keep, the most recently used: all that may be in use at once
+        self.lanes_kept = (self.max_streams or DEFAULT_STREAMS) + 1  # the unnamed one too
 
     @property
     def busy(self) -> bool:
@@ -330,7 +338,10 @@ class Session:
         """``job`` ended: every steer it accepted, in order (those it did not acknowledge yet
         arrived after its last safe point)."""
         self._running.pop(job.record.id, None)
-        ended = self._ended.setdefault(create.lane, deque(maxlen=ENDED_PER_LANE))
+        ended = self._ended.get(create.lane)
+        if ended is None:
+            ended = deque(maxlen=ENDED_PER_LANE)
+        _keep(self._ended, create.lane, ended, self.lanes_kept)
         ended.append((job.record.id, str(job.response.get("status"))))
         return job.steering.steers if job.steering is not None else []
 
@@ -340,7 +351,7 @@ class Session:
 
     async def keep_pending(self, lane: Lane, response_id: str, steers: list[Steer]) -> None:
         """``steers`` wait for the client's create from ``response_id`` (its tool output)."""
-        self._pending[lane] = (response_id, steers)
+        _keep(self._pending, lane, (response_id, steers), self.lanes_kept)
 
     async def take_pending(self, lane: Lane, response_id: str) -> list[Steer]:
         """The steers waiting for a create from ``response_id`` (taken: it commits them)."""
@@ -488,6 +499,15 @@ def _generate(body: dict[str, Any]) -> bool:
             code="invalid_type",
         )
     return generate
+
+
+def _keep(lanes: OrderedDict[Lane, Any], lane: Lane, value: Any, limit: int) -> None:
+    """``lanes[lane] = value`` as the most recently used, forgetting the least recently used
+    lanes past ``limit``."""
+    lanes.pop(lane, None)
+    lanes[lane] = value
+    while len(lanes) > limit:
+        lanes.popitem(last=False)
 
 
 def _size(message: str | bytes) -> int:
