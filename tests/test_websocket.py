@@ -293,6 +293,23 @@ def test_bad_message_is_an_error_event_and_the_socket_survives(
         completed(read_turn(ws))
 
 
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [({"background": True}, "background"), ({"generate": "no"}, "generate"),
+     ({"model": 5}, "model")],
+)
+def test_an_error_about_a_laned_create_echoes_its_lane(
+    gateway: GatewayServer, fields: dict[str, Any], param: str
+) -> None:
+    """Every event about a create sent with a ``stream_id`` carries it, its refusals too,
+    whichever check refuses it: a client running lanes side by side can tell which failed."""
+    with connect(ws_url(gateway)) as ws:
+        ws.send(json.dumps(create("x", stream_id="lane-1", **fields)))
+        [error] = read_turn(ws)
+        assert error["type"] == "error" and error["error"]["param"] == param, error
+        assert error.get("stream_id") == "lane-1", error
+
+
 def test_second_create_while_one_runs_is_an_error(gateway: GatewayServer) -> None:
     with connect(ws_url(gateway)) as ws:
         ws.send(json.dumps(create("[[script:slow delay=0.1 n=5]] first")))

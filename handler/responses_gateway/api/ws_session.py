@@ -172,7 +172,9 @@ class Session:
         """Handle one client message; every mistake in it becomes an ``error`` event.
 
         Never waits for a running response: a create is queued behind its lane or refused.
+        An error about a create with a ``stream_id`` echoes it, as every event of its lane.
         """
+        lane: Lane = None
         try:
             event = self._parse(message)
             if event["type"] == "response.steer":
@@ -180,10 +182,11 @@ class Session:
                 if failure is not None:
                     await self.emit([failure])
                 return
-            body, lane = self._create_body(event)
+            lane = _lane(event)
+            body = self._create_body(event)
             create = Create(body, lane, _generate(body))
         except GatewayError as exc:
-            await self.emit([error_event(exc)])
+            await self.emit([error_event(exc, lane)])
             return
         refusal = await self.admit(lane)
         if refusal is not None:
@@ -438,15 +441,10 @@ class Session:
             )
         return event
 
-    def _create_body(self, event: dict[str, Any]) -> tuple[dict[str, Any], Lane]:
+    def _create_body(self, event: dict[str, Any]) -> dict[str, Any]:
         body = dict(event)
         del body["type"]
-        lane = body.pop("stream_id", None)
-        if lane is not None and not isinstance(lane, str):
-            raise invalid_request(
-                "Invalid type for 'stream_id': expected a string.", param="stream_id",
-                code="invalid_type",
-            )
+        body.pop("stream_id", None)
         if body.get("background"):
             raise invalid_request(
                 "'background' is not supported over WebSocket; send the request over HTTP "
@@ -455,7 +453,7 @@ class Session:
             )
         body.pop("background", None)
         body["stream"] = True  # implicit: what the client sent there does not matter
-        return body, lane
+        return body
 
 
 def response_in_progress() -> GatewayError:
@@ -486,6 +484,17 @@ def too_many_streams(limit: int) -> GatewayError:
         param="stream_id",
         code="too_many_streams",
     )
+
+
+def _lane(event: dict[str, Any]) -> Lane:
+    """A create's ``stream_id`` (None: the connection's unnamed lane)."""
+    lane = event.get("stream_id")
+    if lane is not None and not isinstance(lane, str):
+        raise invalid_request(
+            "Invalid type for 'stream_id': expected a string.", param="stream_id",
+            code="invalid_type",
+        )
+    return lane
 
 
 def _generate(body: dict[str, Any]) -> bool:
