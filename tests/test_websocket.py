@@ -277,6 +277,9 @@ def test_one_lane_is_fifo(gateway: GatewayServer) -> None:
         ('{"type": "response.create", "model": "m", "input": "deep", "tools": [{"type": '
          '"function", "name": "f", "parameters": ' + '{"a": ' * 300 + "{}" + "}" * 300 + "}]}",
          400, None, None),
+        # deeper than the JSON parser goes: still "nested too deeply", as over HTTP
+        pytest.param('{"type": "response.create", "input": ' + "[" * 1100 + "]" * 1100 + "}",
+                     400, "invalid_request_error", None, id="deeper-than-the-parser"),
     ],
 )
 def test_bad_message_is_an_error_event_and_the_socket_survives(

@@ -417,7 +417,9 @@ class Session:
             raise too_large(limit)
         try:
             event = orjson.loads(message)
-        except orjson.JSONDecodeError:
+        except orjson.JSONDecodeError as exc:
+            if "depth limit" in str(exc):  # valid JSON, deeper than orjson goes: as HTTP's
+                raise too_deep() from None
             raise invalid_request(
                 "We could not parse the JSON of your message. Each WebSocket message must be "
                 "one JSON object, such as a 'response.create' event.",
