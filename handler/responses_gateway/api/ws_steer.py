@@ -28,7 +28,6 @@ from responses_gateway.errors import GatewayError
 from responses_gateway.responses.steering import Steer, input_items
 from responses_gateway.status import COMPLETED
 from responses_gateway.tools import registry
-from responses_gateway.translate.request_items import validate_items
 
 Event = dict[str, Any]
 #: a create's fields a successor does not inherit: its input and where it continues from
@@ -236,7 +235,10 @@ def check_input(event: dict[str, Any]) -> str | None:
 def _valid_items(steer_input: list[Any]) -> str | None:
     """Why the messages are not valid as a create's input items (a text part without text,
     an image URL that is no string), or None: such a steer is refused when it arrives, not
-    by its successor's create after the response it targets was stopped for it."""
+    by its successor's create after the response it targets was stopped for it. The item
+    models load here, at the first steer, not with the WebSocket entry."""
+    from responses_gateway.translate.request_items import validate_items
+
     try:
         validate_items(steer_input, None)
     except GatewayError as exc:
