@@ -53,6 +53,7 @@ async def _create(request: Request, gateway: Gateway, tenant: str, body: Any,
         return EventStreamResponse(
             background.follow(gateway, job.record, -1),
             keepalive_seconds=gateway.settings.keepalive_seconds,
+            send_timeout=gateway.settings.send_timeout_seconds,
         )
     try:
         await job.ready()
@@ -74,6 +75,7 @@ async def _create(request: Request, gateway: Gateway, tenant: str, body: Any,
         # Known only if the upstream answered within the grace period (docs/routing.md).
         return EventStreamResponse(
             job.batches(), keepalive_seconds=gateway.settings.keepalive_seconds,
+            send_timeout=gateway.settings.send_timeout_seconds,
             headers=[(k.encode(), v.encode()) for k, v in _deployment(job).items()],
         )
     # An upstream refusal before any output is an HTTP error; a wait past the response's
@@ -131,6 +133,7 @@ async def retrieve_response(request: Request) -> Response:
         return EventStreamResponse(
             background.follow(gateway, record, starting_after),
             keepalive_seconds=gateway.settings.keepalive_seconds,
+            send_timeout=gateway.settings.send_timeout_seconds,
         )
     return JSON(record.response)
 

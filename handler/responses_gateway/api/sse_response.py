@@ -2,10 +2,11 @@
 
 Unlike a plain streaming response it (1) sends a keep-alive comment after a quiet spell,
 (2) notices a client disconnect at once and closes the event source, which closes the upstream
-request, (3) always closes the source, so the stored record ends in a true state, and (4)
-sends each batch of events the source yields as one body message: under load one upstream
-read brings many chunks, and a socket write per event was a third of the gateway's CPU. The
-batch with the terminal event also ends the body (the source is then closed, not drained).
+request, (3) always closes the source, so the stored record ends in a true state, (4) takes a
+client that stops reading for one gone (api/stalled_client.py), and (5) sends each batch of
+events the source yields as one body message: under load one upstream read brings many
+chunks, and a socket write per event was a third of the gateway's CPU. The batch with the
+terminal event also ends the body (the source is then closed, not drained).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
+from responses_gateway.api.stalled_client import ClientStalled, gave_up_on_client, written
 from responses_gateway.ids import request_id_header
 from responses_gateway.sse import encode_comment, encode_events
 from responses_gateway.status import TERMINAL_EVENTS
@@ -40,15 +42,21 @@ class EventStreamResponse:
         batches: AsyncIterator[list[dict[str, Any]]],
         *,
         keepalive_seconds: float = 15.0,
+        send_timeout: float = 0.0,
         headers: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
         self.batches = batches
         self.keepalive_seconds = keepalive_seconds
+        self.send_timeout = send_timeout  # one write's longest wait for the client; 0: none
         self.headers = HEADERS + request_id_header() + (headers or [])
         self._last_write = time.monotonic()
+        #: when the producer's write under way began (None: none is); the watcher times it
+        #: (stalled_client.py) instead of a timer per write, which would cost ~4 µs a batch
+        self._sending_since: float | None = None
         self._ended = False  # the body's last message went out: no keep-alive after it
         self._closing = False  # the source is being closed: nothing left to interrupt
         self._disconnected = False
+        self._stalled = False  # the client stopped reading: gone too
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.headers})
@@ -63,23 +71,28 @@ class EventStreamResponse:
             task.uncancel()  # our own cancel: the client went away, the response just ends
         finally:
             watcher.cancel()
+        if self._stalled:
+            gave_up_on_client(self.send_timeout)  # in this task: uvicorn logs in it next
 
     async def _produce(self, send: Send) -> None:
         # Sends in this task: a slow client holds back the source (and through it the
         # upstream) instead of letting events pile up here.
         try:
             async for batch in self.batches:
-                self._last_write = time.monotonic()
+                self._last_write = self._sending_since = time.monotonic()
                 last = batch[-1]["type"] in TERMINAL_EVENTS
                 if last:
                     self._ended = True
                 await send({"type": "http.response.body", "body": encode_events(batch),
                             "more_body": not last})
+                self._sending_since = None
                 if last:  # the body's end rides on it: one socket write less
                     break
             if not self._ended:
                 self._ended = True
+                self._sending_since = time.monotonic()
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+                self._sending_since = None
         finally:
             # Never cancelled from here on (the watcher checks), so the source's own cleanup
             # (the stored record's last write, the upstream's close) runs whole.
@@ -87,26 +100,47 @@ class EventStreamResponse:
             await self.batches.aclose()  # type: ignore[attr-defined]
 
     async def _watch(self, receive: Receive, send: Send, producer: asyncio.Task[Any]) -> None:
-        """One task for both: a disconnect stops the producer at once; a quiet spell gets a
-        keep-alive comment (never after the body's last message)."""
-        interval = self.keepalive_seconds
+        """One task for all three: a disconnect stops the producer at once; so does a write
+        that waited past the send timeout (the client stopped reading); a quiet spell gets a
+        keep-alive comment (never after the body's last message, nor beside a write)."""
+        interval, stall = self.keepalive_seconds, self.send_timeout
         while True:
             wait: float | None = None
-            if interval > 0 and not self._ended:  # nothing awaits between this and send
-                idle = time.monotonic() - self._last_write
+            now = time.monotonic()
+            since = self._sending_since
+            if since is not None and stall > 0:
+                if now - since >= stall:
+                    self._gone(producer, stalled=True)
+                    return
+                wait = stall - (now - since)
+            elif interval > 0 and not self._ended:  # nothing awaits between this and send
+                idle = now - self._last_write
                 if idle >= interval:
                     self._last_write = time.monotonic()
-                    await send({"type": "http.response.body", "body": encode_comment(),
-                                "more_body": True})
+                    try:
+                        await written(send({"type": "http.response.body",
+                                            "body": encode_comment(), "more_body": True}),
+                                      stall)
+                    except ClientStalled:
+                        self._gone(producer, stalled=True)
+                        return
                     idle = 0.0
                 wait = interval - idle
+            if stall > 0 and not self._ended:  # a write that starts meanwhile is timed too
+                wait = stall if wait is None else min(wait, stall)
             try:
                 async with asyncio.timeout(wait):
                     message = await receive()
             except TimeoutError:
                 continue
             if message["type"] == "http.disconnect":
-                self._disconnected = True
-                if not (self._ended or self._closing):
-                    producer.cancel()
+                self._gone(producer)
                 return
+
+    def _gone(self, producer: asyncio.Task[Any], *, stalled: bool = False) -> None:
+        """The client left, or stopped reading: the producer stops where it waits (unless
+        the source is already closing), and the response ends as on a disconnect."""
+        self._disconnected = True
+        self._stalled = stalled
+        if not (self._ended or self._closing):
+            producer.cancel()

@@ -34,6 +34,7 @@ import orjson
 from starlette.responses import Response
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from responses_gateway.api.stalled_client import gave_up_on_client
 from responses_gateway.api.ws_session import Event, Session, error_event
 from responses_gateway.errors import GatewayError
 
@@ -80,16 +81,19 @@ async def responses_socket(websocket: WebSocket) -> None:
     send_lock = asyncio.Lock()
     deadline = time.monotonic() + settings.ws_max_connection_seconds
     idle = settings.ws_idle_seconds
+    stall = settings.send_timeout_seconds  # a client that stops reading (stalled_client.py)
+    sending_since: float | None = None  # when the message being written began
     gone = False
     async with anyio.create_task_group() as group:
 
         async def emit(events: list[Event]) -> None:
             # One text message per event (clients parse one event per message); one writer at
             # a time, so two lanes never interleave inside a batch's order.
-            nonlocal gone
+            nonlocal gone, sending_since
             async with send_lock:
                 try:
                     for event in events:
+                        sending_since = time.monotonic()  # timed by watch_stalls
                         await websocket.send({"type": "websocket.send",
                                               "text": _dumps(event).decode()})
                 except WebSocketDisconnect:  # the client left while we wrote
@@ -97,6 +101,25 @@ async def responses_socket(websocket: WebSocket) -> None:
                     group.cancel_scope.cancel()  # its responses end ``cancelled``
                     await anyio.lowlevel.checkpoint()  # this one too, from here
                     raise
+                finally:
+                    sending_since = None
+
+        async def watch_stalls() -> None:
+            """A message that waited past the send timeout: the client stopped reading
+            (stalled_client.py); it counts as gone, and its responses end ``cancelled``."""
+            nonlocal gone
+            while True:
+                since = sending_since
+                wait = stall if since is None else since + stall - time.monotonic()
+                if wait <= 0:
+                    gave_up_on_client(stall)
+                    gone = True  # nothing more is written to it, not even a close frame
+                    group.cancel_scope.cancel()
+                    return
+                await anyio.sleep(wait)
+
+        if stall > 0:
+            group.start_soon(watch_stalls)
 
         session = Session(gateway, tenant, emit, spawn=group.start_soon)
         while True:
