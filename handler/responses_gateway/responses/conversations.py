@@ -48,7 +48,7 @@ from responses_gateway.store.base import (
     StoredResponse,
     TurnSettle,
 )
-from responses_gateway.translate.request import normalize_input, parse_create_request
+from responses_gateway.translate.request import heavy, normalize_input, parse_create_request
 from responses_gateway.translate.request_names import ENCRYPTED_REASONING, INCLUDABLE
 from responses_gateway.translate.sealing import with_sealed_reasoning
 
@@ -87,6 +87,14 @@ def item_not_found(item_id: str, param: str = "item_id") -> GatewayError:
 
 
 # -- request pieces the Conversations API shares with POST /v1/responses -----------------------
+
+
+async def read_items(raw: Any, param: str = "items") -> list[dict[str, Any]]:
+    """:func:`parse_items`, in a worker thread when the items are heavy (20 of them may hold
+    ~600,000 content parts, seconds of validation the event loop must not wait for)."""
+    if heavy({"input": raw}):
+        return await asyncio.to_thread(parse_items, raw, param)
+    return parse_items(raw, param)
 
 
 def parse_items(raw: Any, param: str = "items") -> list[dict[str, Any]]:
@@ -374,6 +382,7 @@ __all__ = [
     "parse_include",
     "parse_items",
     "parse_metadata",
+    "read_items",
     "release_record",
     "turn_of",
 ]

@@ -39,7 +39,7 @@ from responses_gateway.tools import reads as tool_reads
 from responses_gateway.tools.catalog import ToolCatalog
 from responses_gateway.tools.registry import ServerTools, served_tool_types
 from responses_gateway.translate import reasoning_context
-from responses_gateway.translate.request import normalize_input, parse_create_request
+from responses_gateway.translate.request import read_create
 from responses_gateway.translate.response_object import new_response
 from responses_gateway.translate.sealing import Sealer
 
@@ -140,10 +140,10 @@ class Gateway:
         the upstream sees it (limiter.py; its 429 is raised here, nothing held after it).
         """
         started = time.time()  # the response's deadline counts from here (compaction too)
-        req = parse_create_request(body, hosted_tools=self.settings.hosted_tools,
-                                   served=self.served_tools)
+        # validated, ids minted, content as parts (a heavy body in a worker thread)
+        req, given = await read_create(body, hosted_tools=self.settings.hosted_tools,
+                                       served=self.served_tools)
         response_id = ids.new_id(ids.RESPONSE)  # its conversation turn's token starts with it
-        given = normalize_input(req)  # ids minted, content as parts
         items = await history.resolve_references(self.store, given, tenant)
         if req.store:
             self.store.check_input_items(items)

@@ -5,15 +5,26 @@ the first call: pydantic and the request's 65 model classes are most of an entry
 cold import, and the worker Lambda, the WebSocket API's connect and disconnect and every
 route but create and its kin never validate a create body (tests/test_entry_imports.py).
 After the first call each costs one module lookup.
+
+:func:`read_create` is both, off the event loop for a heavy body: validating and normalizing
+costs ~18 µs per input item or content part, so a body near ``GATEWAY_MAX_BODY_BYTES`` (20 MB
+of small messages: ~175,000 items) held the loop ~2.8 s, stalling every other tenant's
+streams. A light body (at most :data:`HEAVY_ENTRIES`, ~5 ms) stays on the loop, where a thread
+hop would cost more than the work.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from responses_gateway.translate.request_models import CreateResponseRequest
+
+#: input items, their list fields' entries (content parts, outputs) and tools past which a
+#: body is validated in a worker thread (:func:`read_create`)
+HEAVY_ENTRIES = 256
 
 
 def parse_create_request(
@@ -30,3 +41,36 @@ def normalize_input(req: CreateResponseRequest) -> list[dict[str, Any]]:
     from responses_gateway.translate import request_models
 
     return request_models.normalize_input(req)
+
+
+def heavy(body: Any) -> bool:
+    """Whether validating ``body`` may hold the event loop: more than :data:`HEAVY_ENTRIES`
+    input items, entries of their lists (content parts, outputs) and tools. Counted only up
+    to the bound, so telling a light body costs a few microseconds."""
+    if not isinstance(body, dict):
+        return False
+    tools, items = body.get("tools"), body.get("input")
+    count = len(tools) if isinstance(tools, list) else 0
+    for item in items if isinstance(items, list) else ():
+        count += 1
+        if isinstance(item, dict):
+            count += sum(len(v) for v in item.values() if isinstance(v, list))
+        if count > HEAVY_ENTRIES:
+            return True
+    return count > HEAVY_ENTRIES
+
+
+def _read(body: Any, hosted_tools: str, served: Collection[str],
+          ) -> tuple[CreateResponseRequest, list[dict[str, Any]]]:
+    req = parse_create_request(body, hosted_tools=hosted_tools, served=served)
+    return req, normalize_input(req)
+
+
+async def read_create(
+    body: Any, *, hosted_tools: str = "reject", served: Collection[str] = ()
+) -> tuple[CreateResponseRequest, list[dict[str, Any]]]:
+    """:func:`parse_create_request` and :func:`normalize_input` of ``body``; in a worker
+    thread when it is :func:`heavy`, so the event loop goes on serving meanwhile."""
+    if heavy(body):
+        return await asyncio.to_thread(_read, body, hosted_tools, served)
+    return _read(body, hosted_tools, served)

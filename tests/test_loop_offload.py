@@ -1,0 +1,135 @@
+"""Work whose cost grows with what a tenant sends runs off the event loop (the gateway's rule:
+one blocked loop stalls every tenant's streams). Each test counts the ticks of a heartbeat
+task while the heavy work is awaited: work done on the loop lets none through, work in a
+thread lets the loop go on. Light work stays on the loop (a thread hop would cost more)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from responses_gateway.errors import GatewayError
+from responses_gateway.responses import conversations
+from responses_gateway.translate import request, request_models
+from tests.helpers.e2e import client_for, e2e_settings
+from tests.helpers.gateway_server import GatewayServer
+from tests.helpers.scripted_upstream import ScriptedUpstream
+
+
+def messages(n: int, text: str = "hello there") -> list[dict[str, Any]]:
+    return [{"role": "user", "content": f"{text} {i}"} for i in range(n)]
+
+
+def ticks_while(work: Callable[[], Awaitable[Any]]) -> tuple[int, Any]:
+    """How often a 1 ms heartbeat ticked while ``work`` ran, and what it returned."""
+
+    async def main() -> tuple[int, Any]:
+        ticks = 0
+        done = False
+
+        async def beat() -> None:
+            nonlocal ticks
+            while not done:
+                await asyncio.sleep(0.001)
+                ticks += 1
+
+        task = asyncio.create_task(beat())
+        await asyncio.sleep(0.01)  # the heartbeat runs
+        before = ticks
+        result = await work()
+        done = True
+        counted = ticks - before
+        await task
+        return counted, result
+
+    return asyncio.run(main())
+
+
+@pytest.fixture
+def parse_threads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """For each create body validated: whether it ran on a thread with an event loop."""
+    seen: list[bool] = []
+    parse = request_models.parse_create_request
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+            seen.append(True)
+        except RuntimeError:
+            seen.append(False)
+        return parse(*args, **kwargs)
+
+    monkeypatch.setattr(request_models, "parse_create_request", watched)
+    return seen
+
+
+# -- create bodies (translate/request.py) ----------------------------------------------------
+
+
+def test_heavy_counts_items_their_parts_and_tools() -> None:
+    bound = request.HEAVY_ENTRIES
+    assert not request.heavy({"model": "m", "input": messages(bound)})
+    assert request.heavy({"model": "m", "input": messages(bound + 1)})
+    parts = [{"type": "input_text", "text": "a"}] * bound
+    assert request.heavy({"model": "m", "input": [{"role": "user", "content": parts}]})
+    tools = [{"type": "function", "name": f"f{i}"} for i in range(bound + 1)]
+    assert request.heavy({"model": "m", "input": "hi", "tools": tools})
+    assert not request.heavy({"model": "m", "input": "x" * 1_000_000})
+    assert not request.heavy(["not", "an", "object"])
+
+
+def test_a_heavy_create_body_is_validated_while_the_loop_ticks() -> None:
+    body = {"model": "m", "input": messages(20_000)}
+    ticks, (req, items) = ticks_while(lambda: request.read_create(body))
+    assert len(items) == 20_000 and items[0]["id"].startswith("msg_")
+    assert req.model == "m"
+    assert ticks >= 3, ticks  # ~300 ms of validation: on the loop it would be 0
+
+
+def test_a_light_create_body_is_validated_on_the_loop(parse_threads: list[bool]) -> None:
+    _, items = asyncio.run(request.read_create({"model": "m", "input": messages(3)}))
+    assert len(items) == 3
+    assert parse_threads == [True]
+
+
+def test_a_heavy_body_is_refused_from_the_thread_with_openais_error() -> None:
+    body = {"model": "m", "input": [*messages(300), {"role": "user", "content": 7}]}
+    with pytest.raises(GatewayError) as caught:
+        asyncio.run(request.read_create(body))
+    assert caught.value.status == 400
+    assert caught.value.body()["error"]["param"] == "input[300].content"
+
+
+def test_conversation_items_with_many_parts_are_read_while_the_loop_ticks() -> None:
+    parts = [{"type": "input_text", "text": f"part {i}"} for i in range(15_000)]
+    raw = [{"type": "message", "role": "user", "content": parts}] * 2
+    ticks, items = ticks_while(lambda: conversations.read_items(raw))
+    assert len(items) == 2 and len(items[0]["content"]) == 15_000
+    assert ticks >= 3, ticks
+
+
+# -- through the gateway ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory,
+            ) -> Iterator[GatewayServer]:
+    db: Path = tmp_path_factory.mktemp("loop-offload") / "gateway.db"
+    with GatewayServer(e2e_settings(upstream, db)) as server:
+        yield server
+
+
+def test_the_routes_validate_a_heavy_body_off_the_loop(
+    gateway: GatewayServer, parse_threads: list[bool],
+) -> None:
+    with client_for(gateway) as client:
+        created = client.responses.create(model="m", input=messages(400), store=False)
+        assert created.status == "completed"
+        counted = client.responses.input_tokens.count(model="m", input=messages(400))
+        assert counted.input_tokens > 0
+        client.responses.create(model="m", input="a light one", store=False)
+    assert parse_threads == [False, False, True]
