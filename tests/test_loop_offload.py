@@ -1,7 +1,8 @@
 """Work whose cost grows with what a tenant sends runs off the event loop (the gateway's rule:
 one blocked loop stalls every tenant's streams). Each test counts the ticks of a heartbeat
 task while the heavy work is awaited: work done on the loop lets none through, work in a
-thread lets the loop go on. Light work stays on the loop (a thread hop would cost more)."""
+thread lets the loop go on. Light work stays on the loop (a thread hop would cost more):
+create bodies (translate/request.py) and the SQLite store's records (store/sqlite.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import pytest
 
 from responses_gateway.errors import GatewayError
 from responses_gateway.responses import conversations
+from responses_gateway.store.base import StoredConversation, StoredResponse
+from responses_gateway.store.sqlite import SQLiteStore
 from responses_gateway.translate import request, request_models
 from tests.helpers.e2e import client_for, e2e_settings
 from tests.helpers.gateway_server import GatewayServer
@@ -133,3 +136,97 @@ def test_the_routes_validate_a_heavy_body_off_the_loop(
         assert counted.input_tokens > 0
         client.responses.create(model="m", input="a light one", store=False)
     assert parse_threads == [False, False, True]
+
+
+# -- the SQLite store (store/sqlite.py) ------------------------------------------------------
+
+
+def record(response_id: str, n: int) -> StoredResponse:
+    items = [{"id": f"msg_{i:08d}", "type": "message", "role": "user", "status": "completed",
+              "content": [{"type": "input_text", "text": f"hello there {i}"}]} for i in range(n)]
+    return StoredResponse(id=response_id, tenant="t", input_items=items,
+                          response={"id": response_id, "status": "completed", "output": []},
+                          request={"chat": {"model": "m", "messages": []}})
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[SQLiteStore,
+                                                                              list[str]]]:
+    """A SQLite store and the names of the calls it handed to its file's thread."""
+    s = SQLiteStore(str(tmp_path / "g.db"))
+    threaded: list[str] = []
+    to_thread = s._file.run_in_thread
+
+    async def watched(fn: Callable[..., Any], *args: Any) -> Any:
+        threaded.append(fn.__name__)
+        return await to_thread(fn, *args)
+
+    monkeypatch.setattr(s._file, "run_in_thread", watched)
+    yield s, threaded
+    s._file.close()
+
+
+def test_a_heavy_record_is_written_read_and_deleted_while_the_loop_ticks(
+    store: tuple[SQLiteStore, list[str]],
+) -> None:
+    s, threaded = store
+    heavy = record("resp_heavy", 30_000)
+    ticks, _ = ticks_while(lambda: s.put(heavy))
+    assert ticks >= 3, ticks
+    ticks, found = ticks_while(lambda: s.get("resp_heavy", "t"))
+    assert ticks >= 3, ticks
+    assert found is not None and found.input_items == heavy.input_items
+    ticks, deleted = ticks_while(lambda: s.delete("resp_heavy", "t"))
+    assert deleted and ticks >= 1, ticks
+    assert threaded == ["_put", "_get", "_delete"]
+
+
+def test_a_light_record_stays_on_the_loop(store: tuple[SQLiteStore, list[str]]) -> None:
+    s, threaded = store
+    light = record("resp_light", 3)
+
+    async def both() -> StoredResponse | None:
+        await s.put(light)
+        return await s.get("resp_light", "t")
+
+    found = asyncio.run(both())
+    assert found is not None and found.input_items == light.input_items
+    assert threaded == []
+
+
+def test_a_few_large_items_are_heavy_by_their_bytes(store: tuple[SQLiteStore, list[str]],
+                                                    ) -> None:
+    s, threaded = store
+    big = record("resp_big", 2)
+    for item in big.input_items:
+        item["content"][0]["text"] = "x" * 800_000
+
+    async def both() -> StoredResponse | None:
+        await s.put(big)
+        return await s.get("resp_big", "t")
+
+    found = asyncio.run(both())
+    assert found is not None and found.input_items == big.input_items
+    assert threaded == ["_put", "_get"]
+
+
+def test_a_heavy_conversation_and_its_events_are_read_while_the_loop_ticks(
+    store: tuple[SQLiteStore, list[str]],
+) -> None:
+    s, threaded = store
+    conversation = StoredConversation(id="conv_1", tenant="t", created_at=1, metadata={})
+    items = record("resp_x", 10_000).input_items  # GATEWAY_MAX_CONVERSATION_ITEMS
+    ticks, _ = ticks_while(lambda: s.create_conversation(conversation, items))
+    assert ticks >= 3, ticks
+    ticks, found = ticks_while(lambda: s.conversation_items("conv_1", "t"))
+    assert ticks >= 3, ticks
+    assert found is not None and found[1] == items
+    asyncio.run(s.put(record("resp_e", 1)))
+    events = [{"type": "response.output_text.delta", "sequence_number": i, "delta": "word"}
+              for i in range(20_000)]
+    for start in range(0, len(events), 200):  # as a stream writes them: a batch at a time
+        asyncio.run(s.append_events("resp_e", events[start:start + 200]))
+    ticks, read = ticks_while(lambda: s.read_events("resp_e"))
+    assert read == events and ticks >= 1, ticks
+    assert asyncio.run(s.read_events("resp_e", 19_990)) == events[19_991:]
+    assert threaded == ["_create_conversation", "_conversation_items", "_read_events"]
