@@ -138,6 +138,32 @@ def test_the_routes_validate_a_heavy_body_off_the_loop(
     assert parse_threads == [False, False, True]
 
 
+def test_a_heavy_conversation_is_rendered_for_the_model_off_the_loop(
+    gateway: GatewayServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """fitting/render.py: the chat body of a long history is built in a worker thread."""
+    from responses_gateway.responses.fitting import render
+
+    on_loop: list[bool] = []
+    to_chat = render.to_chat_request
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return to_chat(*args, **kwargs)
+
+    monkeypatch.setattr(render, "to_chat_request", watched)
+    with client_for(gateway) as client:
+        first = client.responses.create(model="m", input=messages(400))
+        client.responses.create(model="m", input="and now?", previous_response_id=first.id)
+        counted = client.responses.input_tokens.count(model="m", input=messages(3))
+        assert counted.input_tokens > 0
+    assert on_loop == [False, False, True]
+
+
 # -- the SQLite store (store/sqlite.py) ------------------------------------------------------
 
 

@@ -101,7 +101,7 @@ async def _compact(request: Request, gateway: Gateway, tenant: str, body: dict[s
     route = gateway.settings.route(req.model)
     reserved = None
     if limits.counts_tokens(gateway.settings.limits, tenant):  # what its calls will read
-        chat = gateway.fitting.render(req, route, items, tenant, reads).chat
+        chat = (await gateway.fitting.render(req, route, items, tenant, reads)).chat
         reserved, headers = await limits.reserve(
             gateway.store, gateway.settings.limits, tenant, limits.estimate_of(chat),
             req.model)
@@ -153,7 +153,7 @@ async def _count_tokens(gateway: Gateway, tenant: str, body: dict[str, Any]) -> 
     if req.truncation == "auto":  # what the model would read after truncation
         fitted = await gateway.fitting.fit(req, route, items, tenant, reads=reads)
     else:
-        fitted = gateway.fitting.render(req, route, items, tenant, reads)
+        fitted = await gateway.fitting.render(req, route, items, tenant, reads)
     counted = await gateway.fitting.count(route, fitted.chat)
     # A request to the key's usage; counting spends no tokens (OpenAI does not bill it).
     await _count(gateway, tenant, req.model, {"id": ids.new_id(ids.RESPONSE)}, "completed",

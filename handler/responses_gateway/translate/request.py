@@ -49,8 +49,14 @@ def heavy(body: Any) -> bool:
     to the bound, so telling a light body costs a few microseconds."""
     if not isinstance(body, dict):
         return False
-    tools, items = body.get("tools"), body.get("input")
-    count = len(tools) if isinstance(tools, list) else 0
+    tools = body.get("tools")
+    return heavy_items(body.get("input"), len(tools) if isinstance(tools, list) else 0)
+
+
+def heavy_items(items: Any, count: int = 0) -> bool:
+    """Whether ``items`` (input items, raw or normalized), with ``count`` entries besides,
+    hold more than :data:`HEAVY_ENTRIES` items and entries of their lists: work over them
+    (validating, rendering for the model) too long for the event loop."""
     for item in items if isinstance(items, list) else ():
         count += 1
         if isinstance(item, dict):

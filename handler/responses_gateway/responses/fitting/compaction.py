@@ -103,7 +103,7 @@ class Planned:
         response's first output item; ``model_runs=False`` (a ``compaction_trigger``): the
         item is the only output, the model does not run."""
         result = await self.run(left)
-        fitted = self.render(output_items=[result.item])
+        fitted = await self.render.rendered(output_items=[result.item])
         fitted.usage = result.usage
         fitted.model_runs = model_runs
         return fitted

@@ -115,7 +115,7 @@ async def truncate(render: Renderer, backend: Backend, fitted: Fitted, counted: 
         if not more:
             break
         omit |= more
-        fitted = render(omit=omit, output_items=output_items)
+        fitted = await render.rendered(omit=omit, output_items=output_items)
         counted = await tokens.count(backend, fitted.chat, fitted.message_params)
         if counted.tokens <= budget:
             return fitted

@@ -106,7 +106,7 @@ class Fitting:
         entry = next((e for e in req.context_management or () if e.type == "compaction"), None)
         left = None if req.background else left  # a background response's compaction runs on
         backend, render = self._renderer(req, route, items, tenant, new_catalog, reads)
-        fitted = render()
+        fitted = await render.rendered()
         window = await self.windows.window(req.model, route)
 
         def planned() -> compaction.Planned:  # the bounds checked, no call made yet
@@ -168,12 +168,12 @@ class Fitting:
             raise tokens.context_length_exceeded(counted.tokens, window)
         return await cuts.truncate(render, backend, fitted, counted, budget, window)
 
-    def render(
+    async def render(
         self, req: CreateResponseRequest, route: Route, items: list[dict[str, Any]], tenant: str,
         reads: Mapping[str, str] | None = None,
     ) -> Fitted:
         """The chat body for ``items`` as they are, neither compacted nor truncated."""
-        return self._renderer(req, route, items, tenant, None, reads)[1]()
+        return await self._renderer(req, route, items, tenant, None, reads)[1].rendered()
 
     async def compact(
         self, req: CreateResponseRequest, route: Route, items: list[dict[str, Any]],
