@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from responses_gateway.errors import GatewayError
+from responses_gateway.heavy import HEAVY_ENTRIES
 from responses_gateway.responses import conversations
 from responses_gateway.store.base import StoredConversation, StoredResponse
 from responses_gateway.store.sqlite import SQLiteStore
@@ -74,7 +75,7 @@ def parse_threads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
 
 def test_heavy_counts_items_their_parts_and_tools() -> None:
-    bound = request.HEAVY_ENTRIES
+    bound = HEAVY_ENTRIES
     assert not request.heavy({"model": "m", "input": messages(bound)})
     assert request.heavy({"model": "m", "input": messages(bound + 1)})
     parts = [{"type": "input_text", "text": "a"}] * bound

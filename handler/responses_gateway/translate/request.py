@@ -6,11 +6,10 @@ cold import, and the worker Lambda, the WebSocket API's connect and disconnect a
 route but create and its kin never validate a create body (tests/test_entry_imports.py).
 After the first call each costs one module lookup.
 
-:func:`read_create` is both, off the event loop for a heavy body: validating and normalizing
-costs ~18 µs per input item or content part, so a body near ``GATEWAY_MAX_BODY_BYTES`` (20 MB
-of small messages: ~175,000 items) held the loop ~2.8 s, stalling every other tenant's
-streams. A light body (at most :data:`HEAVY_ENTRIES`, ~5 ms) stays on the loop, where a thread
-hop would cost more than the work.
+:func:`read_create` is both, off the event loop for a heavy body (heavy.py): validating and
+normalizing costs ~18 µs per input item or content part, so a body near
+``GATEWAY_MAX_BODY_BYTES`` (20 MB of small messages: ~175,000 items) held the loop ~2.8 s,
+stalling every other tenant's streams. A light body (~5 ms at most) stays on the loop.
 """
 
 from __future__ import annotations
@@ -19,12 +18,10 @@ import asyncio
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
+from responses_gateway.heavy import heavy_items
+
 if TYPE_CHECKING:
     from responses_gateway.translate.request_models import CreateResponseRequest
-
-#: input items, their list fields' entries (content parts, outputs) and tools past which a
-#: body is validated in a worker thread (:func:`read_create`)
-HEAVY_ENTRIES = 256
 
 
 def parse_create_request(
@@ -44,26 +41,12 @@ def normalize_input(req: CreateResponseRequest) -> list[dict[str, Any]]:
 
 
 def heavy(body: Any) -> bool:
-    """Whether validating ``body`` may hold the event loop: more than :data:`HEAVY_ENTRIES`
-    input items, entries of their lists (content parts, outputs) and tools. Counted only up
-    to the bound, so telling a light body costs a few microseconds."""
+    """Whether validating ``body`` may hold the event loop: its input items, entries of their
+    lists and tools are :func:`~responses_gateway.heavy.heavy_items`."""
     if not isinstance(body, dict):
         return False
     tools = body.get("tools")
     return heavy_items(body.get("input"), len(tools) if isinstance(tools, list) else 0)
-
-
-def heavy_items(items: Any, count: int = 0) -> bool:
-    """Whether ``items`` (input items, raw or normalized), with ``count`` entries besides,
-    hold more than :data:`HEAVY_ENTRIES` items and entries of their lists: work over them
-    (validating, rendering for the model) too long for the event loop."""
-    for item in items if isinstance(items, list) else ():
-        count += 1
-        if isinstance(item, dict):
-            count += sum(len(v) for v in item.values() if isinstance(v, list))
-        if count > HEAVY_ENTRIES:
-            return True
-    return count > HEAVY_ENTRIES
 
 
 def _read(body: Any, hosted_tools: str, served: Collection[str],

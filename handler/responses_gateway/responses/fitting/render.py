@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from responses_gateway.backends.base import Backend
 from responses_gateway.config import Route
+from responses_gateway.heavy import heavy_items
 from responses_gateway.records import Compared
 from responses_gateway.responses.fitting import vision
 from responses_gateway.translate import compaction_items
-from responses_gateway.translate.request import heavy_items
 from responses_gateway.translate.to_chat import Unseal, to_chat_request
 
 if TYPE_CHECKING:

@@ -1,0 +1,31 @@
+"""Whether work over a list of items (input items, chat messages) is too long for the event loop.
+
+The gateway's rule: CPU-heavy or size-unbounded work never runs on the event loop, where one
+blocked request stalls every tenant's streams. What a request carries is walked in Python
+several times (validated, normalized, rendered for the model, prepared for the upstream), at
+a few microseconds an item or content part each: a body near ``GATEWAY_MAX_BODY_BYTES`` (20 MB
+of small messages, ~175,000 items) held the loop for seconds. Such work runs in a worker thread
+(``asyncio.to_thread``) when its items are :func:`heavy_items`; a light list (nearly every
+request) stays on the loop, where a thread hop (~100-170 µs) would cost more than the work.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: items and entries of their lists (content parts, outputs) past which work over them leaves
+#: the loop: a few milliseconds of it at most stays there
+HEAVY_ENTRIES = 256
+
+
+def heavy_items(items: Any, count: int = 0) -> bool:
+    """Whether ``items`` (a list of dicts: input items, raw or normalized, or chat messages),
+    with ``count`` entries besides, hold more than :data:`HEAVY_ENTRIES` items and entries of
+    their lists. Counted only up to the bound, so telling costs microseconds."""
+    for item in items if isinstance(items, list) else ():
+        count += 1
+        if isinstance(item, dict):
+            count += sum(len(v) for v in item.values() if isinstance(v, list))
+        if count > HEAVY_ENTRIES:
+            return True
+    return count > HEAVY_ENTRIES
