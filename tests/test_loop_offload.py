@@ -165,6 +165,52 @@ def test_a_heavy_conversation_is_rendered_for_the_model_off_the_loop(
     assert on_loop == [False, False, True]
 
 
+def on_loop_watcher(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[bool]:
+    """For each call of ``owner.name``: whether it ran on a thread with an event loop."""
+    seen: list[bool] = []
+    original = getattr(owner, name)
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+            seen.append(True)
+        except RuntimeError:
+            seen.append(False)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, watched)
+    return seen
+
+
+def test_the_converse_request_is_built_off_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """backends/bedrock/backend.py: every message walked, inline images decoded."""
+    from responses_gateway.backends.base import BackendRequest
+    from responses_gateway.backends.bedrock import BedrockBackend
+    from responses_gateway.backends.bedrock import backend as bedrock
+    from tests.helpers.eventstream_server import FakeBedrock, use_dummy_aws
+
+    use_dummy_aws(monkeypatch)
+    on_loop = on_loop_watcher(monkeypatch, bedrock, "build_converse_request")
+    model = "anthropic.claude-sonnet-4-20250514-v1:0"
+    chat = [{"role": "user", "content": f"hello {i}"} for i in range(2_000)]
+    with FakeBedrock() as fake:
+        fake.json(model, {"output": {"message": {"role": "assistant",
+                                                 "content": [{"text": "Hi."}]}},
+                          "stopReason": "end_turn",
+                          "usage": {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2}})
+        backend = BedrockBackend(region="us-east-1", endpoint_url=fake.url, max_attempts=1,
+                                 read_timeout=10)
+
+        async def answer() -> list[dict[str, Any]]:
+            request = BackendRequest(body={"model": model, "messages": chat, "stream": False},
+                                     stream=False)
+            return [chunk async for batch in backend.stream(request) for chunk in batch]
+
+        (completion,) = asyncio.run(answer())
+    assert completion["choices"][0]["message"]["content"] == "Hi."
+    assert on_loop == [False]
+
+
 # -- the SQLite store (store/sqlite.py) ------------------------------------------------------
 
 
