@@ -182,6 +182,19 @@ def on_loop_watcher(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> l
     return seen
 
 
+def test_a_heavy_chat_body_is_prepared_for_the_upstream_off_the_loop(
+    gateway: GatewayServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """backends/openai_compat.py: the dialect's copy of a long chat body, and its JSON."""
+    from responses_gateway.backends.dialects import Dialect
+
+    on_loop = on_loop_watcher(monkeypatch, Dialect, "prepare")
+    with client_for(gateway) as client:
+        client.responses.create(model="m", input=messages(400), store=False)
+        client.responses.create(model="m", input="a light one", store=False)
+    assert on_loop == [False, True]
+
+
 def test_the_converse_request_is_built_off_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     """backends/bedrock/backend.py: every message walked, inline images decoded."""
     from responses_gateway.backends.base import BackendRequest
