@@ -316,3 +316,33 @@ def test_a_heavy_conversation_and_its_events_are_read_while_the_loop_ticks(
     assert read == events and ticks >= 1, ticks
     assert asyncio.run(s.read_events("resp_e", 19_990)) == events[19_991:]
     assert threaded == ["_create_conversation", "_conversation_items", "_read_events"]
+
+
+# -- records' large values moved to blobs (store/blobs.py) ----------------------------------
+
+
+def test_a_heavy_record_is_moved_to_blobs_and_back_off_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from responses_gateway.store import blobs
+
+    moved = on_loop_watcher(monkeypatch, blobs.BlobbedStore, "_moved")
+    restored = on_loop_watcher(monkeypatch, blobs, "_restored")
+    inner = SQLiteStore(str(tmp_path / "g.db"))
+    store = blobs.BlobbedStore(inner, blobs.MemoryBlobs())
+    heavy, light = record("resp_heavy", 5_000), record("resp_light", 3)
+    image = "iVBORw0KGgo" + "A" * 200_000  # a string past the blob threshold
+    light.response["output"] = [{"id": "ig_1", "type": "image_generation_call",
+                                 "status": "completed", "result": image}]
+
+    async def both() -> tuple[StoredResponse | None, StoredResponse | None]:
+        await store.put(heavy)
+        await store.put(light)
+        return await store.get("resp_heavy", "t"), await store.get("resp_light", "t")
+
+    got_heavy, got_light = asyncio.run(both())
+    inner._file.close()
+    assert got_heavy is not None and got_heavy.input_items == heavy.input_items
+    assert got_light is not None and got_light.response["output"][0]["result"] == image
+    assert moved == [False, True]
+    assert restored[0] is False and restored[-1] is True  # (it recurses: each call counted)

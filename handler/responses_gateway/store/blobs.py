@@ -8,6 +8,10 @@ reference; after a read, references are replaced by the bytes again. The store s
 truth (the record says which blob it holds); a retrieved, chained or resumed response carries
 its values exactly as first sent.
 
+Moving a record's values out and back walks it whole in Python (a record of 100,000 items:
+~480 ms out, ~580 ms back) and hashes its large strings: for a heavy value (heavy.py) the
+walks run in a worker thread, so the event loop goes on meanwhile.
+
 References cannot be forged by a client: a stored string that begins like a reference is
 escaped on write (one more marker character) and unescaped on read, so only references this
 module wrote are ever resolved.
@@ -34,11 +38,13 @@ import tempfile
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from responses_gateway.heavy import heavy_json
 from responses_gateway.store.base import (
     Store,
     StoredConversation,
@@ -301,18 +307,32 @@ class BlobbedStore(StoreWrapper):
         to blobs of ``owner``; the Response within GATEWAY_MAX_STORED_RESPONSE_BYTES counting
         its blobs (else ResponseTooLarge, nothing written: the inner store sees references
         only, a few bytes for a megabyte image)."""
+        walk = partial(self._moved, value, owner, response)
+        moved, moved_response, found = (await asyncio.to_thread(walk)
+                                        if heavy_json(value, response) else walk())
+        await self._put(found)
+        return moved, moved_response
+
+    def _moved(self, value: Any, owner: str, response: Any,
+               ) -> tuple[Any, Any, dict[str, bytes]]:
+        """:meth:`_out`'s walk: the values moved, and the blobs found."""
         out = _Out(self.threshold, owner)
         moved_response = None
         if response is not None:
             moved_response = out(response)
             self.limits.check_response(_expanded_size(moved_response, out.found))
-        moved = out(value)
-        await self._put(out.found)
-        return moved, moved_response
+        return out(value), moved_response, out.found
 
     async def _items_out(self, conversation_id: str, items: list[dict[str, Any]]
                          ) -> list[dict[str, Any]]:
         """A conversation's items, each item's blobs its own (deleted with it)."""
+        walk = partial(self._items_moved, conversation_id, items)
+        moved, found = await asyncio.to_thread(walk) if heavy_json(items) else walk()
+        await self._put(found)
+        return moved
+
+    def _items_moved(self, conversation_id: str, items: list[dict[str, Any]],
+                     ) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
         found: dict[str, bytes] = {}
         moved = []
         for item in items:
@@ -320,8 +340,7 @@ class BlobbedStore(StoreWrapper):
             out = _Out(self.threshold, owner_key(conversation_id, str(item_id or "_")))
             moved.append(out(item))
             found.update(out.found)
-        await self._put(found)
-        return moved
+        return moved, found
 
     async def _put(self, found: dict[str, bytes]) -> None:
         fresh = {k: v for k, v in found.items() if k not in self._written}
@@ -346,8 +365,12 @@ class BlobbedStore(StoreWrapper):
             del self._written[key]  # written again if the owner ever is
 
     async def _back(self, value: Any) -> Any:
+        heavy = heavy_json(value)
         keys: set[str] = set()
-        _references(value, keys)
+        if heavy:
+            await asyncio.to_thread(_references, value, keys)
+        else:
+            _references(value, keys)
         found: dict[str, str] = {}
         if keys:
             ordered = sorted(keys)
@@ -359,7 +382,8 @@ class BlobbedStore(StoreWrapper):
                 if data is None:
                     raise StoreUnavailable(f"blob {key} of a stored record is missing")
                 found[key] = data.decode()
-        return _restored(value, found)
+        return await asyncio.to_thread(_restored, value, found) if heavy else _restored(
+            value, found)
 
     async def _record_out(self, record: StoredResponse | None) -> StoredResponse | None:
         if record is None:
