@@ -346,3 +346,40 @@ def test_a_heavy_record_is_moved_to_blobs_and_back_off_the_loop(
     assert got_light is not None and got_light.response["output"][0]["result"] == image
     assert moved == [False, True]
     assert restored[0] is False and restored[-1] is True  # (it recurses: each call counted)
+
+
+# -- fitting a heavy conversation to the window (fitting/compaction.py, cuts.py) ------------
+
+
+@pytest.fixture(scope="module")
+def windowed(upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory,
+             ) -> Iterator[GatewayServer]:
+    """A gateway that knows model ``m``'s window: 3,000 tokens."""
+    db: Path = tmp_path_factory.mktemp("loop-offload-window") / "gateway.db"
+    with GatewayServer(e2e_settings(upstream, db, context_windows={"m": 3000})) as server:
+        yield server
+
+
+def test_a_heavy_conversation_is_truncated_and_compacted_off_the_loop(
+    windowed: GatewayServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from responses_gateway.responses.fitting import compaction, cuts
+
+    dropped = on_loop_watcher(monkeypatch, cuts, "droppable")
+    planned = on_loop_watcher(monkeypatch, compaction, "Planned")
+    long = [{"role": ("user", "assistant")[i % 2], "content": f"words to leave out {i}"}
+            for i in range(400)]  # ~5,000 tokens, half of them the model's
+    long.append({"role": "user", "content": "and now?"})
+    with client_for(windowed) as client:
+        truncated = client.responses.create(model="m", input=long, truncation="auto",
+                                            store=False)
+        compacted = client.responses.create(
+            model="m", input=long, store=False,
+            context_management=[{"type": "compaction", "compact_threshold": 1000}])
+        light = client.responses.create(
+            model="m", input=long[:3], store=False,
+            context_management=[{"type": "compaction", "compact_threshold": 10}])
+    assert truncated.status == compacted.status == light.status == "completed"
+    assert compacted.output[0].type == light.output[0].type == "compaction"
+    assert dropped == [False]
+    assert planned == [False, True]

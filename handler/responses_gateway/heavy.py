@@ -15,7 +15,12 @@ strings moved to blobs and back: store/blobs.py): its entries, and its strings' 
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 #: items and entries of their lists (content parts, outputs) past which work over them leaves
 #: the loop: a few milliseconds of it at most stays there
@@ -57,3 +62,11 @@ def heavy_json(*values: Any) -> bool:
                 return True
             stack.extend(value.values() if isinstance(value, dict) else value)
     return False
+
+
+async def off_loop_if(heavy: bool, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)``: in a worker thread when the work is ``heavy``, else right
+    here on the loop."""
+    if heavy:
+        return await asyncio.to_thread(partial(fn, *args, **kwargs))
+    return fn(*args, **kwargs)

@@ -109,12 +109,13 @@ class Fitting:
         fitted = await render.rendered()
         window = await self.windows.window(req.model, route)
 
-        def planned() -> compaction.Planned:  # the bounds checked, no call made yet
-            return compaction.Planned(render, backend, partial(self._sealer.seal, tenant=tenant),
-                                      window=window, limits=self.limits)
+        async def planned() -> compaction.Planned:  # the bounds checked, no call made yet
+            return await compaction.plan(render, backend,
+                                         partial(self._sealer.seal, tenant=tenant),
+                                         window=window, limits=self.limits)
 
         if compaction_items.trigger_requested(req.input, items):
-            plan = planned()
+            plan = await planned()
             fitted.model_runs = False
             if defer:
                 fitted.pending = Pending(plan.item_id, partial(plan.fitted, model_runs=False))
@@ -131,7 +132,7 @@ class Fitting:
             counted = await tokens.count_unless_within(backend, fitted.chat, threshold,
                                                        fitted.message_params)
             if counted is not None and counted.tokens > threshold and compactable:
-                plan = planned()
+                plan = await planned()
                 if defer:
                     fitted.pending = Pending(plan.item_id, partial(
                         self._compacted_within, plan, req, render, backend, window))

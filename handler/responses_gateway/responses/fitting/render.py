@@ -104,14 +104,15 @@ class Renderer:
         self._new_catalog, self._reads = new_catalog, reads
         self._reasoning_input = backend.reasoning_input(reasoning_input)
         self._images = vision.takes_images(vision_models, req.model, route.model, backend)
-        self._heavy = heavy_items(items)
+        #: whether work over the items leaves the event loop (heavy.py)
+        self.heavy = heavy_items(items)
 
     async def rendered(self, *, omit: Collection[int] = (),
                        output_items: Sequence[dict[str, Any]] = ()) -> Fitted:
         """:meth:`__call__`, in a worker thread when the items are heavy: a render costs
         ~4 µs an item (a history of 100,000: ~0.5 s, reasoning items unsealed besides), too
         long for the event loop; a light one stays on it."""
-        if self._heavy:
+        if self.heavy:
             return await asyncio.to_thread(partial(self, omit=omit, output_items=output_items))
         return self(omit=omit, output_items=output_items)
 
