@@ -14,11 +14,10 @@ stalling every other tenant's streams. A light body (~5 ms at most) stays on the
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
-from responses_gateway.heavy import heavy_items
+from responses_gateway.heavy import heavy_items, off_loop_if
 
 if TYPE_CHECKING:
     from responses_gateway.translate.request_models import CreateResponseRequest
@@ -60,6 +59,4 @@ async def read_create(
 ) -> tuple[CreateResponseRequest, list[dict[str, Any]]]:
     """:func:`parse_create_request` and :func:`normalize_input` of ``body``; in a worker
     thread when it is :func:`heavy`, so the event loop goes on serving meanwhile."""
-    if heavy(body):
-        return await asyncio.to_thread(_read, body, hosted_tools, served)
-    return _read(body, hosted_tools, served)
+    return await off_loop_if(heavy(body), _read, body, hosted_tools, served)

@@ -9,14 +9,12 @@ as a summarising call's body. The rendering itself is translate/to_chat.py's.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from responses_gateway.backends.base import Backend
 from responses_gateway.config import Route
-from responses_gateway.heavy import heavy_items
+from responses_gateway.heavy import heavy_items, off_loop_if
 from responses_gateway.records import Compared
 from responses_gateway.responses.fitting import vision
 from responses_gateway.translate import compaction_items
@@ -112,9 +110,7 @@ class Renderer:
         """:meth:`__call__`, in a worker thread when the items are heavy: a render costs
         ~4 µs an item (a history of 100,000: ~0.5 s, reasoning items unsealed besides), too
         long for the event loop; a light one stays on it."""
-        if self.heavy:
-            return await asyncio.to_thread(partial(self, omit=omit, output_items=output_items))
-        return self(omit=omit, output_items=output_items)
+        return await off_loop_if(self.heavy, self, omit=omit, output_items=output_items)
 
     def __call__(self, *, omit: Collection[int] = (),
                  output_items: Sequence[dict[str, Any]] = ()) -> Fitted:
