@@ -182,6 +182,22 @@ def on_loop_watcher(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> l
     return seen
 
 
+def test_a_heavy_inputs_size_and_its_calls_are_read_off_the_loop(
+    gateway: GatewayServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """responses/gateway.py: the stored input's size; tools/reads.py: its server calls."""
+    from responses_gateway.store.base import StoreLimits
+    from responses_gateway.tools import reads
+
+    sized = on_loop_watcher(monkeypatch, StoreLimits, "check_input")
+    scanned = on_loop_watcher(monkeypatch, reads, "_call_ids")
+    with client_for(gateway) as client:
+        client.responses.create(model="m", input=messages(400))
+        client.responses.create(model="m", input="a light one")
+    assert sized == [False, True]
+    assert scanned == [False, True]
+
+
 def test_a_heavy_chat_body_is_prepared_for_the_upstream_off_the_loop(
     gateway: GatewayServer, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
