@@ -399,3 +399,25 @@ def test_a_heavy_conversation_is_truncated_and_compacted_off_the_loop(
     assert compacted.output[0].type == light.output[0].type == "compaction"
     assert dropped == [False]
     assert planned == [False, True]
+
+
+# -- what a WebSocket connection remembers (api/ws_remembered.py) ---------------------------
+
+
+def test_a_heavy_remembered_response_is_sized_off_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from responses_gateway.api import ws_remembered
+
+    sized = on_loop_watcher(monkeypatch, ws_remembered, "_size")
+    remembered = ws_remembered.Remembered(max_bytes=64 * 1024 * 1024)
+    heavy, light = record("resp_heavy", 5_000), record("resp_light", 3)
+    heavy.request["chat"]["messages"] = [{"role": "user", "content": "hi"}] * 5_000
+
+    async def keep() -> None:
+        assert await remembered.keep("a", heavy) == []
+        assert await remembered.keep("b", light) == []
+
+    asyncio.run(keep())
+    assert sized == [False, True]
+    assert remembered["resp_heavy"] is heavy and remembered.bytes > 5_000 * 100
