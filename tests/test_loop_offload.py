@@ -379,10 +379,12 @@ def windowed(upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactor
 def test_a_heavy_conversation_is_truncated_and_compacted_off_the_loop(
     windowed: GatewayServer, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from responses_gateway import token_estimate
     from responses_gateway.responses.fitting import compaction, cuts
 
     dropped = on_loop_watcher(monkeypatch, cuts, "droppable")
     planned = on_loop_watcher(monkeypatch, compaction, "Planned")
+    estimated = on_loop_watcher(monkeypatch, token_estimate, "estimate_chat")
     long = [{"role": ("user", "assistant")[i % 2], "content": f"words to leave out {i}"}
             for i in range(400)]  # ~5,000 tokens, half of them the model's
     long.append({"role": "user", "content": "and now?"})
@@ -399,6 +401,7 @@ def test_a_heavy_conversation_is_truncated_and_compacted_off_the_loop(
     assert compacted.output[0].type == light.output[0].type == "compaction"
     assert dropped == [False]
     assert planned == [False, True]
+    assert estimated[0] is False  # the window's first look at the long conversation
 
 
 # -- what a WebSocket connection remembers (api/ws_remembered.py) ---------------------------
@@ -421,3 +424,44 @@ def test_a_heavy_remembered_response_is_sized_off_the_loop(
     asyncio.run(keep())
     assert sized == [False, True]
     assert remembered["resp_heavy"] is heavy and remembered.bytes > 5_000 * 100
+
+
+# -- the token estimate (token_estimate.py) -------------------------------------------------
+
+
+def test_the_estimate_of_a_long_list_is_the_estimate_of_it_whole() -> None:
+    """Measured a slice at a time, a list counts exactly what one encode of it counted."""
+    import math
+
+    import orjson
+
+    from responses_gateway import token_estimate
+
+    def whole(value: Any) -> int:
+        raw = orjson.dumps(value)
+        size = len(raw) - sum(m.end() - m.start() for m in token_estimate._DATA_URL.finditer(raw))
+        media = len(token_estimate._MEDIA_PART.findall(raw))
+        return math.ceil(size / 4) + token_estimate.MEDIA_TOKENS * media
+
+    image = "data:image/png;base64," + "A" * 400
+    message = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}},
+                                           {"type": "text", "text": 'say "data:x" once'}]}
+    for n in (0, 1, 1024, 1025, 2048, 2049, 5000):
+        values = [[message] * n, [f"word {i}" for i in range(n)]]
+        for value in values:
+            assert token_estimate.estimate(value) == whole(value), n
+
+
+def test_a_heavy_chat_body_is_estimated_off_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    from responses_gateway import token_estimate
+
+    estimated = on_loop_watcher(monkeypatch, token_estimate, "estimate_chat")
+    heavy = {"messages": [{"role": "user", "content": "hi"}] * 400}
+    light = {"messages": [{"role": "user", "content": "hi"}] * 3}
+
+    async def both() -> tuple[int, int]:
+        return (await token_estimate.estimate_chat_off_loop(heavy),
+                await token_estimate.estimate_chat_off_loop(light))
+
+    assert asyncio.run(both())[0] > asyncio.run(both())[1]
+    assert estimated == [False, True, False, True]

@@ -103,7 +103,7 @@ async def _compact(request: Request, gateway: Gateway, tenant: str, body: dict[s
     if limits.counts_tokens(gateway.settings.limits, tenant):  # what its calls will read
         chat = (await gateway.fitting.render(req, route, items, tenant, reads)).chat
         reserved, headers = await limits.reserve(
-            gateway.store, gateway.settings.limits, tenant, limits.estimate_of(chat),
+            gateway.store, gateway.settings.limits, tenant, await limits.estimate_off_loop(chat),
             req.model)
         rate.update(headers)
     answer: dict[str, Any] = {"id": ids.new_id(ids.RESPONSE), "usage": {}}
