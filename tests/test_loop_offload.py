@@ -144,7 +144,9 @@ def test_a_heavy_conversation_is_rendered_for_the_model_off_the_loop(
 ) -> None:
     """fitting/render.py: the chat body of a long history is built in a worker thread."""
     from responses_gateway.responses.fitting import render
+    from responses_gateway.translate import compaction_items
 
+    triggers = on_loop_watcher(monkeypatch, compaction_items, "trigger_requested")
     on_loop: list[bool] = []
     to_chat = render.to_chat_request
 
@@ -163,6 +165,7 @@ def test_a_heavy_conversation_is_rendered_for_the_model_off_the_loop(
         counted = client.responses.input_tokens.count(model="m", input=messages(3))
         assert counted.input_tokens > 0
     assert on_loop == [False, False, True]
+    assert triggers == [False, False]  # (input_tokens fits without asking)
 
 
 def on_loop_watcher(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[bool]:
