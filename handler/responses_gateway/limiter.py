@@ -215,7 +215,8 @@ def reserver(store: Store, limits: Limits | None, tenant: str, headers: dict[str
         return None
 
     async def reserve_record(record: StoredResponse) -> dict[str, Any] | None:
-        reserved, more = await reserve(store, limits, tenant, estimate_of(record.request["chat"]),
+        reserved, more = await reserve(store, limits, tenant,
+                                       await estimate_off_loop(record.request["chat"]),
                                        record.response.get("model") or "")
         headers.update(more)
         return reserved
@@ -234,8 +235,19 @@ def estimate_of(chat: dict[str, Any]) -> int:
     (token_estimate.py) plus the output cap it sets, if any."""
     from responses_gateway.token_estimate import estimate_chat
 
+    return estimate_chat(chat) + _cap(chat)
+
+
+async def estimate_off_loop(chat: dict[str, Any]) -> int:
+    """:func:`estimate_of`, a heavy chat body estimated in a worker thread (token_estimate.py)."""
+    from responses_gateway.token_estimate import estimate_chat_off_loop
+
+    return await estimate_chat_off_loop(chat) + _cap(chat)
+
+
+def _cap(chat: dict[str, Any]) -> int:
     cap = chat.get("max_completion_tokens") or chat.get("max_tokens")
-    return estimate_chat(chat) + (cap if isinstance(cap, int) and cap > 0 else 0)
+    return cap if isinstance(cap, int) and cap > 0 else 0
 
 
 async def count(store: Store, limits: Limits | None, entry: UsageEntry,

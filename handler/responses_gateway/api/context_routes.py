@@ -28,7 +28,7 @@ from responses_gateway.responses import conversations, history
 from responses_gateway.responses.fitting import compaction
 from responses_gateway.responses.gateway import Gateway
 from responses_gateway.tools import reads as tool_reads
-from responses_gateway.translate.request import normalize_input, parse_create_request
+from responses_gateway.translate.request import parse_create_request, read_create
 
 if TYPE_CHECKING:
     from responses_gateway.translate.request_models import CreateResponseRequest
@@ -49,10 +49,12 @@ def _subset(body: Any, fields: tuple[str, ...]) -> dict[str, Any]:
     return {k: body[k] for k in fields if k in body}
 
 
-def _parsed(gateway: Gateway, body: dict[str, Any]) -> CreateResponseRequest:
-    """The body read as a create reads it: hosted tools the gateway runs are accepted."""
-    return parse_create_request(body, hosted_tools=gateway.settings.hosted_tools,
-                                served=gateway.served_tools)
+async def _parsed(gateway: Gateway, body: dict[str, Any],
+                  ) -> tuple[CreateResponseRequest, list[dict[str, Any]]]:
+    """The body read as a create reads it (a heavy one in a worker thread), and its input
+    items: hosted tools the gateway runs are accepted."""
+    return await read_create(body, hosted_tools=gateway.settings.hosted_tools,
+                             served=gateway.served_tools)
 
 
 def _only_post(request: Request) -> None:
@@ -88,8 +90,8 @@ async def _compact(request: Request, gateway: Gateway, tenant: str, body: dict[s
                    rate: dict[str, str]) -> Response:
     if body.get("model") is None:
         raise missing_parameter("model")
-    req = _parsed(gateway, body)
-    items = await gateway.resolve_references(normalize_input(req), tenant)
+    req, given = await _parsed(gateway, body)
+    items = await gateway.resolve_references(given, tenant)
     items = await _conversation_items(gateway, req, tenant) + items
     reads = await _reads(gateway, tenant, items)
     if not items:
@@ -99,9 +101,9 @@ async def _compact(request: Request, gateway: Gateway, tenant: str, body: dict[s
     route = gateway.settings.route(req.model)
     reserved = None
     if limits.counts_tokens(gateway.settings.limits, tenant):  # what its calls will read
-        chat = gateway.fitting.render(req, route, items, tenant, reads).chat
+        chat = (await gateway.fitting.render(req, route, items, tenant, reads)).chat
         reserved, headers = await limits.reserve(
-            gateway.store, gateway.settings.limits, tenant, limits.estimate_of(chat),
+            gateway.store, gateway.settings.limits, tenant, await limits.estimate_off_loop(chat),
             req.model)
         rate.update(headers)
     answer: dict[str, Any] = {"id": ids.new_id(ids.RESPONSE), "usage": {}}
@@ -143,15 +145,15 @@ async def count_input_tokens(request: Request) -> Response:
 
 async def _count_tokens(gateway: Gateway, tenant: str, body: dict[str, Any]) -> Response:
     body.setdefault("model", "")  # optional here: then the default backend's estimate
-    req = _parsed(gateway, body)
-    items = await gateway.resolve_references(normalize_input(req), tenant)
+    req, given = await _parsed(gateway, body)
+    items = await gateway.resolve_references(given, tenant)
     items = await _conversation_items(gateway, req, tenant) + items
     route = gateway.settings.route(req.model)
     reads = await _reads(gateway, tenant, items)
     if req.truncation == "auto":  # what the model would read after truncation
         fitted = await gateway.fitting.fit(req, route, items, tenant, reads=reads)
     else:
-        fitted = gateway.fitting.render(req, route, items, tenant, reads)
+        fitted = await gateway.fitting.render(req, route, items, tenant, reads)
     counted = await gateway.fitting.count(route, fitted.chat)
     # A request to the key's usage; counting spends no tokens (OpenAI does not bill it).
     await _count(gateway, tenant, req.model, {"id": ids.new_id(ids.RESPONSE)}, "completed",

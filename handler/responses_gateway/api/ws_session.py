@@ -243,7 +243,7 @@ class Session:
 
     async def remember(self, lane: Lane, record: StoredResponse) -> None:
         """A response ended well in ``lane``: it is the lane's most recent."""
-        self.remembered.put(lane, record)
+        await self.remembered.keep(lane, record)
 
     async def evict(self, response_id: str) -> None:
         """A continuation from ``response_id`` failed: the connection no longer continues

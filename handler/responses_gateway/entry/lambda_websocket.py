@@ -201,7 +201,7 @@ class ApiGatewaySession(Session):
         await asyncio.to_thread(self.table.free, self.connection_id, lane)
 
     async def remember(self, lane: str | None, record: StoredResponse) -> None:
-        for forgotten in self.remembered.put(lane, record):
+        for forgotten in await self.remembered.keep(lane, record):
             if forgotten != lane:
                 await asyncio.to_thread(self.table.forget, self.connection_id, forgotten)
         if record.response.get("store") is False and lane in self.remembered.lanes():

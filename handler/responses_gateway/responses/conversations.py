@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from responses_gateway import ids
 from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.heavy import off_loop_if
 from responses_gateway.status import FINISHED_STATUSES, TERMINAL_STATUSES
 from responses_gateway.store.base import (
     ConversationLocked,
@@ -48,7 +49,7 @@ from responses_gateway.store.base import (
     StoredResponse,
     TurnSettle,
 )
-from responses_gateway.translate.request import normalize_input, parse_create_request
+from responses_gateway.translate.request import heavy, normalize_input, parse_create_request
 from responses_gateway.translate.request_names import ENCRYPTED_REASONING, INCLUDABLE
 from responses_gateway.translate.sealing import with_sealed_reasoning
 
@@ -87,6 +88,12 @@ def item_not_found(item_id: str, param: str = "item_id") -> GatewayError:
 
 
 # -- request pieces the Conversations API shares with POST /v1/responses -----------------------
+
+
+async def read_items(raw: Any, param: str = "items") -> list[dict[str, Any]]:
+    """:func:`parse_items`, in a worker thread when the items are heavy (20 of them may hold
+    ~600,000 content parts, seconds of validation the event loop must not wait for)."""
+    return await off_loop_if(heavy({"input": raw}), parse_items, raw, param)
 
 
 def parse_items(raw: Any, param: str = "items") -> list[dict[str, Any]]:
@@ -374,6 +381,7 @@ __all__ = [
     "parse_include",
     "parse_items",
     "parse_metadata",
+    "read_items",
     "release_record",
     "turn_of",
 ]

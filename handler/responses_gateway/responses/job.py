@@ -214,11 +214,11 @@ class Job:
         if reserved is None or not self._generate:
             return  # no token limit for this key: nothing was reserved
         from responses_gateway import limiter as limits
-        from responses_gateway.token_estimate import estimate_chat
+        from responses_gateway.token_estimate import estimate_chat_off_loop as estimate
 
-        tokens = estimate_chat(self.backend_request.body)
+        tokens = await estimate(self.backend_request.body)
         if self._turns_started == 0:  # approved calls ran first: the create reserved the rest
-            tokens -= estimate_chat(self.record.request["chat"])
+            tokens -= await estimate(self.record.request["chat"])
         if tokens <= 0:
             return
         reserved = await limits.reserve_turn(

@@ -8,6 +8,10 @@ reference; after a read, references are replaced by the bytes again. The store s
 truth (the record says which blob it holds); a retrieved, chained or resumed response carries
 its values exactly as first sent.
 
+Moving a record's values out and back walks it whole in Python (a record of 100,000 items:
+~480 ms out, ~580 ms back) and hashes its large strings: for a heavy value (heavy.py) the
+walks run in a worker thread, so the event loop goes on meanwhile.
+
 References cannot be forged by a client: a stored string that begins like a reference is
 escaped on write (one more marker character) and unescaped on read, so only references this
 module wrote are ever resolved.
@@ -39,6 +43,7 @@ from typing import Any
 
 import orjson
 
+from responses_gateway.heavy import heavy_json, off_loop_if
 from responses_gateway.store.base import (
     Store,
     StoredConversation,
@@ -301,18 +306,31 @@ class BlobbedStore(StoreWrapper):
         to blobs of ``owner``; the Response within GATEWAY_MAX_STORED_RESPONSE_BYTES counting
         its blobs (else ResponseTooLarge, nothing written: the inner store sees references
         only, a few bytes for a megabyte image)."""
+        moved, moved_response, found = await off_loop_if(
+            heavy_json(value, response), self._moved, value, owner, response)
+        await self._put(found)
+        return moved, moved_response
+
+    def _moved(self, value: Any, owner: str, response: Any,
+               ) -> tuple[Any, Any, dict[str, bytes]]:
+        """:meth:`_out`'s walk: the values moved, and the blobs found."""
         out = _Out(self.threshold, owner)
         moved_response = None
         if response is not None:
             moved_response = out(response)
             self.limits.check_response(_expanded_size(moved_response, out.found))
-        moved = out(value)
-        await self._put(out.found)
-        return moved, moved_response
+        return out(value), moved_response, out.found
 
     async def _items_out(self, conversation_id: str, items: list[dict[str, Any]]
                          ) -> list[dict[str, Any]]:
         """A conversation's items, each item's blobs its own (deleted with it)."""
+        moved, found = await off_loop_if(heavy_json(items), self._items_moved,
+                                         conversation_id, items)
+        await self._put(found)
+        return moved
+
+    def _items_moved(self, conversation_id: str, items: list[dict[str, Any]],
+                     ) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
         found: dict[str, bytes] = {}
         moved = []
         for item in items:
@@ -320,8 +338,7 @@ class BlobbedStore(StoreWrapper):
             out = _Out(self.threshold, owner_key(conversation_id, str(item_id or "_")))
             moved.append(out(item))
             found.update(out.found)
-        await self._put(found)
-        return moved
+        return moved, found
 
     async def _put(self, found: dict[str, bytes]) -> None:
         fresh = {k: v for k, v in found.items() if k not in self._written}
@@ -346,8 +363,9 @@ class BlobbedStore(StoreWrapper):
             del self._written[key]  # written again if the owner ever is
 
     async def _back(self, value: Any) -> Any:
+        heavy = heavy_json(value)
         keys: set[str] = set()
-        _references(value, keys)
+        await off_loop_if(heavy, _references, value, keys)
         found: dict[str, str] = {}
         if keys:
             ordered = sorted(keys)
@@ -359,7 +377,7 @@ class BlobbedStore(StoreWrapper):
                 if data is None:
                     raise StoreUnavailable(f"blob {key} of a stored record is missing")
                 found[key] = data.decode()
-        return _restored(value, found)
+        return await off_loop_if(heavy, _restored, value, found)
 
     async def _record_out(self, record: StoredResponse | None) -> StoredResponse | None:
         if record is None:

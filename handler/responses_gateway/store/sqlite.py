@@ -5,6 +5,18 @@ while the file is free (a put is ~70 µs, less than a thread hop), in the file's
 another process writes it; checkpoints run in that thread; every read-check-write is one
 ``BEGIN IMMEDIATE`` transaction. The file is opened, and its schema made, at construction, so
 a bad path fails at startup.
+
+A heavy record is the exception: past :data:`HEAVY_ROWS` rows or :data:`HEAVY_BYTES` of JSON
+it is serialized, written, parsed and deleted in the file's thread, never on the loop (a
+record near GATEWAY_MAX_STORED_RESPONSE_BYTES, 100,000 small items, held the loop ~550 ms for
+a put, ~700 ms for a get, ~200 ms for a delete; 32 MB in two items ~200, ~130 and ~45 ms); so
+are a conversation's items and a response's events when they are many. A write tells from
+what it writes; a read from a bounded first look (its rows read one at a time until past the
+bounds, a conversation's counts): a loop-first read that finds its record heavy answers
+:data:`_HEAVY` before reading the rest, and runs again in the thread
+(:meth:`SQLiteStore._run_light`). What still holds the loop is orjson's own work on one large
+JSON value (a record's chat body: ~80 ms to parse 100,000 messages), which keeps the GIL
+whatever thread runs it.
 """
 
 from __future__ import annotations
@@ -17,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
+from responses_gateway.heavy import off_loop_if
 from responses_gateway.status import IN_PROGRESS, QUEUED, TERMINAL_STATUSES
 from responses_gateway.store.base import (
     CancelledError,
@@ -109,8 +122,28 @@ CREATE INDEX IF NOT EXISTS tool_reads_by_response ON tool_reads (response_id);
 """
 
 
+#: past either, a record is handled in the file's thread (the module's docstring says why)
+HEAVY_ROWS = 256
+HEAVY_BYTES = 1024 * 1024
+#: what a loop-first read answers when the record it found is heavy: "run me in the thread"
+_HEAVY: Any = object()
+
+
 def _dumps(obj: Any) -> str:
     return orjson.dumps(obj).decode()
+
+
+def _many_items(r: StoredResponse) -> bool:
+    """Whether serializing the record's items one by one is too long for the loop."""
+    return len(r.input_items) + len(r.response.get("output") or ()) > HEAVY_ROWS
+
+
+def _heavy_rows(rows: _RecordRows) -> bool:
+    """Whether writing these rows is too long for the loop: many, or many bytes."""
+    row, items = rows
+    if len(items) > HEAVY_ROWS:
+        return True
+    return len(row[3]) + len(row[4]) + sum(len(item[5]) for item in items) > HEAVY_BYTES
 
 
 # A file written before conversations counted their items and bytes: add the columns, count.
@@ -187,13 +220,32 @@ class SQLiteStore(Store):
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._file.run(fn, *args)
 
+    async def _run_light(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args, True)`` loop-first; when it answers :data:`_HEAVY` (what it found is too
+        heavy to read on the loop), ``fn(*args, False)`` in the file's thread."""
+        found = await self._file.run(fn, *args, True)
+        if found is _HEAVY:
+            found = await self._file.run_in_thread(fn, *args, False)
+        return found
+
+    async def _run_heavy(self, heavy: bool, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)``: in the file's thread when what it writes is ``heavy``, else
+        loop-first."""
+        if heavy:
+            return await self._file.run_in_thread(fn, *args)
+        return await self._file.run(fn, *args)
+
+    async def _serialized(self, r: StoredResponse) -> _RecordRows:
+        """:meth:`_record_rows`, in a worker thread when the record has many items."""
+        return await off_loop_if(_many_items(r), self._record_rows, r)
+
     # -- Store -------------------------------------------------------------------------------
 
     async def put(self, record: StoredResponse) -> None:
-        await self._run(self._put, record)
+        rows = await self._serialized(record)
+        await self._run_heavy(_heavy_rows(rows), self._put, rows)
 
-    def _put(self, r: StoredResponse) -> None:
-        rows = self._record_rows(r)
+    def _put(self, rows: _RecordRows) -> None:
         with self._tx() as c:
             self._write_record(c, rows)
 
@@ -247,9 +299,10 @@ class SQLiteStore(Store):
         ]
 
     async def get(self, response_id: str, tenant: str) -> StoredResponse | None:
-        return await self._run(self._get, response_id, tenant)
+        return await self._run_light(self._get, response_id, tenant)
 
-    def _get(self, response_id: str, tenant: str) -> StoredResponse | None:
+    def _get(self, response_id: str, tenant: str, light: bool = False) -> StoredResponse | None:
+        """The record; ``light``: :data:`_HEAVY` instead for a heavy one (:meth:`_texts`)."""
         with self._tx("DEFERRED") as c:  # one snapshot for the record and its items
             row = c.execute(
                 "SELECT tenant, response, request, previous_response_id, background,"
@@ -258,24 +311,44 @@ class SQLiteStore(Store):
             ).fetchone()
             if row is None or row[0] != tenant or not _alive(row[6], time.time()):
                 return None
-            items = c.execute(
+            items = self._texts(c, light, len(row[1]) + len(row[2]), (
                 "SELECT item FROM items WHERE response_id = ? AND kind = 'in' ORDER BY idx",
-                (response_id,),
-            ).fetchall()
+                (response_id,)))
+        if items is None:
+            return _HEAVY
         return StoredResponse(
             id=response_id,
             tenant=row[0],
             response=orjson.loads(row[1]),
             request=orjson.loads(row[2]),
-            input_items=[orjson.loads(item) for (item,) in items],
+            input_items=[orjson.loads(item) for item in items],
             previous_response_id=row[3],
             background=bool(row[4]),
             lease_until=row[5],
             expires_at=row[6],
         )
 
+    @staticmethod
+    def _texts(c: sqlite3.Connection, light: bool, size: int,
+               query: tuple[str, tuple[Any, ...]]) -> list[str] | None:
+        """The query's one column of JSON texts; ``light``: None as soon as they (with
+        ``size`` bytes read before them) turn out heavy, the rest never read."""
+        cursor = c.execute(*query)
+        texts: list[str] = []
+        try:
+            for (text,) in cursor:
+                texts.append(text)
+                size += len(text)
+                if light and (len(texts) > HEAVY_ROWS or size > HEAVY_BYTES):
+                    return None
+        finally:
+            cursor.close()
+        return None if light and size > HEAVY_BYTES else texts
+
     async def delete(self, response_id: str, tenant: str) -> bool:
-        return await self._run(self._delete, response_id, tenant)
+        # in the thread: a record's rows may be many (~200 ms for 100,000), and a client's
+        # delete is rare enough that the hop costs nothing that matters
+        return await self._file.run_in_thread(self._delete, response_id, tenant)
 
     def _delete(self, response_id: str, tenant: str) -> bool:
         with self._tx() as c:
@@ -351,7 +424,8 @@ class SQLiteStore(Store):
         lease_until: float | None = None,
     ) -> bool:
         expected = None if expect_status is None else tuple(expect_status)
-        return await self._run(self._update, response_id, response, expected, lease_until)
+        return await self._run_heavy(len(response.get("output") or ()) > HEAVY_ROWS,
+                                     self._update, response_id, response, expected, lease_until)
 
     def _update(
         self,
@@ -405,7 +479,10 @@ class SQLiteStore(Store):
         if turn is not None and response is None:
             raise ValueError("a turn settles with the terminal Response only (response=)")
         if events or response is not None:
-            await self._run(self._append, response_id, events, response, lease_until, turn)
+            rows = len(events) + len((response or {}).get("output") or ())
+            rows += len(turn.items or ()) if turn is not None else 0
+            await self._run_heavy(rows > HEAVY_ROWS, self._append, response_id, events,
+                                  response, lease_until, turn)
 
     def _append(
         self,
@@ -434,16 +511,20 @@ class SQLiteStore(Store):
                                   "input")
 
     async def read_events(self, response_id: str, after: int = -1) -> list[dict[str, Any]]:
-        return await self._run(self._read_events, response_id, after)
+        return await self._run_light(self._read_events, response_id, after)
 
-    def _read_events(self, response_id: str, after: int) -> list[dict[str, Any]]:
-        rows = self._file.conn.execute(
+    def _read_events(self, response_id: str, after: int, light: bool = False,
+                     ) -> list[dict[str, Any]]:
+        """The events after ``after``; ``light``: :data:`_HEAVY` instead when they are heavy
+        (a stream followed from its start: thousands of them)."""
+        events = self._texts(self._file.conn, light, 0, (
             "SELECT e.event FROM events e JOIN responses r ON r.id = e.response_id"
             " WHERE e.response_id = ? AND e.seq > ?"
             " AND (r.expires_at IS NULL OR r.expires_at > ?) ORDER BY e.seq",
-            (response_id, after, int(time.time())),
-        ).fetchall()
-        return [orjson.loads(event) for (event,) in rows]
+            (response_id, after, int(time.time()))))
+        if events is None:
+            return _HEAVY  # type: ignore[no-any-return]
+        return [orjson.loads(event) for event in events]
 
     async def renew_lease(self, response_id: str, lease_until: float) -> bool:
         return await self._run(self._renew, response_id, lease_until)
@@ -485,7 +566,8 @@ class SQLiteStore(Store):
     async def create_conversation(
         self, conversation: StoredConversation, items: list[dict[str, Any]]
     ) -> None:
-        await self._run(self._create_conversation, conversation, items)
+        await self._run_heavy(len(items) > HEAVY_ROWS, self._create_conversation,
+                              conversation, items)
 
     def _create_conversation(self, conv: StoredConversation, items: list[dict[str, Any]]) -> None:
         data = [orjson.dumps(item) for item in items]
@@ -532,7 +614,8 @@ class SQLiteStore(Store):
             return conv
 
     async def delete_conversation(self, conversation_id: str, tenant: str) -> bool:
-        return await self._run(self._delete_conversation, conversation_id, tenant)
+        # in the thread, as a response's delete: up to GATEWAY_MAX_CONVERSATION_ITEMS rows
+        return await self._file.run_in_thread(self._delete_conversation, conversation_id, tenant)
 
     def _delete_conversation(self, conversation_id: str, tenant: str) -> bool:
         with self._tx() as c:
@@ -547,15 +630,19 @@ class SQLiteStore(Store):
     async def conversation_items(
         self, conversation_id: str, tenant: str
     ) -> tuple[StoredConversation, list[dict[str, Any]]] | None:
-        return await self._run(self._conversation_items, conversation_id, tenant)
+        return await self._run_light(self._conversation_items, conversation_id, tenant)
 
     def _conversation_items(
-        self, conversation_id: str, tenant: str
+        self, conversation_id: str, tenant: str, light: bool = False
     ) -> tuple[StoredConversation, list[dict[str, Any]]] | None:
+        """The conversation and its items; ``light``: :data:`_HEAVY` instead when its counts
+        say they are heavy (up to GATEWAY_MAX_CONVERSATION_ITEMS, 64 MB)."""
         with self._tx("DEFERRED") as c:  # one snapshot: the record and its items
             conv = self._conversation(c, conversation_id, tenant)
             if conv is None:
                 return None
+            if light and (conv.item_count > HEAVY_ROWS or conv.byte_count > HEAVY_BYTES):
+                return _HEAVY
             rows = c.execute(
                 "SELECT item FROM conversation_items WHERE conversation_id = ? AND pos < ?"
                 " ORDER BY pos",
@@ -596,9 +683,10 @@ class SQLiteStore(Store):
     ) -> StoredConversation | None:
         if record is not None and token is None:
             raise ValueError("a record settles with a turn's append only (token=)")
-        stored = None if record is None else self._record_rows(record)
-        return await self._run(
-            self._append_items, conversation_id, tenant, items, token, param, stored
+        stored = None if record is None else await self._serialized(record)
+        heavy = len(items) > HEAVY_ROWS or (stored is not None and _heavy_rows(stored))
+        return await self._run_heavy(
+            heavy, self._append_items, conversation_id, tenant, items, token, param, stored
         )
 
     def _append_items(
@@ -676,8 +764,9 @@ class SQLiteStore(Store):
     async def release_conversation(
         self, conversation_id: str, token: str, *, record: StoredResponse | None = None
     ) -> None:
-        stored = None if record is None else self._record_rows(record)
-        await self._run(self._release, conversation_id, token, stored)
+        stored = None if record is None else await self._serialized(record)
+        heavy = stored is not None and _heavy_rows(stored)
+        await self._run_heavy(heavy, self._release, conversation_id, token, stored)
 
     def _release(
         self, conversation_id: str, token: str, stored: _RecordRows | None = None

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from responses_gateway.backends.base import Backend
+from responses_gateway.heavy import off_loop_if
 from responses_gateway.responses.fitting import tokens
 from responses_gateway.token_estimate import estimate, estimate_chat
 from responses_gateway.tools import client_tools
@@ -103,19 +104,22 @@ async def truncate(render: Renderer, backend: Backend, fitted: Fitted, counted: 
     """Leave out the oldest items of ``render``'s conversation until the count fits
     ``budget`` (each round counted again, exact where ``backend`` counts); OpenAI's 400
     ``context_length_exceeded`` when nothing more may go."""
-    items, output_items = render.items, fitted.output_items
-    candidates = droppable(items, output_items)
+    items, output_items, heavy = render.items, fitted.output_items, render.heavy
+    # (a heavy conversation's walks in a worker thread: heavy.py)
+    candidates = await off_loop_if(heavy, droppable, items, output_items)
     omit: set[int] = set()
     for _ in range(_MAX_ROUNDS):
         # Estimates of the items scaled to the count: the rest of the request (tools,
         # instructions, the template) is not what leaving items out saves.
-        scale = max(1.0, counted.tokens / max(1, estimate_chat(fitted.chat)))
+        estimated = await off_loop_if(heavy, estimate_chat, fitted.chat)
+        scale = max(1.0, counted.tokens / max(1, estimated))
         # A little past the excess: a count per round is a round trip upstream.
-        more = drop(items, candidates, omit, (counted.tokens - budget) / scale * 1.2 + 1)
+        more = await off_loop_if(heavy, drop, items, candidates, omit,
+                                 (counted.tokens - budget) / scale * 1.2 + 1)
         if not more:
             break
         omit |= more
-        fitted = render(omit=omit, output_items=output_items)
+        fitted = await render.rendered(omit=omit, output_items=output_items)
         counted = await tokens.count(backend, fitted.chat, fitted.message_params)
         if counted.tokens <= budget:
             return fitted

@@ -16,7 +16,7 @@ from typing import Any
 from responses_gateway.backends.base import Backend
 from responses_gateway.errors import GatewayError, invalid_request
 from responses_gateway.records import Value
-from responses_gateway.token_estimate import estimate_chat
+from responses_gateway.token_estimate import estimate_chat_off_loop
 from responses_gateway.translate.to_chat import client_param
 
 logger = logging.getLogger("responses_gateway")
@@ -49,16 +49,17 @@ def context_length_exceeded(tokens_used: int, window: int) -> GatewayError:
     )
 
 
-def clearly_within(chat: dict[str, Any], limit: int) -> bool:
-    """Whether the estimate of ``chat`` is so far below ``limit`` that no count is needed."""
-    return estimate_chat(chat) * SAFE_FACTOR <= limit
+async def clearly_within(chat: dict[str, Any], limit: int) -> bool:
+    """Whether the estimate of ``chat`` is so far below ``limit`` that no count is needed
+    (a heavy chat body estimated in a worker thread: token_estimate.py)."""
+    return await estimate_chat_off_loop(chat) * SAFE_FACTOR <= limit
 
 
 async def count_unless_within(backend: Backend, chat: dict[str, Any], limit: int,
                               message_params: Sequence[str] | None = None) -> Count | None:
     """:func:`count`, or None (no count made) when the estimate of ``chat`` is clearly
     within ``limit``."""
-    if clearly_within(chat, limit):
+    if await clearly_within(chat, limit):
         return None
     return await count(backend, chat, message_params)
 
@@ -83,4 +84,4 @@ async def count(backend: Backend, chat: dict[str, Any],
         exact = None
     if exact is not None:
         return Count(exact, True)
-    return Count(estimate_chat(chat), False)
+    return Count(await estimate_chat_off_loop(chat), False)
