@@ -29,7 +29,9 @@ def messages(n: int, text: str = "hello there") -> list[dict[str, Any]]:
 
 
 def ticks_while(work: Callable[[], Awaitable[Any]]) -> tuple[int, Any]:
-    """How often a 1 ms heartbeat ticked while ``work`` ran, and what it returned."""
+    """How often a 1 ms heartbeat ticked while ``work`` ran, and what it returned. Work on
+    the loop lets no tick through; work in a thread lets at least one (how many depends on
+    how busy the machine is: tests assert one)."""
 
     async def main() -> tuple[int, Any]:
         ticks = 0
@@ -88,14 +90,15 @@ def test_heavy_counts_items_their_parts_and_tools() -> None:
 
 def test_a_heavy_create_body_is_validated_while_the_loop_ticks() -> None:
     body = {"model": "m", "input": messages(20_000)}
-    ticks, (req, items) = ticks_while(lambda: request.read_create(body))
-    assert len(items) == 20_000 and items[0]["id"].startswith("msg_")
+    ticks, (req, items, heavy) = ticks_while(lambda: request.read_create(body))
+    assert len(items) == 20_000 and items[0]["id"].startswith("msg_") and heavy
     assert req.model == "m"
-    assert ticks >= 3, ticks  # ~300 ms of validation: on the loop it would be 0
+    assert ticks >= 1, ticks  # ~300 ms of validation: on the loop it would be 0
 
 
 def test_a_light_create_body_is_validated_on_the_loop(parse_threads: list[bool]) -> None:
-    _, items = asyncio.run(request.read_create({"model": "m", "input": messages(3)}))
+    _, items, heavy = asyncio.run(request.read_create({"model": "m", "input": messages(3)}))
+    assert not heavy
     assert len(items) == 3
     assert parse_threads == [True]
 
@@ -113,7 +116,7 @@ def test_conversation_items_with_many_parts_are_read_while_the_loop_ticks() -> N
     raw = [{"type": "message", "role": "user", "content": parts}] * 2
     ticks, items = ticks_while(lambda: conversations.read_items(raw))
     assert len(items) == 2 and len(items[0]["content"]) == 15_000
-    assert ticks >= 3, ticks
+    assert ticks >= 1, ticks
 
 
 # -- through the gateway ---------------------------------------------------------------------
@@ -277,9 +280,9 @@ def test_a_heavy_record_is_written_read_and_deleted_while_the_loop_ticks(
     s, threaded = store
     heavy = record("resp_heavy", 30_000)
     ticks, _ = ticks_while(lambda: s.put(heavy))
-    assert ticks >= 3, ticks
+    assert ticks >= 1, ticks
     ticks, found = ticks_while(lambda: s.get("resp_heavy", "t"))
-    assert ticks >= 3, ticks
+    assert ticks >= 1, ticks
     assert found is not None and found.input_items == heavy.input_items
     ticks, deleted = ticks_while(lambda: s.delete("resp_heavy", "t"))
     assert deleted and ticks >= 1, ticks
@@ -322,9 +325,9 @@ def test_a_heavy_conversation_and_its_events_are_read_while_the_loop_ticks(
     conversation = StoredConversation(id="conv_1", tenant="t", created_at=1, metadata={})
     items = record("resp_x", 10_000).input_items  # GATEWAY_MAX_CONVERSATION_ITEMS
     ticks, _ = ticks_while(lambda: s.create_conversation(conversation, items))
-    assert ticks >= 3, ticks
+    assert ticks >= 1, ticks
     ticks, found = ticks_while(lambda: s.conversation_items("conv_1", "t"))
-    assert ticks >= 3, ticks
+    assert ticks >= 1, ticks
     assert found is not None and found[1] == items
     asyncio.run(s.put(record("resp_e", 1)))
     events = [{"type": "response.output_text.delta", "sequence_number": i, "delta": "word"}

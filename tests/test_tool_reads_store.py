@@ -147,7 +147,7 @@ async def test_no_store_call_without_server_tool_calls() -> None:
     await tool_reads.keep(store, record, _Tools({_id("ws_"): "text"}), stored=False)
     items = [{"type": "message", "role": "user", "content": "hi"},
              {"id": _id("mcp_"), "type": "mcp_call", "name": "x", "arguments": "{}"}]
-    assert await tool_reads.gather(store, "t", items) == {}
+    assert await tool_reads.gather(store, "t", items, heavy=False) == {}
 
 
 async def test_a_failed_write_is_logged_and_the_response_goes_on(

@@ -7,6 +7,9 @@ a few microseconds an item or content part each: a body near ``GATEWAY_MAX_BODY_
 of small messages, ~175,000 items) held the loop for seconds. Such work runs in a worker thread
 (``asyncio.to_thread``) when its items are :func:`heavy_items`; a light list (nearly every
 request) stays on the loop, where a thread hop (~100-170 µs) would cost more than the work.
+Each stage says so itself, ``await asyncio.to_thread(work, ...) if heavy else work(...)``:
+the work and the choice stay with the stage that owns them (a helper taking the work as a
+callback sent every stage's data down to this bottom module and back up again).
 
 :func:`heavy_json` asks the same of any JSON value that is walked whole (a stored record's
 strings moved to blobs and back: store/blobs.py): its entries, and its strings' characters
@@ -15,12 +18,7 @@ strings moved to blobs and back: store/blobs.py): its entries, and its strings' 
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-from functools import partial
-from typing import Any, TypeVar
-
-T = TypeVar("T")
+from typing import Any
 
 #: items and entries of their lists (content parts, outputs) past which work over them leaves
 #: the loop: a few milliseconds of it at most stays there
@@ -62,11 +60,3 @@ def heavy_json(*values: Any) -> bool:
                 return True
             stack.extend(value.values() if isinstance(value, dict) else value)
     return False
-
-
-async def off_loop_if(heavy: bool, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``fn(*args, **kwargs)``: in a worker thread when the work is ``heavy``, else right
-    here on the loop."""
-    if heavy:
-        return await asyncio.to_thread(partial(fn, *args, **kwargs))
-    return fn(*args, **kwargs)

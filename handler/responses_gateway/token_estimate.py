@@ -15,13 +15,14 @@ the GIL long; :func:`estimate_chat_off_loop` runs a heavy chat body's estimate i
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 from typing import Any
 
 import orjson
 
-from responses_gateway.heavy import heavy_items, off_loop_if
+from responses_gateway.heavy import heavy_items
 
 #: An image or file in the estimate: about what a high-detail image costs OpenAI's and
 #: Claude's models; its base64 bytes would count hundreds of times more.
@@ -64,4 +65,6 @@ def estimate_chat(chat: dict[str, Any]) -> int:
 
 async def estimate_chat_off_loop(chat: dict[str, Any]) -> int:
     """:func:`estimate_chat`, in a worker thread when the messages are heavy (heavy.py)."""
-    return await off_loop_if(heavy_items(chat.get("messages")), estimate_chat, chat)
+    if heavy_items(chat.get("messages")):
+        return await asyncio.to_thread(estimate_chat, chat)
+    return estimate_chat(chat)

@@ -24,6 +24,7 @@ from responses_gateway import limiter as limits
 from responses_gateway.api.client_watch import ClientWatch
 from responses_gateway.api.common import JSON, gateway_of, json_body, tenant_of
 from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
+from responses_gateway.heavy import heavy_items
 from responses_gateway.responses import conversations, history
 from responses_gateway.responses.fitting import compaction
 from responses_gateway.responses.gateway import Gateway
@@ -53,8 +54,9 @@ async def _parsed(gateway: Gateway, body: dict[str, Any],
                   ) -> tuple[CreateResponseRequest, list[dict[str, Any]]]:
     """The body read as a create reads it (a heavy one in a worker thread), and its input
     items: hosted tools the gateway runs are accepted."""
-    return await read_create(body, hosted_tools=gateway.settings.hosted_tools,
-                             served=gateway.served_tools)
+    req, items, _ = await read_create(body, hosted_tools=gateway.settings.hosted_tools,
+                                      served=gateway.served_tools)
+    return req, items
 
 
 def _only_post(request: Request) -> None:
@@ -93,7 +95,8 @@ async def _compact(request: Request, gateway: Gateway, tenant: str, body: dict[s
     req, given = await _parsed(gateway, body)
     items = await gateway.resolve_references(given, tenant)
     items = await _conversation_items(gateway, req, tenant) + items
-    reads = await _reads(gateway, tenant, items)
+    heavy = heavy_items(items)  # its weight, once (heavy.py)
+    reads = await _reads(gateway, tenant, items, heavy)
     if not items:
         raise invalid_request(
             "Nothing to compact: give 'input' or a 'previous_response_id' with items.",
@@ -101,7 +104,8 @@ async def _compact(request: Request, gateway: Gateway, tenant: str, body: dict[s
     route = gateway.settings.route(req.model)
     reserved = None
     if limits.counts_tokens(gateway.settings.limits, tenant):  # what its calls will read
-        chat = (await gateway.fitting.render(req, route, items, tenant, reads)).chat
+        chat = (await gateway.fitting.render(req, route, items, tenant, reads,
+                                             heavy=heavy)).chat
         reserved, headers = await limits.reserve(
             gateway.store, gateway.settings.limits, tenant, await limits.estimate_off_loop(chat),
             req.model)
@@ -111,7 +115,7 @@ async def _compact(request: Request, gateway: Gateway, tenant: str, body: dict[s
     try:
         async with ClientWatch(request) as left:  # a client that leaves stops the summarising
             result = await gateway.fitting.compact(req, route, items, tenant, left=left,
-                                                   reads=reads)
+                                                   reads=reads, heavy=heavy)
         answer = compaction.response_of(result)
         status = "completed"
     finally:  # counted whatever the outcome; the reservation is settled
@@ -127,10 +131,11 @@ async def _count(gateway: Gateway, tenant: str, model: str, answer: dict[str, An
     await limits.count(gateway.store, gateway.settings.limits, entry, reserved)
 
 
-async def _reads(gateway: Gateway, tenant: str, items: list[dict[str, Any]]) -> dict[str, str]:
+async def _reads(gateway: Gateway, tenant: str, items: list[dict[str, Any]], heavy: bool,
+                 ) -> dict[str, str]:
     """What server tools' calls among ``items`` gave the model, as a create reads it."""
     return await tool_reads.gather(gateway.store, tenant, items,
-                                   gateway.settings.max_tool_output_bytes)
+                                   gateway.settings.max_tool_output_bytes, heavy=heavy)
 
 
 async def count_input_tokens(request: Request) -> Response:
@@ -149,11 +154,12 @@ async def _count_tokens(gateway: Gateway, tenant: str, body: dict[str, Any]) -> 
     items = await gateway.resolve_references(given, tenant)
     items = await _conversation_items(gateway, req, tenant) + items
     route = gateway.settings.route(req.model)
-    reads = await _reads(gateway, tenant, items)
+    heavy = heavy_items(items)  # its weight, once (heavy.py)
+    reads = await _reads(gateway, tenant, items, heavy)
     if req.truncation == "auto":  # what the model would read after truncation
-        fitted = await gateway.fitting.fit(req, route, items, tenant, reads=reads)
+        fitted = await gateway.fitting.fit(req, route, items, tenant, reads=reads, heavy=heavy)
     else:
-        fitted = await gateway.fitting.render(req, route, items, tenant, reads)
+        fitted = await gateway.fitting.render(req, route, items, tenant, reads, heavy=heavy)
     counted = await gateway.fitting.count(route, fitted.chat)
     # A request to the key's usage; counting spends no tokens (OpenAI does not bill it).
     await _count(gateway, tenant, req.model, {"id": ids.new_id(ids.RESPONSE)}, "completed",

@@ -20,12 +20,13 @@ one encode of it whole (45 MB at a 175,000-item history) held the event loop ~43
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 
 import orjson
 
-from responses_gateway.heavy import heavy_items, off_loop_if
+from responses_gateway.heavy import heavy_items
 from responses_gateway.store.base import StoredResponse
 from responses_gateway.translate.sealing import with_sealed_reasoning
 
@@ -65,7 +66,8 @@ class Remembered(Mapping[str, StoredResponse]):
 
     async def keep(self, lane: Lane, record: StoredResponse) -> list[Lane]:
         """:meth:`put`, a heavy record's size counted in a worker thread."""
-        size = await off_loop_if(heavy_items(record.input_items), _size, record)
+        heavy = heavy_items(record.input_items)
+        size = await asyncio.to_thread(_size, record) if heavy else _size(record)
         return self.put(lane, record, size)
 
     def put(self, lane: Lane, record: StoredResponse, size: int | None = None) -> list[Lane]:

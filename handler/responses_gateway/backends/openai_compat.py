@@ -51,7 +51,7 @@ from responses_gateway.backends.http11 import (
     new_client,
 )
 from responses_gateway.errors import UpstreamError
-from responses_gateway.heavy import heavy_items, off_loop_if
+from responses_gateway.heavy import heavy_items
 from responses_gateway.net.policy import shown_url
 from responses_gateway.redaction import redact
 
@@ -331,7 +331,7 @@ class OpenAICompatBackend(BaseBackend):
             sent = dialect.prepare(body, self._learned.get(model))
             return sent, orjson.dumps(sent)
 
-        return await off_loop_if(heavy_items(body.get("messages")), encoded)
+        return await asyncio.to_thread(encoded) if heavy_items(body.get("messages")) else encoded()
 
     async def _post(self, client: httpx.AsyncClient, content: bytes) -> httpx.Response:
         """POST ``content`` to the completions URL; the response's body is still unread."""

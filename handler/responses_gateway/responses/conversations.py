@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from responses_gateway import ids
 from responses_gateway.errors import GatewayError, invalid_request
-from responses_gateway.heavy import off_loop_if
 from responses_gateway.status import FINISHED_STATUSES, TERMINAL_STATUSES
 from responses_gateway.store.base import (
     ConversationLocked,
@@ -93,7 +92,9 @@ def item_not_found(item_id: str, param: str = "item_id") -> GatewayError:
 async def read_items(raw: Any, param: str = "items") -> list[dict[str, Any]]:
     """:func:`parse_items`, in a worker thread when the items are heavy (20 of them may hold
     ~600,000 content parts, seconds of validation the event loop must not wait for)."""
-    return await off_loop_if(heavy({"input": raw}), parse_items, raw, param)
+    if heavy({"input": raw}):
+        return await asyncio.to_thread(parse_items, raw, param)
+    return parse_items(raw, param)
 
 
 def parse_items(raw: Any, param: str = "items") -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ then is a ``response.failed``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import time
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from responses_gateway import ids
 from responses_gateway.backends.base import Backend
 from responses_gateway.config import Settings
-from responses_gateway.heavy import heavy_items, off_loop_if
+from responses_gateway.heavy import heavy_items
 from responses_gateway.platform import platform_for
 from responses_gateway.responses import configuration, conversations, history
 from responses_gateway.responses.fitting import fit
@@ -142,35 +143,42 @@ class Gateway:
         """
         started = time.time()  # the response's deadline counts from here (compaction too)
         # validated, ids minted, content as parts (a heavy body in a worker thread)
-        req, given = await read_create(body, hosted_tools=self.settings.hosted_tools,
-                                       served=self.served_tools)
+        req, given, heavy = await read_create(body, hosted_tools=self.settings.hosted_tools,
+                                              served=self.served_tools)
         response_id = ids.new_id(ids.RESPONSE)  # its conversation turn's token starts with it
         items = await history.resolve_references(self.store, given, tenant)
         if req.store:  # its size: ~32 ms of JSON for 175,000 items (heavy.py)
-            await off_loop_if(heavy_items(items), self.store.check_input_items, items)
+            if heavy:
+                await asyncio.to_thread(self.store.check_input_items, items)
+            else:
+                self.store.check_input_items(items)
         earlier = await history.chain(self.store, req.previous_response_id, tenant, cached)
         turn = await conversations.begin(self.store, req, tenant, items, response_id)
         if turn is not None:  # ``conversation``: its items come before this turn's input
             earlier, turn.history = turn.history, []  # read here once: the job holds the turn
+        turn_items = earlier + items
         # The newest configuration_update items set effort and format (configuration.py).
-        configuration.apply_updates(req, earlier + items)
+        configuration.apply_updates(req, turn_items)
         route = self.settings.route(req.model)
+        # The turn's weight, decided once: each stage after this that walks all of it
+        # (reads, render, compaction, truncation) does so in a worker thread when heavy.
+        heavy = heavy_items(turn_items)
         # What the server tools' calls in it gave the model, this process's or the store's.
-        reads = await tool_reads.gather(self.store, tenant, earlier + items,
-                                        self.settings.max_tool_output_bytes)
+        reads = await tool_reads.gather(self.store, tenant, turn_items,
+                                        self.settings.max_tool_output_bytes, heavy=heavy)
         # Rendered, and compacted or truncated to the model's window as asked (fitting/); a
         # foreground stream compacts after response.created (``pending``: the job runs it).
         defer = req.streaming and not req.background
-        fitted = await self.fitting.fit(req, route, earlier + items, tenant,
+        fitted = await self.fitting.fit(req, route, turn_items, tenant,
                                         new_catalog=ToolCatalog, left=client_left, reads=reads,
-                                        defer=defer)
+                                        defer=defer, heavy=heavy)
         chat, catalog = fitted.chat, fitted.catalog
         tools = await ServerTools.offered(
             chat, catalog, req.tools, req.tool_choice, items, earlier, self.settings, tenant,
             include=req.include or (), services=self, reads=reads)
         try:
             record = self._record(req, response_id, tenant, items, route.backend, fitted,
-                                  catalog, tools, earlier + items, turn)
+                                  catalog, tools, turn_items, turn)
             if turn is not None:
                 await turn.lock()  # the request is ready: hold the conversation till it ends
             # (a deferred compaction's record is reserved once compacted: _compacted)

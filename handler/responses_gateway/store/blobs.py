@@ -43,7 +43,7 @@ from typing import Any
 
 import orjson
 
-from responses_gateway.heavy import heavy_json, off_loop_if
+from responses_gateway.heavy import heavy_json
 from responses_gateway.store.base import (
     Store,
     StoredConversation,
@@ -306,8 +306,9 @@ class BlobbedStore(StoreWrapper):
         to blobs of ``owner``; the Response within GATEWAY_MAX_STORED_RESPONSE_BYTES counting
         its blobs (else ResponseTooLarge, nothing written: the inner store sees references
         only, a few bytes for a megabyte image)."""
-        moved, moved_response, found = await off_loop_if(
-            heavy_json(value, response), self._moved, value, owner, response)
+        moved, moved_response, found = (
+            await asyncio.to_thread(self._moved, value, owner, response)
+            if heavy_json(value, response) else self._moved(value, owner, response))
         await self._put(found)
         return moved, moved_response
 
@@ -324,8 +325,8 @@ class BlobbedStore(StoreWrapper):
     async def _items_out(self, conversation_id: str, items: list[dict[str, Any]]
                          ) -> list[dict[str, Any]]:
         """A conversation's items, each item's blobs its own (deleted with it)."""
-        moved, found = await off_loop_if(heavy_json(items), self._items_moved,
-                                         conversation_id, items)
+        moved, found = (await asyncio.to_thread(self._items_moved, conversation_id, items)
+                        if heavy_json(items) else self._items_moved(conversation_id, items))
         await self._put(found)
         return moved
 
@@ -365,7 +366,10 @@ class BlobbedStore(StoreWrapper):
     async def _back(self, value: Any) -> Any:
         heavy = heavy_json(value)
         keys: set[str] = set()
-        await off_loop_if(heavy, _references, value, keys)
+        if heavy:
+            await asyncio.to_thread(_references, value, keys)
+        else:
+            _references(value, keys)
         found: dict[str, str] = {}
         if keys:
             ordered = sorted(keys)
@@ -377,7 +381,9 @@ class BlobbedStore(StoreWrapper):
                 if data is None:
                     raise StoreUnavailable(f"blob {key} of a stored record is missing")
                 found[key] = data.decode()
-        return await off_loop_if(heavy, _restored, value, found)
+        if heavy:
+            return await asyncio.to_thread(_restored, value, found)
+        return _restored(value, found)
 
     async def _record_out(self, record: StoredResponse | None) -> StoredResponse | None:
         if record is None:

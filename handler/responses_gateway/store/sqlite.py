@@ -21,6 +21,7 @@ whatever thread runs it.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 from collections.abc import Callable
@@ -29,7 +30,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from responses_gateway.heavy import off_loop_if
 from responses_gateway.status import IN_PROGRESS, QUEUED, TERMINAL_STATUSES
 from responses_gateway.store.base import (
     CancelledError,
@@ -237,7 +237,9 @@ class SQLiteStore(Store):
 
     async def _serialized(self, r: StoredResponse) -> _RecordRows:
         """:meth:`_record_rows`, in a worker thread when the record has many items."""
-        return await off_loop_if(_many_items(r), self._record_rows, r)
+        if _many_items(r):
+            return await asyncio.to_thread(self._record_rows, r)
+        return self._record_rows(r)
 
     # -- Store -------------------------------------------------------------------------------
 

@@ -14,11 +14,11 @@ worker, a restarted gateway) gives the model back what it read.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from responses_gateway.heavy import heavy_items, off_loop_if
 from responses_gateway.store.base import Store, StoredResponse, StoreUnavailable
 from responses_gateway.tools.registry import READ_ITEM_TYPES, ServerTools
 
@@ -60,13 +60,14 @@ KEPT = ReadOutputs()
 
 async def gather(
     store: Store | None, tenant: str, items: Iterable[Mapping[str, Any]],
-    most_bytes: int | None = None,
+    most_bytes: int | None = None, *, heavy: bool,
 ) -> dict[str, str]:
     """The reads of the server-tool calls among ``items`` that are kept, by call id; what
     this process lacks is asked of ``store`` in one call (and kept here, within
-    ``most_bytes``). No call among them, no store call."""
-    # (a heavy list walked in a worker thread: ~35 ms for 175,000 items, heavy.py)
-    wanted = await off_loop_if(heavy_items(items), _call_ids, items)
+    ``most_bytes``). No call among them, no store call. ``heavy``: the items' weight as their
+    caller decided it (heavy.py): then they are walked in a worker thread (~35 ms for
+    175,000)."""
+    wanted = await asyncio.to_thread(_call_ids, items) if heavy else _call_ids(items)
     found: dict[str, str] = {}
     missing = []
     for call_id in wanted:

@@ -14,10 +14,11 @@ stalling every other tenant's streams. A light body (~5 ms at most) stays on the
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
-from responses_gateway.heavy import heavy_items, off_loop_if
+from responses_gateway.heavy import heavy_items
 
 if TYPE_CHECKING:
     from responses_gateway.translate.request_models import CreateResponseRequest
@@ -56,7 +57,10 @@ def _read(body: Any, hosted_tools: str, served: Collection[str],
 
 async def read_create(
     body: Any, *, hosted_tools: str = "reject", served: Collection[str] = ()
-) -> tuple[CreateResponseRequest, list[dict[str, Any]]]:
+) -> tuple[CreateResponseRequest, list[dict[str, Any]], bool]:
     """:func:`parse_create_request` and :func:`normalize_input` of ``body``; in a worker
-    thread when it is :func:`heavy`, so the event loop goes on serving meanwhile."""
-    return await off_loop_if(heavy(body), _read, body, hosted_tools, served)
+    thread when it is :func:`heavy`, so the event loop goes on serving meanwhile. Its weight
+    comes back too: what walks the input next (the store's size check) asks no one again."""
+    if heavy(body):
+        return *await asyncio.to_thread(_read, body, hosted_tools, served), True
+    return *_read(body, hosted_tools, served), False

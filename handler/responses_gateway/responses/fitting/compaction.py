@@ -19,6 +19,7 @@ quarter of it (the latest always), the others being in the summary.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -27,7 +28,6 @@ import orjson
 from responses_gateway import ids
 from responses_gateway.backends.base import Backend, BackendRequest
 from responses_gateway.errors import UpstreamError
-from responses_gateway.heavy import off_loop_if
 from responses_gateway.records import Compared
 from responses_gateway.responses.fitting import cuts, tokens
 from responses_gateway.responses.fitting.compaction_bounds import (
@@ -96,9 +96,11 @@ class Planned:
         """The summarising calls, bounded in time; ``left``: the client's departure."""
         summary = await bounded(self.summariser.run(self.parts), self.limits, left)
         window = self.window
-        kept = await off_loop_if(
-            self.render.heavy, compaction_items.new_window, summary, self.visible,
-            None if window is None else int(window * KEEP_SHARE), self.seal, self.item_id)
+        args = (summary, self.visible, None if window is None else int(window * KEEP_SHARE),
+                self.seal, self.item_id)
+        new_window = compaction_items.new_window
+        kept = (await asyncio.to_thread(new_window, *args) if self.render.heavy
+                else new_window(*args))
         return Compacted(window=kept, item=kept[-1], usage=self.summariser.usage)
 
     async def fitted(self, *, left: Departure | None = None, model_runs: bool = True) -> Fitted:
@@ -116,8 +118,10 @@ async def plan(render: Renderer, backend: Backend, seal: compaction_items.Seal, 
                window: int | None, limits: CompactionLimits) -> Planned:
     """A :class:`Planned` compaction of ``render``'s conversation, made in a worker thread
     when it is heavy (its bounds' errors raised the same)."""
-    return await off_loop_if(render.heavy, Planned, render, backend, seal, window=window,
-                             limits=limits)
+    if render.heavy:
+        return await asyncio.to_thread(Planned, render, backend, seal, window=window,
+                                       limits=limits)
+    return Planned(render, backend, seal, window=window, limits=limits)
 
 
 async def compact(

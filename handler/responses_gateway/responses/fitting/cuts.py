@@ -11,11 +11,11 @@ to cut is fit.py's; rendering is render.py's, counting tokens.py's.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from responses_gateway.backends.base import Backend
-from responses_gateway.heavy import off_loop_if
 from responses_gateway.responses.fitting import tokens
 from responses_gateway.token_estimate import estimate, estimate_chat
 from responses_gateway.tools import client_tools
@@ -106,16 +106,19 @@ async def truncate(render: Renderer, backend: Backend, fitted: Fitted, counted: 
     ``context_length_exceeded`` when nothing more may go."""
     items, output_items, heavy = render.items, fitted.output_items, render.heavy
     # (a heavy conversation's walks in a worker thread: heavy.py)
-    candidates = await off_loop_if(heavy, droppable, items, output_items)
+    candidates = (await asyncio.to_thread(droppable, items, output_items) if heavy
+                  else droppable(items, output_items))
     omit: set[int] = set()
     for _ in range(_MAX_ROUNDS):
         # Estimates of the items scaled to the count: the rest of the request (tools,
         # instructions, the template) is not what leaving items out saves.
-        estimated = await off_loop_if(heavy, estimate_chat, fitted.chat)
+        estimated = (await asyncio.to_thread(estimate_chat, fitted.chat) if heavy
+                     else estimate_chat(fitted.chat))
         scale = max(1.0, counted.tokens / max(1, estimated))
         # A little past the excess: a count per round is a round trip upstream.
-        more = await off_loop_if(heavy, drop, items, candidates, omit,
-                                 (counted.tokens - budget) / scale * 1.2 + 1)
+        wanted = (counted.tokens - budget) / scale * 1.2 + 1
+        more = (await asyncio.to_thread(drop, items, candidates, omit, wanted) if heavy
+                else drop(items, candidates, omit, wanted))
         if not more:
             break
         omit |= more

@@ -28,13 +28,13 @@ tokens.py counts.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from responses_gateway.backends.base import Backend
 from responses_gateway.config import Route
-from responses_gateway.heavy import off_loop_if
 from responses_gateway.responses.fitting import compaction, cuts, tokens, vision
 from responses_gateway.responses.fitting.compaction_bounds import CompactionLimits, Departure
 from responses_gateway.responses.fitting.render import Fitted, Pending, Renderer
@@ -94,6 +94,7 @@ class Fitting:
         left: Departure | None = None,
         reads: Mapping[str, str] | None = None,
         defer: bool = False,
+        heavy: bool,
     ) -> Fitted:
         """The chat body for ``items`` (history and this turn's input), fitted to the model.
         ``new_catalog`` makes the tool catalog each render fills (to_chat.py); ``left``: the
@@ -106,7 +107,7 @@ class Fitting:
         ``response.compaction.compacting`` leaves while the summary is written."""
         entry = next((e for e in req.context_management or () if e.type == "compaction"), None)
         left = None if req.background else left  # a background response's compaction runs on
-        backend, render = self._renderer(req, route, items, tenant, new_catalog, reads)
+        backend, render = self._renderer(req, route, items, tenant, new_catalog, reads, heavy)
         fitted = await render.rendered()
         window = await self.windows.window(req.model, route)
 
@@ -115,8 +116,9 @@ class Fitting:
                                          partial(self._sealer.seal, tenant=tenant),
                                          window=window, limits=self.limits)
 
-        if await off_loop_if(render.heavy,  # a look at every input item: ~22 ms for 185,000
-                             compaction_items.trigger_requested, req.input, items):
+        trigger = compaction_items.trigger_requested  # a look at every input item: ~22 ms
+        if (await asyncio.to_thread(trigger, req.input, items) if render.heavy  # for 185,000
+                else trigger(req.input, items)):
             plan = await planned()
             fitted.model_runs = False
             if defer:
@@ -173,18 +175,20 @@ class Fitting:
 
     async def render(
         self, req: CreateResponseRequest, route: Route, items: list[dict[str, Any]], tenant: str,
-        reads: Mapping[str, str] | None = None,
+        reads: Mapping[str, str] | None = None, *, heavy: bool,
     ) -> Fitted:
         """The chat body for ``items`` as they are, neither compacted nor truncated."""
-        return await self._renderer(req, route, items, tenant, None, reads)[1].rendered()
+        return await self._renderer(req, route, items, tenant, None, reads,
+                                    heavy)[1].rendered()
 
     async def compact(
         self, req: CreateResponseRequest, route: Route, items: list[dict[str, Any]],
         tenant: str, *, left: Departure | None = None, reads: Mapping[str, str] | None = None,
+        heavy: bool,
     ) -> compaction.Compacted:
         """``items`` summarised into one compaction item (``POST /v1/responses/compact``);
         ``left``: the client's departure, which stops it."""
-        backend, render = self._renderer(req, route, items, tenant, None, reads)
+        backend, render = self._renderer(req, route, items, tenant, None, reads, heavy)
         return await compaction.compact(
             render, backend, partial(self._sealer.seal, tenant=tenant),
             window=await self.windows.window(req.model, route), limits=self.limits, left=left)
@@ -196,11 +200,12 @@ class Fitting:
     def _renderer(
         self, req: CreateResponseRequest, route: Route, items: list[dict[str, Any]],
         tenant: str, new_catalog: Callable[[], Any] | None,
-        reads: Mapping[str, str] | None = None,
+        reads: Mapping[str, str] | None, heavy: bool,
     ) -> tuple[Backend, Renderer]:
-        """The route's backend, and the renderer of ``items`` for its model."""
+        """The route's backend, and the renderer of ``items`` for its model (``heavy``: their
+        weight, heavy.py, as the caller that assembled them decided it)."""
         backend = self._backend_for(route.backend)
         return backend, Renderer(
             req, route, items, tenant, partial(self._sealer.unseal, tenant=tenant), backend,
             reasoning_input=self._reasoning_input, vision_models=self._vision,
-            new_catalog=new_catalog, reads=reads)
+            new_catalog=new_catalog, reads=reads, heavy=heavy)

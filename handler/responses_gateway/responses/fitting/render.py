@@ -9,12 +9,12 @@ as a summarising call's body. The rendering itself is translate/to_chat.py's.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from responses_gateway.backends.base import Backend
 from responses_gateway.config import Route
-from responses_gateway.heavy import heavy_items, off_loop_if
 from responses_gateway.records import Compared
 from responses_gateway.responses.fitting import vision
 from responses_gateway.translate import compaction_items
@@ -96,21 +96,25 @@ class Renderer:
         vision_models: Sequence[str],
         new_catalog: Callable[[], Any] | None = None,
         reads: Mapping[str, str] | None = None,
+        heavy: bool,
     ) -> None:
         self.req, self.items, self.tenant, self.unseal = req, items, tenant, unseal
         self._model = route.model
         self._new_catalog, self._reads = new_catalog, reads
         self._reasoning_input = backend.reasoning_input(reasoning_input)
         self._images = vision.takes_images(vision_models, req.model, route.model, backend)
-        #: whether work over the items leaves the event loop (heavy.py)
-        self.heavy = heavy_items(items)
+        #: whether work over the items leaves the event loop (heavy.py), as the caller
+        #: that assembled them decided it
+        self.heavy = heavy
 
     async def rendered(self, *, omit: Collection[int] = (),
                        output_items: Sequence[dict[str, Any]] = ()) -> Fitted:
         """:meth:`__call__`, in a worker thread when the items are heavy: a render costs
         ~4 µs an item (a history of 100,000: ~0.5 s, reasoning items unsealed besides), too
         long for the event loop; a light one stays on it."""
-        return await off_loop_if(self.heavy, self, omit=omit, output_items=output_items)
+        if self.heavy:
+            return await asyncio.to_thread(self, omit=omit, output_items=output_items)
+        return self(omit=omit, output_items=output_items)
 
     def __call__(self, *, omit: Collection[int] = (),
                  output_items: Sequence[dict[str, Any]] = ()) -> Fitted:
