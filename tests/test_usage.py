@@ -5,6 +5,7 @@ response is run again; the usage API is shaped like OpenAI's and only admin keys
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from pathlib import Path
 from typing import Any
@@ -208,6 +209,28 @@ def test_usage_api_is_admin_only_and_shaped_like_openais(settings: Settings) -> 
         refused = httpx.post(gw.base_url + "/responses", json={"model": "m", "input": "x"},
                              headers=admin)
         assert refused.status_code == 401
+
+
+@pytest.mark.parametrize(("path", "param", "value"), [
+    ("/organization/usage/completions", "page", "page_" + base64.urlsafe_b64encode(
+        b"9" * 60).decode()),
+    ("/organization/costs", "page", "page_" + base64.urlsafe_b64encode(
+        str(2**70).encode()).decode()),
+    ("/organization/usage/completions", "page", "page_wrI="),  # "²": a digit int() refuses
+    ("/admin/responses", "after", f"{2**70}:resp_x"),
+    ("/admin/responses", "after", "\u00b2:resp_x"),
+])
+def test_cursors_no_store_can_hold_are_400s(settings: Settings, path: str, param: str,
+                                             value: str) -> None:
+    """A page token or ``after`` cursor is the client's text: one whose number no 64-bit
+    column holds, or that is no number at all, is a 400 naming it, never the store's 500."""
+    with GatewayServer(settings) as gw, httpx.Client(
+            headers={"Authorization": f"Bearer {ADMIN}"}) as client:
+        for _ in range(2):  # the connection is still good after the first answer
+            answer = client.get(gw.base_url + path, params={"start_time": 0, param: value})
+            assert answer.status_code == 400, answer.text
+            assert answer.json()["error"]["param"] == param
+            assert answer.json()["error"]["type"] == "invalid_request_error"
 
 
 def test_an_admin_key_that_is_also_an_api_key_is_refused_at_start() -> None:

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from responses_gateway.api.common import JSON, gateway_of, int_param
-from responses_gateway.errors import invalid_request, not_found
+from responses_gateway.errors import GatewayError, invalid_request, not_found
 from responses_gateway.key_limits import NO_LIMITS
 from responses_gateway.responses.conversations import store_of
 from responses_gateway.store.usage import COUNTERS, DAY, HOUR, UsageRow, UsageStore
@@ -137,10 +137,15 @@ def _page_token(start: int) -> str:
 
 
 def _page_start(token: str) -> int:
+    """A ``next_page`` token's start time; a 400 for any other text, among them a number no
+    store can hold (a 64-bit integer column: the ledger's read would fail on it)."""
     try:
-        return int(base64.urlsafe_b64decode(token.removeprefix("page_").encode()))
-    except ValueError:
-        raise invalid_request(f"Invalid 'page': '{token}'.", param="page") from None
+        text = base64.urlsafe_b64decode(token.removeprefix("page_").encode()).decode()
+        if text:
+            return int_param(text, "page", 0)
+    except (ValueError, GatewayError):
+        pass
+    raise invalid_request(f"Invalid 'page': '{token[:64]}'.", param="page")
 
 
 def _results(rows: list[UsageRow], groups: list[str], prices: Any,
@@ -331,12 +336,17 @@ def _cursor_of(row: dict[str, Any]) -> str:
 
 
 def _cursor(text: str | None) -> tuple[int, str] | None:
+    """``after`` as (created_at, response_id); a 400 for any other text, among them a time
+    no store can hold (as :func:`_page_start`)."""
     if not text:
         return None
     when, _, response_id = text.partition(":")
-    if not when.isdigit() or not response_id:
-        raise invalid_request(f"Invalid 'after': '{text}'.", param="after")
-    return int(when), response_id
+    try:
+        if when and response_id:
+            return int_param(when, "after", 0), response_id
+    except GatewayError:
+        pass
+    raise invalid_request(f"Invalid 'after': '{text[:64]}'.", param="after")
 
 
 async def get_response(request: Request) -> Response:
