@@ -241,6 +241,28 @@ def test_what_the_backend_cannot_do_is_a_400_naming_the_param(
     assert len(bedrock_images.invocations) == calls  # refused before anything was drawn
 
 
+@pytest.mark.parametrize(("kwargs", "param", "got"), [
+    ({"n": "2"}, "n", "a string"),
+    ({"extra_body": {"stream": 1}}, "stream", "an integer"),
+    ({"user": ["u"]}, "user", "an array"),
+    ({"extra_body": {"model": {"id": "m"}}}, "model", "an object"),
+])
+def test_a_wrong_type_is_named_as_openai_names_it(client: OpenAI, kwargs: dict[str, Any],
+                                                  param: str, got: str) -> None:
+    """OpenAI's words for a JSON value's kind, never a Python type's name ("got str")."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.images.generate(prompt="a lighthouse", **kwargs)
+    error = caught.value.body
+    assert isinstance(error, dict) and error["param"] == param, error
+    assert error["code"] == "invalid_type"
+    assert error["message"].endswith(f"but got {got} instead."), error["message"]
+    with pytest.raises(openai.BadRequestError) as edit:  # an edit's form field, as text
+        client.images.edit(image=("a.png", png(64, 64, (1, 1, 1)), "image/png"), prompt="x",
+                           extra_body={"n": "two"})
+    assert edit.value.body["message"].endswith(  # type: ignore[index]
+        "but got a string instead.")
+
+
 def test_bad_edits_are_400s(client: OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         client.images.edit(image=("a.txt", b"not an image", "text/plain"), prompt="x")

@@ -58,6 +58,33 @@ def missing_parameter(param: str) -> GatewayError:
     )
 
 
+def invalid_type(param: str, expected: str, value: Any) -> GatewayError:
+    """OpenAI's 400 for a value of the wrong JSON type: ``expected`` as its messages word it
+    (``an integer``), what came as :func:`kind_of` says (never a Python type's name)."""
+    return invalid_request(
+        f"Invalid type for '{param}': expected {expected}, but got {kind_of(value)} instead.",
+        param=param,
+        code="invalid_type",
+    )
+
+
+def kind_of(value: Any) -> str:
+    """A JSON value's kind as OpenAI's messages name it (``a string``, ``null``...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a decimal"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
 def not_found(message: str, param: str | None = None, code: str | None = None) -> GatewayError:
     return GatewayError(404, message, param=param, code=code)
 
