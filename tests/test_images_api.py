@@ -383,6 +383,25 @@ def test_the_servers_failures_are_openais_errors(openai_client: OpenAI,
     assert IMAGE_KEY not in str(caught.value.body)
 
 
+def test_a_value_the_image_server_refuses_is_the_clients_400(
+        openai_client: OpenAI, images_server: FakeImagesServer) -> None:
+    """A size the server's model does not make passes the gateway's syntax check; the
+    server's 400 (``invalid_request_error``, ``param: size``) is the client's 400 naming the
+    field, as OpenAI answers it, not a 502 ``server_error``: generations, streams and edits."""
+    calls = [lambda: openai_client.images.generate(prompt="a lighthouse", size="1x1"),
+             lambda: list(openai_client.images.generate(prompt="a lighthouse", size="1x1",
+                                                        stream=True)),
+             lambda: openai_client.images.edit(image=("a.png", png(64, 64, (1, 2, 3)),
+                                                      "image/png"), prompt="x", size="1x1")]
+    for call in calls:
+        with pytest.raises(openai.BadRequestError) as caught:
+            call()
+        error = caught.value.body
+        assert isinstance(error, dict), error
+        assert (error["type"], error["param"]) == ("invalid_request_error", "size"), error
+        assert "1x1" in error["message"] and IMAGE_KEY not in str(error)
+
+
 def test_a_stream_failing_before_its_first_event_is_an_http_error(
         openai_client: OpenAI, images_server: FakeImagesServer) -> None:
     images_server.errors.append((429, {"message": "Slow down.", "type": "requests",

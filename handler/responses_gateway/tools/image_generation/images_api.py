@@ -234,9 +234,11 @@ def completed_event(request: ImagesRequest, drawn: Drawn, created: int) -> dict[
 
 def failure_error(failure: ImageFailure) -> GatewayError:
     """An image model's failure as the Images API answers it: the client's (a content filter,
-    a mask it cannot use) a 400, throttling a 429, a timeout a 504, anything else a 502."""
+    a mask it cannot use, a value the image server refused) a 400 naming the field,
+    throttling a 429, a timeout a 504, anything else a 502."""
     if failure.type in ("invalid_request_error", "image_generation_user_error"):
-        return GatewayError(400, failure.message, type=failure.type, code=failure.code)
+        return GatewayError(400, failure.message, type=failure.type, code=failure.code,
+                            param=failure.param)
     status = {"rate_limit_exceeded": 429, "timeout": 504}.get(failure.code, 502)
     return GatewayError(status, failure.message,
                         type="requests" if status == 429 else "server_error",
