@@ -291,6 +291,15 @@ def test_bad_input_is_an_openai_shaped_400(client: openai.OpenAI) -> None:
     assert error(exc)["code"] == "mutually_exclusive_parameters"
     response = raw(client, "GET", "/conversations/" + "c" * 300)
     assert response.status_code == 404 and "error" in response.json()
+    # an unknown item_reference among a conversation's items is named where it came in
+    ref = {"type": "item_reference", "id": "msg_nope"}
+    with pytest.raises(openai.NotFoundError) as exc:
+        client.conversations.items.create(
+            conv.id, items=[{"role": "user", "content": "y"}, ref])  # type: ignore[list-item]
+    assert error(exc)["param"] == "items[1]"
+    with pytest.raises(openai.NotFoundError) as exc:
+        client.conversations.create(items=[ref])  # type: ignore[list-item]
+    assert error(exc)["param"] == "items[0]"
 
 
 @pytest.mark.slow

@@ -70,7 +70,8 @@ async def create_conversation(request: Request) -> Response:
         "content-length", "1"
     ) != "0" else {}
     metadata = conversations.parse_metadata(body.get("metadata"))
-    items = await gateway.resolve_references(conversations.parse_items(body.get("items")), tenant)
+    items = await gateway.resolve_references(conversations.parse_items(body.get("items")), tenant,
+                                             "items")
     conversation = StoredConversation(
         id=conversations.new_id(), tenant=tenant, created_at=int(time.time()), metadata=metadata
     )
@@ -129,7 +130,8 @@ async def create_items(request: Request) -> Response:
     body = _object_body(await json_body(request))
     if "items" not in body:
         raise missing_parameter("items")
-    items = await gateway.resolve_references(conversations.parse_items(body["items"]), tenant)
+    items = await gateway.resolve_references(conversations.parse_items(body["items"]), tenant,
+                                             "items")
     if await _store(request).append_conversation_items(conversation_id, tenant, items) is None:
         raise conversations.not_found(conversation_id)
     return JSON(_item_list([conversations.for_client(i, include) for i in items], False))
