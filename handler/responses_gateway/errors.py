@@ -85,6 +85,11 @@ def kind_of(value: Any) -> str:
     return "an object"
 
 
+def shown(value: Any) -> str:
+    """A value as a message quotes it: strings in single quotes."""
+    return f"'{value}'" if isinstance(value, str) else repr(value)
+
+
 def not_found(message: str, param: str | None = None, code: str | None = None) -> GatewayError:
     return GatewayError(404, message, param=param, code=code)
 

@@ -103,8 +103,7 @@ class Uploads:
                                   param="expires_after", code="invalid_type")
         seconds = None
         if expiry is not None:
-            raw = expiry.get("seconds")
-            seconds = parse_expiry(expiry.get("anchor"), None if raw is None else str(raw))
+            seconds = parse_expiry(expiry.get("anchor"), expiry.get("seconds"))
         created = int(self.clock())
         record = UploadRecord(
             id=ids.new_id(ids.UPLOAD), tenant=tenant, filename=body["filename"], bytes=size,

@@ -13,12 +13,13 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, Tag, ValidationError
 from pydantic.fields import FieldInfo
 
-from responses_gateway.errors import (  # noqa: F401 - invalid_type, kind_of: re-exported
+from responses_gateway.errors import (  # noqa: F401 - invalid_type, kind_of, shown: re-exported
     GatewayError,
     invalid_request,
     invalid_type,
     kind_of,
     missing_parameter,
+    shown,
 )
 from responses_gateway.tools import registry
 
@@ -241,11 +242,6 @@ def _param(loc: tuple[Any, ...]) -> str:
         elif not str(seg).startswith("~"):
             out += f".{seg}" if out else str(seg)
     return out
-
-
-def shown(value: Any) -> str:
-    """A value as a message quotes it: strings in single quotes."""
-    return f"'{value}'" if isinstance(value, str) else repr(value)
 
 
 def _num(value: Any) -> str:
