@@ -39,6 +39,7 @@ logger = logging.getLogger("responses_gateway.vectors")
 MAX_RESULTS = 50
 MAX_ATTRIBUTES = 16
 MAX_INGESTING = 4  # files ingested at once in this process
+MAX_BATCH_FILES = 2000  # OpenAI's bound on a file batch's ``file_ids`` / ``files``
 INLINE_TESTS = 4096  # filter tests (rows x filter size) a search runs on the event loop
 
 
@@ -215,6 +216,17 @@ class VectorStores:
         strategy = parse_strategy(body.get("chunking_strategy"))
         attributes = _attributes(body.get("attributes"))
         entries: list[tuple[Any, Any, Any]] = []
+        if body.get("files") is not None and body.get("file_ids") is not None:
+            raise invalid_request(
+                "Mutually exclusive parameters. Ensure you are only providing one of: "
+                "'file_ids' or 'files'.", code="mutually_exclusive_parameters")
+        for name in ("file_ids", "files"):  # each looked up before the store's own bound
+            listed = body.get(name)
+            if isinstance(listed, list) and len(listed) > MAX_BATCH_FILES:
+                raise invalid_request(
+                    f"Invalid '{name}': array too long. Expected an array with maximum length "
+                    f"{MAX_BATCH_FILES}, but got an array with length {len(listed)} instead.",
+                    param=name, code="array_above_max_length")
         if body.get("files") is not None:
             if not isinstance(body["files"], list) or not body["files"]:
                 raise invalid_request("Invalid 'files': expected a non-empty array.",
