@@ -477,3 +477,19 @@ def test_a_complete_that_stopped_after_its_file_is_found_out(
         assert caught.value.body["code"] == "storage_limit_exceeded"
         for f in client.files.list():
             client.files.delete(f.id)
+
+
+def test_unbounded_file_bytes_still_bounds_bytes_by_what_a_store_keeps(tmp_path: Path) -> None:
+    """GATEWAY_MAX_FILE_BYTES=0 turns the bound off, not the store's 64-bit column: an
+    Upload's ``bytes`` past 2**62 is OpenAI's 400 naming it, never SQLite's OverflowError."""
+    with gateway_on("local", tmp_path, max_file_bytes=0) as server, \
+            OpenAI(base_url=server.base_url, api_key="x", max_retries=0) as client:
+        for size in (2**63, 2**64 - 1):
+            with pytest.raises(openai.BadRequestError) as caught:
+                client.uploads.create(bytes=size, filename="a.bin", mime_type="text/plain",
+                                      purpose="batch")
+            error = caught.value.body
+            assert isinstance(error, dict)
+            assert (error["param"], error["code"]) == ("bytes", "integer_out_of_range")
+        assert client.uploads.create(bytes=2**40, filename="a.bin", mime_type="text/plain",
+                                     purpose="batch").bytes == 2**40

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+#: The largest magnitude of a client's integer that the gateway keeps: stores write integers to
+#: signed 64-bit columns (SQLite), so a number past this is out of range wherever no smaller
+#: bound applies (a query parameter, a bound the operator turned off with 0).
+MAX_INT = 2**62
+
 
 class GatewayError(Exception):
     """An error with the status, type, param and code OpenAI would send."""

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from responses_gateway.api.json_body import decode_json
-from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.errors import MAX_INT, GatewayError, invalid_request
 from responses_gateway.ids import request_id_header
 
 if TYPE_CHECKING:
@@ -103,6 +103,6 @@ def int_param(value: str | None, name: str, default: int) -> int:
         raise invalid_request(
             f"Invalid '{name}': expected an integer, but got {value!r} instead.", param=name
         ) from None
-    if not -(2**62) < number < 2**62:  # stores index sequence numbers as 64-bit integers
+    if not -MAX_INT < number < MAX_INT:  # stores index sequence numbers as 64-bit integers
         raise invalid_request(f"Invalid '{name}': {value} is out of range.", param=name)
     return number

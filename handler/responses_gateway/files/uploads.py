@@ -27,6 +27,7 @@ from typing import Any, BinaryIO
 
 from responses_gateway import ids
 from responses_gateway.errors import (
+    MAX_INT,
     GatewayError,
     invalid_request,
     invalid_type,
@@ -82,12 +83,12 @@ class Uploads:
         size = body["bytes"]
         if not isinstance(size, int) or isinstance(size, bool):
             raise invalid_type("bytes", "an integer", size)
-        limit = self.files.limits.file_bytes
-        if size < 1 or (limit and size > limit):
+        limit = self.files.limits.file_bytes or MAX_INT  # 0: no bound but what a store keeps
+        if not 1 <= size <= limit:
             raise invalid_request(
                 "Invalid 'bytes': integer below minimum value or above maximum value. Expected "
-                f"a value between 1 and {limit or 'any'} (GATEWAY_MAX_FILE_BYTES), but got "
-                f"{size} instead.", param="bytes", code="integer_out_of_range")
+                f"a value between 1 and {limit} (GATEWAY_MAX_FILE_BYTES), but got {size} "
+                "instead.", param="bytes", code="integer_out_of_range")
         for name in ("filename", "mime_type", "purpose"):
             if not isinstance(body[name], str) or not body[name]:
                 raise invalid_type(name, "a non-empty string", body[name])
