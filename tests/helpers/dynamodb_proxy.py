@@ -5,6 +5,11 @@ answers read, and can answer a share of the bookkeeping writes as DynamoDB does 
 partition runs hot: ``ProvisionedThroughputExceededException``, ``ThrottlingException``, or
 for a transaction ``TransactionCanceledException`` with the reason ``ThrottlingError``.
 
+With ``strict_keys`` it answers a key past DynamoDB's sizes (partition key 2048 bytes, sort
+key 1024) with DynamoDB's ``ValidationException`` on every operation, as DynamoDB does; moto
+checks them only where an item is written, never on a ``GetItem``, ``DeleteItem``, ``UpdateItem``
+or a ``Query``'s ``ExclusiveStartKey``.
+
 Used by tests/test_dynamodb_scale.py and benchmarks/dynamodb_writes.py::
 
     with RecordingProxy(moto_endpoint) as proxy:
@@ -98,8 +103,10 @@ class RecordingProxy:
     """The proxy, on 127.0.0.1 on a free port, in a thread of its own."""
 
     def __init__(self, upstream: str, *, throttle: float = 0.0,
-                 throttled: Callable[[str], bool] = is_bookkeeping, seed: int = 45) -> None:
+                 throttled: Callable[[str], bool] = is_bookkeeping, seed: int = 45,
+                 strict_keys: bool = False) -> None:
         self.upstream = urlsplit(upstream)
+        self.strict_keys = strict_keys
         self.throttle = throttle
         self.throttled = throttled
         self.writes: list[Write] = []
@@ -162,7 +169,8 @@ class RecordingProxy:
         except ValueError:
             request = {}
         writes = _writes(operation, request)
-        refusal = self._refusal(operation, writes)
+        refusal = _oversized_key(request) if self.strict_keys else None
+        refusal = refusal or self._refusal(operation, writes)
         if refusal is not None:
             with self._lock:
                 self.refused[operation] += 1
@@ -234,6 +242,32 @@ class RecordingProxy:
     def spread(writes: list[Write]) -> Counter[str]:
         """Writes by partition key (a sharded key's shards apart)."""
         return Counter(w.pk for w in writes)
+
+
+KEY_LIMITS = (("pk", 2048, "Size of hashkey has exceeded the maximum size limit of2048 bytes"),
+              ("sk", 1024, "Aggregated size of all range keys has exceeded the size limit of "
+                           "1024 bytes"))
+
+
+def _oversized_key(request: Any) -> bytes | None:
+    """DynamoDB's refusal of the first key (``Key``, ``ExclusiveStartKey``, an item's keys,
+    anywhere in the request) whose ``pk`` or ``sk`` is past its size; None when none is."""
+    stack = [request]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, dict):
+            for name, limit, message in KEY_LIMITS:
+                key = value.get(name)
+                text = key.get("S") if isinstance(key, dict) else None
+                if isinstance(text, str) and len(text.encode()) > limit:
+                    return json.dumps({
+                        "__type": "com.amazon.coral.validate#ValidationException",
+                        "message": f"One or more parameter values were invalid: {message}",
+                    }).encode()
+            stack.extend(value.values())
+    return None
 
 
 def _writes(operation: str, request: dict[str, Any]) -> list[Write]:

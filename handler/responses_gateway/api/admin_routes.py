@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from responses_gateway import ids
 from responses_gateway.api.common import JSON, gateway_of, int_param
 from responses_gateway.errors import GatewayError, invalid_request, not_found
 from responses_gateway.key_limits import NO_LIMITS
@@ -353,7 +354,7 @@ async def get_response(request: Request) -> Response:
     """One response: its log row, and when stored its Response, input items and events."""
     ledger = admin(request)
     response_id = request.path_params["response_id"]
-    row = await ledger.log_row(response_id)
+    row = None if ids.unknowable(response_id) else await ledger.log_row(response_id)
     if row is None:
         raise not_found(f"Response with id '{response_id[:64]}' not found.",
                         param="response_id")
@@ -392,6 +393,8 @@ async def list_conversations(request: Request) -> Response:
                               param="limit", code="integer_out_of_range")
     after = params.get("after") or None
     try:
+        if after is not None and ids.unknowable(after):
+            raise LookupError(after)
         rows = await ledger.conversations(limit + 1, after, params.get("api_key_id") or None)
     except LookupError:
         raise invalid_request(f"Invalid 'after': no conversation '{(after or '')[:64]}'.",
@@ -410,7 +413,8 @@ async def conversation_items(request: Request) -> Response:
     """A conversation and its items (the first 100), whichever tenant holds it."""
     ledger = admin(request)
     conversation_id = request.path_params["conversation_id"]
-    conversation = await ledger.conversation(conversation_id)
+    conversation = None if ids.unknowable(conversation_id) else await ledger.conversation(
+        conversation_id)
     page = None
     if conversation is not None:
         page = await store_of(gateway_of(request).store).list_conversation_items(

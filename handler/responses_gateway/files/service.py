@@ -143,6 +143,8 @@ class Files:
             param=param, code="storage_limit_exceeded")
 
     async def get(self, file_id: str, tenant: str) -> FileRecord:
+        if ids.unknowable(file_id):
+            raise file_not_found(ids.clipped(file_id))
         record = await self.records.get(file_id, tenant)
         if record is not None and record.expired(self.clock()):
             await self._remove(record)
@@ -200,6 +202,8 @@ class Files:
         return 1
 
     async def delete(self, file_id: str, tenant: str) -> None:
+        if ids.unknowable(file_id):
+            raise file_not_found(ids.clipped(file_id))
         record = await self.records.remove(file_id, tenant)
         if record is None:
             raise file_not_found(file_id)

@@ -235,6 +235,9 @@ class Uploads:
 
     async def _get(self, tenant: str, upload_id: str) -> UploadRecord:
         """The Upload; one past its hour is ended here (parts removed, bytes given back)."""
+        if ids.unknowable(upload_id):
+            raise not_found(f"No such Upload object: {ids.clipped(upload_id)}",
+                            param="upload_id")
         record = await self.records.get(upload_id, tenant)
         if record is not None and record.expirable(self.clock()):
             await self._expire(record)

@@ -132,7 +132,7 @@ class VectorStores:
     async def delete(self, tenant: str, store_id: str) -> dict[str, Any]:
         if self._knowledge_base(tenant, store_id) is not None:
             raise read_only(store_id)
-        if not await self.engine.delete_store(tenant, store_id):
+        if ids.unknowable(store_id) or not await self.engine.delete_store(tenant, store_id):
             raise objects.store_not_found(store_id)
         return {"id": store_id, "object": "vector_store.deleted", "deleted": True}
 
@@ -166,7 +166,8 @@ class VectorStores:
 
     async def get_file(self, tenant: str, store_id: str, file_id: str) -> dict[str, Any]:
         await self._store(tenant, store_id)
-        row = await self.engine.file(tenant, store_id, file_id)
+        row = None if ids.unknowable(file_id) else await self.engine.file(tenant, store_id,
+                                                                          file_id)
         if row is None:
             raise objects.file_not_in_store(file_id, store_id)
         await self._reclaim_rows(tenant, [row])
@@ -200,7 +201,8 @@ class VectorStores:
 
     async def remove_file(self, tenant: str, store_id: str, file_id: str) -> dict[str, Any]:
         await self._store(tenant, store_id)
-        if not await self.engine.remove_file(tenant, store_id, file_id):
+        if ids.unknowable(file_id) or not await self.engine.remove_file(tenant, store_id,
+                                                                         file_id):
             raise objects.file_not_in_store(file_id, store_id)
         return {"id": file_id, "object": "vector_store.file.deleted", "deleted": True}
 
@@ -249,7 +251,8 @@ class VectorStores:
 
     async def get_batch(self, tenant: str, store_id: str, batch_id: str) -> dict[str, Any]:
         await self._store(tenant, store_id)
-        found = await self.engine.batch(tenant, store_id, batch_id)
+        found = None if ids.unknowable(batch_id) else await self.engine.batch(
+            tenant, store_id, batch_id)
         if found is None:
             raise objects.batch_not_found(batch_id, store_id)
         return objects.file_batch(found[0], objects.file_counts(found[1]))
@@ -338,7 +341,7 @@ class VectorStores:
         if self._knowledge_base(tenant, store_id) is not None:
             raise read_only(store_id)
         await self.recover()
-        row = await self.engine.store(tenant, store_id)
+        row = None if ids.unknowable(store_id) else await self.engine.store(tenant, store_id)
         if row is None:
             raise objects.store_not_found(store_id)
         return row
