@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -91,6 +92,15 @@ def page_params(params: Mapping[str, str]) -> tuple[int, str]:
             code="invalid_value",
         )
     return limit, order
+
+
+def include_param(params: QueryParams) -> frozenset[str]:
+    """``include`` (``include=a&include=b`` or ``include[]=a``) of a read: OpenAI's 400
+    naming ``include[i]`` for a value that is none of the create's (responses/conversations.py
+    parse_include), never silently ignored."""
+    from responses_gateway.responses.conversations import parse_include
+
+    return parse_include(params.getlist("include") + params.getlist("include[]"))
 
 
 def int_param(value: str | None, name: str, default: int) -> int:

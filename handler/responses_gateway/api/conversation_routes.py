@@ -9,7 +9,14 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from responses_gateway.api.common import JSON, gateway_of, json_body, page_params, tenant_of
+from responses_gateway.api.common import (
+    JSON,
+    gateway_of,
+    include_param,
+    json_body,
+    page_params,
+    tenant_of,
+)
 from responses_gateway.errors import invalid_request, missing_parameter
 from responses_gateway.responses import conversations
 from responses_gateway.store.base import ConversationStore, StoredConversation
@@ -26,11 +33,6 @@ def _object_body(body: Any) -> dict[str, Any]:
             "The request body must be a JSON object.", code="invalid_type"
         )
     return body
-
-
-def _include(request: Request) -> frozenset[str]:
-    params = request.query_params
-    return conversations.parse_include(params.getlist("include") + params.getlist("include[]"))
 
 
 def _conversation_id(request: Request) -> str:
@@ -107,7 +109,7 @@ async def list_items(request: Request) -> Response:
     tenant = tenant_of(request)
     conversation_id = _conversation_id(request)
     params = request.query_params
-    include = _include(request)
+    include = include_param(request.query_params)
     limit, order = page_params(params)
     after = _item_id(params.get("after") or None)
     try:
@@ -126,7 +128,7 @@ async def create_items(request: Request) -> Response:
     tenant = tenant_of(request)
     gateway = gateway_of(request)
     conversation_id = _conversation_id(request)
-    include = _include(request)
+    include = include_param(request.query_params)
     body = _object_body(await json_body(request))
     if "items" not in body:
         raise missing_parameter("items")
@@ -140,7 +142,7 @@ async def create_items(request: Request) -> Response:
 async def retrieve_item(request: Request) -> Response:
     conversation_id = _conversation_id(request)
     item_id = str(_item_id(request.path_params["item_id"]))
-    include = _include(request)
+    include = include_param(request.query_params)
     found = await _store(request).get_conversation_item(
         conversation_id, tenant_of(request), item_id)
     if found is None:
