@@ -233,6 +233,26 @@ def test_cursors_no_store_can_hold_are_400s(settings: Settings, path: str, param
             assert answer.json()["error"]["type"] == "invalid_request_error"
 
 
+@pytest.mark.parametrize(("path", "params", "param"), [
+    ("/organization/usage/completions", {"start_time": -(2**61), "bucket_width": "1h"},
+     "start_time"),
+    ("/organization/usage/completions", {"start_time": 2**61}, "start_time"),
+    ("/organization/costs", {"start_time": 0, "end_time": -5}, "end_time"),
+    ("/organization/costs", {"start_time": 0, "page": "page_" + base64.urlsafe_b64encode(
+        str(2**61).encode()).decode()}, "page"),
+    ("/admin/responses", {"start_time": -1}, "start_time"),
+])
+def test_times_no_calendar_day_holds_are_400s(settings: Settings, path: str,
+                                              params: dict[str, Any], param: str) -> None:
+    """Usage is kept by UTC day: a time before the epoch or past year 9999 has none (on
+    DynamoDB its day's key could not even be named: a 500), so it is OpenAI's 400."""
+    with GatewayServer(settings) as gw:
+        answer = httpx.get(gw.base_url + path, params=params,
+                           headers={"Authorization": f"Bearer {ADMIN}"})
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["param"] == param
+
+
 def test_an_admin_key_that_is_also_an_api_key_is_refused_at_start() -> None:
     """Issue 40: a key in both lists silently turned the admin routes off ("set
     GATEWAY_ADMIN_KEYS" although it was set). The settings refuse it, naming the problem and

@@ -33,6 +33,8 @@ WIDTHS = {"1h": (HOUR, 24, 168), "1d": (DAY, 7, 31)}
 #: OpenAI's group_by values; the gateway has no projects, users, batches or tiers: those are
 #: accepted and answered null
 GROUPS = ("project_id", "user_id", "api_key_id", "model", "batch", "service_tier")
+#: the last second of year 9999 (UTC): the latest time a usage read may name
+MAX_TIME = 253_402_300_799
 _SECRET_FIELDS = frozenset({"headers", "authorization"})
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
@@ -79,7 +81,7 @@ async def usage_completions(request: Request) -> Response:
     if "start_time" not in params:
         raise invalid_request("Missing required parameter: 'start_time'.", param="start_time",
                               code="missing_required_parameter")
-    start = int_param(params.get("start_time"), "start_time", 0)
+    start = time_param(params, "start_time", 0)
     width_name = params.get("bucket_width", "1d")
     if width_name not in WIDTHS:
         raise invalid_request(
@@ -104,7 +106,7 @@ async def usage_completions(request: Request) -> Response:
     page = params.get("page")
     if page:
         first = _page_start(page)
-    end = int_param(params.get("end_time"), "end_time", int(time.time()) + 1)
+    end = time_param(params, "end_time", int(time.time()) + 1)
     stop = min(end, first + limit * width)
     rows = [r for r in await ledger.buckets(first - first % HOUR, stop)
             if (not models or r.model in models) and (not keys or r.tenant in keys)]
@@ -125,6 +127,19 @@ async def usage_completions(request: Request) -> Response:
     })
 
 
+def time_param(params: Any, name: str, default: int) -> int:
+    """A time in Unix seconds (``start_time``, ``end_time``; a page token's or cursor's):
+    from the epoch to the end of year 9999, else OpenAI's 400. The ledger keys rows by their
+    UTC day, which no earlier or later time has (DynamoDB's read failed on one: a 500)."""
+    value = int_param(params.get(name), name, default)
+    if not 0 <= value <= MAX_TIME:
+        raise invalid_request(
+            f"Invalid '{name}': integer below minimum value or above maximum value. Expected "
+            f"a value between 0 and {MAX_TIME}, but got {value} instead.", param=name,
+            code="integer_out_of_range")
+    return value
+
+
 def _listed(params: Any, name: str, *, commas: bool = True) -> list[str]:
     """A list parameter: ``name=a&name=b``, ``name[]=a`` or (``commas``) ``name=a,b``."""
     values = params.getlist(name) + params.getlist(name + "[]")
@@ -143,7 +158,7 @@ def _page_start(token: str) -> int:
     try:
         text = base64.urlsafe_b64decode(token.removeprefix("page_").encode()).decode()
         if text:
-            return int_param(text, "page", 0)
+            return time_param({"page": text}, "page", 0)
     except (ValueError, GatewayError):
         pass
     raise invalid_request(f"Invalid 'page': '{token[:64]}'.", param="page")
@@ -208,7 +223,7 @@ async def costs(request: Request) -> Response:
     if "start_time" not in params:
         raise invalid_request("Missing required parameter: 'start_time'.", param="start_time",
                               code="missing_required_parameter")
-    start = int_param(params.get("start_time"), "start_time", 0)
+    start = time_param(params, "start_time", 0)
     width_name = params.get("bucket_width", "1d")
     if width_name != "1d":
         raise invalid_request(f"Invalid value: '{width_name}'. Supported values are: '1d'.",
@@ -234,7 +249,7 @@ async def costs(request: Request) -> Response:
     page = params.get("page")
     if page:
         first = _page_start(page)
-    end = int_param(params.get("end_time"), "end_time", int(time.time()) + 1)
+    end = time_param(params, "end_time", int(time.time()) + 1)
     stop = min(end, first + limit * DAY)
     rows = [r for r in await ledger.buckets(first, stop) if not keys or r.tenant in keys]
     prices = _pricing(request)
@@ -297,8 +312,8 @@ async def list_responses(request: Request) -> Response:
         raise invalid_request("Invalid 'limit': expected a value between 1 and 100.",
                               param="limit", code="integer_out_of_range")
     now = int(time.time())
-    end = int_param(params.get("end_time"), "end_time", now + 1)
-    start = int_param(params.get("start_time"), "start_time", end - 30 * DAY)
+    end = time_param(params, "end_time", now + 1)
+    start = time_param(params, "start_time", max(0, end - 30 * DAY))
     key_names = names(request)
     wanted = {name: params.get(name) for name in ("model", "status", "api_key_id")}
     if wanted["api_key_id"] and not wanted["api_key_id"].startswith("t_"):
@@ -344,7 +359,7 @@ def _cursor(text: str | None) -> tuple[int, str] | None:
     when, _, response_id = text.partition(":")
     try:
         if when and response_id:
-            return int_param(when, "after", 0), response_id
+            return time_param({"after": when}, "after", 0), response_id
     except GatewayError:
         pass
     raise invalid_request(f"Invalid 'after': '{text[:64]}'.", param="after")
