@@ -21,6 +21,7 @@ from responses_gateway.responses.job import Job
 from responses_gateway.responses.services import build_gateway
 from responses_gateway.store.usage import UsageEntry
 from responses_gateway.tools.registry import ITEM_COUNTERS
+from tests.helpers.file_storage import storage_settings
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.moto_server import create_dynamodb_table, use_moto
 from tests.helpers.scripted_upstream import ScriptedUpstream
@@ -251,6 +252,22 @@ def test_times_no_calendar_day_holds_are_400s(settings: Settings, path: str,
                            headers={"Authorization": f"Bearer {ADMIN}"})
         assert answer.status_code == 400, answer.text
         assert answer.json()["error"]["param"] == param
+
+
+def test_an_after_older_than_start_time_is_an_empty_page(upstream: ScriptedUpstream,
+                                                        tmp_path: Path) -> None:
+    """``after`` naming a time before ``start_time`` leaves nothing to list: an empty page,
+    not a DynamoDB key condition ``BETWEEN`` whose lower bound is above its upper (its
+    ValidationException, a 500; moto answers none, so the proxy answers as DynamoDB)."""
+    with storage_settings("aws", tmp_path, strict_keys=True) as storage, GatewayServer(
+            Settings(upstream_url=upstream.base_url, api_keys=KEYS, admin_keys=(ADMIN,),
+                     **storage)) as gw:
+        now = int(time.time())
+        answer = httpx.get(gw.base_url + "/admin/responses",
+                           params={"start_time": now - 3600, "after": f"{now - 7200}:resp_x"},
+                           headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["data"] == [] and answer.json()["has_more"] is False
 
 
 def test_an_admin_key_that_is_also_an_api_key_is_refused_at_start() -> None:

@@ -5,10 +5,11 @@ answers read, and can answer a share of the bookkeeping writes as DynamoDB does 
 partition runs hot: ``ProvisionedThroughputExceededException``, ``ThrottlingException``, or
 for a transaction ``TransactionCanceledException`` with the reason ``ThrottlingError``.
 
-With ``strict_keys`` it answers a key past DynamoDB's sizes (partition key 2048 bytes, sort
-key 1024) with DynamoDB's ``ValidationException`` on every operation, as DynamoDB does; moto
-checks them only where an item is written, never on a ``GetItem``, ``DeleteItem``, ``UpdateItem``
-or a ``Query``'s ``ExclusiveStartKey``.
+With ``strict_keys`` it answers as DynamoDB does where moto does not: a key past DynamoDB's
+sizes (partition key 2048 bytes, sort key 1024) on any operation (moto checks them only where
+an item is written, never on a ``GetItem``, ``DeleteItem``, ``UpdateItem`` or a ``Query``'s
+``ExclusiveStartKey``), and a ``BETWEEN`` whose lower bound is above its upper (moto answers
+no items), each with DynamoDB's ``ValidationException``.
 
 Used by tests/test_dynamodb_scale.py and benchmarks/dynamodb_writes.py::
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import http.client
 import json
 import random
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -169,7 +171,8 @@ class RecordingProxy:
         except ValueError:
             request = {}
         writes = _writes(operation, request)
-        refusal = _oversized_key(request) if self.strict_keys else None
+        refusal = (_oversized_key(request) or _inverted_between(request)) \
+            if self.strict_keys else None
         refusal = refusal or self._refusal(operation, writes)
         if refusal is not None:
             with self._lock:
@@ -268,6 +271,25 @@ def _oversized_key(request: Any) -> bytes | None:
                     }).encode()
             stack.extend(value.values())
     return None
+
+
+def _inverted_between(request: dict[str, Any]) -> bytes | None:
+    """DynamoDB's refusal of a key condition ``BETWEEN :lo AND :hi`` with ``lo`` above ``hi``
+    (strings, compared as DynamoDB does: by their UTF-8 bytes); None otherwise."""
+    found = re.search(r"BETWEEN\s+(:\w+)\s+AND\s+(:\w+)",
+                      request.get("KeyConditionExpression") or "")
+    values = request.get("ExpressionAttributeValues") or {}
+    if found is None:
+        return None
+    low, high = (values.get(name, {}).get("S") for name in found.groups())
+    if not isinstance(low, str) or not isinstance(high, str) or \
+            low.encode() <= high.encode():
+        return None
+    return json.dumps({
+        "__type": "com.amazon.coral.validate#ValidationException",
+        "message": "Invalid KeyConditionExpression: The BETWEEN operator requires upper bound "
+                   "to be greater than or equal to lower bound",
+    }).encode()
 
 
 def _writes(operation: str, request: dict[str, Any]) -> list[Write]:
