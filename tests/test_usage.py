@@ -242,11 +242,13 @@ def test_cursors_no_store_can_hold_are_400s(settings: Settings, path: str, param
     ("/organization/costs", {"start_time": 0, "page": "page_" + base64.urlsafe_b64encode(
         str(2**61).encode()).decode()}, "page"),
     ("/admin/responses", {"start_time": -1}, "start_time"),
+    ("/organization/costs", {"start_time": 9_999_990_000, "end_time": 10_000_090_000},
+     "end_time"),  # the ledger's keys hold 10 digits
 ])
 def test_times_no_calendar_day_holds_are_400s(settings: Settings, path: str,
                                               params: dict[str, Any], param: str) -> None:
-    """Usage is kept by UTC day: a time before the epoch or past year 9999 has none (on
-    DynamoDB its day's key could not even be named: a 500), so it is OpenAI's 400."""
+    """Usage is kept by UTC day and 10-digit time: a time before the epoch or past 2286 has
+    no key (on DynamoDB its day could not even be named: a 500), so it is OpenAI's 400."""
     with GatewayServer(settings) as gw:
         answer = httpx.get(gw.base_url + path, params=params,
                            headers={"Authorization": f"Bearer {ADMIN}"})

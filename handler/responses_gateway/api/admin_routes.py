@@ -33,8 +33,9 @@ WIDTHS = {"1h": (HOUR, 24, 168), "1d": (DAY, 7, 31)}
 #: OpenAI's group_by values; the gateway has no projects, users, batches or tiers: those are
 #: accepted and answered null
 GROUPS = ("project_id", "user_id", "api_key_id", "model", "batch", "service_tier")
-#: the last second of year 9999 (UTC): the latest time a usage read may name
-MAX_TIME = 253_402_300_799
+#: the latest time a usage read may name (2286-11-20 UTC): the ledger's keys write a time as
+#: 10 digits (store/dynamodb/usage.py), which an 11-digit time would sort before
+MAX_TIME = 9_999_999_999
 _SECRET_FIELDS = frozenset({"headers", "authorization"})
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
@@ -129,8 +130,9 @@ async def usage_completions(request: Request) -> Response:
 
 def time_param(params: Any, name: str, default: int) -> int:
     """A time in Unix seconds (``start_time``, ``end_time``; a page token's or cursor's):
-    from the epoch to the end of year 9999, else OpenAI's 400. The ledger keys rows by their
-    UTC day, which no earlier or later time has (DynamoDB's read failed on one: a 500)."""
+    from the epoch to :data:`MAX_TIME`, else OpenAI's 400. The ledger keys rows by their UTC
+    day and their time in 10 digits, which no earlier or later time has (DynamoDB's read
+    failed on one: a 500)."""
     value = int_param(params.get(name), name, default)
     if not 0 <= value <= MAX_TIME:
         raise invalid_request(
