@@ -17,7 +17,7 @@ from responses_gateway.api.common import (
     page_params,
     tenant_of,
 )
-from responses_gateway.errors import invalid_request, missing_parameter
+from responses_gateway.errors import invalid_request, invalid_type, missing_parameter
 from responses_gateway.responses import conversations
 from responses_gateway.store.base import ConversationStore, StoredConversation
 from responses_gateway.translate.request_names import MAX_ID_LENGTH
@@ -132,6 +132,8 @@ async def create_items(request: Request) -> Response:
     body = _object_body(await json_body(request))
     if "items" not in body:
         raise missing_parameter("items")
+    if body["items"] is None:  # required here (a create's may be null)
+        raise invalid_type("items", "an array of input items", None)
     items = await gateway.resolve_references(conversations.parse_items(body["items"]), tenant,
                                              "items")
     if await _store(request).append_conversation_items(conversation_id, tenant, items) is None:
