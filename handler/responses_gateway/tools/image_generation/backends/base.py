@@ -65,7 +65,8 @@ class ImageFailure(Exception):
         self.message = redact(message, secrets)
         self.code = code
         self.type = type
-        self.param = param  # the request field an image server refused (its 400's)
+        # the request field an image server refused (its 400's), as guarded as the message
+        self.param = None if param is None else redact(param, secrets)
 
     def to_error(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message, "param": self.param,
