@@ -186,6 +186,25 @@ def test_bad_creates_are_openai_400s(gateway: GatewayServer, body: dict[str, Any
         assert "without network" in error["message"]
 
 
+@pytest.mark.parametrize(("body", "param", "got"), [
+    ({"name": 3}, "name", "an integer"),
+    ({"name": "x", "file_ids": {"a": 1}}, "file_ids", "an object"),
+    ({"name": "x", "memory_limit": 1.5}, "memory_limit", "a decimal"),
+    ({"name": "x", "expires_after": {"anchor": "last_active_at", "minutes": "5"}},
+     "expires_after.minutes", "a string"),
+])
+def test_a_wrong_type_is_named_as_openai_names_it(gateway: GatewayServer, alice: OpenAI,
+                                                  body: dict[str, Any], param: str,
+                                                  got: str) -> None:
+    """OpenAI's words for a JSON value's kind, never a Python type's name ("got int")."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.containers.create(name="x", extra_body=body)
+    error = caught.value.body
+    assert isinstance(error, dict) and error["param"] == param
+    assert error["code"] == "invalid_type"
+    assert error["message"].endswith(f"but got {got} instead."), error["message"]
+
+
 def test_other_bad_requests(gateway: GatewayServer, alice: OpenAI) -> None:
     auth = {"authorization": f"Bearer {KEY_A}"}
     url = gateway.base_url + "/containers"

@@ -291,6 +291,24 @@ def test_bad_input_is_an_openai_shaped_400(client: openai.OpenAI) -> None:
     assert error(exc)["code"] == "mutually_exclusive_parameters"
     response = raw(client, "GET", "/conversations/" + "c" * 300)
     assert response.status_code == 404 and "error" in response.json()
+    # items of the wrong kind are named by their JSON kind; adding items takes an array
+    for value, kind in ((5, "an integer"), (True, "a boolean"), ("x", "a string"),
+                        ({"role": "user"}, "an object")):
+        with pytest.raises(openai.BadRequestError) as exc:
+            client.conversations.create(items=value)  # type: ignore[arg-type]
+        assert error(exc)["message"].endswith(f"but got {kind} instead."), error(exc)
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.conversations.items.create(conv.id, items=None)  # type: ignore[arg-type]
+    assert (error(exc)["param"], error(exc)["code"]) == ("items", "invalid_type")
+    # an unknown item_reference among a conversation's items is named where it came in
+    ref = {"type": "item_reference", "id": "msg_nope"}
+    with pytest.raises(openai.NotFoundError) as exc:
+        client.conversations.items.create(
+            conv.id, items=[{"role": "user", "content": "y"}, ref])  # type: ignore[list-item]
+    assert error(exc)["param"] == "items[1]"
+    with pytest.raises(openai.NotFoundError) as exc:
+        client.conversations.create(items=[ref])  # type: ignore[list-item]
+    assert error(exc)["param"] == "items[0]"
 
 
 @pytest.mark.slow

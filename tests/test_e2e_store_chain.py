@@ -178,6 +178,23 @@ def test_input_items_bad_params(gateway: GatewayServer, client: OpenAI) -> None:
         assert answer.json()["error"]["param"] == param
 
 
+def test_include_on_a_read_is_checked_as_on_a_create(client: OpenAI) -> None:
+    """``include`` of a retrieve or an input items list names the create's values; any other
+    is OpenAI's 400 naming it (it was silently ignored), a known one is accepted."""
+    response = client.responses.create(model=MODEL, input="x")
+    bogus = ["reasoning.encrypted_content", "bogus"]
+    for call in (lambda: client.responses.retrieve(response.id, include=bogus),
+                 lambda: client.responses.input_items.list(response.id, include=bogus)):
+        with pytest.raises(openai.BadRequestError) as caught:
+            call()  # type: ignore[no-untyped-call]
+        error = caught.value.body
+        assert isinstance(error, dict)
+        assert (error["param"], error["code"]) == ("include[1]", "invalid_value")
+    known: Any = ["reasoning.encrypted_content"]
+    assert client.responses.retrieve(response.id, include=known).id == response.id
+    assert client.responses.input_items.list(response.id, include=known).data
+
+
 # -- previous_response_id ------------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -98,6 +99,23 @@ def test_expires_after(alice: OpenAI) -> None:
                            expires_after={"anchor": "created_at", "seconds": 10})
     assert caught.value.body["param"] == "expires_after.seconds"
     alice.files.delete(created.id)
+
+
+@pytest.mark.parametrize(("expires_after", "param", "code"), [
+    ({"anchor": "created_at"}, "expires_after.seconds", "missing_required_parameter"),
+    ({"seconds": 3600}, "expires_after.anchor", "missing_required_parameter"),
+    ({"anchor": "created_at", "seconds": "soon"}, "expires_after.seconds", "invalid_type"),
+])
+def test_half_an_expires_after_is_openais_400(alice: OpenAI, expires_after: dict[str, Any],
+                                              param: str, code: str) -> None:
+    """One half of ``expires_after`` names the other as missing; a Python ``None`` never
+    reaches the message ("got None instead", "Invalid value: 'None'")."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.files.create(file=("e.txt", b"e"), purpose="batch",
+                           expires_after=expires_after)  # type: ignore[arg-type]
+    error = caught.value.body
+    assert isinstance(error, dict) and (error["param"], error["code"]) == (param, code)
+    assert "None" not in error["message"]
 
 
 def test_bad_uploads_are_openai_errors(alice: OpenAI, gateway: GatewayServer) -> None:

@@ -241,6 +241,28 @@ def test_what_the_backend_cannot_do_is_a_400_naming_the_param(
     assert len(bedrock_images.invocations) == calls  # refused before anything was drawn
 
 
+@pytest.mark.parametrize(("kwargs", "param", "got"), [
+    ({"n": "2"}, "n", "a string"),
+    ({"extra_body": {"stream": 1}}, "stream", "an integer"),
+    ({"user": ["u"]}, "user", "an array"),
+    ({"extra_body": {"model": {"id": "m"}}}, "model", "an object"),
+])
+def test_a_wrong_type_is_named_as_openai_names_it(client: OpenAI, kwargs: dict[str, Any],
+                                                  param: str, got: str) -> None:
+    """OpenAI's words for a JSON value's kind, never a Python type's name ("got str")."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.images.generate(prompt="a lighthouse", **kwargs)
+    error = caught.value.body
+    assert isinstance(error, dict) and error["param"] == param, error
+    assert error["code"] == "invalid_type"
+    assert error["message"].endswith(f"but got {got} instead."), error["message"]
+    with pytest.raises(openai.BadRequestError) as edit:  # an edit's form field, as text
+        client.images.edit(image=("a.png", png(64, 64, (1, 1, 1)), "image/png"), prompt="x",
+                           extra_body={"n": "two"})
+    assert edit.value.body["message"].endswith(  # type: ignore[index]
+        "but got a string instead.")
+
+
 def test_bad_edits_are_400s(client: OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         client.images.edit(image=("a.txt", b"not an image", "text/plain"), prompt="x")
@@ -359,6 +381,25 @@ def test_the_servers_failures_are_openais_errors(openai_client: OpenAI,
         openai_client.images.generate(prompt="forbidden fruit")
     assert caught.value.body["code"] == "moderation_blocked"  # type: ignore[index]
     assert IMAGE_KEY not in str(caught.value.body)
+
+
+def test_a_value_the_image_server_refuses_is_the_clients_400(
+        openai_client: OpenAI, images_server: FakeImagesServer) -> None:
+    """A size the server's model does not make passes the gateway's syntax check; the
+    server's 400 (``invalid_request_error``, ``param: size``) is the client's 400 naming the
+    field, as OpenAI answers it, not a 502 ``server_error``: generations, streams and edits."""
+    calls = [lambda: openai_client.images.generate(prompt="a lighthouse", size="1x1"),
+             lambda: list(openai_client.images.generate(prompt="a lighthouse", size="1x1",
+                                                        stream=True)),
+             lambda: openai_client.images.edit(image=("a.png", png(64, 64, (1, 2, 3)),
+                                                      "image/png"), prompt="x", size="1x1")]
+    for call in calls:
+        with pytest.raises(openai.BadRequestError) as caught:
+            call()
+        error = caught.value.body
+        assert isinstance(error, dict), error
+        assert (error["type"], error["param"]) == ("invalid_request_error", "size"), error
+        assert "1x1" in error["message"] and IMAGE_KEY not in str(error)
 
 
 def test_a_stream_failing_before_its_first_event_is_an_http_error(

@@ -8,6 +8,7 @@ import hashlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -158,6 +159,25 @@ def test_bounds_and_bad_requests(alice: OpenAI) -> None:
         alice.uploads.cancel("upload_" + "0" * 48)
     assert caught.value.body["message"] == f"No such Upload object: upload_{'0' * 48}"
     alice.uploads.cancel(upload.id)
+
+
+@pytest.mark.parametrize(("expires_after", "param", "code"), [
+    ({"anchor": "created_at"}, "expires_after.seconds", "missing_required_parameter"),
+    ({"seconds": 3600}, "expires_after.anchor", "missing_required_parameter"),
+    ({"anchor": "created_at", "seconds": "3600"}, "expires_after.seconds", "invalid_type"),
+    ({"anchor": "created_at", "seconds": 3600.5}, "expires_after.seconds", "invalid_type"),
+    ({"anchor": 5, "seconds": 3600}, "expires_after.anchor", "invalid_value"),
+])
+def test_a_bad_expires_after_is_openais_400(alice: OpenAI, expires_after: dict[str, Any],
+                                            param: str, code: str) -> None:
+    """JSON, so ``seconds`` is an integer (not text, as a File's form field is); a half
+    names the other as missing; a Python ``None`` never reaches the message."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.uploads.create(bytes=1, filename="a", mime_type="text/plain", purpose="batch",
+                             expires_after=expires_after)  # type: ignore[arg-type]
+    error = caught.value.body
+    assert isinstance(error, dict) and (error["param"], error["code"]) == (param, code)
+    assert "None" not in error["message"] and "'5'" not in error["message"]
 
 
 def test_expires_after_on_the_file(alice: OpenAI) -> None:
@@ -457,3 +477,19 @@ def test_a_complete_that_stopped_after_its_file_is_found_out(
         assert caught.value.body["code"] == "storage_limit_exceeded"
         for f in client.files.list():
             client.files.delete(f.id)
+
+
+def test_unbounded_file_bytes_still_bounds_bytes_by_what_a_store_keeps(tmp_path: Path) -> None:
+    """GATEWAY_MAX_FILE_BYTES=0 turns the bound off, not the store's 64-bit column: an
+    Upload's ``bytes`` past 2**62 is OpenAI's 400 naming it, never SQLite's OverflowError."""
+    with gateway_on("local", tmp_path, max_file_bytes=0) as server, \
+            OpenAI(base_url=server.base_url, api_key="x", max_retries=0) as client:
+        for size in (2**63, 2**64 - 1):
+            with pytest.raises(openai.BadRequestError) as caught:
+                client.uploads.create(bytes=size, filename="a.bin", mime_type="text/plain",
+                                      purpose="batch")
+            error = caught.value.body
+            assert isinstance(error, dict)
+            assert (error["param"], error["code"]) == ("bytes", "integer_out_of_range")
+        assert client.uploads.create(bytes=2**40, filename="a.bin", mime_type="text/plain",
+                                     purpose="batch").bytes == 2**40

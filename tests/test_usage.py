@@ -5,6 +5,7 @@ response is run again; the usage API is shaped like OpenAI's and only admin keys
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from responses_gateway.responses.job import Job
 from responses_gateway.responses.services import build_gateway
 from responses_gateway.store.usage import UsageEntry
 from responses_gateway.tools.registry import ITEM_COUNTERS
+from tests.helpers.file_storage import storage_settings
 from tests.helpers.gateway_server import GatewayServer
 from tests.helpers.moto_server import create_dynamodb_table, use_moto
 from tests.helpers.scripted_upstream import ScriptedUpstream
@@ -208,6 +210,66 @@ def test_usage_api_is_admin_only_and_shaped_like_openais(settings: Settings) -> 
         refused = httpx.post(gw.base_url + "/responses", json={"model": "m", "input": "x"},
                              headers=admin)
         assert refused.status_code == 401
+
+
+@pytest.mark.parametrize(("path", "param", "value"), [
+    ("/organization/usage/completions", "page", "page_" + base64.urlsafe_b64encode(
+        b"9" * 60).decode()),
+    ("/organization/costs", "page", "page_" + base64.urlsafe_b64encode(
+        str(2**70).encode()).decode()),
+    ("/organization/usage/completions", "page", "page_wrI="),  # "²": a digit int() refuses
+    ("/admin/responses", "after", f"{2**70}:resp_x"),
+    ("/admin/responses", "after", "\u00b2:resp_x"),
+])
+def test_cursors_no_store_can_hold_are_400s(settings: Settings, path: str, param: str,
+                                             value: str) -> None:
+    """A page token or ``after`` cursor is the client's text: one whose number no 64-bit
+    column holds, or that is no number at all, is a 400 naming it, never the store's 500."""
+    with GatewayServer(settings) as gw, httpx.Client(
+            headers={"Authorization": f"Bearer {ADMIN}"}) as client:
+        for _ in range(2):  # the connection is still good after the first answer
+            answer = client.get(gw.base_url + path, params={"start_time": 0, param: value})
+            assert answer.status_code == 400, answer.text
+            assert answer.json()["error"]["param"] == param
+            assert answer.json()["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize(("path", "params", "param"), [
+    ("/organization/usage/completions", {"start_time": -(2**61), "bucket_width": "1h"},
+     "start_time"),
+    ("/organization/usage/completions", {"start_time": 2**61}, "start_time"),
+    ("/organization/costs", {"start_time": 0, "end_time": -5}, "end_time"),
+    ("/organization/costs", {"start_time": 0, "page": "page_" + base64.urlsafe_b64encode(
+        str(2**61).encode()).decode()}, "page"),
+    ("/admin/responses", {"start_time": -1}, "start_time"),
+    ("/organization/costs", {"start_time": 9_999_990_000, "end_time": 10_000_090_000},
+     "end_time"),  # the ledger's keys hold 10 digits
+])
+def test_times_no_calendar_day_holds_are_400s(settings: Settings, path: str,
+                                              params: dict[str, Any], param: str) -> None:
+    """Usage is kept by UTC day and 10-digit time: a time before the epoch or past 2286 has
+    no key (on DynamoDB its day could not even be named: a 500), so it is OpenAI's 400."""
+    with GatewayServer(settings) as gw:
+        answer = httpx.get(gw.base_url + path, params=params,
+                           headers={"Authorization": f"Bearer {ADMIN}"})
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["param"] == param
+
+
+def test_an_after_older_than_start_time_is_an_empty_page(upstream: ScriptedUpstream,
+                                                        tmp_path: Path) -> None:
+    """``after`` naming a time before ``start_time`` leaves nothing to list: an empty page,
+    not a DynamoDB key condition ``BETWEEN`` whose lower bound is above its upper (its
+    ValidationException, a 500; moto answers none, so the proxy answers as DynamoDB)."""
+    with storage_settings("aws", tmp_path, strict_keys=True) as storage, GatewayServer(
+            Settings(upstream_url=upstream.base_url, api_keys=KEYS, admin_keys=(ADMIN,),
+                     **storage)) as gw:
+        now = int(time.time())
+        answer = httpx.get(gw.base_url + "/admin/responses",
+                           params={"start_time": now - 3600, "after": f"{now - 7200}:resp_x"},
+                           headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["data"] == [] and answer.json()["has_more"] is False
 
 
 def test_an_admin_key_that_is_also_an_api_key_is_refused_at_start() -> None:

@@ -441,3 +441,23 @@ def test_client_strings_are_bounded(alice: OpenAI, gateway: GatewayServer) -> No
             "attributes", "invalid_value")
     alice.vector_stores.delete(vs.id)
     alice.files.delete(f.id)
+
+
+def test_a_batch_takes_file_ids_or_files_and_at_most_2000(alice: OpenAI) -> None:
+    """OpenAI's file batch: ``file_ids`` and ``files`` are mutually exclusive (both were
+    taken, ``files`` silently winning), each 1 to 2000 entries (any number was looked up)."""
+    f = alice.files.create(file=("a.txt", b"batch"), purpose="assistants")
+    vs = alice.vector_stores.create(name="batches")
+    with pytest.raises(openai.BadRequestError) as both:
+        alice.vector_stores.file_batches.create(vs.id, file_ids=[f.id],
+                                                files=[{"file_id": f.id}])
+    assert both.value.body["code"] == "mutually_exclusive_parameters"  # type: ignore[index]
+    for many in ({"file_ids": [f.id] * 2001}, {"files": [{"file_id": f.id}] * 2001}):
+        with pytest.raises(openai.BadRequestError) as caught:
+            alice.vector_stores.file_batches.create(vs.id, **many)  # type: ignore[arg-type]
+        error = caught.value.body
+        assert isinstance(error, dict) and error["param"] == next(iter(many))
+        assert error["code"] == "array_above_max_length"
+    assert alice.vector_stores.files.list(vs.id).data == []  # nothing attached
+    alice.vector_stores.delete(vs.id)
+    alice.files.delete(f.id)

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+#: The largest magnitude of a client's integer that the gateway keeps: stores write integers to
+#: signed 64-bit columns (SQLite), so a number past this is out of range wherever no smaller
+#: bound applies (a query parameter, a bound the operator turned off with 0).
+MAX_INT = 2**62
+
 
 class GatewayError(Exception):
     """An error with the status, type, param and code OpenAI would send."""
@@ -56,6 +61,38 @@ def missing_parameter(param: str) -> GatewayError:
     return invalid_request(
         f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
     )
+
+
+def invalid_type(param: str, expected: str, value: Any) -> GatewayError:
+    """OpenAI's 400 for a value of the wrong JSON type: ``expected`` as its messages word it
+    (``an integer``), what came as :func:`kind_of` says (never a Python type's name)."""
+    return invalid_request(
+        f"Invalid type for '{param}': expected {expected}, but got {kind_of(value)} instead.",
+        param=param,
+        code="invalid_type",
+    )
+
+
+def kind_of(value: Any) -> str:
+    """A JSON value's kind as OpenAI's messages name it (``a string``, ``null``...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a decimal"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def shown(value: Any) -> str:
+    """A value as a message quotes it: strings in single quotes."""
+    return f"'{value}'" if isinstance(value, str) else repr(value)
 
 
 def not_found(message: str, param: str | None = None, code: str | None = None) -> GatewayError:

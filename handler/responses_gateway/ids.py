@@ -44,6 +44,25 @@ def new_id(prefix: str) -> str:
     return prefix + secrets.token_hex(24)
 
 
+# Ids a client sends are store keys (DynamoDB: 1024 bytes per sort key, 2048 per partition
+# key); 200 characters of at most 4 UTF-8 bytes each leave room for the key's prefix. The
+# gateway's own ids are about 50.
+MAX_ID_LENGTH = 200
+
+
+def unknowable(value: str) -> bool:
+    """Whether ``value`` can be no id this module minted (a File, Upload, vector store, batch,
+    container or container file id: ASCII, about 50 characters). Such an id is not found
+    without asking a store, whose key it may not fit: DynamoDB refuses a sort key past 1024
+    bytes (two ids in one key: a store's file) with a ValidationException, a 500 here."""
+    return len(value) > MAX_ID_LENGTH or not value.isascii()
+
+
+def clipped(value: str) -> str:
+    """An id as an error message quotes it: a long one cut at 64 characters."""
+    return value if len(value) <= 64 else value[:64] + "…"
+
+
 #: The request being served: Lambda's request id in AWS, else a ``req_`` id minted for it. A
 #: client sees it in ``x-request-id`` and in server errors; every log line of the request has it.
 request_id: ContextVar[str | None] = ContextVar("request_id", default=None)

@@ -5,6 +5,12 @@ answers read, and can answer a share of the bookkeeping writes as DynamoDB does 
 partition runs hot: ``ProvisionedThroughputExceededException``, ``ThrottlingException``, or
 for a transaction ``TransactionCanceledException`` with the reason ``ThrottlingError``.
 
+With ``strict_keys`` it answers as DynamoDB does where moto does not: a key past DynamoDB's
+sizes (partition key 2048 bytes, sort key 1024) on any operation (moto checks them only where
+an item is written, never on a ``GetItem``, ``DeleteItem``, ``UpdateItem`` or a ``Query``'s
+``ExclusiveStartKey``), and a ``BETWEEN`` whose lower bound is above its upper (moto answers
+no items), each with DynamoDB's ``ValidationException``.
+
 Used by tests/test_dynamodb_scale.py and benchmarks/dynamodb_writes.py::
 
     with RecordingProxy(moto_endpoint) as proxy:
@@ -18,6 +24,7 @@ from __future__ import annotations
 import http.client
 import json
 import random
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -98,8 +105,10 @@ class RecordingProxy:
     """The proxy, on 127.0.0.1 on a free port, in a thread of its own."""
 
     def __init__(self, upstream: str, *, throttle: float = 0.0,
-                 throttled: Callable[[str], bool] = is_bookkeeping, seed: int = 45) -> None:
+                 throttled: Callable[[str], bool] = is_bookkeeping, seed: int = 45,
+                 strict_keys: bool = False) -> None:
         self.upstream = urlsplit(upstream)
+        self.strict_keys = strict_keys
         self.throttle = throttle
         self.throttled = throttled
         self.writes: list[Write] = []
@@ -162,7 +171,9 @@ class RecordingProxy:
         except ValueError:
             request = {}
         writes = _writes(operation, request)
-        refusal = self._refusal(operation, writes)
+        refusal = (_oversized_key(request) or _inverted_between(request)) \
+            if self.strict_keys else None
+        refusal = refusal or self._refusal(operation, writes)
         if refusal is not None:
             with self._lock:
                 self.refused[operation] += 1
@@ -234,6 +245,51 @@ class RecordingProxy:
     def spread(writes: list[Write]) -> Counter[str]:
         """Writes by partition key (a sharded key's shards apart)."""
         return Counter(w.pk for w in writes)
+
+
+KEY_LIMITS = (("pk", 2048, "Size of hashkey has exceeded the maximum size limit of2048 bytes"),
+              ("sk", 1024, "Aggregated size of all range keys has exceeded the size limit of "
+                           "1024 bytes"))
+
+
+def _oversized_key(request: Any) -> bytes | None:
+    """DynamoDB's refusal of the first key (``Key``, ``ExclusiveStartKey``, an item's keys,
+    anywhere in the request) whose ``pk`` or ``sk`` is past its size; None when none is."""
+    stack = [request]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, dict):
+            for name, limit, message in KEY_LIMITS:
+                key = value.get(name)
+                text = key.get("S") if isinstance(key, dict) else None
+                if isinstance(text, str) and len(text.encode()) > limit:
+                    return json.dumps({
+                        "__type": "com.amazon.coral.validate#ValidationException",
+                        "message": f"One or more parameter values were invalid: {message}",
+                    }).encode()
+            stack.extend(value.values())
+    return None
+
+
+def _inverted_between(request: dict[str, Any]) -> bytes | None:
+    """DynamoDB's refusal of a key condition ``BETWEEN :lo AND :hi`` with ``lo`` above ``hi``
+    (strings, compared as DynamoDB does: by their UTF-8 bytes); None otherwise."""
+    found = re.search(r"BETWEEN\s+(:\w+)\s+AND\s+(:\w+)",
+                      request.get("KeyConditionExpression") or "")
+    values = request.get("ExpressionAttributeValues") or {}
+    if found is None:
+        return None
+    low, high = (values.get(name, {}).get("S") for name in found.groups())
+    if not isinstance(low, str) or not isinstance(high, str) or \
+            low.encode() <= high.encode():
+        return None
+    return json.dumps({
+        "__type": "com.amazon.coral.validate#ValidationException",
+        "message": "Invalid KeyConditionExpression: The BETWEEN operator requires upper bound "
+                   "to be greater than or equal to lower bound",
+    }).encode()
 
 
 def _writes(operation: str, request: dict[str, Any]) -> list[Write]:

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from responses_gateway import ids
 from responses_gateway.api.common import JSON, gateway_of, int_param
-from responses_gateway.errors import invalid_request, not_found
+from responses_gateway.errors import GatewayError, invalid_request, not_found
 from responses_gateway.key_limits import NO_LIMITS
 from responses_gateway.responses.conversations import store_of
 from responses_gateway.store.usage import COUNTERS, DAY, HOUR, UsageRow, UsageStore
@@ -32,6 +33,9 @@ WIDTHS = {"1h": (HOUR, 24, 168), "1d": (DAY, 7, 31)}
 #: OpenAI's group_by values; the gateway has no projects, users, batches or tiers: those are
 #: accepted and answered null
 GROUPS = ("project_id", "user_id", "api_key_id", "model", "batch", "service_tier")
+#: the latest time a usage read may name (2286-11-20 UTC): the ledger's keys write a time as
+#: 10 digits (store/dynamodb/usage.py), which an 11-digit time would sort before
+MAX_TIME = 9_999_999_999
 _SECRET_FIELDS = frozenset({"headers", "authorization"})
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
@@ -78,7 +82,7 @@ async def usage_completions(request: Request) -> Response:
     if "start_time" not in params:
         raise invalid_request("Missing required parameter: 'start_time'.", param="start_time",
                               code="missing_required_parameter")
-    start = int_param(params.get("start_time"), "start_time", 0)
+    start = time_param(params, "start_time", 0)
     width_name = params.get("bucket_width", "1d")
     if width_name not in WIDTHS:
         raise invalid_request(
@@ -103,7 +107,7 @@ async def usage_completions(request: Request) -> Response:
     page = params.get("page")
     if page:
         first = _page_start(page)
-    end = int_param(params.get("end_time"), "end_time", int(time.time()) + 1)
+    end = time_param(params, "end_time", int(time.time()) + 1)
     stop = min(end, first + limit * width)
     rows = [r for r in await ledger.buckets(first - first % HOUR, stop)
             if (not models or r.model in models) and (not keys or r.tenant in keys)]
@@ -124,6 +128,20 @@ async def usage_completions(request: Request) -> Response:
     })
 
 
+def time_param(params: Any, name: str, default: int) -> int:
+    """A time in Unix seconds (``start_time``, ``end_time``; a page token's or cursor's):
+    from the epoch to :data:`MAX_TIME`, else OpenAI's 400. The ledger keys rows by their UTC
+    day and their time in 10 digits, which no earlier or later time has (DynamoDB's read
+    failed on one: a 500)."""
+    value = int_param(params.get(name), name, default)
+    if not 0 <= value <= MAX_TIME:
+        raise invalid_request(
+            f"Invalid '{name}': integer below minimum value or above maximum value. Expected "
+            f"a value between 0 and {MAX_TIME}, but got {value} instead.", param=name,
+            code="integer_out_of_range")
+    return value
+
+
 def _listed(params: Any, name: str, *, commas: bool = True) -> list[str]:
     """A list parameter: ``name=a&name=b``, ``name[]=a`` or (``commas``) ``name=a,b``."""
     values = params.getlist(name) + params.getlist(name + "[]")
@@ -137,10 +155,15 @@ def _page_token(start: int) -> str:
 
 
 def _page_start(token: str) -> int:
+    """A ``next_page`` token's start time; a 400 for any other text, among them a number no
+    store can hold (a 64-bit integer column: the ledger's read would fail on it)."""
     try:
-        return int(base64.urlsafe_b64decode(token.removeprefix("page_").encode()))
-    except ValueError:
-        raise invalid_request(f"Invalid 'page': '{token}'.", param="page") from None
+        text = base64.urlsafe_b64decode(token.removeprefix("page_").encode()).decode()
+        if text:
+            return time_param({"page": text}, "page", 0)
+    except (ValueError, GatewayError):
+        pass
+    raise invalid_request(f"Invalid 'page': '{token[:64]}'.", param="page")
 
 
 def _results(rows: list[UsageRow], groups: list[str], prices: Any,
@@ -202,7 +225,7 @@ async def costs(request: Request) -> Response:
     if "start_time" not in params:
         raise invalid_request("Missing required parameter: 'start_time'.", param="start_time",
                               code="missing_required_parameter")
-    start = int_param(params.get("start_time"), "start_time", 0)
+    start = time_param(params, "start_time", 0)
     width_name = params.get("bucket_width", "1d")
     if width_name != "1d":
         raise invalid_request(f"Invalid value: '{width_name}'. Supported values are: '1d'.",
@@ -228,7 +251,7 @@ async def costs(request: Request) -> Response:
     page = params.get("page")
     if page:
         first = _page_start(page)
-    end = int_param(params.get("end_time"), "end_time", int(time.time()) + 1)
+    end = time_param(params, "end_time", int(time.time()) + 1)
     stop = min(end, first + limit * DAY)
     rows = [r for r in await ledger.buckets(first, stop) if not keys or r.tenant in keys]
     prices = _pricing(request)
@@ -291,8 +314,8 @@ async def list_responses(request: Request) -> Response:
         raise invalid_request("Invalid 'limit': expected a value between 1 and 100.",
                               param="limit", code="integer_out_of_range")
     now = int(time.time())
-    end = int_param(params.get("end_time"), "end_time", now + 1)
-    start = int_param(params.get("start_time"), "start_time", end - 30 * DAY)
+    end = time_param(params, "end_time", now + 1)
+    start = time_param(params, "start_time", max(0, end - 30 * DAY))
     key_names = names(request)
     wanted = {name: params.get(name) for name in ("model", "status", "api_key_id")}
     if wanted["api_key_id"] and not wanted["api_key_id"].startswith("t_"):
@@ -331,19 +354,24 @@ def _cursor_of(row: dict[str, Any]) -> str:
 
 
 def _cursor(text: str | None) -> tuple[int, str] | None:
+    """``after`` as (created_at, response_id); a 400 for any other text, among them a time
+    no store can hold (as :func:`_page_start`)."""
     if not text:
         return None
     when, _, response_id = text.partition(":")
-    if not when.isdigit() or not response_id:
-        raise invalid_request(f"Invalid 'after': '{text}'.", param="after")
-    return int(when), response_id
+    try:
+        if when and response_id:
+            return time_param({"after": when}, "after", 0), response_id
+    except GatewayError:
+        pass
+    raise invalid_request(f"Invalid 'after': '{text[:64]}'.", param="after")
 
 
 async def get_response(request: Request) -> Response:
     """One response: its log row, and when stored its Response, input items and events."""
     ledger = admin(request)
     response_id = request.path_params["response_id"]
-    row = await ledger.log_row(response_id)
+    row = None if ids.unknowable(response_id) else await ledger.log_row(response_id)
     if row is None:
         raise not_found(f"Response with id '{response_id[:64]}' not found.",
                         param="response_id")
@@ -382,6 +410,8 @@ async def list_conversations(request: Request) -> Response:
                               param="limit", code="integer_out_of_range")
     after = params.get("after") or None
     try:
+        if after is not None and ids.unknowable(after):
+            raise LookupError(after)
         rows = await ledger.conversations(limit + 1, after, params.get("api_key_id") or None)
     except LookupError:
         raise invalid_request(f"Invalid 'after': no conversation '{(after or '')[:64]}'.",
@@ -400,7 +430,8 @@ async def conversation_items(request: Request) -> Response:
     """A conversation and its items (the first 100), whichever tenant holds it."""
     ledger = admin(request)
     conversation_id = request.path_params["conversation_id"]
-    conversation = await ledger.conversation(conversation_id)
+    conversation = None if ids.unknowable(conversation_id) else await ledger.conversation(
+        conversation_id)
     page = None
     if conversation is not None:
         page = await store_of(gateway_of(request).store).list_conversation_items(

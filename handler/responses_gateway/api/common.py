@@ -11,11 +11,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
 from responses_gateway.api.json_body import decode_json
-from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.errors import MAX_INT, GatewayError, invalid_request
 from responses_gateway.ids import request_id_header
 
 if TYPE_CHECKING:
@@ -93,6 +94,15 @@ def page_params(params: Mapping[str, str]) -> tuple[int, str]:
     return limit, order
 
 
+def include_param(params: QueryParams) -> frozenset[str]:
+    """``include`` (``include=a&include=b`` or ``include[]=a``) of a read: OpenAI's 400
+    naming ``include[i]`` for a value that is none of the create's (responses/conversations.py
+    parse_include), never silently ignored."""
+    from responses_gateway.responses.conversations import parse_include
+
+    return parse_include(params.getlist("include") + params.getlist("include[]"))
+
+
 def int_param(value: str | None, name: str, default: int) -> int:
     """An integer query parameter, ``default`` when absent; a 400 when not an integer."""
     if value is None or value == "":
@@ -103,6 +113,6 @@ def int_param(value: str | None, name: str, default: int) -> int:
         raise invalid_request(
             f"Invalid '{name}': expected an integer, but got {value!r} instead.", param=name
         ) from None
-    if not -(2**62) < number < 2**62:  # stores index sequence numbers as 64-bit integers
+    if not -MAX_INT < number < MAX_INT:  # stores index sequence numbers as 64-bit integers
         raise invalid_request(f"Invalid '{name}': {value} is out of range.", param=name)
     return number

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from responses_gateway.api.common import JSON, gateway_of, json_body, page_params, tenant_of
-from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
+from responses_gateway.errors import invalid_request, invalid_type, missing_parameter
 
 if TYPE_CHECKING:
 
@@ -38,12 +38,6 @@ async def _object(request: Request) -> dict[str, Any]:
     return body
 
 
-def _type_error(param: str, expected: str, value: Any) -> GatewayError:
-    got = "null" if value is None else type(value).__name__
-    return invalid_request(f"Invalid type for '{param}': expected {expected}, but got {got} "
-                           "instead.", param=param, code="invalid_type")
-
-
 def _create_params(body: dict[str, Any]) -> dict[str, Any]:
     """The create body as :meth:`Containers.create`'s arguments, OpenAI's 400 for each
     mistake (the service checks the values' bounds)."""
@@ -55,20 +49,20 @@ def _create_params(body: dict[str, Any]) -> dict[str, Any]:
         raise missing_parameter("name")
     name = body["name"]
     if not isinstance(name, str):
-        raise _type_error("name", "a string", name)
+        raise invalid_type("name", "a string", name)
     params: dict[str, Any] = {"name": name}
     file_ids = body.get("file_ids")
     if file_ids is not None:
         if not isinstance(file_ids, list):
-            raise _type_error("file_ids", "an array", file_ids)
+            raise invalid_type("file_ids", "an array", file_ids)
         for i, file_id in enumerate(file_ids):
             if not isinstance(file_id, str):
-                raise _type_error(f"file_ids[{i}]", "a string", file_id)
+                raise invalid_type(f"file_ids[{i}]", "a string", file_id)
         params["file_ids"] = file_ids
     memory = body.get("memory_limit")
     if memory is not None:
         if not isinstance(memory, str):
-            raise _type_error("memory_limit", "a string", memory)
+            raise invalid_type("memory_limit", "a string", memory)
         params["memory_limit"] = memory
     expires = body.get("expires_after")
     if expires is not None:
@@ -77,7 +71,7 @@ def _create_params(body: dict[str, Any]) -> dict[str, Any]:
     skills = body.get("skills")
     if skills is not None:
         if not isinstance(skills, list):
-            raise _type_error("skills", "an array", skills)
+            raise invalid_type("skills", "an array", skills)
         if skills:
             raise invalid_request(
                 "Skills are not supported by this gateway's containers: send no 'skills'.",
@@ -87,7 +81,7 @@ def _create_params(body: dict[str, Any]) -> dict[str, Any]:
 
 def _expires_minutes(expires: Any) -> int:
     if not isinstance(expires, dict):
-        raise _type_error("expires_after", "an object", expires)
+        raise invalid_type("expires_after", "an object", expires)
     if "anchor" not in expires:
         raise missing_parameter("expires_after.anchor")
     if expires["anchor"] != "last_active_at":
@@ -98,7 +92,7 @@ def _expires_minutes(expires: Any) -> int:
         raise missing_parameter("expires_after.minutes")
     minutes = expires["minutes"]
     if not isinstance(minutes, int) or isinstance(minutes, bool):
-        raise _type_error("expires_after.minutes", "an integer", minutes)
+        raise invalid_type("expires_after.minutes", "an integer", minutes)
     return minutes
 
 
@@ -107,7 +101,7 @@ def _check_network_policy(policy: Any) -> None:
     if policy is None:
         return
     if not isinstance(policy, dict):
-        raise _type_error("network_policy", "an object", policy)
+        raise invalid_type("network_policy", "an object", policy)
     kind = policy.get("type")
     if kind == "disabled":
         return
@@ -194,7 +188,7 @@ async def create_file(request: Request) -> Response:
     if file_id is None:
         raise missing_parameter("file_id")
     if not isinstance(file_id, str):
-        raise _type_error("file_id", "a string", file_id)
+        raise invalid_type("file_id", "a string", file_id)
     added = await containers.add_file(tenant, container_id, file_id=file_id)
     return JSON(added.to_api())
 

@@ -9,8 +9,15 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from responses_gateway.api.common import JSON, gateway_of, json_body, page_params, tenant_of
-from responses_gateway.errors import invalid_request, missing_parameter
+from responses_gateway.api.common import (
+    JSON,
+    gateway_of,
+    include_param,
+    json_body,
+    page_params,
+    tenant_of,
+)
+from responses_gateway.errors import invalid_request, invalid_type, missing_parameter
 from responses_gateway.responses import conversations
 from responses_gateway.store.base import ConversationStore, StoredConversation
 from responses_gateway.translate.request_names import MAX_ID_LENGTH
@@ -26,11 +33,6 @@ def _object_body(body: Any) -> dict[str, Any]:
             "The request body must be a JSON object.", code="invalid_type"
         )
     return body
-
-
-def _include(request: Request) -> frozenset[str]:
-    params = request.query_params
-    return conversations.parse_include(params.getlist("include") + params.getlist("include[]"))
 
 
 def _conversation_id(request: Request) -> str:
@@ -71,7 +73,7 @@ async def create_conversation(request: Request) -> Response:
     ) != "0" else {}
     metadata = conversations.parse_metadata(body.get("metadata"))
     items = await gateway.resolve_references(await conversations.read_items(body.get("items")),
-                                             tenant)
+                                             tenant, "items")
     conversation = StoredConversation(
         id=conversations.new_id(), tenant=tenant, created_at=int(time.time()), metadata=metadata
     )
@@ -107,7 +109,7 @@ async def list_items(request: Request) -> Response:
     tenant = tenant_of(request)
     conversation_id = _conversation_id(request)
     params = request.query_params
-    include = _include(request)
+    include = include_param(request.query_params)
     limit, order = page_params(params)
     after = _item_id(params.get("after") or None)
     try:
@@ -126,12 +128,14 @@ async def create_items(request: Request) -> Response:
     tenant = tenant_of(request)
     gateway = gateway_of(request)
     conversation_id = _conversation_id(request)
-    include = _include(request)
+    include = include_param(request.query_params)
     body = _object_body(await json_body(request))
     if "items" not in body:
         raise missing_parameter("items")
+    if body["items"] is None:  # required here (a create's may be null)
+        raise invalid_type("items", "an array of input items", None)
     items = await gateway.resolve_references(await conversations.read_items(body["items"]),
-                                             tenant)
+                                             tenant, "items")
     if await _store(request).append_conversation_items(conversation_id, tenant, items) is None:
         raise conversations.not_found(conversation_id)
     return JSON(_item_list([conversations.for_client(i, include) for i in items], False))
@@ -140,7 +144,7 @@ async def create_items(request: Request) -> Response:
 async def retrieve_item(request: Request) -> Response:
     conversation_id = _conversation_id(request)
     item_id = str(_item_id(request.path_params["item_id"]))
-    include = _include(request)
+    include = include_param(request.query_params)
     found = await _store(request).get_conversation_item(
         conversation_id, tenant_of(request), item_id)
     if found is None:

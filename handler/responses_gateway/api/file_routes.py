@@ -63,7 +63,7 @@ async def _create_file(tenant: str, files: Files, form: FormData) -> FileRecord:
             param="purpose", code="invalid_value")
     anchor, seconds = form.get("expires_after[anchor]"), form.get("expires_after[seconds]")
     expires = parse_expiry(anchor if isinstance(anchor, str) else None,
-                           seconds if isinstance(seconds, str) else None)
+                           seconds if isinstance(seconds, str) else None, form=True)
     return await files.create_from(tenant, upload.filename or "upload", upload.file,
                                    _size(upload), purpose, expires)
 

@@ -13,6 +13,7 @@ from responses_gateway.api.client_watch import ClientWatch
 from responses_gateway.api.common import (
     JSON,
     gateway_of,
+    include_param,
     int_param,
     json_body,
     page_params,
@@ -121,6 +122,7 @@ async def _record(request: Request) -> StoredResponse:
 async def retrieve_response(request: Request) -> Response:
     record = await _record(request)
     params = request.query_params
+    include_param(params)  # checked as OpenAI checks it; what a stored response holds is sent
     if params.get("stream", "").lower() == "true":
         if not record.background:
             raise invalid_request(
@@ -154,6 +156,7 @@ async def cancel_response(request: Request) -> Response:
 async def list_input_items(request: Request) -> Response:
     record = await _record(request)
     params = request.query_params
+    include_param(params)
     limit, order = page_params(params)
     items = list(record.input_items)
     if order == "desc":

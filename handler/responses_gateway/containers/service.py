@@ -173,6 +173,8 @@ class Containers:
     async def retrieve(self, tenant: str, container_id: str) -> ContainerRecord:
         """The container as ``GET /v1/containers/{id}`` shows it: an expired one too (status
         ``expired``, reclaimed now if it just expired); 404 for an unknown or deleted one."""
+        if ids.unknowable(container_id):
+            raise container_not_found(ids.clipped(container_id))
         record = await self.records.get(tenant, container_id)
         if record is None:
             raise container_not_found(container_id)
@@ -203,6 +205,8 @@ class Containers:
 
     async def delete(self, tenant: str, container_id: str) -> None:
         """End the container (its processes and files) and forget it; 404 if unknown."""
+        if ids.unknowable(container_id):
+            raise container_not_found(ids.clipped(container_id))
         async with self._lock(container_id):
             record = await self.records.remove(tenant, container_id)
             if record is None:
@@ -303,6 +307,8 @@ class Containers:
                          ) -> tuple[ContainerRecord, ContainerFile]:
         """The tenant's live container and its file ``file_id``; OpenAI's 404 for either."""
         record = await self._live(tenant, container_id)
+        if ids.unknowable(file_id):
+            raise file_not_found(ids.clipped(file_id))
         found = await self.records.get_file(tenant, container_id, file_id)
         if found is None:
             raise file_not_found(file_id)
@@ -380,6 +386,8 @@ class Containers:
     async def _live(self, tenant: str, container_id: str) -> ContainerRecord:
         """The running container (the caller holds its lock); an expired one is ended now
         and answers :class:`ContainerExpired`."""
+        if ids.unknowable(container_id):
+            raise container_not_found(ids.clipped(container_id))
         record = await self.records.get(tenant, container_id)
         if record is None:
             raise container_not_found(container_id)

@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, TypeVar
 
 from responses_gateway import ids
-from responses_gateway.errors import GatewayError, invalid_request, not_found
+from responses_gateway.errors import (
+    GatewayError,
+    invalid_request,
+    invalid_type,
+    missing_parameter,
+    not_found,
+    shown,
+)
 from responses_gateway.files.models import FileRecord
 from responses_gateway.files.store import Blobs, FileRecords, TenantFull
 
@@ -136,6 +143,8 @@ class Files:
             param=param, code="storage_limit_exceeded")
 
     async def get(self, file_id: str, tenant: str) -> FileRecord:
+        if ids.unknowable(file_id):
+            raise file_not_found(ids.clipped(file_id))
         record = await self.records.get(file_id, tenant)
         if record is not None and record.expired(self.clock()):
             await self._remove(record)
@@ -193,6 +202,8 @@ class Files:
         return 1
 
     async def delete(self, file_id: str, tenant: str) -> None:
+        if ids.unknowable(file_id):
+            raise file_not_found(ids.clipped(file_id))
         record = await self.records.remove(file_id, tenant)
         if record is None:
             raise file_not_found(file_id)
@@ -217,20 +228,31 @@ def file_not_found(file_id: str) -> GatewayError:
     return not_found(f"No such File object: {file_id}", param="id")
 
 
-def parse_expiry(anchor: str | None, seconds: str | None) -> int | None:
-    """``expires_after[anchor]`` / ``[seconds]`` of an upload: seconds from creation, or None."""
+def parse_expiry(anchor: Any, seconds: Any, *, form: bool = False) -> int | None:
+    """``expires_after``'s ``anchor`` and ``seconds``: seconds from creation, or None when
+    neither is given. ``form``: a File's multipart fields (``expires_after[seconds]`` is
+    text there); an Upload's JSON takes an integer only. Either half alone is OpenAI's
+    missing-parameter 400 for the other."""
     if anchor is None and seconds is None:
         return None
+    if anchor is None:
+        raise missing_parameter("expires_after.anchor")
     if anchor != "created_at":
         raise invalid_request(
-            f"Invalid value: '{anchor}'. Supported values are: 'created_at'.",
+            f"Invalid value: {shown(anchor)}. Supported values are: 'created_at'.",
             param="expires_after.anchor", code="invalid_value")
-    try:
-        value = int(seconds or "")
-    except ValueError:
-        raise invalid_request(
-            f"Invalid 'expires_after.seconds': expected an integer, but got {seconds!r} instead.",
-            param="expires_after.seconds", code="invalid_type") from None
+    if seconds is None:
+        raise missing_parameter("expires_after.seconds")
+    value = seconds
+    if form and isinstance(seconds, str):
+        try:
+            value = int(seconds)
+        except ValueError:
+            raise invalid_request(
+                f"Invalid 'expires_after.seconds': expected an integer, but got {seconds!r} "
+                "instead.", param="expires_after.seconds", code="invalid_type") from None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise invalid_type("expires_after.seconds", "an integer", value)
     if not MIN_EXPIRY_SECONDS <= value <= MAX_EXPIRY_SECONDS:
         raise invalid_request(
             "Invalid 'expires_after.seconds': integer below minimum value or above maximum "

@@ -26,7 +26,14 @@ from dataclasses import replace
 from typing import Any, BinaryIO
 
 from responses_gateway import ids
-from responses_gateway.errors import GatewayError, invalid_request, missing_parameter, not_found
+from responses_gateway.errors import (
+    MAX_INT,
+    GatewayError,
+    invalid_request,
+    invalid_type,
+    missing_parameter,
+    not_found,
+)
 from responses_gateway.files.models import (
     CANCELLED,
     COMPLETED,
@@ -75,20 +82,16 @@ class Uploads:
                 raise missing_parameter(name)
         size = body["bytes"]
         if not isinstance(size, int) or isinstance(size, bool):
-            raise invalid_request(
-                f"Invalid type for 'bytes': expected an integer, but got {_kind(size)} instead.",
-                param="bytes", code="invalid_type")
-        limit = self.files.limits.file_bytes
-        if size < 1 or (limit and size > limit):
+            raise invalid_type("bytes", "an integer", size)
+        limit = self.files.limits.file_bytes or MAX_INT  # 0: no bound but what a store keeps
+        if not 1 <= size <= limit:
             raise invalid_request(
                 "Invalid 'bytes': integer below minimum value or above maximum value. Expected "
-                f"a value between 1 and {limit or 'any'} (GATEWAY_MAX_FILE_BYTES), but got "
-                f"{size} instead.", param="bytes", code="integer_out_of_range")
+                f"a value between 1 and {limit} (GATEWAY_MAX_FILE_BYTES), but got {size} "
+                "instead.", param="bytes", code="integer_out_of_range")
         for name in ("filename", "mime_type", "purpose"):
             if not isinstance(body[name], str) or not body[name]:
-                raise invalid_request(
-                    f"Invalid type for '{name}': expected a non-empty string, but got "
-                    f"{_kind(body[name])} instead.", param=name, code="invalid_type")
+                raise invalid_type(name, "a non-empty string", body[name])
         self.files.check_name(body["filename"], "filename")
         self.files.check_name(body["mime_type"], "mime_type")
         if body["purpose"] not in UPLOAD_PURPOSES:
@@ -101,8 +104,7 @@ class Uploads:
                                   param="expires_after", code="invalid_type")
         seconds = None
         if expiry is not None:
-            raw = expiry.get("seconds")
-            seconds = parse_expiry(expiry.get("anchor"), None if raw is None else str(raw))
+            seconds = parse_expiry(expiry.get("anchor"), expiry.get("seconds"))
         created = int(self.clock())
         record = UploadRecord(
             id=ids.new_id(ids.UPLOAD), tenant=tenant, filename=body["filename"], bytes=size,
@@ -233,6 +235,9 @@ class Uploads:
 
     async def _get(self, tenant: str, upload_id: str) -> UploadRecord:
         """The Upload; one past its hour is ended here (parts removed, bytes given back)."""
+        if ids.unknowable(upload_id):
+            raise not_found(f"No such Upload object: {ids.clipped(upload_id)}",
+                            param="upload_id")
         record = await self.records.get(upload_id, tenant)
         if record is not None and record.expirable(self.clock()):
             await self._expire(record)
@@ -292,9 +297,3 @@ def _no_part(part_id: str, upload_id: str) -> GatewayError:
     shown = part_id if len(part_id) <= 128 else part_id[:128] + "..."
     return invalid_request(f"No such part '{shown}' in Upload {upload_id}.",
                            param="part_ids", code="invalid_value")
-
-
-def _kind(value: Any) -> str:
-    return {str: "a string", bool: "a boolean", int: "an integer", float: "a decimal",
-            list: "an array", dict: "an object"}.get(type(value), "null" if value is None
-                                                       else type(value).__name__)

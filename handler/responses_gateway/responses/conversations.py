@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from responses_gateway import ids
-from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.errors import GatewayError, invalid_request, invalid_type
 from responses_gateway.status import FINISHED_STATUSES, TERMINAL_STATUSES
 from responses_gateway.store.base import (
     ConversationLocked,
@@ -103,12 +103,7 @@ def parse_items(raw: Any, param: str = "items") -> list[dict[str, Any]]:
     if raw is None:
         return []
     if not isinstance(raw, list):
-        raise invalid_request(
-            f"Invalid type for '{param}': expected an array of input items, but got "
-            f"{'a string' if isinstance(raw, str) else 'an object'} instead.",
-            param=param,
-            code="invalid_type",
-        )
+        raise invalid_type(param, "an array of input items", raw)
     if len(raw) > MAX_ITEMS_PER_WRITE:
         raise invalid_request(
             f"Invalid '{param}': array too long. Expected an array with maximum length "

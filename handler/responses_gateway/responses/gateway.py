@@ -281,9 +281,9 @@ class Gateway:
         )
 
     async def resolve_references(
-        self, items: list[dict[str, Any]], tenant: str
+        self, items: list[dict[str, Any]], tenant: str, param: str = "input"
     ) -> list[dict[str, Any]]:
-        return await history.resolve_references(self.store, items, tenant)
+        return await history.resolve_references(self.store, items, tenant, param)
 
     async def aclose(self) -> None:
         await self.local_feed.stop_all()  # background responses running here

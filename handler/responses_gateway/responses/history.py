@@ -18,9 +18,10 @@ MAX_ITEM_REFERENCES = 1000
 
 
 async def resolve_references(
-    store: Store, items: list[dict[str, Any]], tenant: str
+    store: Store, items: list[dict[str, Any]], tenant: str, param: str = "input"
 ) -> list[dict[str, Any]]:
-    """``item_reference`` inputs replaced by the stored items they name."""
+    """``item_reference`` inputs replaced by the stored items they name; ``param``: the field
+    the items came in (a conversation's are ``items``), which a refusal names."""
     wanted = [item["id"] for item in items if item.get("type") == "item_reference"]
     if not wanted:
         return items
@@ -28,7 +29,7 @@ async def resolve_references(
         raise invalid_request(
             f"Too many item references: {len(set(wanted))}; at most {MAX_ITEM_REFERENCES} "
             "per request.",
-            param="input",
+            param=param,
         )
     found = await store.get_items(wanted, tenant)
     resolved = []
@@ -38,7 +39,7 @@ async def resolve_references(
         elif item["id"] in found:
             resolved.append(found[item["id"]])
         else:
-            raise not_found(f"Item with id '{item['id']}' not found.", param=f"input[{index}]")
+            raise not_found(f"Item with id '{item['id']}' not found.", param=f"{param}[{index}]")
     return resolved
 
 

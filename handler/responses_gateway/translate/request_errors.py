@@ -13,7 +13,14 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, Tag, ValidationError
 from pydantic.fields import FieldInfo
 
-from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
+from responses_gateway.errors import (  # noqa: F401 - invalid_type, kind_of, shown: re-exported
+    GatewayError,
+    invalid_request,
+    invalid_type,
+    kind_of,
+    missing_parameter,
+    shown,
+)
 from responses_gateway.tools import registry
 
 _TYPE_NAMES = {
@@ -226,14 +233,6 @@ def unsupported(param: str, message: str) -> GatewayError:
     return invalid_request(message, param=param, code="unsupported_parameter")
 
 
-def invalid_type(param: str, expected: str, value: Any) -> GatewayError:
-    return invalid_request(
-        f"Invalid type for '{param}': expected {expected}, but got {kind_of(value)} instead.",
-        param=param,
-        code="invalid_type",
-    )
-
-
 def _param(loc: tuple[Any, ...]) -> str:
     """``('input', '~list', 2, '~message', 'content')`` -> ``input[2].content``."""
     out = ""
@@ -243,28 +242,6 @@ def _param(loc: tuple[Any, ...]) -> str:
         elif not str(seg).startswith("~"):
             out += f".{seg}" if out else str(seg)
     return out
-
-
-def kind_of(value: Any) -> str:
-    """A JSON value's kind as OpenAI's messages name it (``a string``, ``null``...)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a decimal"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
-def shown(value: Any) -> str:
-    """A value as a message quotes it: strings in single quotes."""
-    return f"'{value}'" if isinstance(value, str) else repr(value)
 
 
 def _num(value: Any) -> str:

@@ -7,12 +7,11 @@ entry point, so what those callers need lives here and the models import it from
 
 from __future__ import annotations
 
+from responses_gateway import ids
 from responses_gateway.tools import registry
 
-# Ids a client sends are store keys (DynamoDB: 1024 bytes per sort key, 2048 per partition
-# key); 200 characters of at most 4 UTF-8 bytes each leave room for the key's prefix. The
-# gateway's own ids are about 50.
-MAX_ID_LENGTH = 200
+#: how long an id a client sends may be (ids.py says why)
+MAX_ID_LENGTH = ids.MAX_ID_LENGTH
 
 #: What ``include`` may name: the server tools' own (tools/registry.py) and the rest.
 INCLUDABLE = registry.INCLUDES | frozenset(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from responses_gateway import ids
 from responses_gateway.errors import not_found
 from responses_gateway.files.service import FileLimits, check_length
 
@@ -80,14 +81,15 @@ def file_batch(row: dict[str, Any], counts: dict[str, int]) -> dict[str, Any]:
 
 
 def store_not_found(store_id: str) -> Exception:
-    return not_found(f"No vector store found with id '{store_id}'.", param="vector_store_id")
+    return not_found(f"No vector store found with id '{ids.clipped(store_id)}'.",
+                     param="vector_store_id")
 
 
 def file_not_in_store(file_id: str, store_id: str) -> Exception:
-    return not_found(f"No file found with id '{file_id}' in vector store '{store_id}'.",
-                     param="file_id")
+    return not_found(f"No file found with id '{ids.clipped(file_id)}' in vector store "
+                     f"'{store_id}'.", param="file_id")
 
 
 def batch_not_found(batch_id: str, store_id: str) -> Exception:
-    return not_found(f"No file batch found with id '{batch_id}' in vector store "
+    return not_found(f"No file batch found with id '{ids.clipped(batch_id)}' in vector store "
                      f"'{store_id}'.", param="batch_id")

@@ -39,6 +39,7 @@ logger = logging.getLogger("responses_gateway.vectors")
 MAX_RESULTS = 50
 MAX_ATTRIBUTES = 16
 MAX_INGESTING = 4  # files ingested at once in this process
+MAX_BATCH_FILES = 2000  # OpenAI's bound on a file batch's ``file_ids`` / ``files``
 INLINE_TESTS = 4096  # filter tests (rows x filter size) a search runs on the event loop
 
 
@@ -131,7 +132,7 @@ class VectorStores:
     async def delete(self, tenant: str, store_id: str) -> dict[str, Any]:
         if self._knowledge_base(tenant, store_id) is not None:
             raise read_only(store_id)
-        if not await self.engine.delete_store(tenant, store_id):
+        if ids.unknowable(store_id) or not await self.engine.delete_store(tenant, store_id):
             raise objects.store_not_found(store_id)
         return {"id": store_id, "object": "vector_store.deleted", "deleted": True}
 
@@ -165,7 +166,8 @@ class VectorStores:
 
     async def get_file(self, tenant: str, store_id: str, file_id: str) -> dict[str, Any]:
         await self._store(tenant, store_id)
-        row = await self.engine.file(tenant, store_id, file_id)
+        row = None if ids.unknowable(file_id) else await self.engine.file(tenant, store_id,
+                                                                          file_id)
         if row is None:
             raise objects.file_not_in_store(file_id, store_id)
         await self._reclaim_rows(tenant, [row])
@@ -199,7 +201,8 @@ class VectorStores:
 
     async def remove_file(self, tenant: str, store_id: str, file_id: str) -> dict[str, Any]:
         await self._store(tenant, store_id)
-        if not await self.engine.remove_file(tenant, store_id, file_id):
+        if ids.unknowable(file_id) or not await self.engine.remove_file(tenant, store_id,
+                                                                         file_id):
             raise objects.file_not_in_store(file_id, store_id)
         return {"id": file_id, "object": "vector_store.file.deleted", "deleted": True}
 
@@ -215,6 +218,17 @@ class VectorStores:
         strategy = parse_strategy(body.get("chunking_strategy"))
         attributes = _attributes(body.get("attributes"))
         entries: list[tuple[Any, Any, Any]] = []
+        if body.get("files") is not None and body.get("file_ids") is not None:
+            raise invalid_request(
+                "Mutually exclusive parameters. Ensure you are only providing one of: "
+                "'file_ids' or 'files'.", code="mutually_exclusive_parameters")
+        for name in ("file_ids", "files"):  # each looked up before the store's own bound
+            listed = body.get(name)
+            if isinstance(listed, list) and len(listed) > MAX_BATCH_FILES:
+                raise invalid_request(
+                    f"Invalid '{name}': array too long. Expected an array with maximum length "
+                    f"{MAX_BATCH_FILES}, but got an array with length {len(listed)} instead.",
+                    param=name, code="array_above_max_length")
         if body.get("files") is not None:
             if not isinstance(body["files"], list) or not body["files"]:
                 raise invalid_request("Invalid 'files': expected a non-empty array.",
@@ -237,7 +251,8 @@ class VectorStores:
 
     async def get_batch(self, tenant: str, store_id: str, batch_id: str) -> dict[str, Any]:
         await self._store(tenant, store_id)
-        found = await self.engine.batch(tenant, store_id, batch_id)
+        found = None if ids.unknowable(batch_id) else await self.engine.batch(
+            tenant, store_id, batch_id)
         if found is None:
             raise objects.batch_not_found(batch_id, store_id)
         return objects.file_batch(found[0], objects.file_counts(found[1]))
@@ -326,7 +341,7 @@ class VectorStores:
         if self._knowledge_base(tenant, store_id) is not None:
             raise read_only(store_id)
         await self.recover()
-        row = await self.engine.store(tenant, store_id)
+        row = None if ids.unknowable(store_id) else await self.engine.store(tenant, store_id)
         if row is None:
             raise objects.store_not_found(store_id)
         return row

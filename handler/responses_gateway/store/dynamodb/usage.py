@@ -286,6 +286,8 @@ class DynamoDBUsage(_Table, UsageStore):
         # Log rows expire with the responses (TTL): older days hold nothing, and each day
         # walked is a query per shard.
         start = max(start, int(time.time()) - self.retention_s - DAY)
+        if before is not None and before[0] < start:
+            return []  # the cursor is older than the range: nothing before it is in it
 
         def read() -> list[dict[str, Any]]:
             high = f"{before[0]:010d}#{before[1]}" if before else f"{end - 1:010d}~"

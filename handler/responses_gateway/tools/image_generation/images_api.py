@@ -19,7 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
+from responses_gateway.errors import (
+    GatewayError,
+    invalid_request,
+    invalid_type,
+    missing_parameter,
+)
 from responses_gateway.tools.image_generation.backends.base import Drawn, ImageFailure
 from responses_gateway.tools.image_generation.params import ImageParams
 
@@ -77,7 +82,7 @@ def parse(fields: Mapping[str, Any], *, edit: bool) -> ImagesRequest:
     if prompt is None or prompt == "":
         raise missing_parameter("prompt")
     if not isinstance(prompt, str):
-        raise _wrong_type("prompt", "a string", prompt)
+        raise invalid_type("prompt", "a string", prompt)
     if len(prompt) > MAX_PROMPT:
         raise invalid_request(
             f"Invalid 'prompt': string too long. Expected a string with maximum length "
@@ -85,12 +90,12 @@ def parse(fields: Mapping[str, Any], *, edit: bool) -> ImagesRequest:
             param="prompt", code="string_above_max_length")
     model = fields.get("model")
     if model is not None and not isinstance(model, str):
-        raise _wrong_type("model", "a string", model)
+        raise invalid_type("model", "a string", model)
     n = fields.get("n")
     if n is None:
         n = 1
     elif not isinstance(n, int) or isinstance(n, bool):
-        raise _wrong_type("n", "an integer", n)
+        raise invalid_type("n", "an integer", n)
     elif not 1 <= n <= MAX_N:
         raise invalid_request(
             f"Invalid 'n': integer below minimum value or above maximum value. Expected a "
@@ -103,12 +108,12 @@ def parse(fields: Mapping[str, Any], *, edit: bool) -> ImagesRequest:
                               code="unknown_parameter")
     stream = fields.get("stream")
     if stream is not None and not isinstance(stream, bool):
-        raise _wrong_type("stream", "a boolean", stream)
+        raise invalid_type("stream", "a boolean", stream)
     who = None
     for name in ("safety_identifier", "user"):
         value = fields.get(name)
         if value is not None and not isinstance(value, str):
-            raise _wrong_type(name, "a string", value)
+            raise invalid_type(name, "a string", value)
         who = who or value or None
     params = ImageParams.of({k: fields[k] for k in _PARAM_FIELDS if k in fields}, "")
     return ImagesRequest(prompt, params, n, bool(stream), who, edit)
@@ -124,12 +129,12 @@ def form_fields(form: Mapping[str, str]) -> dict[str, Any]:
             try:
                 fields[name] = int(value)
             except ValueError:
-                raise _wrong_type(name, "an integer", value) from None
+                raise invalid_type(name, "an integer", value) from None
     for name in BOOLEANS:
         value = fields.get(name)
         if value is not None:
             if value.lower() not in ("true", "false"):
-                raise _wrong_type(name, "a boolean", value)
+                raise invalid_type(name, "a boolean", value)
             fields[name] = value.lower() == "true"
     return fields
 
@@ -138,12 +143,6 @@ def unsupported(name: str, value: Any, why: str = "") -> GatewayError:
     return invalid_request(
         f"Invalid value for '{name}': {value!r} is not supported by this gateway's image "
         f"backend{': ' + why if why else ''}.", param=name, code="unsupported_value")
-
-
-def _wrong_type(name: str, expected: str, value: Any) -> GatewayError:
-    return invalid_request(
-        f"Invalid type for '{name}': expected {expected}, but got {type(value).__name__} "
-        "instead.", param=name, code="invalid_type")
 
 
 # -- answers ---------------------------------------------------------------------------------
@@ -235,9 +234,11 @@ def completed_event(request: ImagesRequest, drawn: Drawn, created: int) -> dict[
 
 def failure_error(failure: ImageFailure) -> GatewayError:
     """An image model's failure as the Images API answers it: the client's (a content filter,
-    a mask it cannot use) a 400, throttling a 429, a timeout a 504, anything else a 502."""
+    a mask it cannot use, a value the image server refused) a 400 naming the field,
+    throttling a 429, a timeout a 504, anything else a 502."""
     if failure.type in ("invalid_request_error", "image_generation_user_error"):
-        return GatewayError(400, failure.message, type=failure.type, code=failure.code)
+        return GatewayError(400, failure.message, type=failure.type, code=failure.code,
+                            param=failure.param)
     status = {"rate_limit_exceeded": 429, "timeout": 504}.get(failure.code, 502)
     return GatewayError(status, failure.message,
                         type="requests" if status == 429 else "server_error",

@@ -60,14 +60,17 @@ class ImageFailure(Exception):
     tool makes it the item's ``error`` ({code, message, param, type})."""
 
     def __init__(self, message: str, *, code: str, type: str = "image_generation_error",
-                 secrets: tuple[str | None, ...] = ()) -> None:
+                 secrets: tuple[str | None, ...] = (), param: str | None = None) -> None:
         super().__init__(message)
         self.message = redact(message, secrets)
         self.code = code
         self.type = type
+        # the request field an image server refused (its 400's), as guarded as the message
+        self.param = None if param is None else redact(param, secrets)
 
     def to_error(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, "param": None, "type": self.type}
+        return {"code": self.code, "message": self.message, "param": self.param,
+                "type": self.type}
 
 
 _COUNTS = ("input_tokens", "output_tokens", "total_tokens")

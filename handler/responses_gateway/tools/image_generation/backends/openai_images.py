@@ -202,6 +202,13 @@ class OpenAIImages(ImageBackend):
                                 type="image_generation_user_error", secrets=(self.api_key,))
         if status == 429:
             code = "rate_limit_exceeded"
+        if status == 400 and error.get("type") == "invalid_request_error":
+            # the server refused what the client asked (a size its model does not make): the
+            # client's 400 naming the field, as OpenAI's own answer, not the gateway's 502
+            param = error.get("param")
+            return ImageFailure(message, code=str(code or "invalid_value"),
+                                type="invalid_request_error", secrets=(self.api_key,),
+                                param=param if isinstance(param, str) else None)
         return ImageFailure(message, code=str(code or "image_generation_failed"),
                             secrets=(self.api_key,))
 
