@@ -366,6 +366,28 @@ def test_models_lists_the_mapped_names_then_the_upstreams_cached(tmp_path: Path)
     assert [m["id"] for m in second["data"]] == ids
 
 
+def test_a_model_is_retrieved_by_name_as_openai_retrieves_one(tmp_path: Path) -> None:
+    """``client.models.retrieve``: a mapped name, an upstream's (a slash in it), and OpenAI's
+    404 ``model_not_found`` for a name neither lists."""
+    from openai import NotFoundError, OpenAI
+
+    with ScriptedUpstream() as up, GatewayServer(Settings(
+            upstream_url=up.base_url, model_map={"fast": "scripted"},
+            store=f"sqlite:{tmp_path / 'g.db'}")) as gateway:
+        client = OpenAI(base_url=gateway.base_url, api_key="sk-test", max_retries=0)
+        fast = client.models.retrieve("fast")
+        slashed = client.models.retrieve("script/text")
+        with pytest.raises(NotFoundError) as missing:
+            client.models.retrieve("no-such-model")
+    assert (fast.id, fast.object, fast.owned_by) == ("fast", "model", "responses-gateway")
+    assert slashed.id == "script/text" and slashed.object == "model"
+    error = missing.value.body
+    assert isinstance(error, dict) and error["code"] == "model_not_found"
+    assert error["type"] == "invalid_request_error" and error["param"] is None
+    assert error["message"] == ("The model `no-such-model` does not exist or you do not have "
+                                "access to it.")
+
+
 def test_models_still_lists_the_mapped_names_when_the_upstream_cannot(tmp_path: Path) -> None:
     settings = Settings(upstream_url=f"http://127.0.0.1:{free_port()}/v1", models=("a",),
                         model_map={"b": "c"}, store=f"sqlite:{tmp_path / 'g.db'}")

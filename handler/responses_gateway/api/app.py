@@ -196,6 +196,7 @@ def create_app(
             *(Route(path, fn, methods=[m]) for path, fn, m in container_routes.ROUTES),
             *(Route(path, _images(path), methods=["POST"]) for path in IMAGE_PATHS),
             Route("/v1/models", models.list_models, methods=["GET"]),
+            Route("/v1/models/{model:path}", models.retrieve_model, methods=["GET"]),
             # Admin routes and the dashboard, imported on first use (admin keys only).
             *(Route(path, _admin(path), methods=["GET"]) for path in ADMIN_PATHS),
             Route("/dashboard", _dashboard, methods=["GET"]),

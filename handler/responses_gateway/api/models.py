@@ -1,4 +1,5 @@
-"""``GET /v1/models``: the names a client may send as ``model``.
+"""``GET /v1/models``: the names a client may send as ``model``; ``GET /v1/models/{model}``:
+one of them (OpenAI's 404 ``model_not_found`` for any other).
 
 The mapped names (``GATEWAY_MODEL_MAP`` keys, ``GATEWAY_MODELS``) first, then what the default
 backend lists itself (its server's ``GET /models``; Bedrock's foundation models and inference
@@ -69,6 +70,24 @@ def _model(entry: dict[str, Any]) -> dict[str, Any]:
 
 async def list_models(request: Request) -> Response:
     tenant_of(request)
+    return JSON({"object": "list", "data": await _listed(request)})
+
+
+async def retrieve_model(request: Request) -> Response:
+    """One listed model (a name may hold slashes: ``org/model``). A name the list lacks may
+    still pass through to the upstream as ``model``; OpenAI answers a model it does not
+    serve with a 404, and so does this."""
+    tenant_of(request)
+    name = request.path_params["model"]
+    for entry in await _listed(request):
+        if entry["id"] == name:
+            return JSON(entry)
+    raise GatewayError(404, f"The model `{name[:256]}` does not exist or you do not have access "
+                       "to it.", code="model_not_found")
+
+
+async def _listed(request: Request) -> list[dict[str, Any]]:
+    """The mapped names first, then the default backend's own (cached)."""
     gateway = gateway_of(request)
     settings = gateway.settings
     data = [{"id": name, "object": "model", "created": _STARTED, "owned_by": OWNER}
@@ -76,5 +95,4 @@ async def list_models(request: Request) -> Response:
                                        *(settings.routes.routes if settings.routes else ())])]
     named = {entry["id"] for entry in data}
     cache: UpstreamModels = request.app.state.upstream_models
-    data += [entry for entry in await cache.get(gateway) if entry["id"] not in named]
-    return JSON({"object": "list", "data": data})
+    return data + [entry for entry in await cache.get(gateway) if entry["id"] not in named]
