@@ -154,6 +154,23 @@ def test_1500_responses_spread_their_bookkeeping_and_read_back_whole(
     assert [(r["created_at"], r["id"]) for r in listed] == sorted(order, reverse=True)
 
 
+def test_a_quiet_month_of_the_log_asks_each_days_shards_side_by_side(
+    proxy: RecordingProxy,
+) -> None:
+    """The admin listing walks back day by day until its page fills: over days with nothing
+    in them that is a Query per shard (and the unsharded partition) of every day, asked side
+    by side, not one after another (a month was 527 round trips in a row)."""
+    table = create_dynamodb_table()
+    ledger = store_on(table).usage_store()
+    now = int(time.time())
+    start = now // DAY * DAY - 30 * DAY
+    proxy.clear()
+    assert asyncio.run(ledger.log(start, now, 50)) == []
+    days = (now // DAY * DAY - start) // DAY + 1
+    assert proxy.calls["Query"] == days * (SHARDS + 1)
+    assert proxy.most_in_flight >= 2
+
+
 @pytest.mark.slow
 def test_1000_conversations_spread_the_index_and_list_newest_first(
     proxy: RecordingProxy,

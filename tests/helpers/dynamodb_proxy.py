@@ -115,6 +115,8 @@ class RecordingProxy:
         self.reads: list[Read] = []
         self.calls: Counter[str] = Counter()
         self.refused: Counter[str] = Counter()  # throttling answers given, by operation
+        self.in_flight = 0  # requests being forwarded now
+        self.most_in_flight = 0  # the most at once since the last clear()
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -161,6 +163,7 @@ class RecordingProxy:
             self.reads.clear()
             self.calls.clear()
             self.refused.clear()
+            self.most_in_flight = 0
 
     # -- one request ----------------------------------------------------------------------
 
@@ -178,7 +181,14 @@ class RecordingProxy:
             with self._lock:
                 self.refused[operation] += 1
             return 400, [("Content-Type", "application/x-amz-json-1.0")], refusal
-        status, answer_headers, answer = self._forward(headers, body)
+        with self._lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            status, answer_headers, answer = self._forward(headers, body)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
         with self._lock:
             self.calls[operation] += 1
             if status == 200:

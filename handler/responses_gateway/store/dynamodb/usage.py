@@ -289,31 +289,33 @@ class DynamoDBUsage(_Table, UsageStore):
         if before is not None and before[0] < start:
             return []  # the cursor is older than the range: nothing before it is in it
 
-        def read() -> list[dict[str, Any]]:
-            high = f"{before[0]:010d}#{before[1]}" if before else f"{end - 1:010d}~"
-            rows: list[dict[str, Any]] = []
-            for day in reversed(_days(start, end)):
-                want = limit - len(rows)
-                # Each shard's newest ``want`` rows before the cursor hold the day's newest
-                # ``want``: merged by (created_at, id), the order the cursor pages by.
-                found: list[tuple[str, str]] = []
-                for pk in _shards(f"LOG#{day}"):
-                    page = self._call(
-                        "query", TableName=self.table_name, ConsistentRead=True,
-                        KeyConditionExpression="pk = :pk AND sk BETWEEN :lo AND :hi",
-                        ExpressionAttributeValues={":pk": _s(pk), ":lo": _s(f"{start:010d}"),
-                                                   ":hi": _s(high)},
-                        ScanIndexForward=False, Limit=want + 1,
-                    )
-                    found += [(item["sk"]["S"], item["row"]["S"])
-                              for item in page.get("Items", []) if item["sk"]["S"] != high]
-                found.sort(reverse=True)
-                rows += [orjson.loads(row) for _, row in found[:want]]
-                if len(rows) >= limit:
-                    break
-            return rows[:limit]
+        high = f"{before[0]:010d}#{before[1]}" if before else f"{end - 1:010d}~"
 
-        return await asyncio.to_thread(read)
+        def newest(pk: str, want: int) -> list[tuple[str, str]]:
+            """One shard's newest ``want`` rows before the cursor, (sort key, row)."""
+            page = self._call(
+                "query", TableName=self.table_name, ConsistentRead=True,
+                KeyConditionExpression="pk = :pk AND sk BETWEEN :lo AND :hi",
+                ExpressionAttributeValues={":pk": _s(pk), ":lo": _s(f"{start:010d}"),
+                                           ":hi": _s(high)},
+                ScanIndexForward=False, Limit=want + 1,
+            )
+            return [(item["sk"]["S"], item["row"]["S"])
+                    for item in page.get("Items", []) if item["sk"]["S"] != high]
+
+        rows: list[dict[str, Any]] = []
+        for day in reversed(_days(start, end)):
+            want = limit - len(rows)
+            # Each shard's newest ``want`` rows before the cursor hold the day's newest
+            # ``want``: merged by (created_at, id), the order the cursor pages by. A day's
+            # shards are asked side by side (a month of quiet days was 527 queries in a row).
+            pages = await asyncio.gather(*(asyncio.to_thread(newest, pk, want)
+                                           for pk in _shards(f"LOG#{day}")))
+            found = sorted((row for page in pages for row in page), reverse=True)
+            rows += [orjson.loads(row) for _, row in found[:want]]
+            if len(rows) >= limit:
+                break
+        return rows[:limit]
 
     async def log_row(self, response_id: str) -> dict[str, Any] | None:
         def read() -> dict[str, Any] | None:
