@@ -317,3 +317,10 @@ def test_out_of_range_cursor_is_400(gateway: GatewayServer) -> None:
         done = http.post("/responses", json={"model": MODEL, "input": "hi"}).json()
         reply = http.get(f"/responses/{done['id']}/input_items", params={"limit": "9" * 30})
         assert _raw_error(reply, 400)["param"] == "limit"
+        # only ASCII digits, as a client writes an integer (Python's int() takes all four)
+        for odd in (" 5", "1_0", "\u0663", "+5"):
+            reply = http.get(f"/responses/{done['id']}/input_items", params={"limit": odd})
+            error = _raw_error(reply, 400)
+            assert error["param"] == "limit" and "expected an integer" in error["message"], odd
+        ok = http.get(f"/responses/{done['id']}/input_items", params={"limit": "5"})
+        assert ok.status_code == 200

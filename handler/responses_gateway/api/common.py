@@ -104,15 +104,16 @@ def include_param(params: QueryParams) -> frozenset[str]:
 
 
 def int_param(value: str | None, name: str, default: int) -> int:
-    """An integer query parameter, ``default`` when absent; a 400 when not an integer."""
+    """An integer query parameter, ``default`` when absent; a 400 when not an integer. Only
+    ASCII digits with an optional minus: Python's ``int`` also takes spaces around, ``_``
+    between and other scripts' digits (``"٣"``), which no client means."""
     if value is None or value == "":
         return default
-    try:
-        number = int(value)
-    except ValueError:
+    digits = value[1:] if value.startswith("-") else value
+    if not (digits.isascii() and digits.isdigit()):
         raise invalid_request(
-            f"Invalid '{name}': expected an integer, but got {value!r} instead.", param=name
-        ) from None
+            f"Invalid '{name}': expected an integer, but got {value!r} instead.", param=name)
+    number = int(value)
     if not -MAX_INT < number < MAX_INT:  # stores index sequence numbers as 64-bit integers
         raise invalid_request(f"Invalid '{name}': {value} is out of range.", param=name)
     return number
