@@ -58,19 +58,7 @@ def ticks_while(work: Callable[[], Awaitable[Any]]) -> tuple[int, Any]:
 @pytest.fixture
 def parse_threads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """For each create body validated: whether it ran on a thread with an event loop."""
-    seen: list[bool] = []
-    parse = request_models.parse_create_request
-
-    def watched(*args: Any, **kwargs: Any) -> Any:
-        try:
-            asyncio.get_running_loop()
-            seen.append(True)
-        except RuntimeError:
-            seen.append(False)
-        return parse(*args, **kwargs)
-
-    monkeypatch.setattr(request_models, "parse_create_request", watched)
-    return seen
+    return on_loop_watcher(monkeypatch, request_models, "parse_create_request")
 
 
 # -- create bodies (translate/request.py) ----------------------------------------------------
@@ -150,18 +138,7 @@ def test_a_heavy_conversation_is_rendered_for_the_model_off_the_loop(
     from responses_gateway.translate import compaction_items
 
     triggers = on_loop_watcher(monkeypatch, compaction_items, "trigger_requested")
-    on_loop: list[bool] = []
-    to_chat = render.to_chat_request
-
-    def watched(*args: Any, **kwargs: Any) -> Any:
-        try:
-            asyncio.get_running_loop()
-            on_loop.append(True)
-        except RuntimeError:
-            on_loop.append(False)
-        return to_chat(*args, **kwargs)
-
-    monkeypatch.setattr(render, "to_chat_request", watched)
+    on_loop = on_loop_watcher(monkeypatch, render, "to_chat_request")
     with client_for(gateway) as client:
         first = client.responses.create(model="m", input=messages(400))
         client.responses.create(model="m", input="and now?", previous_response_id=first.id)
