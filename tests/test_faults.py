@@ -881,3 +881,82 @@ def test_a_disconnect_ends_the_response_and_closes_its_source(keepalive: float) 
     comments = [m for m in sent if m.get("body", b"").startswith(b": ")]
     assert bool(comments) == (keepalive > 0)  # keep-alives went out while it waited
     assert all(m.get("more_body") is not False for m in sent)  # no end: the client had gone
+
+
+def _stalled(batches: list[list[dict[str, Any]]], stuck: Any, send_timeout: float,
+             ) -> tuple[list[dict[str, Any]], list[bool], float]:
+    """An EventStreamResponse over ``batches`` whose client stops reading at the first body
+    message ``stuck(message)`` picks (its write never ends): the messages written, whether
+    the source was closed, and how long the response took."""
+    sent: list[dict[str, Any]] = []
+    closed: list[bool] = []
+
+    async def source() -> Any:
+        try:
+            for batch in batches:
+                yield batch
+        finally:
+            closed.append(True)
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body" and stuck(message):
+            await asyncio.sleep(3600)  # the client reads nothing more
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(3600)  # still connected
+        return {"type": "http.disconnect"}
+
+    response = EventStreamResponse(source(), keepalive_seconds=0.05,
+                                   send_timeout=send_timeout)
+    started = time.monotonic()
+    asyncio.run(asyncio.wait_for(response({"type": "http"}, receive, send), 10))
+    return sent, closed, time.monotonic() - started
+
+
+_BATCHES = [[{"type": "response.created", "sequence_number": 0}],
+            [{"type": "response.output_text.delta", "delta": "a", "sequence_number": 1}],
+            [{"type": "response.completed", "sequence_number": 2}]]
+
+
+@pytest.mark.parametrize("stuck_at", ["middle", "last"])
+def test_a_write_the_client_never_reads_ends_the_response(stuck_at: str) -> None:
+    """GATEWAY_SEND_TIMEOUT_SECONDS: past it the client counts as gone, on any write (the
+    body's last one too), and the source is closed as on a disconnect."""
+    if stuck_at == "middle":
+        def stuck(m: dict[str, Any]) -> bool:
+            return b"output_text.delta" in m["body"]
+    else:
+        def stuck(m: dict[str, Any]) -> bool:
+            return m["more_body"] is False
+    sent, closed, took = _stalled(_BATCHES, stuck, send_timeout=0.3)
+    assert 0.3 <= took < 3
+    assert closed == [True]
+    assert all(b"response.completed" not in m.get("body", b"") for m in sent)
+
+
+def test_a_slow_reader_that_keeps_reading_is_not_cut() -> None:
+    """Each write may take up to the timeout: a client slower than the stream, but reading,
+    gets every event."""
+    slow = [[{"type": "response.output_text.delta", "delta": str(i), "sequence_number": i}]
+            for i in range(6)] + [[{"type": "response.completed", "sequence_number": 6}]]
+    sent: list[dict[str, Any]] = []
+
+    async def source() -> Any:
+        for batch in slow:
+            yield batch
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            await asyncio.sleep(0.1)  # reads, slowly: 0.7 s in all, past the timeout
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    response = EventStreamResponse(source(), keepalive_seconds=0.05, send_timeout=0.3)
+    asyncio.run(asyncio.wait_for(response({"type": "http"}, receive, send), 10))
+    bodies = b"".join(m.get("body", b"") for m in sent)
+    assert bodies.count(b"event: response.output_text.delta") == 6
+    assert b"event: response.completed" in bodies

@@ -139,8 +139,10 @@ class EventStreamResponse:
 
     def _gone(self, producer: asyncio.Task[Any], *, stalled: bool = False) -> None:
         """The client left, or stopped reading: the producer stops where it waits (unless
-        the source is already closing), and the response ends as on a disconnect."""
+        the source is already closing), and the response ends as on a disconnect. A client
+        that left after the body's last message needs nothing stopped; one that stopped
+        reading it holds that write, which is cut too."""
         self._disconnected = True
         self._stalled = stalled
-        if not (self._ended or self._closing):
+        if not self._closing and (stalled or not self._ended):
             producer.cancel()
