@@ -322,5 +322,7 @@ def test_out_of_range_cursor_is_400(gateway: GatewayServer) -> None:
             reply = http.get(f"/responses/{done['id']}/input_items", params={"limit": odd})
             error = _raw_error(reply, 400)
             assert error["param"] == "limit" and "expected an integer" in error["message"], odd
+        reply = http.get(f"/responses/{done['id']}/input_items", params={"limit": "1" * 4301})
+        assert _raw_error(reply, 400)["param"] == "limit"  # past what int() reads: no 500
         ok = http.get(f"/responses/{done['id']}/input_items", params={"limit": "5"})
         assert ok.status_code == 200

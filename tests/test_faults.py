@@ -920,9 +920,14 @@ _BATCHES = [[{"type": "response.created", "sequence_number": 0}],
 
 
 @pytest.mark.parametrize("stuck_at", ["middle", "last"])
-def test_a_write_the_client_never_reads_ends_the_response(stuck_at: str) -> None:
+def test_a_write_the_client_never_reads_ends_the_response(
+    stuck_at: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """GATEWAY_SEND_TIMEOUT_SECONDS: past it the client counts as gone, on any write (the
     body's last one too), and the source is closed as on a disconnect."""
+    from responses_gateway.api import stalled_client
+
+    monkeypatch.setattr(stalled_client, "BUFFERED", 0)  # no transport here to drain
     if stuck_at == "middle":
         def stuck(m: dict[str, Any]) -> bool:
             return b"output_text.delta" in m["body"]
@@ -960,3 +965,60 @@ def test_a_slow_reader_that_keeps_reading_is_not_cut() -> None:
     bodies = b"".join(m.get("body", b"") for m in sent)
     assert bodies.count(b"event: response.output_text.delta") == 6
     assert b"event: response.completed" in bodies
+
+
+def test_a_large_message_read_at_a_slow_but_steady_rate_is_not_cut() -> None:
+    """A write waits for the message before it to drain (uvicorn): the time a 300 KB event
+    takes a 200 KB/s reader (1.5 s, past this 0.5 s timeout) is allowed on top."""
+    big = [{"type": "response.output_text.delta", "delta": "x" * 300_000, "sequence_number": 0}]
+    batches = [big, [{"type": "response.completed", "sequence_number": 1}]]
+    sent: list[dict[str, Any]] = []
+    previous = [0]
+
+    async def source() -> Any:
+        for batch in batches:
+            yield batch
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            await asyncio.sleep(previous[0] / 200_000)  # the previous message still draining
+            previous[0] = len(message["body"])
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    response = EventStreamResponse(source(), keepalive_seconds=0.05, send_timeout=0.5)
+    asyncio.run(asyncio.wait_for(response({"type": "http"}, receive, send), 10))
+    assert b"event: response.completed" in b"".join(m.get("body", b"") for m in sent)
+
+
+def test_a_cancel_from_outside_during_a_write_is_not_taken_for_a_stall() -> None:
+    """The task cancelled mid-write (a server shutting down): the write's timing ends with
+    it, so a slow cleanup of the source is not then taken for a stalled client and the
+    cancel is not swallowed."""
+    async def source() -> Any:
+        try:
+            yield [{"type": "response.created", "sequence_number": 0}]
+            yield [{"type": "response.in_progress", "sequence_number": 1}]
+        finally:
+            await asyncio.sleep(0.5)  # the record's last write, say: past the timeout
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body" and b"in_progress" in message["body"]:
+            await asyncio.sleep(3600)
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    async def main() -> None:
+        response = EventStreamResponse(source(), keepalive_seconds=0, send_timeout=0.2)
+        task = asyncio.create_task(response({"type": "http"}, receive, send))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(asyncio.wait_for(main(), 10))

@@ -31,6 +31,17 @@ SEND_TIMEOUT = 1.0
 HUGE = "[[script:huge size=30000000 piece=1000 random=1 key={key}]] go"
 
 
+@pytest.fixture(autouse=True)
+def no_drain_allowance(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write may also wait for the message before it to drain at the slowest reading rate
+    (stalled_client.write_deadline; tests/test_faults.py covers it): here a batch of this
+    fast stream can be hundreds of KB, so that allowance is taken away to time the stall
+    itself."""
+    from responses_gateway.api import stalled_client
+
+    monkeypatch.setattr(stalled_client, "SLOWEST_READ", 10**12)
+
+
 @pytest.fixture(scope="module")
 def gateway(upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[GatewayServer]:

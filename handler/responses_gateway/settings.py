@@ -245,9 +245,10 @@ class Settings:
         not_parameter="in Lambda the function URL takes the stream, and API Gateway the "
                       "WebSocket's messages: no client's reading holds the function",
         doc=("longest one write to a client (an SSE batch, a WebSocket message) may wait for "
-             "the client to read. A client that stops reading is then taken as gone, as on a "
-             "disconnect: its responses end `cancelled` and the gateway lets go of them and "
-             "their upstream requests. `0` means no limit"))
+             "the client to read, besides the time the message before it takes to drain at "
+             "16 KiB/s. A client that stops reading is then taken as gone, as on a disconnect: "
+             "its responses end `cancelled` and the gateway lets go of them and their upstream "
+             "requests. `0` means no limit"))
     stream_grace_seconds: float = RESPONSES(
         "GATEWAY_STREAM_GRACE_SECONDS", 0.0, parse="seconds",
         not_parameter="an internal tuning knob",

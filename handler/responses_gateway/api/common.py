@@ -112,8 +112,11 @@ def int_param(value: str | None, name: str, default: int) -> int:
     digits = value[1:] if value.startswith("-") else value
     if not (digits.isascii() and digits.isdigit()):
         raise invalid_request(
-            f"Invalid '{name}': expected an integer, but got {value!r} instead.", param=name)
+            f"Invalid '{name}': expected an integer, but got {value[:64]!r} instead.",
+            param=name)
+    # (stores index sequence numbers as 64-bit integers; int() refuses 4,300 digits)
+    if len(digits) > 20 or not -MAX_INT < int(value) < MAX_INT:
+        shown = value if len(value) <= 64 else value[:64] + "..."
+        raise invalid_request(f"Invalid '{name}': {shown} is out of range.", param=name)
     number = int(value)
-    if not -MAX_INT < number < MAX_INT:  # stores index sequence numbers as 64-bit integers
-        raise invalid_request(f"Invalid '{name}': {value} is out of range.", param=name)
     return number

@@ -18,7 +18,12 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-from responses_gateway.api.stalled_client import ClientStalled, gave_up_on_client, written
+from responses_gateway.api.stalled_client import (
+    ClientStalled,
+    gave_up_on_client,
+    write_deadline,
+    written,
+)
 from responses_gateway.ids import request_id_header
 from responses_gateway.sse import encode_comment, encode_events
 from responses_gateway.status import TERMINAL_EVENTS
@@ -50,9 +55,11 @@ class EventStreamResponse:
         self.send_timeout = send_timeout  # one write's longest wait for the client; 0: none
         self.headers = HEADERS + request_id_header() + (headers or [])
         self._last_write = time.monotonic()
-        #: when the producer's write under way began (None: none is); the watcher times it
-        #: (stalled_client.py) instead of a timer per write, which would cost ~4 µs a batch
-        self._sending_since: float | None = None
+        #: when the producer's write under way counts as stalled (None: none is under way);
+        #: the watcher times it (stalled_client.py) instead of a timer per write, which would
+        #: cost ~4 µs a batch
+        self._sending_until: float | None = None
+        self._previous_bytes = 0  # the last body message's, which a write waits to drain
         self._ended = False  # the body's last message went out: no keep-alive after it
         self._closing = False  # the source is being closed: nothing left to interrupt
         self._disconnected = False
@@ -79,25 +86,30 @@ class EventStreamResponse:
         # upstream) instead of letting events pile up here.
         try:
             async for batch in self.batches:
-                self._last_write = self._sending_since = time.monotonic()
                 last = batch[-1]["type"] in TERMINAL_EVENTS
                 if last:
                     self._ended = True
-                await send({"type": "http.response.body", "body": encode_events(batch),
-                            "more_body": not last})
-                self._sending_since = None
+                await self._write(send, encode_events(batch), not last)
                 if last:  # the body's end rides on it: one socket write less
                     break
             if not self._ended:
                 self._ended = True
-                self._sending_since = time.monotonic()
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-                self._sending_since = None
+                await self._write(send, b"", False)
         finally:
             # Never cancelled from here on (the watcher checks), so the source's own cleanup
             # (the stored record's last write, the upstream's close) runs whole.
             self._closing = True
             await self.batches.aclose()  # type: ignore[attr-defined]
+
+    async def _write(self, send: Send, body: bytes, more: bool) -> None:
+        """One body message, timed by the watcher while it waits for the client."""
+        self._last_write = now = time.monotonic()
+        self._sending_until = write_deadline(now, self.send_timeout, self._previous_bytes)
+        try:
+            await send({"type": "http.response.body", "body": body, "more_body": more})
+        finally:
+            self._sending_until = None
+        self._previous_bytes = len(body)
 
     async def _watch(self, receive: Receive, send: Send, producer: asyncio.Task[Any]) -> None:
         """One task for all three: a disconnect stops the producer at once; so does a write
@@ -107,12 +119,12 @@ class EventStreamResponse:
         while True:
             wait: float | None = None
             now = time.monotonic()
-            since = self._sending_since
-            if since is not None and stall > 0:
-                if now - since >= stall:
+            until = self._sending_until
+            if until is not None and stall > 0 and not self._closing:
+                if now >= until:
                     self._gone(producer, stalled=True)
                     return
-                wait = stall - (now - since)
+                wait = until - now
             elif interval > 0 and not self._ended:  # nothing awaits between this and send
                 idle = now - self._last_write
                 if idle >= interval:

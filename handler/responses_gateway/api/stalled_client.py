@@ -4,9 +4,12 @@ A stream's writes wait for the client (uvicorn's flow control): that is how a sl
 holds back the upstream instead of letting events pile up in memory. A client that stops
 reading altogether but keeps its connection open would hold its response, the upstream
 request under it, and the deadline that never fires while a write waits, for as long as it
-likes. So each write waits at most ``GATEWAY_SEND_TIMEOUT_SECONDS`` (as nginx's
-``send_timeout``: between two successful writes, not for the whole response); past it the
-client counts as gone, exactly as on a disconnect.
+likes. So each write waits at most ``GATEWAY_SEND_TIMEOUT_SECONDS``; past it the client
+counts as gone, exactly as on a disconnect. uvicorn lets a write start once what was written
+before has drained, so a write's wait is also the time the client takes to read the message
+before it (a multi-MB image event to a slow link): on top of the timeout, a write may wait
+for what the transport may still hold (:func:`write_deadline`) to drain at
+:data:`SLOWEST_READ`. A client reading slower than that counts as stalled too.
 
 Each stream times its own writes from one watcher (the SSE response's, the WebSocket
 connection's), which notes when the write under way began: a timer per write would cost
@@ -30,6 +33,19 @@ logger = logging.getLogger("responses_gateway.stream")
 _UNFINISHED_RESPONSE = "ASGI callable returned without completing response."
 #: set in the task of a connection whose client stopped reading
 _stalled: contextvars.ContextVar[bool] = contextvars.ContextVar("client_stalled", default=False)
+
+
+#: the slowest reading waited for, in bytes a second (a message's own time to drain)
+SLOWEST_READ = 16 * 1024
+#: what uvicorn's transport holds before a write waits (its high-water mark)
+BUFFERED = 64 * 1024
+
+
+def write_deadline(now: float, seconds: float, previous_bytes: int) -> float:
+    """When a write that starts ``now`` counts as stalled: the send timeout, plus the time
+    to drain the message written before it (``previous_bytes``) and the transport's buffer
+    at :data:`SLOWEST_READ`."""
+    return now + seconds + (previous_bytes + BUFFERED) / SLOWEST_READ
 
 
 class ClientStalled(Exception):

@@ -22,7 +22,6 @@ connections this route refused) and a client gone while events are sent (its res
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import logging
 import time
@@ -34,7 +33,12 @@ import orjson
 from starlette.responses import Response
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from responses_gateway.api.stalled_client import gave_up_on_client
+from responses_gateway.api.stalled_client import (
+    ClientStalled,
+    gave_up_on_client,
+    write_deadline,
+    written,
+)
 from responses_gateway.api.ws_session import Event, Session, error_event
 from responses_gateway.errors import GatewayError
 
@@ -82,35 +86,38 @@ async def responses_socket(websocket: WebSocket) -> None:
     deadline = time.monotonic() + settings.ws_max_connection_seconds
     idle = settings.ws_idle_seconds
     stall = settings.send_timeout_seconds  # a client that stops reading (stalled_client.py)
-    sending_since: float | None = None  # when the message being written began
+    sending_until: float | None = None  # when the message being written counts as stalled
+    previous_bytes = 0  # the message written before it, which its write waits to drain
     gone = False
     async with anyio.create_task_group() as group:
 
         async def emit(events: list[Event]) -> None:
             # One text message per event (clients parse one event per message); one writer at
             # a time, so two lanes never interleave inside a batch's order.
-            nonlocal gone, sending_since
+            nonlocal gone, sending_until, previous_bytes
             async with send_lock:
                 try:
                     for event in events:
-                        sending_since = time.monotonic()  # timed by watch_stalls
-                        await websocket.send({"type": "websocket.send",
-                                              "text": _dumps(event).decode()})
+                        text = _dumps(event).decode()
+                        sending_until = write_deadline(  # timed by watch_stalls
+                            time.monotonic(), stall, previous_bytes)
+                        await websocket.send({"type": "websocket.send", "text": text})
+                        previous_bytes = len(text)
                 except WebSocketDisconnect:  # the client left while we wrote
                     gone = True
                     group.cancel_scope.cancel()  # its responses end ``cancelled``
                     await anyio.lowlevel.checkpoint()  # this one too, from here
                     raise
                 finally:
-                    sending_since = None
+                    sending_until = None
 
         async def watch_stalls() -> None:
             """A message that waited past the send timeout: the client stopped reading
             (stalled_client.py); it counts as gone, and its responses end ``cancelled``."""
             nonlocal gone
             while True:
-                since = sending_since
-                wait = stall if since is None else since + stall - time.monotonic()
+                until = sending_until
+                wait = stall if until is None else until - time.monotonic()
                 if wait <= 0:
                     gave_up_on_client(stall)
                     gone = True  # nothing more is written to it, not even a close frame
@@ -147,8 +154,12 @@ async def responses_socket(websocket: WebSocket) -> None:
             await session.receive(data)
         group.cancel_scope.cancel()  # running responses end ``cancelled``
     if not gone:
-        with contextlib.suppress(WebSocketDisconnect):
-            await websocket.close(1000)
+        try:  # the close frame waits for the client like any message
+            await written(websocket.close(1000), stall)
+        except ClientStalled:
+            gave_up_on_client(stall)
+        except WebSocketDisconnect:
+            pass
 
 
 async def _wait_idle(session: Session) -> None:

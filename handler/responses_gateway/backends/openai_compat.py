@@ -347,8 +347,9 @@ class OpenAICompatBackend(BaseBackend):
 
     def _learn(self, model: str, drops: set[str], renames: dict[str, str], why: str) -> None:
         learned = self._learned.setdefault(model, Learned())
-        learned.drops |= drops
-        learned.renames.update(renames)
+        # new sets, not changed ones: a heavy body's prepare may be reading them in a thread
+        learned.drops = learned.drops | drops
+        learned.renames = {**learned.renames, **renames}
         logger.warning(
             "upstream rejected a parameter; retrying without it and from now on",
             extra={"upstream": self.url, "model": model, "dropped": sorted(drops),

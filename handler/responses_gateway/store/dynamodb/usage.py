@@ -26,6 +26,7 @@ import hashlib
 import heapq
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -63,6 +64,17 @@ _BUDGET_GRACE = 40 * DAY
 def _window_key(tenant: str, windows: Windows) -> dict[str, Any]:
     pk = f"RATE#{tenant}#{windows.window_seconds}#{windows.window}"
     return {"pk": _s(pk), "sk": _s("W")}
+
+
+_LOG_POOL: ThreadPoolExecutor | None = None
+
+
+def _log_pool() -> ThreadPoolExecutor:
+    """The admin log's threads (at most 8 of its queries at once), made at its first use."""
+    global _LOG_POOL
+    if _LOG_POOL is None:
+        _LOG_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="usage-log")
+    return _LOG_POOL
 
 
 def _shards(prefix: str) -> list[str]:
@@ -308,8 +320,10 @@ class DynamoDBUsage(_Table, UsageStore):
             want = limit - len(rows)
             # Each shard's newest ``want`` rows before the cursor hold the day's newest
             # ``want``: merged by (created_at, id), the order the cursor pages by. A day's
-            # shards are asked side by side (a month of quiet days was 527 queries in a row).
-            pages = await asyncio.gather(*(asyncio.to_thread(newest, pk, want)
+            # shards are asked side by side (a month of quiet days was 527 queries in a row),
+            # in threads of their own: the default pool is every store call's.
+            loop, pool = asyncio.get_running_loop(), _log_pool()
+            pages = await asyncio.gather(*(loop.run_in_executor(pool, newest, pk, want)
                                            for pk in _shards(f"LOG#{day}")))
             found = sorted((row for page in pages for row in page), reverse=True)
             rows += [orjson.loads(row) for _, row in found[:want]]
