@@ -903,14 +903,10 @@ def _stalled(batches: list[list[dict[str, Any]]], stuck: Any, send_timeout: floa
             await asyncio.sleep(3600)  # the client reads nothing more
         sent.append(message)
 
-    async def receive() -> dict[str, Any]:
-        await asyncio.sleep(3600)  # still connected
-        return {"type": "http.disconnect"}
-
     response = EventStreamResponse(source(), keepalive_seconds=0.05,
                                    send_timeout=send_timeout)
     started = time.monotonic()
-    asyncio.run(asyncio.wait_for(response({"type": "http"}, receive, send), 10))
+    asyncio.run(asyncio.wait_for(response({"type": "http"}, _connected, send), 10))
     return sent, closed, time.monotonic() - started
 
 
@@ -940,29 +936,37 @@ def test_a_write_the_client_never_reads_ends_the_response(
     assert all(b"response.completed" not in m.get("body", b"") for m in sent)
 
 
-def test_a_slow_reader_that_keeps_reading_is_not_cut() -> None:
-    """Each write may take up to the timeout: a client slower than the stream, but reading,
-    gets every event."""
-    slow = [[{"type": "response.output_text.delta", "delta": str(i), "sequence_number": i}]
-            for i in range(6)] + [[{"type": "response.completed", "sequence_number": 6}]]
-    sent: list[dict[str, Any]] = []
+async def _connected() -> dict[str, Any]:
+    """An ASGI receive whose client stays connected (for longer than any test here)."""
+    await asyncio.sleep(3600)
+    return {"type": "http.disconnect"}
+
+
+def _read_slowly(batches: list[list[dict[str, Any]]], delay: Any, send_timeout: float) -> bytes:
+    """What a client that takes ``delay(message)`` seconds over each body write reads of an
+    EventStreamResponse over ``batches``."""
+    sent: list[bytes] = []
 
     async def source() -> Any:
-        for batch in slow:
+        for batch in batches:
             yield batch
 
     async def send(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.body":
-            await asyncio.sleep(0.1)  # reads, slowly: 0.7 s in all, past the timeout
-        sent.append(message)
+            await asyncio.sleep(delay(message))
+            sent.append(message["body"])
 
-    async def receive() -> dict[str, Any]:
-        await asyncio.sleep(3600)
-        return {"type": "http.disconnect"}
+    response = EventStreamResponse(source(), keepalive_seconds=0.05, send_timeout=send_timeout)
+    asyncio.run(asyncio.wait_for(response({"type": "http"}, _connected, send), 10))
+    return b"".join(sent)
 
-    response = EventStreamResponse(source(), keepalive_seconds=0.05, send_timeout=0.3)
-    asyncio.run(asyncio.wait_for(response({"type": "http"}, receive, send), 10))
-    bodies = b"".join(m.get("body", b"") for m in sent)
+
+def test_a_slow_reader_that_keeps_reading_is_not_cut() -> None:
+    """Each write may take up to the timeout: a client slower than the stream, but reading,
+    gets every event (0.7 s in all, past the 0.3 s timeout)."""
+    slow = [[{"type": "response.output_text.delta", "delta": str(i), "sequence_number": i}]
+            for i in range(6)] + [[{"type": "response.completed", "sequence_number": 6}]]
+    bodies = _read_slowly(slow, lambda message: 0.1, send_timeout=0.3)
     assert bodies.count(b"event: response.output_text.delta") == 6
     assert b"event: response.completed" in bodies
 
@@ -971,27 +975,15 @@ def test_a_large_message_read_at_a_slow_but_steady_rate_is_not_cut() -> None:
     """A write waits for the message before it to drain (uvicorn): the time a 300 KB event
     takes a 200 KB/s reader (1.5 s, past this 0.5 s timeout) is allowed on top."""
     big = [{"type": "response.output_text.delta", "delta": "x" * 300_000, "sequence_number": 0}]
-    batches = [big, [{"type": "response.completed", "sequence_number": 1}]]
-    sent: list[dict[str, Any]] = []
     previous = [0]
 
-    async def source() -> Any:
-        for batch in batches:
-            yield batch
+    def draining(message: dict[str, Any]) -> float:  # the previous message still draining
+        wait, previous[0] = previous[0] / 200_000, len(message["body"])
+        return wait
 
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.body":
-            await asyncio.sleep(previous[0] / 200_000)  # the previous message still draining
-            previous[0] = len(message["body"])
-        sent.append(message)
-
-    async def receive() -> dict[str, Any]:
-        await asyncio.sleep(3600)
-        return {"type": "http.disconnect"}
-
-    response = EventStreamResponse(source(), keepalive_seconds=0.05, send_timeout=0.5)
-    asyncio.run(asyncio.wait_for(response({"type": "http"}, receive, send), 10))
-    assert b"event: response.completed" in b"".join(m.get("body", b"") for m in sent)
+    bodies = _read_slowly([big, [{"type": "response.completed", "sequence_number": 1}]],
+                          draining, send_timeout=0.5)
+    assert b"event: response.completed" in bodies
 
 
 def test_a_cancel_from_outside_during_a_write_is_not_taken_for_a_stall() -> None:
@@ -1009,13 +1001,9 @@ def test_a_cancel_from_outside_during_a_write_is_not_taken_for_a_stall() -> None
         if message["type"] == "http.response.body" and b"in_progress" in message["body"]:
             await asyncio.sleep(3600)
 
-    async def receive() -> dict[str, Any]:
-        await asyncio.sleep(3600)
-        return {"type": "http.disconnect"}
-
     async def main() -> None:
         response = EventStreamResponse(source(), keepalive_seconds=0, send_timeout=0.2)
-        task = asyncio.create_task(response({"type": "http"}, receive, send))
+        task = asyncio.create_task(response({"type": "http"}, _connected, send))
         await asyncio.sleep(0.1)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
