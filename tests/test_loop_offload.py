@@ -175,10 +175,13 @@ def test_a_heavy_inputs_size_and_its_calls_are_read_off_the_loop(
     sized = on_loop_watcher(monkeypatch, StoreLimits, "check_input")
     scanned = on_loop_watcher(monkeypatch, reads, "_call_ids")
     with client_for(gateway) as client:
-        client.responses.create(model="m", input=messages(400))
+        first = client.responses.create(model="m", input=messages(400))
         client.responses.create(model="m", input="a light one")
-    assert sized == [False, True]
-    assert scanned == [False, True]
+        # one reference in a light body: what it names weighs what it was stored with
+        stored = client.responses.input_items.list(first.id, limit=1).data[0]
+        client.responses.create(model="m", input=[{"type": "item_reference", "id": stored.id}])
+    assert sized == [False, True, False]
+    assert scanned == [False, True, True]
 
 
 def test_a_heavy_chat_body_is_prepared_for_the_upstream_off_the_loop(

@@ -148,7 +148,9 @@ class Gateway:
         response_id = ids.new_id(ids.RESPONSE)  # its conversation turn's token starts with it
         items = await history.resolve_references(self.store, given, tenant)
         if req.store:  # its size: ~32 ms of JSON for 175,000 items (heavy.py)
-            if heavy:
+            # Stored items named by reference weigh what they were stored with, not what the
+            # body said: sized in a thread too (a new list means references were resolved).
+            if heavy or items is not given:
                 await asyncio.to_thread(self.store.check_input_items, items)
             else:
                 self.store.check_input_items(items)

@@ -20,8 +20,9 @@ MAX_ITEM_REFERENCES = 1000
 async def resolve_references(
     store: Store, items: list[dict[str, Any]], tenant: str, param: str = "input"
 ) -> list[dict[str, Any]]:
-    """``item_reference`` inputs replaced by the stored items they name; ``param``: the field
-    the items came in (a conversation's are ``items``), which a refusal names."""
+    """``item_reference`` inputs replaced by the stored items they name, in a new list (the
+    same one when there are none); ``param``: the field the items came in (a conversation's
+    are ``items``), which a refusal names."""
     wanted = [item["id"] for item in items if item.get("type") == "item_reference"]
     if not wanted:
         return items
