@@ -60,6 +60,9 @@ class EventStreamResponse:
         #: cost ~4 µs a batch
         self._sending_until: float | None = None
         self._previous_bytes = 0  # the last body message's, which a write waits to drain
+        # write_deadline(now, send_timeout, n) == now + _drain_base + n * _per_byte
+        self._drain_base = write_deadline(0.0, send_timeout, 0)
+        self._per_byte = write_deadline(0.0, 0.0, 1) - write_deadline(0.0, 0.0, 0)
         self._ended = False  # the body's last message went out: no keep-alive after it
         self._closing = False  # the source is being closed: nothing left to interrupt
         self._disconnected = False
@@ -85,11 +88,21 @@ class EventStreamResponse:
         # Sends in this task: a slow client holds back the source (and through it the
         # upstream) instead of letting events pile up here.
         try:
+            base, per_byte = self._drain_base, self._per_byte
             async for batch in self.batches:
                 last = batch[-1]["type"] in TERMINAL_EVENTS
                 if last:
                     self._ended = True
-                await self._write(send, encode_events(batch), not last)
+                body = encode_events(batch)
+                # :meth:`_write`, inline: this runs per batch
+                self._last_write = now = time.monotonic()
+                self._sending_until = now + base + self._previous_bytes * per_byte
+                try:
+                    await send({"type": "http.response.body", "body": body,
+                                "more_body": not last})
+                finally:
+                    self._sending_until = None
+                self._previous_bytes = len(body)
                 if last:  # the body's end rides on it: one socket write less
                     break
             if not self._ended:
@@ -102,9 +115,11 @@ class EventStreamResponse:
             await self.batches.aclose()  # type: ignore[attr-defined]
 
     async def _write(self, send: Send, body: bytes, more: bool) -> None:
-        """One body message, timed by the watcher while it waits for the client."""
+        """One body message, timed by the watcher while it waits for the client: the send
+        timeout, and the time the message before it takes to drain (:func:`write_deadline`,
+        as two numbers made once)."""
         self._last_write = now = time.monotonic()
-        self._sending_until = write_deadline(now, self.send_timeout, self._previous_bytes)
+        self._sending_until = now + self._drain_base + self._previous_bytes * self._per_byte
         try:
             await send({"type": "http.response.body", "body": body, "more_body": more})
         finally:
