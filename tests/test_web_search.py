@@ -43,7 +43,7 @@ def gateway(upstream: ScriptedUpstream, provider: SearchProvider,
     db = tmp_path_factory.mktemp("web_search") / "gateway.db"
     settings = e2e_settings(upstream, db, web_search_provider="searxng",
                             web_search_url=provider.base_url, web_search_api_key=KEY,
-                            web_allow_hosts=("127.0.0.1",), web_page_timeout=2.0)
+                            web_allow_hosts=("127.0.0.1",), web_page_timeout=5.0)
     with GatewayServer(settings) as server:
         yield server
 
@@ -157,8 +157,9 @@ def test_pages_slow_to_parse_never_hold_the_event_loop(
         path: str) -> None:
     """A page of 105 kB of unclosed ``<title>`` (a quadratic regex held the loop 22 s) or a
     1.7 MB table (html2text on the loop: seconds) is read off the loop, within
-    GATEWAY_WEB_PAGE_TIMEOUT (2 s here): ``GET /health`` answers all along, and the response
-    completes, the page read (or cut at the deadline, or failed past it)."""
+    GATEWAY_WEB_PAGE_TIMEOUT (5 s here, so a plain page is read on a loaded machine):
+    ``GET /health`` answers all along, and the response completes, the page read (or cut at
+    the deadline, or failed past it)."""
     url = site.url + path
     marker = f"slow-parse{path}:"
     answer: dict[str, Any] = {}
@@ -184,7 +185,7 @@ def test_pages_slow_to_parse_never_hold_the_event_loop(
     response = check_response(answer["response"])
     assert path in site.hits
     assert waits and max(waits) < 3.0, waits  # before: 22 s (title), 4.4 s (table)
-    assert elapsed < 20  # the page's 2 s, the model's two turns, a loaded machine
+    assert elapsed < 25  # the page's 5 s, the model's two turns, a loaded machine
     assert response["status"] == "completed"
     [call] = web_search_items(response)
     read = tool_result(upstream, marker, call["id"])
