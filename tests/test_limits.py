@@ -7,6 +7,7 @@ reaches the upstream) and settled to what was spent."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
@@ -129,7 +130,7 @@ def test_tokens_are_reserved_at_admission_and_settled_to_usage(
         first = create(gw.base_url, OTHER)
         assert first.status_code == 200, first.text
         spent = first.json()["usage"]["total_tokens"]
-        estimate = estimate_of(upstream.requests[-1])
+        estimate = asyncio.run(estimate_of(upstream.requests[-1]))
         assert spent < estimate and 2 * spent + estimate > 20 >= spent + estimate
         # Its answer's headers: the window as it was admitted (its estimate reserved).
         assert first.headers["x-ratelimit-limit-tokens"] == "20"
@@ -213,7 +214,7 @@ def test_a_concurrent_burst_never_passes_the_tokens_limit(
         refused = [a for a in answers if a.status_code != 200]
         assert refused and all(a.status_code == 429 for a in refused)
         assert {a.json()["error"]["type"] for a in refused} == {"tokens"}
-        estimate = estimate_of(upstream.requests[-1])
+        estimate = asyncio.run(estimate_of(upstream.requests[-1]))
         assert len(admitted) >= limit // estimate  # reservations alone admit this many
         spent = sum(a.json()["usage"]["total_tokens"] for a in admitted)
         assert spent <= limit
@@ -245,7 +246,7 @@ def test_a_background_response_settles_its_reservation(
             response = client.responses.retrieve(started.id)
         assert response.status == "completed"
         assert response.usage is not None
-        assert reserved == estimate_of(upstream.requests[-1])
+        assert reserved == asyncio.run(estimate_of(upstream.requests[-1]))
         spent = response.usage.total_tokens
         assert spent != reserved
         for _ in range(50):  # counted as the worker's terminal write lands

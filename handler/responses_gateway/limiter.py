@@ -216,7 +216,7 @@ def reserver(store: Store, limits: Limits | None, tenant: str, headers: dict[str
 
     async def reserve_record(record: StoredResponse) -> dict[str, Any] | None:
         reserved, more = await reserve(store, limits, tenant,
-                                       await estimate_off_loop(record.request["chat"]),
+                                       await estimate_of(record.request["chat"]),
                                        record.response.get("model") or "")
         headers.update(more)
         return reserved
@@ -230,16 +230,10 @@ def counts_tokens(limits: Limits | None, tenant: str) -> bool:
     return rule is not None and bool(rule.tokens_per_minute or rule.tokens_per_period)
 
 
-def estimate_of(chat: dict[str, Any]) -> int:
+async def estimate_of(chat: dict[str, Any]) -> int:
     """What a chat request may spend, as OpenAI's limits count it: its input's estimate
-    (token_estimate.py) plus the output cap it sets, if any."""
-    from responses_gateway.token_estimate import estimate_chat
-
-    return estimate_chat(chat) + _cap(chat)
-
-
-async def estimate_off_loop(chat: dict[str, Any]) -> int:
-    """:func:`estimate_of`, a heavy chat body estimated in a worker thread (token_estimate.py)."""
+    (token_estimate.py; a heavy chat body's in a worker thread) plus the output cap it sets,
+    if any."""
     from responses_gateway.token_estimate import estimate_chat_off_loop
 
     return await estimate_chat_off_loop(chat) + _cap(chat)

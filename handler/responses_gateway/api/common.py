@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from responses_gateway.api.json_body import decode_json
 from responses_gateway.errors import MAX_INT, GatewayError, invalid_request
-from responses_gateway.ids import request_id_header
+from responses_gateway.ids import clipped, request_id_header
 
 if TYPE_CHECKING:
     from responses_gateway.responses.gateway import Gateway
@@ -115,8 +115,8 @@ def int_param(value: str | None, name: str, default: int) -> int:
             f"Invalid '{name}': expected an integer, but got {value[:64]!r} instead.",
             param=name)
     # (stores index sequence numbers as 64-bit integers; int() refuses 4,300 digits)
-    if len(digits) > 20 or not -MAX_INT < int(value) < MAX_INT:
-        shown = value if len(value) <= 64 else value[:64] + "..."
-        raise invalid_request(f"Invalid '{name}': {shown} is out of range.", param=name)
-    number = int(value)
+    number = int(value) if len(digits) <= 20 else MAX_INT
+    if not -MAX_INT < number < MAX_INT:
+        raise invalid_request(f"Invalid '{name}': {clipped(value)} is out of range.",
+                              param=name)
     return number

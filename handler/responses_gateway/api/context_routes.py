@@ -107,7 +107,7 @@ async def _compact(request: Request, gateway: Gateway, tenant: str, body: dict[s
         chat = (await gateway.fitting.render(req, route, items, tenant, reads,
                                              heavy=heavy)).chat
         reserved, headers = await limits.reserve(
-            gateway.store, gateway.settings.limits, tenant, await limits.estimate_off_loop(chat),
+            gateway.store, gateway.settings.limits, tenant, await limits.estimate_of(chat),
             req.model)
         rate.update(headers)
     answer: dict[str, Any] = {"id": ids.new_id(ids.RESPONSE), "usage": {}}

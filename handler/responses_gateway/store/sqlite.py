@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
+from responses_gateway.heavy import HEAVY_CHARS, HEAVY_ENTRIES
 from responses_gateway.status import IN_PROGRESS, QUEUED, TERMINAL_STATUSES
 from responses_gateway.store.base import (
     CancelledError,
@@ -122,9 +123,10 @@ CREATE INDEX IF NOT EXISTS tool_reads_by_response ON tool_reads (response_id);
 """
 
 
-#: past either, a record is handled in the file's thread (the module's docstring says why)
-HEAVY_ROWS = 256
-HEAVY_BYTES = 1024 * 1024
+#: past either, a record is handled in the file's thread (the module's docstring says why):
+#: heavy.py's bounds, a row for an item and a byte of JSON for a character
+HEAVY_ROWS = HEAVY_ENTRIES
+HEAVY_BYTES = HEAVY_CHARS
 #: what a loop-first read answers when the record it found is heavy: "run me in the thread"
 _HEAVY: Any = object()
 

@@ -13,11 +13,10 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, Tag, ValidationError
 from pydantic.fields import FieldInfo
 
-from responses_gateway.errors import (  # noqa: F401 - invalid_type, kind_of, shown: re-exported
+from responses_gateway.errors import (
     GatewayError,
     invalid_request,
     invalid_type,
-    kind_of,
     missing_parameter,
     shown,
 )

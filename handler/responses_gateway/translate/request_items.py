@@ -24,7 +24,12 @@ from pydantic import (
 )
 
 from responses_gateway import ids
-from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
+from responses_gateway.errors import (
+    GatewayError,
+    invalid_request,
+    invalid_type,
+    missing_parameter,
+)
 from responses_gateway.tools import registry
 from responses_gateway.translate.request_base import (
     ITEM_CONFIG,
@@ -35,7 +40,6 @@ from responses_gateway.translate.request_base import (
 )
 from responses_gateway.translate.request_errors import (
     from_validation,
-    invalid_type,
     quoted,
     unknown_item_type,
 )

@@ -38,7 +38,14 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
+from responses_gateway.errors import (
+    GatewayError,
+    invalid_request,
+    invalid_type,
+    kind_of,
+    missing_parameter,
+    shown,
+)
 from responses_gateway.translate.request_base import (
     NAME_PATTERN,
     PARAMS_CONFIG,
@@ -46,13 +53,7 @@ from responses_gateway.translate.request_base import (
     by_type,
     str_or_parts,
 )
-from responses_gateway.translate.request_errors import (
-    from_validation,
-    invalid_type,
-    kind_of,
-    shown,
-    unsupported,
-)
+from responses_gateway.translate.request_errors import from_validation, unsupported
 from responses_gateway.translate.request_items import check_input, normalize_items, validate_items
 from responses_gateway.translate.request_names import (
     ENCRYPTED_REASONING,
