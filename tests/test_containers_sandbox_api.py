@@ -63,6 +63,15 @@ def gone_within(mark: str, seconds: float) -> bool:
     return True
 
 
+def removed_within(folder: Path, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while folder.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     tmp = tmp_path_factory.mktemp("gw")
@@ -145,7 +154,11 @@ def test_expiry_in_the_app_ends_the_sandbox_process(tmp_path: Path) -> None:
             assert ContainerRetrieveResponse.model_validate(raw.http_response.json()
                                                             ).status == "expired"
             assert await asyncio.to_thread(gone_within, short.id, 10)
-            assert not (tmp_path / "g.db.containers" / short.id).exists()
+            # the record says expired first, then the sweep ends the process and removes
+            # the folder (in a thread): both are waited for, not raced
+            folder = tmp_path / "g.db.containers" / short.id
+            assert await asyncio.to_thread(removed_within, folder, 10), sorted(
+                p.name for p in folder.rglob("*"))
             with pytest.raises(openai.BadRequestError):
                 await alice.containers.files.list(short.id)
             assert processes_with(kept.id)  # the other one still runs
