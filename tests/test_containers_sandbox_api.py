@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -54,22 +54,18 @@ def processes_with(mark: str) -> list[int]:
     return found
 
 
+def within(seconds: float, done: Callable[[], bool]) -> bool:
+    """Whether ``done()`` holds within ``seconds`` (asked every 50 ms)."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def gone_within(mark: str, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while processes_with(mark):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def removed_within(folder: Path, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while folder.exists():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+    return within(seconds, lambda: not processes_with(mark))
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +153,7 @@ def test_expiry_in_the_app_ends_the_sandbox_process(tmp_path: Path) -> None:
             # the record says expired first, then the sweep ends the process and removes
             # the folder (in a thread): both are waited for, not raced
             folder = tmp_path / "g.db.containers" / short.id
-            assert await asyncio.to_thread(removed_within, folder, 10), sorted(
+            assert await asyncio.to_thread(within, 10, lambda: not folder.exists()), sorted(
                 p.name for p in folder.rglob("*"))
             with pytest.raises(openai.BadRequestError):
                 await alice.containers.files.list(short.id)
