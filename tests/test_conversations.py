@@ -269,6 +269,9 @@ def test_bad_input_is_an_openai_shaped_400(client: openai.OpenAI) -> None:
         "message": "Item with id 'msg_nope' not found.",
         "type": "invalid_request_error", "param": "after", "code": None,
     }
+    with pytest.raises(openai.NotFoundError) as exc:  # too long to be an id: the same 404
+        client.conversations.items.list(conv.id, after="msg_" + "x" * 300)
+    assert error(exc)["param"] == "after" and len(error(exc)["message"]) < 100
     with pytest.raises(openai.BadRequestError) as exc:
         client.conversations.items.list(conv.id, include=["bogus"])  # type: ignore[list-item]
     assert error(exc)["param"] == "include[0]"

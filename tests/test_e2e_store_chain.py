@@ -176,6 +176,11 @@ def test_input_items_bad_params(gateway: GatewayServer, client: OpenAI) -> None:
         answer = httpx.get(url, params=params)
         assert answer.status_code == 400, params
         assert answer.json()["error"]["param"] == param
+    # a long cursor is quoted clipped; an empty one is no cursor (as on conversation items)
+    answer = httpx.get(url, params={"after": "msg_" + "x" * 5000})
+    assert answer.status_code == 400 and len(answer.json()["error"]["message"]) < 120
+    answer = httpx.get(url, params={"after": ""})
+    assert answer.status_code == 200 and len(answer.json()["data"]) == 1
 
 
 def test_include_on_a_read_is_checked_as_on_a_create(client: OpenAI) -> None:

@@ -85,6 +85,11 @@ def test_list_paging_order_and_purpose(alice: OpenAI) -> None:
     # auto-paging follows ``after`` through every page
     assert [f.id for f in alice.files.list(limit=2, order="asc")] == [f.id for f in by_time]
     assert {f.id for f in alice.files.list(purpose="user_data")} == {made[1].id, made[3].id}
+    # a cursor the filter leaves out still names its place, on either layout
+    cursor = next(f for f in by_time if f.purpose == "assistants")
+    after = by_time[by_time.index(cursor) + 1:]
+    page = alice.files.list(purpose="user_data", order="asc", after=cursor.id, limit=10)
+    assert [f.id for f in page.data] == [f.id for f in after if f.purpose == "user_data"]
     with pytest.raises(openai.BadRequestError):
         alice.files.list(limit=0)
     _clear(alice)

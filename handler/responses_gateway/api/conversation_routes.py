@@ -43,9 +43,9 @@ def _conversation_id(request: Request) -> str:
     return conversation_id
 
 
-def _item_id(item_id: str | None) -> str | None:
+def _item_id(item_id: str | None, param: str = "item_id") -> str | None:
     if item_id is not None and len(item_id) > MAX_ID_LENGTH:
-        raise conversations.item_not_found(item_id[:64] + "…")
+        raise conversations.item_not_found(item_id[:64] + "…", param=param)
     return item_id
 
 
@@ -111,7 +111,7 @@ async def list_items(request: Request) -> Response:
     params = request.query_params
     include = include_param(request.query_params)
     limit, order = page_params(params)
-    after = _item_id(params.get("after") or None)
+    after = _item_id(params.get("after") or None, "after")
     try:
         page = await _store(request).list_conversation_items(
             conversation_id, tenant, limit=limit, order=order, after=after

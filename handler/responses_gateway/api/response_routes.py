@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from responses_gateway import ids
 from responses_gateway import limiter as limits
 from responses_gateway.api.client_watch import ClientWatch
 from responses_gateway.api.common import (
@@ -162,11 +163,12 @@ async def list_input_items(request: Request) -> Response:
     if order == "desc":
         items.reverse()
     for cursor, param in ((params.get("after"), "after"), (params.get("before"), "before")):
-        if cursor is None:
+        if not cursor:  # absent or empty, as the conversation items' cursor
             continue
         position = next((i for i, item in enumerate(items) if item.get("id") == cursor), None)
         if position is None:
-            raise invalid_request(f"No input item found with id '{cursor}'.", param=param)
+            raise invalid_request(f"No input item found with id '{ids.clipped(cursor)}'.",
+                                  param=param)
         items = items[position + 1 :] if param == "after" else items[:position]
     page = items[:limit]
     return JSON(

@@ -153,12 +153,12 @@ class DynamoDBContainerRecords(ContainerRecords):
         items = await asyncio.to_thread(self._query, tenant, "C#")
         records = sorted((_container(i) for i in items), key=lambda r: (r.created_at, r.id),
                          reverse=order == "desc")
-        if name is not None:
-            records = [r for r in records if r.name == name]
-        if after:
+        if after:  # its place among all the tenant's containers, as SQLite finds it
             positions = [r.id for r in records]
             if after in positions:
                 records = records[positions.index(after) + 1:]
+        if name is not None:
+            records = [r for r in records if r.name == name]
         return records[:limit], len(records) > limit
 
     async def touch(self, tenant: str, container_id: str, now: float,

@@ -107,12 +107,12 @@ class DynamoDBFileRecords(FileRecords):
     ) -> tuple[list[FileRecord], bool]:
         records = await asyncio.to_thread(self._all, tenant)
         records.sort(key=lambda r: (r.created_at, r.id), reverse=order == "desc")
-        if purpose:
-            records = [r for r in records if r.purpose == purpose]
-        if after:
+        if after:  # its place among all the tenant's files, as the SQLite engine finds it
             ids = [r.id for r in records]
             if after in ids:
                 records = records[ids.index(after) + 1:]
+        if purpose:
+            records = [r for r in records if r.purpose == purpose]
         return records[:limit], len(records) > limit
 
     def _all(self, tenant: str) -> list[FileRecord]:
