@@ -205,6 +205,36 @@ def test_a_wrong_type_is_named_as_openai_names_it(gateway: GatewayServer, alice:
     assert error["message"].endswith(f"but got {got} instead."), error["message"]
 
 
+@pytest.mark.parametrize(("body", "param", "message"), [
+    ({"expires_after": {"anchor": True, "minutes": 5}}, "expires_after.anchor",
+     "Invalid type for 'expires_after.anchor': expected one of 'last_active_at', but got a "
+     "boolean instead."),
+    ({"expires_after": {"anchor": None, "minutes": 5}}, "expires_after.anchor",
+     "Invalid type for 'expires_after.anchor': expected one of 'last_active_at', but got null "
+     "instead."),
+    ({"network_policy": {"type": ["disabled"]}}, "network_policy.type",
+     "Invalid type for 'network_policy.type': expected one of 'disabled' or 'allowlist', but "
+     "got an array instead."),
+    ({"network_policy": {}}, "network_policy.type",
+     "Missing required parameter: 'network_policy.type'."),
+    ({"memory_limit": ""}, "memory_limit",
+     "Invalid value: ''. Supported values are: '1g', '4g', '16g', and '64g'."),
+    ({"memory_limit": 4}, "memory_limit",
+     "Invalid type for 'memory_limit': expected one of '1g', '4g', '16g', or '64g', but got an "
+     "integer instead."),
+])
+def test_an_enum_given_a_wrong_value_is_named_as_openai_names_it(
+        alice: OpenAI, body: dict[str, Any], param: str, message: str) -> None:
+    """A value none of an enum's: a string quoted, any other JSON value a wrong type in
+    OpenAI's words, never Python's repr ('True', 'None', "['disabled']"); an empty
+    ``memory_limit`` is refused, not taken for the default."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.containers.create(name="x", extra_body=body)
+    error = caught.value.body
+    assert isinstance(error, dict) and (error["param"], error["message"]) == (param, message)
+    assert alice.containers.list().data == []
+
+
 def test_other_bad_requests(gateway: GatewayServer, alice: OpenAI) -> None:
     auth = {"authorization": f"Bearer {KEY_A}"}
     url = gateway.base_url + "/containers"

@@ -117,7 +117,7 @@ class Containers:
             raise invalid_request("Missing required parameter: 'name'.", param="name",
                                   code="missing_required_parameter")
         check_length(name, "name", self.limits.name_chars, "GATEWAY_MAX_NAME_CHARS")
-        limit = memory_limit or MEMORY_LIMITS[0]
+        limit = MEMORY_LIMITS[0] if memory_limit is None else memory_limit
         if limit not in MEMORY_LIMITS:
             raise invalid_request(
                 f"Invalid value: '{limit}'. Supported values are: '1g', '4g', '16g', and "
