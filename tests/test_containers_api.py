@@ -235,6 +235,36 @@ def test_an_enum_given_a_wrong_value_is_named_as_openai_names_it(
     assert alice.containers.list().data == []
 
 
+CI = "tools[0].container"
+
+
+@pytest.mark.parametrize(("container", "param", "message"), [
+    ({"type": "auto", "file_ids": [None]}, f"{CI}.file_ids[0]",
+     f"Invalid type for '{CI}.file_ids[0]': expected a string, but got null instead."),
+    (1.5, CI, f"Invalid type for '{CI}': expected a string or an object, but got a decimal "
+     "instead."),
+    ({"type": True}, f"{CI}.type",
+     f"Invalid type for '{CI}.type': expected one of 'auto', but got a boolean instead."),
+    ({"type": "auto", "memory_limit": []}, f"{CI}.memory_limit",
+     f"Invalid type for '{CI}.memory_limit': expected one of '1g', '4g', '16g', or '64g', but "
+     "got an array instead."),
+    ({"type": "auto", "network_policy": {}}, f"{CI}.network_policy.type",
+     f"Missing required parameter: '{CI}.network_policy.type'."),
+    ({"type": "auto", "network_policy": {"type": None}}, f"{CI}.network_policy.type",
+     f"Invalid type for '{CI}.network_policy.type': expected one of 'disabled' or "
+     "'allowlist', but got null instead."),
+])
+def test_the_code_interpreter_tools_container_mistakes_in_openais_words(
+        alice: OpenAI, container: Any, param: str, message: str) -> None:
+    """The ``code_interpreter`` tool's ``container`` in /v1/responses: a wrong value named by
+    its JSON kind ('null', 'a boolean'), never by Python ('NoneType', 'True', 'None')."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.responses.create(model="m", input="hi", tools=[
+            {"type": "code_interpreter", "container": container}])
+    error = caught.value.body
+    assert isinstance(error, dict) and (error["param"], error["message"]) == (param, message)
+
+
 def test_other_bad_requests(gateway: GatewayServer, alice: OpenAI) -> None:
     auth = {"authorization": f"Bearer {KEY_A}"}
     url = gateway.base_url + "/containers"
