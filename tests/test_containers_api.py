@@ -280,6 +280,30 @@ def test_other_bad_requests(gateway: GatewayServer, alice: OpenAI) -> None:
     assert httpx.get(url, headers={}).status_code == 401
 
 
+def test_a_file_and_a_file_id_at_once_is_a_400(alice: OpenAI) -> None:
+    """A multipart upload with both ``file`` and ``file_id`` names the clash rather than
+    silently dropping the ``file_id``."""
+    upload = alice.files.create(file=("u.txt", b"from files"), purpose="user_data")
+    made = alice.containers.create(name="x")
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.containers.files.create(made.id, file=("a.txt", b"sent"), file_id=upload.id)
+    assert caught.value.body["param"] == "file_id"  # type: ignore[index]
+    assert "not both" in caught.value.body["message"]  # type: ignore[index]
+    assert alice.containers.files.list(made.id).data == []
+
+
+def test_a_long_unknown_file_id_is_quoted_cut(alice: OpenAI) -> None:
+    """A 5000-character file id is a 404 whose message quotes it cut, as the Files API's."""
+    long_id = "file-" + "a" * 5000
+    made = alice.containers.create(name="x")
+    for call in (lambda: alice.containers.files.create(made.id, file_id=long_id),
+                 lambda: alice.containers.create(name="y", file_ids=[long_id])):
+        with pytest.raises(openai.NotFoundError) as caught:
+            call()
+        message = caught.value.body["message"]  # type: ignore[index]
+        assert message.startswith("No such File object: file-aaa") and len(message) < 120
+
+
 def test_bound_on_running_containers(alice: OpenAI, bob: OpenAI) -> None:
     for _ in range(4):
         alice.containers.create(name="x")

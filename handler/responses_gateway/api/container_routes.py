@@ -168,6 +168,9 @@ async def create_file(request: Request) -> Response:
         try:
             upload = form.get("file")
             file_id = form.get("file_id")
+            if file_id is not None and isinstance(upload, UploadFile):
+                raise invalid_request("Provide either 'file' or 'file_id', not both.",
+                                      param="file_id", code="invalid_value")
             if isinstance(file_id, str) and file_id and not isinstance(upload, UploadFile):
                 added = await containers.add_file(tenant, container_id, file_id=file_id)
                 return JSON(added.to_api())

@@ -445,8 +445,9 @@ class Containers:
         try:
             found = await self.files_api.get(file_id, tenant)
         except GatewayError as exc:
-            if exc.status == 404:
-                raise not_found(f"No such File object: {file_id}", param=param) from None
+            if exc.status == 404:  # (a long id quoted cut, as the Files API quotes it)
+                raise not_found(f"No such File object: {ids.clipped(file_id)}",
+                                param=param) from None
             raise
         self.check_size(found.bytes)
         return safe_filename(found.filename), file_id
