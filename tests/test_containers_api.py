@@ -189,7 +189,7 @@ def test_bad_creates_are_openai_400s(gateway: GatewayServer, body: dict[str, Any
 @pytest.mark.parametrize(("body", "param", "got"), [
     ({"name": 3}, "name", "an integer"),
     ({"name": "x", "file_ids": {"a": 1}}, "file_ids", "an object"),
-    ({"name": "x", "memory_limit": 1.5}, "memory_limit", "a decimal"),
+    ({"name": "x", "memory_limit": 1.5}, "memory_limit", "a decimal number"),
     ({"name": "x", "expires_after": {"anchor": "last_active_at", "minutes": "5"}},
      "expires_after.minutes", "a string"),
 ])
@@ -242,7 +242,7 @@ CI = "tools[0].container"
     ({"type": "auto", "file_ids": [None]}, f"{CI}.file_ids[0]",
      f"Invalid type for '{CI}.file_ids[0]': expected a string, but got null instead."),
     (1.5, CI, f"Invalid type for '{CI}': expected a string or an object, but got a decimal "
-     "instead."),
+     "number instead."),
     ({"type": True}, f"{CI}.type",
      f"Invalid type for '{CI}.type': expected one of 'auto', but got a boolean instead."),
     ({"type": "auto", "memory_limit": []}, f"{CI}.memory_limit",

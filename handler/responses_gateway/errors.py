@@ -81,8 +81,8 @@ def kind_of(value: Any) -> str:
         return "a boolean"
     if isinstance(value, int):
         return "an integer"
-    if isinstance(value, float):
-        return "a decimal"
+    if isinstance(value, float):  # what came; what is expected is "a decimal" (temperature)
+        return "a decimal number"
     if isinstance(value, str):
         return "a string"
     if isinstance(value, list):
