@@ -168,7 +168,7 @@ async def create_file(request: Request) -> Response:
         try:
             upload = form.get("file")
             file_id = form.get("file_id")
-            if file_id is not None and isinstance(upload, UploadFile):
+            if file_id not in (None, "") and isinstance(upload, UploadFile):
                 raise invalid_request("Provide either 'file' or 'file_id', not both.",
                                       param="file_id", code="invalid_value")
             if isinstance(file_id, str) and file_id and not isinstance(upload, UploadFile):
