@@ -290,6 +290,11 @@ def test_a_file_and_a_file_id_at_once_is_a_400(alice: OpenAI) -> None:
     assert caught.value.body["param"] == "file_id"  # type: ignore[index]
     assert "not both" in caught.value.body["message"]  # type: ignore[index]
     assert alice.containers.files.list(made.id).data == []
+    # an empty file_id (a form sending every field) is no file_id
+    sent = httpx.post(f"{alice.base_url}containers/{made.id}/files", data={"file_id": ""},
+                      files={"file": ("b.txt", b"kept")},
+                      headers={"authorization": f"Bearer {KEY_A}"})
+    assert sent.status_code == 200 and sent.json()["path"] == "/mnt/data/b.txt"
 
 
 def test_a_long_unknown_file_id_is_quoted_cut(alice: OpenAI) -> None:
