@@ -265,6 +265,38 @@ def test_the_code_interpreter_tools_container_mistakes_in_openais_words(
     assert isinstance(error, dict) and (error["param"], error["message"]) == (param, message)
 
 
+@pytest.mark.parametrize(("tool", "param", "message"), [
+    ({"type": "code_interpreter", "container": {"type": "auto"}, "allowed_callers": ["x"]},
+     "tools[0].allowed_callers[0]",
+     "Invalid value: 'x'. Supported values are: 'direct' and 'programmatic'."),
+    ({"type": "code_interpreter", "container": {"type": "auto"}, "allowed_callers": [None]},
+     "tools[0].allowed_callers[0]",
+     "Invalid type for 'tools[0].allowed_callers[0]': expected one of 'direct' or "
+     "'programmatic', but got null instead."),
+    ({"type": "code_interpreter", "container": {"type": "auto"}, "allowed_callers": "direct"},
+     "tools[0].allowed_callers",
+     "Invalid type for 'tools[0].allowed_callers': expected an array, but got a string "
+     "instead."),
+    ({"type": "shell", "environment": {"type": "container_auto"}, "allowed_callers": [1]},
+     "tools[0].allowed_callers[0]",
+     "Invalid type for 'tools[0].allowed_callers[0]': expected one of 'direct' or "
+     "'programmatic', but got an integer instead."),
+    ({"type": "function", "name": "f", "allowed_callers": [None]},
+     "tools[0].allowed_callers[0]",
+     "Invalid type for 'tools[0].allowed_callers[0]': expected one of 'direct' or "
+     "'programmatic', but got null instead."),
+])
+def test_allowed_callers_are_checked_on_the_container_tools_too(
+        alice: OpenAI, tool: dict[str, Any], param: str, message: str) -> None:
+    """``allowed_callers`` of code_interpreter and hosted shell is checked as a function
+    tool's is (it was read silently as no caller at all: a tool never offered), and a
+    non-string is named by its JSON kind, not Python's repr ('Invalid value: None')."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.responses.create(model="m", input="hi", tools=[tool])  # type: ignore[list-item]
+    error = caught.value.body
+    assert isinstance(error, dict) and (error["param"], error["message"]) == (param, message)
+
+
 def test_other_bad_requests(gateway: GatewayServer, alice: OpenAI) -> None:
     auth = {"authorization": f"Bearer {KEY_A}"}
     url = gateway.base_url + "/containers"
