@@ -189,7 +189,7 @@ def test_bad_creates_are_openai_400s(gateway: GatewayServer, body: dict[str, Any
 @pytest.mark.parametrize(("body", "param", "got"), [
     ({"name": 3}, "name", "an integer"),
     ({"name": "x", "file_ids": {"a": 1}}, "file_ids", "an object"),
-    ({"name": "x", "memory_limit": 1.5}, "memory_limit", "a decimal"),
+    ({"name": "x", "memory_limit": 1.5}, "memory_limit", "a decimal number"),
     ({"name": "x", "expires_after": {"anchor": "last_active_at", "minutes": "5"}},
      "expires_after.minutes", "a string"),
 ])
@@ -205,6 +205,98 @@ def test_a_wrong_type_is_named_as_openai_names_it(gateway: GatewayServer, alice:
     assert error["message"].endswith(f"but got {got} instead."), error["message"]
 
 
+@pytest.mark.parametrize(("body", "param", "message"), [
+    ({"expires_after": {"anchor": True, "minutes": 5}}, "expires_after.anchor",
+     "Invalid type for 'expires_after.anchor': expected one of 'last_active_at', but got a "
+     "boolean instead."),
+    ({"expires_after": {"anchor": None, "minutes": 5}}, "expires_after.anchor",
+     "Invalid type for 'expires_after.anchor': expected one of 'last_active_at', but got null "
+     "instead."),
+    ({"network_policy": {"type": ["disabled"]}}, "network_policy.type",
+     "Invalid type for 'network_policy.type': expected one of 'disabled' or 'allowlist', but "
+     "got an array instead."),
+    ({"network_policy": {}}, "network_policy.type",
+     "Missing required parameter: 'network_policy.type'."),
+    ({"memory_limit": ""}, "memory_limit",
+     "Invalid value: ''. Supported values are: '1g', '4g', '16g', and '64g'."),
+    ({"memory_limit": 4}, "memory_limit",
+     "Invalid type for 'memory_limit': expected one of '1g', '4g', '16g', or '64g', but got an "
+     "integer instead."),
+])
+def test_an_enum_given_a_wrong_value_is_named_as_openai_names_it(
+        alice: OpenAI, body: dict[str, Any], param: str, message: str) -> None:
+    """A value none of an enum's: a string quoted, any other JSON value a wrong type in
+    OpenAI's words, never Python's repr ('True', 'None', "['disabled']"); an empty
+    ``memory_limit`` is refused, not taken for the default."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.containers.create(name="x", extra_body=body)
+    error = caught.value.body
+    assert isinstance(error, dict) and (error["param"], error["message"]) == (param, message)
+    assert alice.containers.list().data == []
+
+
+CI = "tools[0].container"
+
+
+@pytest.mark.parametrize(("container", "param", "message"), [
+    ({"type": "auto", "file_ids": [None]}, f"{CI}.file_ids[0]",
+     f"Invalid type for '{CI}.file_ids[0]': expected a string, but got null instead."),
+    (1.5, CI, f"Invalid type for '{CI}': expected a string or an object, but got a decimal "
+     "number instead."),
+    ({"type": True}, f"{CI}.type",
+     f"Invalid type for '{CI}.type': expected one of 'auto', but got a boolean instead."),
+    ({"type": "auto", "memory_limit": []}, f"{CI}.memory_limit",
+     f"Invalid type for '{CI}.memory_limit': expected one of '1g', '4g', '16g', or '64g', but "
+     "got an array instead."),
+    ({"type": "auto", "network_policy": {}}, f"{CI}.network_policy.type",
+     f"Missing required parameter: '{CI}.network_policy.type'."),
+    ({"type": "auto", "network_policy": {"type": None}}, f"{CI}.network_policy.type",
+     f"Invalid type for '{CI}.network_policy.type': expected one of 'disabled' or "
+     "'allowlist', but got null instead."),
+])
+def test_the_code_interpreter_tools_container_mistakes_in_openais_words(
+        alice: OpenAI, container: Any, param: str, message: str) -> None:
+    """The ``code_interpreter`` tool's ``container`` in /v1/responses: a wrong value named by
+    its JSON kind ('null', 'a boolean'), never by Python ('NoneType', 'True', 'None')."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.responses.create(model="m", input="hi", tools=[
+            {"type": "code_interpreter", "container": container}])
+    error = caught.value.body
+    assert isinstance(error, dict) and (error["param"], error["message"]) == (param, message)
+
+
+@pytest.mark.parametrize(("tool", "param", "message"), [
+    ({"type": "code_interpreter", "container": {"type": "auto"}, "allowed_callers": ["x"]},
+     "tools[0].allowed_callers[0]",
+     "Invalid value: 'x'. Supported values are: 'direct' and 'programmatic'."),
+    ({"type": "code_interpreter", "container": {"type": "auto"}, "allowed_callers": [None]},
+     "tools[0].allowed_callers[0]",
+     "Invalid type for 'tools[0].allowed_callers[0]': expected one of 'direct' or "
+     "'programmatic', but got null instead."),
+    ({"type": "code_interpreter", "container": {"type": "auto"}, "allowed_callers": "direct"},
+     "tools[0].allowed_callers",
+     "Invalid type for 'tools[0].allowed_callers': expected an array, but got a string "
+     "instead."),
+    ({"type": "shell", "environment": {"type": "container_auto"}, "allowed_callers": [1]},
+     "tools[0].allowed_callers[0]",
+     "Invalid type for 'tools[0].allowed_callers[0]': expected one of 'direct' or "
+     "'programmatic', but got an integer instead."),
+    ({"type": "function", "name": "f", "allowed_callers": [None]},
+     "tools[0].allowed_callers[0]",
+     "Invalid type for 'tools[0].allowed_callers[0]': expected one of 'direct' or "
+     "'programmatic', but got null instead."),
+])
+def test_allowed_callers_are_checked_on_the_container_tools_too(
+        alice: OpenAI, tool: dict[str, Any], param: str, message: str) -> None:
+    """``allowed_callers`` of code_interpreter and hosted shell is checked as a function
+    tool's is (it was read silently as no caller at all: a tool never offered), and a
+    non-string is named by its JSON kind, not Python's repr ('Invalid value: None')."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.responses.create(model="m", input="hi", tools=[tool])  # type: ignore[list-item]
+    error = caught.value.body
+    assert isinstance(error, dict) and (error["param"], error["message"]) == (param, message)
+
+
 def test_other_bad_requests(gateway: GatewayServer, alice: OpenAI) -> None:
     auth = {"authorization": f"Bearer {KEY_A}"}
     url = gateway.base_url + "/containers"
@@ -218,6 +310,35 @@ def test_other_bad_requests(gateway: GatewayServer, alice: OpenAI) -> None:
     big = httpx.post(files, files={"file": ("big", b"x" * (MAX_FILE + 1))}, headers=auth)
     assert big.status_code == 413 and big.json()["error"]["code"] == "file_too_large"
     assert httpx.get(url, headers={}).status_code == 401
+
+
+def test_a_file_and_a_file_id_at_once_is_a_400(alice: OpenAI) -> None:
+    """A multipart upload with both ``file`` and ``file_id`` names the clash rather than
+    silently dropping the ``file_id``."""
+    upload = alice.files.create(file=("u.txt", b"from files"), purpose="user_data")
+    made = alice.containers.create(name="x")
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.containers.files.create(made.id, file=("a.txt", b"sent"), file_id=upload.id)
+    assert caught.value.body["param"] == "file_id"  # type: ignore[index]
+    assert "not both" in caught.value.body["message"]  # type: ignore[index]
+    assert alice.containers.files.list(made.id).data == []
+    # an empty file_id (a form sending every field) is no file_id
+    sent = httpx.post(f"{alice.base_url}containers/{made.id}/files", data={"file_id": ""},
+                      files={"file": ("b.txt", b"kept")},
+                      headers={"authorization": f"Bearer {KEY_A}"})
+    assert sent.status_code == 200 and sent.json()["path"] == "/mnt/data/b.txt"
+
+
+def test_a_long_unknown_file_id_is_quoted_cut(alice: OpenAI) -> None:
+    """A 5000-character file id is a 404 whose message quotes it cut, as the Files API's."""
+    long_id = "file-" + "a" * 5000
+    made = alice.containers.create(name="x")
+    for call in (lambda: alice.containers.files.create(made.id, file_id=long_id),
+                 lambda: alice.containers.create(name="y", file_ids=[long_id])):
+        with pytest.raises(openai.NotFoundError) as caught:
+            call()
+        message = caught.value.body["message"]  # type: ignore[index]
+        assert message.startswith("No such File object: file-aaa") and len(message) < 120
 
 
 def test_bound_on_running_containers(alice: OpenAI, bob: OpenAI) -> None:

@@ -81,8 +81,8 @@ def kind_of(value: Any) -> str:
         return "a boolean"
     if isinstance(value, int):
         return "an integer"
-    if isinstance(value, float):
-        return "a decimal"
+    if isinstance(value, float):  # what came; what is expected is "a decimal" (temperature)
+        return "a decimal number"
     if isinstance(value, str):
         return "a string"
     if isinstance(value, list):
@@ -93,6 +93,28 @@ def kind_of(value: Any) -> str:
 def shown(value: Any) -> str:
     """A value as a message quotes it: strings in single quotes."""
     return f"'{value}'" if isinstance(value, str) else repr(value)
+
+
+def invalid_choice(param: str, supported: tuple[str, ...], value: Any) -> GatewayError:
+    """OpenAI's 400 for an enum given none of ``supported``: a string is quoted
+    (``Invalid value: 'x'. Supported values are: 'a' and 'b'.``), any other JSON value is a
+    wrong type named as :func:`kind_of` names it (``expected one of 'a' or 'b', but got a
+    boolean instead``), never by Python's repr (``True``, ``None``, ``[]``)."""
+    if isinstance(value, str):
+        return invalid_request(
+            f"Invalid value: '{value}'. Supported values are: {_listed(supported, 'and')}.",
+            param=param, code="invalid_value")
+    return invalid_request(
+        f"Invalid type for '{param}': expected one of {_listed(supported, 'or')}, but got "
+        f"{kind_of(value)} instead.", param=param, code="invalid_type")
+
+
+def _listed(values: tuple[str, ...], word: str) -> str:
+    """``'a'``, ``'a' and 'b'``, ``'a', 'b', and 'c'``: values as OpenAI's messages list them."""
+    quoted = [f"'{v}'" for v in values]
+    if len(quoted) < 3:
+        return f" {word} ".join(quoted)
+    return f"{', '.join(quoted[:-1])}, {word} {quoted[-1]}"
 
 
 def not_found(message: str, param: str | None = None, code: str | None = None) -> GatewayError:

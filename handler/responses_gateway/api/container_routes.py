@@ -15,7 +15,13 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from responses_gateway.api.common import JSON, gateway_of, json_body, page_params, tenant_of
-from responses_gateway.errors import invalid_request, invalid_type, missing_parameter
+from responses_gateway.containers.models import MEMORY_LIMITS
+from responses_gateway.errors import (
+    invalid_choice,
+    invalid_request,
+    invalid_type,
+    missing_parameter,
+)
 
 if TYPE_CHECKING:
 
@@ -61,8 +67,8 @@ def _create_params(body: dict[str, Any]) -> dict[str, Any]:
         params["file_ids"] = file_ids
     memory = body.get("memory_limit")
     if memory is not None:
-        if not isinstance(memory, str):
-            raise invalid_type("memory_limit", "a string", memory)
+        if memory not in MEMORY_LIMITS:  # "" too: never taken for the default
+            raise invalid_choice("memory_limit", MEMORY_LIMITS, memory)
         params["memory_limit"] = memory
     expires = body.get("expires_after")
     if expires is not None:
@@ -85,9 +91,7 @@ def _expires_minutes(expires: Any) -> int:
     if "anchor" not in expires:
         raise missing_parameter("expires_after.anchor")
     if expires["anchor"] != "last_active_at":
-        raise invalid_request(
-            f"Invalid value: '{expires['anchor']}'. Supported values are: 'last_active_at'.",
-            param="expires_after.anchor", code="invalid_value")
+        raise invalid_choice("expires_after.anchor", ("last_active_at",), expires["anchor"])
     if "minutes" not in expires:
         raise missing_parameter("expires_after.minutes")
     minutes = expires["minutes"]
@@ -102,7 +106,9 @@ def _check_network_policy(policy: Any) -> None:
         return
     if not isinstance(policy, dict):
         raise invalid_type("network_policy", "an object", policy)
-    kind = policy.get("type")
+    if "type" not in policy:
+        raise missing_parameter("network_policy.type")
+    kind = policy["type"]
     if kind == "disabled":
         return
     if kind == "allowlist":
@@ -110,9 +116,7 @@ def _check_network_policy(policy: Any) -> None:
             "This gateway runs containers without network access: 'network_policy' of type "
             "'allowlist' is not supported (use 'disabled').",
             param="network_policy.type", code="unsupported_value")
-    raise invalid_request(
-        f"Invalid value: '{kind}'. Supported values are: 'disabled' and 'allowlist'.",
-        param="network_policy.type", code="invalid_value")
+    raise invalid_choice("network_policy.type", ("disabled", "allowlist"), kind)
 
 
 def _list(data: list[dict[str, Any]], more: bool) -> JSON:
@@ -164,6 +168,9 @@ async def create_file(request: Request) -> Response:
         try:
             upload = form.get("file")
             file_id = form.get("file_id")
+            if file_id not in (None, "") and isinstance(upload, UploadFile):
+                raise invalid_request("Provide either 'file' or 'file_id', not both.",
+                                      param="file_id", code="invalid_value")
             if isinstance(file_id, str) and file_id and not isinstance(upload, UploadFile):
                 added = await containers.add_file(tenant, container_id, file_id=file_id)
                 return JSON(added.to_api())

@@ -117,7 +117,7 @@ class Containers:
             raise invalid_request("Missing required parameter: 'name'.", param="name",
                                   code="missing_required_parameter")
         check_length(name, "name", self.limits.name_chars, "GATEWAY_MAX_NAME_CHARS")
-        limit = memory_limit or MEMORY_LIMITS[0]
+        limit = MEMORY_LIMITS[0] if memory_limit is None else memory_limit
         if limit not in MEMORY_LIMITS:
             raise invalid_request(
                 f"Invalid value: '{limit}'. Supported values are: '1g', '4g', '16g', and "
@@ -445,8 +445,9 @@ class Containers:
         try:
             found = await self.files_api.get(file_id, tenant)
         except GatewayError as exc:
-            if exc.status == 404:
-                raise not_found(f"No such File object: {file_id}", param=param) from None
+            if exc.status == 404:  # (a long id quoted cut, as the Files API quotes it)
+                raise not_found(f"No such File object: {ids.clipped(file_id)}",
+                                param=param) from None
             raise
         self.check_size(found.bytes)
         return safe_filename(found.filename), file_id

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
+from responses_gateway.errors import invalid_choice, invalid_type
 from responses_gateway.records import Compared, Value
 from responses_gateway.tools.catalog import ToolCatalog, ToolSpec
 
@@ -43,6 +44,22 @@ def allowed_callers(tool: Any) -> tuple[str, ...]:
     if not isinstance(value, (list, tuple)):
         return (DIRECT,)
     return tuple(v for v in value if isinstance(v, str))
+
+
+def check_callers(tool: Any, param: str) -> None:
+    """A server tool kept as sent (code_interpreter, hosted shell) has its ``allowed_callers``
+    checked as a function tool's model checks it: an array of :data:`Caller` values, else
+    OpenAI's 400 naming ``param.allowed_callers`` (never read silently as no caller)."""
+    value = tool.get("allowed_callers") if isinstance(tool, Mapping) else getattr(
+        tool, "allowed_callers", None)
+    if value is None:
+        return
+    where = f"{param}.allowed_callers"
+    if not isinstance(value, (list, tuple)):
+        raise invalid_type(where, "an array", value)
+    for index, caller in enumerate(value):
+        if caller not in (DIRECT, PROGRAMMATIC):
+            raise invalid_choice(f"{where}[{index}]", (DIRECT, PROGRAMMATIC), caller)
 
 
 def offered_directly(tool: Any) -> bool:

@@ -15,10 +15,10 @@ from pydantic.fields import FieldInfo
 
 from responses_gateway.errors import (
     GatewayError,
+    invalid_choice,
     invalid_request,
     invalid_type,
     missing_parameter,
-    shown,
 )
 from responses_gateway.tools import registry
 
@@ -94,12 +94,7 @@ def from_validation(
     if kind == "union_tag_invalid":
         return _invalid_tag(param, loc, value, _tags(declared))
     if kind == "literal_error" and get_origin(declared) is Literal:
-        return invalid_request(
-            f"Invalid value: {shown(value)}. Supported values are: "
-            f"{_one_of(get_args(declared))}.",
-            param=param,
-            code="invalid_value",
-        )
+        return invalid_choice(param, tuple(str(v) for v in get_args(declared)), value)
     limit = _constraint(constraints, _LIMITS.get(kind, ""))
     if limit is None:
         return invalid_request(f"Invalid '{param}': {error['msg']}.", param=param)
@@ -253,8 +248,3 @@ def quoted(values: tuple[str, ...]) -> str:
     """``'a', 'b', 'c'``: allowed values as a message lists them."""
     return ", ".join(f"'{v}'" for v in values)
 
-
-def _one_of(values: tuple[Any, ...]) -> str:
-    """``'a', 'b' or 'c'``: a Literal's values as OpenAI's message lists them."""
-    quoted = [f"'{v}'" for v in values]
-    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"

@@ -14,7 +14,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from responses_gateway.containers.models import MAX_FILE_IDS, MEMORY_LIMITS
-from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
+from responses_gateway.errors import (
+    invalid_choice,
+    invalid_request,
+    invalid_type,
+    missing_parameter,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,13 +49,12 @@ class ContainerParams:
                                       f"id or an object.", param=where, code="invalid_value")
             return cls(param, container_id=container, echo=container)
         if not isinstance(container, Mapping):
-            raise _bad_type(where, container, "a string or an object")
+            raise invalid_type(where, "a string or an object", container)
         kind = container.get("type")
         if kind is None:
             raise missing_parameter(f"{where}.type")
         if kind != "auto":
-            raise invalid_request(f"Invalid value: {kind!r}. Supported values are: 'auto'.",
-                                  param=f"{where}.type", code="invalid_value")
+            raise invalid_choice(f"{where}.type", ("auto",), kind)
         unknown = sorted(set(container) - {"type", "file_ids", "memory_limit", "network_policy"})
         if unknown:
             raise invalid_request(f"Unknown parameter: '{where}.{unknown[0]}'.",
@@ -65,17 +69,17 @@ class ContainerParams:
         if policy is None:
             return self
         if not isinstance(policy, Mapping):
-            raise _bad_type(where, policy, "an object")
-        kind = policy.get("type")
+            raise invalid_type(where, "an object", policy)
+        if "type" not in policy:
+            raise missing_parameter(f"{where}.type")
+        kind = policy["type"]
         if kind == "disabled":
             return self
         if kind == "allowlist":
             raise invalid_request(
                 "This gateway's containers have no network access: only a network_policy of "
                 "type 'disabled' is supported.", param=f"{where}.type", code="invalid_value")
-        raise invalid_request(
-            f"Invalid value: {kind!r}. Supported values are: 'disabled' and 'allowlist'.",
-            param=f"{where}.type", code="invalid_value")
+        raise invalid_choice(f"{where}.type", ("disabled", "allowlist"), kind)
 
     def to_record(self) -> dict[str, Any]:
         data = asdict(self)
@@ -94,7 +98,7 @@ def _file_ids(value: Any, where: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise _bad_type(where, value, "an array")
+        raise invalid_type(where, "an array", value)
     if len(value) > MAX_FILE_IDS:
         raise invalid_request(
             f"Invalid '{where}': array too long. Expected an array with maximum length "
@@ -102,7 +106,7 @@ def _file_ids(value: Any, where: str) -> tuple[str, ...]:
             param=where, code="array_above_max_length")
     for index, file_id in enumerate(value):
         if not isinstance(file_id, str):
-            raise _bad_type(f"{where}[{index}]", file_id, "a string")
+            raise invalid_type(f"{where}[{index}]", "a string", file_id)
     return tuple(dict.fromkeys(value))
 
 
@@ -110,17 +114,8 @@ def _memory_limit(value: Any, where: str) -> str | None:
     if value is None:
         return None
     if value not in MEMORY_LIMITS:
-        listed = ", ".join(f"'{m}'" for m in MEMORY_LIMITS[:-1]) + f", and '{MEMORY_LIMITS[-1]}'"
-        raise invalid_request(f"Invalid value: {value!r}. Supported values are: {listed}.",
-                              param=where, code="invalid_value")
+        raise invalid_choice(where, MEMORY_LIMITS, value)
     return str(value)
-
-
-def _bad_type(where: str, value: Any, expected: str) -> GatewayError:
-    got = {str: "a string", dict: "an object", list: "an array", bool: "a boolean",
-           int: "an integer", float: "a number"}.get(type(value), type(value).__name__)
-    return invalid_request(f"Invalid type for '{where}': expected {expected}, but got {got} "
-                           f"instead.", param=where, code="invalid_type")
 
 
 def _fields(tool: Any) -> dict[str, Any]:

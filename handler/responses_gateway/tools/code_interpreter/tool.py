@@ -59,6 +59,7 @@ from responses_gateway.tools.server import (
     ServerCall,
     ServerTool,
     allowed_callers,
+    check_callers,
 )
 
 if TYPE_CHECKING:
@@ -108,6 +109,7 @@ class CodeInterpreterTool(ServerTool):
                                   param="tools", code="invalid_value")
         index = request.indexes[0] if request.indexes else 0
         params = ContainerParams.of(request.tools[0], f"tools[{index}]")
+        check_callers(request.tools[0], f"tools[{index}]")
         containers = request.services.containers
         if not params.auto:
             assert params.container_id is not None

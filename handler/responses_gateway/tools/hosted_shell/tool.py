@@ -51,6 +51,7 @@ from responses_gateway.tools.server import (
     ServerTool,
     ToolServices,
     allowed_callers,
+    check_callers,
 )
 
 KIND = REGISTRATION.kind
@@ -90,8 +91,10 @@ class HostedShellTool(ServerTool):
         if len(request.tools) > 1:
             raise invalid_request("Only one 'shell' tool with a container environment may be "
                                   "given.", param="tools", code="invalid_value")
-        param = f"tools[{request.indexes[0] if request.indexes else 0}].environment"
+        where = f"tools[{request.indexes[0] if request.indexes else 0}]"
+        param = f"{where}.environment"
         env = Environment.of(request.tools[0], param)
+        check_callers(request.tools[0], where)
         if env.container_id is not None:  # referenced: it must be this tenant's, and alive
             try:
                 await request.services.containers.get(request.tenant, env.container_id)
