@@ -326,3 +326,16 @@ def test_out_of_range_cursor_is_400(gateway: GatewayServer) -> None:
         assert _raw_error(reply, 400)["param"] == "limit"  # past what int() reads: no 500
         ok = http.get(f"/responses/{done['id']}/input_items", params={"limit": "5"})
         assert ok.status_code == 200
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("POST", "/responses/"), ("GET", "/models/"), ("GET", "/containers/"), ("GET", "/nope")])
+def test_an_unknown_path_is_openais_invalid_url(gateway: GatewayServer, method: str,
+                                                path: str) -> None:
+    """A path no route serves, a trailing slash too, is OpenAI's 404 naming it (OpenAI answers
+    ``404 Invalid URL (POST /v1/chat/completions/)``), never a redirect."""
+    reply = httpx.request(method, gateway.base_url + path, json={"model": "m"},
+                          follow_redirects=False)
+    assert _raw_error(reply, 404) == {
+        "message": f"Invalid URL ({method} /v1{path})", "type": "invalid_request_error",
+        "param": None, "code": None}

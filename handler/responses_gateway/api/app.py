@@ -210,6 +210,9 @@ def create_app(
         },
         lifespan=lifespan,
     )
+    # A path with a trailing slash is OpenAI's 404 "Invalid URL (POST /v1/responses/)", not
+    # Starlette's 307 to the path without it.
+    app.router.redirect_slashes = False
     app.add_middleware(RequestContext)  # Lambda request id / trace header for logs, traces
     app.state.auth = Authenticator(settings.api_keys, settings.admin_keys)
     app.state.settings = settings

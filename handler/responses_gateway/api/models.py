@@ -79,6 +79,8 @@ async def retrieve_model(request: Request) -> Response:
     serve with a 404, and so does this."""
     tenant_of(request)
     name = request.path_params["model"]
+    if not name:  # ``/v1/models/``: no route, as any trailing slash (api/app.py)
+        raise GatewayError(404, f"Invalid URL (GET {request.url.path})")
     for entry in await _listed(request):
         if entry["id"] == name:
             return JSON(entry)
