@@ -437,7 +437,7 @@ def test_client_disconnects_at_random_points(
                             break
                 left_at = time.monotonic()
             # The upstream stream, if it was opened, is closed promptly (or it had finished).
-            deadline = left_at + 3
+            deadline = left_at + 10
             while time.monotonic() < deadline and (
                 not upstream.streams or upstream.streams[0].closed_at is None
             ):
@@ -446,7 +446,7 @@ def test_client_disconnects_at_random_points(
             assert stream.closed_at is not None, f"iteration {i}: upstream left open"
             assert stream.completed or stream.client_disconnected
         # Every record written ends true: never left in_progress.
-        deadline = time.monotonic() + 3
+        deadline = time.monotonic() + 10
         while any(s in RUNNING for s in sqlite_statuses(db).values()):
             assert time.monotonic() < deadline, sqlite_statuses(db)
             time.sleep(0.05)
