@@ -498,8 +498,10 @@ def test_worker_crash_is_failed_after_lease_expiry(
     record = sync(store.get(created.id, "default"))
     assert record is not None and record.status == "queued"
     claimed = dict(record.response, status="in_progress")
+    # 3 s: the lease must outlast the two store calls and the retrieve below (DynamoDB under
+    # moto on a loaded machine), or the retrieve rightly ends it worker_lost already.
     assert sync(store.update_response(
-        created.id, claimed, expect_status={"queued"}, lease_until=time.time() + 0.6))
+        created.id, claimed, expect_status={"queued"}, lease_until=time.time() + 3))
     events = [
         {"type": "response.created", "response": record.response, "sequence_number": 0},
         {"type": "response.in_progress", "response": claimed, "sequence_number": 1},
@@ -507,8 +509,11 @@ def test_worker_crash_is_failed_after_lease_expiry(
     sync(store.append_events(created.id, events))
     assert c.responses.retrieve(created.id).status == "in_progress"  # the lease still holds
 
-    time.sleep(0.7)
-    failed = c.responses.retrieve(created.id)
+    def ended() -> Any:  # a retrieve past the lease ends it
+        response = c.responses.retrieve(created.id)
+        return response if response.status != "in_progress" else None
+
+    failed = wait_until(ended, timeout=20, every=0.1)
     check_response(failed)
     assert failed.status == "failed"
     assert failed.error is not None and failed_code(failed.error) == "worker_lost"
@@ -528,13 +533,13 @@ def test_worker_crash_is_failed_after_lease_expiry(
 def test_worker_never_started_is_failed_after_lease_expiry(
     env: Env, lambda_client: FakeLambdaClient
 ) -> None:
-    server = env.server(worker_function="gateway-worker", lease_seconds=0.3, queued_seconds=0.6)
+    # 3 s: the create's store write and the retrieve below fit in it on a loaded machine
+    server = env.server(worker_function="gateway-worker", lease_seconds=0.3, queued_seconds=3)
     c = client(server)
     created = create(c, "text")
     assert created.status == "queued"
     assert c.responses.retrieve(created.id).status == "queued"
-    time.sleep(0.7)  # past the queued bound
-    failed = c.responses.retrieve(created.id)
+    failed = wait_terminal(c, created.id, timeout=20, every=0.1)  # past the queued bound
     assert failed.status == "failed" and failed_code(failed.error) == "worker_lost"  # type: ignore[union-attr]
 
 
