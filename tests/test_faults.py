@@ -701,7 +701,9 @@ def test_conditional_write_lost_to_a_cancel_keeps_the_cancel(
 ) -> None:
     """Another instance cancels just before the worker's terminal write: the write's condition
     fails in DynamoDB itself, and the response stays cancelled."""
-    dynamo = DynamoGateway(upstream, table, monkeypatch, lease_seconds=2.0)
+    # 10 s: a renewal stalled past a short lease on a loaded machine would let settle()'s
+    # retrieve end it worker_lost before the terminal write, and the cancel would not land
+    dynamo = DynamoGateway(upstream, table, monkeypatch, lease_seconds=10.0)
     canceller = DynamoDBStore(table)
     holder: dict[str, str] = {}
 
