@@ -70,7 +70,7 @@ def _closed_by_the_gateway(record: StreamRecord, within: float) -> None:
 
 
 def _stored_status(client: OpenAI, response_id: str) -> str:
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 15  # written as the job closes, on a loaded machine
     status = client.responses.retrieve(response_id).status
     while status == "in_progress" and time.monotonic() < deadline:
         time.sleep(0.1)
