@@ -2,9 +2,10 @@
 
 Writes to a client wait for it (flow control), so a reader that stops, connection still
 open, would otherwise hold its response and the upstream request under it for ever: the
-response's own deadline never fires while a write waits. The upstream here sends ~30 MB, far
-more than the socket buffers between a stopped reader and the gateway hold, so the gateway's
-writes do wait; past the send timeout the upstream request must be closed and the stored
+response's own deadline never fires while a write waits. The upstream here sends 64 MB, far
+more than the socket buffers between it, the gateway and a stopped reader hold (Linux grows a
+loopback socket's receive buffer up to tcp_rmem's maximum, 32 MB on this machine), so the
+gateway's writes do wait; past the send timeout the upstream request must be closed and the stored
 response end ``cancelled``, as on a disconnect, with no error logged for it.
 """
 
@@ -18,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from openai import OpenAI
 
@@ -28,7 +30,7 @@ from tests.helpers.scripted_upstream import ScriptedUpstream, StreamRecord
 pytestmark = pytest.mark.slow
 
 SEND_TIMEOUT = 1.0
-HUGE = "[[script:huge size=30000000 piece=1000 random=1 key={key}]] go"
+HUGE = "[[script:huge size=64000000 piece=1000 random=1 key={key}]] go"
 
 
 @pytest.fixture(autouse=True)
@@ -49,6 +51,15 @@ def gateway(upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory
                             send_timeout_seconds=SEND_TIMEOUT, keepalive_seconds=15.0)
     with GatewayServer(settings) as server:
         yield server
+
+
+def _stopping_reader(server: GatewayServer) -> OpenAI:
+    """openai-python on a socket with a small receive buffer: left to itself Linux may grow
+    it up to tcp_rmem's maximum (32 MB here), and then the buffers could hold the whole
+    stream: the upstream finished a 30 MB one in 0.7 s on a loaded machine once, before the
+    gateway's writes ever waited."""
+    small = httpx.HTTPTransport(socket_options=[(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)])
+    return client_for(server, http_client=httpx.Client(transport=small, timeout=30))
 
 
 def _upstream_stream(upstream: ScriptedUpstream, key: str) -> StreamRecord:
@@ -100,7 +111,7 @@ def test_an_sse_client_that_stops_reading_lets_go_of_its_response(
 ) -> None:
     """openai-python, unmodified: the stream is opened, one event read, then left unread."""
     caplog.set_level(logging.WARNING)
-    client = client_for(gateway)
+    client = _stopping_reader(gateway)
     stream = client.responses.create(model=MODEL, input=HUGE.format(key="stall-sse"),
                                      stream=True)
     first = next(iter(stream))
@@ -170,7 +181,7 @@ def test_no_send_timeout_means_no_limit(tmp_path: Path, upstream: ScriptedUpstre
     """``0`` keeps the old behaviour: a write may wait for as long as the client takes."""
     settings = e2e_settings(upstream, tmp_path / "g.db", send_timeout_seconds=0.0)
     with GatewayServer(settings) as server:
-        client = client_for(server)
+        client = _stopping_reader(server)
         stream = client.responses.create(model=MODEL, input=HUGE.format(key="stall-none"),
                                          stream=True)
         next(iter(stream))
