@@ -189,4 +189,4 @@ def test_no_send_timeout_means_no_limit(tmp_path: Path, upstream: ScriptedUpstre
         time.sleep(SEND_TIMEOUT + 2)
         assert record.closed_at is None  # still held: the client may yet read
         stream.close()
-        _closed_by_the_gateway(record, within=5)
+        _closed_by_the_gateway(record, within=15)  # a stalled write, a loaded machine
