@@ -45,8 +45,8 @@ def gateway(upstream: ScriptedUpstream, store: str) -> GatewayServer:
 
 
 def listing(gw: GatewayServer, **params: Any) -> httpx.Response:
-    return httpx.get(gw.base_url + "/admin/conversations", params=params,
-                     headers={"Authorization": f"Bearer {ADMIN}"})
+    return httpx.get(gw.base_url + "/admin/conversations", params=params,  # 30 s: a scan on
+                     headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)  # a loaded moto
 
 
 def every_page(gw: GatewayServer, limit: int, **params: Any) -> list[dict[str, Any]]:

@@ -177,7 +177,7 @@ def test_a_client_that_leaves_stops_the_compaction(gateway: GatewayServer,
     else:
         leave_after(gateway, path.split("?")[0], body, 0.7)
     # The summarising call under way is closed at once; no further one starts.
-    assert wait_for(lambda: any(c.client_disconnected for c in upstream.completions), 1.5)
+    assert wait_for(lambda: any(c.client_disconnected for c in upstream.completions), 10)
     time.sleep(2.5)  # a part's call lasts 2 s: the next one would have started by now
     assert len(upstream.requests) == 1
     assert [c.client_disconnected for c in upstream.completions] == [True]
@@ -225,7 +225,7 @@ def test_a_compaction_ends_at_the_response_deadline(hurried: GatewayServer,
     assert "GATEWAY_MAX_RESPONSE_SECONDS" in error["message"]
     assert 1.4 < took < 4
     # The summarising call was closed, not left to run.
-    assert wait_for(lambda: any(c.client_disconnected for c in upstream.completions), 2)
+    assert wait_for(lambda: any(c.client_disconnected for c in upstream.completions), 10)
     assert len(upstream.requests) == 1
 
 
@@ -247,7 +247,7 @@ def test_a_streamed_compaction_fails_at_the_response_deadline(hurried: GatewaySe
     error = events[-1]["response"]["error"]
     assert failed_code(error) == "response_timeout"  # (OpenAI's code set: server_error)
     assert "GATEWAY_MAX_RESPONSE_SECONDS" in error["message"]
-    assert wait_for(lambda: any(c.client_disconnected for c in upstream.completions), 2)
+    assert wait_for(lambda: any(c.client_disconnected for c in upstream.completions), 10)
     assert len(upstream.requests) == 1
 
 

@@ -132,9 +132,10 @@ def test_expiry_in_the_app_ends_the_sandbox_process(tmp_path: Path) -> None:
                                 http_client=http, max_retries=0)
             containers = app.state.gateway.containers
             tenant = app.state.auth.tenant(f"Bearer {KEY_A}")
-            short = await alice.containers.create(name="short")
+            # kept first: short's 1 s of idle starts with its create, and its code runs next
             kept = await alice.containers.create(
                 name="kept", expires_after={"anchor": "last_active_at", "minutes": 5})
+            short = await alice.containers.create(name="short")
             for made in (short, kept):
                 ran = await containers.run_code(tenant, made.id,
                                                 "open('/mnt/data/out.txt', 'w').write('x')")

@@ -97,9 +97,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def costs(base_url: str, key: str = ADMIN, **params: Any) -> httpx.Response:
-    return httpx.get(base_url + "/organization/costs",
+    return httpx.get(base_url + "/organization/costs",  # 30 s: the ledger on a loaded moto
                      params={"start_time": int(time.time()) - 86400, **params},
-                     headers={"Authorization": f"Bearer {key}"})
+                     headers={"Authorization": f"Bearer {key}"}, timeout=30)
 
 
 def test_the_costs_api_prices_the_gateways_own_usage(upstream: ScriptedUpstream,
@@ -161,7 +161,8 @@ def test_the_costs_api_prices_the_gateways_own_usage(upstream: ScriptedUpstream,
         usage_page = httpx.get(gw.base_url + "/organization/usage/completions",
                                params={"start_time": int(time.time()) - 86400,
                                        "group_by": "api_key_id"},
-                               headers={"Authorization": f"Bearer {ADMIN}"}).json()
+                               headers={"Authorization": f"Bearer {ADMIN}"},
+                               timeout=30).json()
         by_key: dict[str, float] = {}
         for bucket in usage_page["data"]:
             for r in bucket["results"]:
@@ -218,7 +219,7 @@ def test_a_key_past_its_dollar_budget_gets_openais_429(upstream: ScriptedUpstrea
         other = OpenAI(base_url=gw.base_url, api_key=KEYS[1], max_retries=0)
         assert other.responses.create(model="model-a", input="hi").status == "completed"
         # The limits view shows the budget.
-        limits_view = httpx.get(gw.base_url + "/admin/limits",
+        limits_view = httpx.get(gw.base_url + "/admin/limits", timeout=30,
                                 headers={"Authorization": f"Bearer {ADMIN}"}).json()
         mine = next(k for k in limits_view["keys"] if k["api_key_id"] == tenant_of(KEYS[0]))
         assert mine["limits"]["usd_per_day"] == 0.0001

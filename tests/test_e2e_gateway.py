@@ -115,7 +115,7 @@ def test_stream_helper(client: OpenAI) -> None:
 
 @pytest.mark.slow
 def test_async_client_non_stream_stream_and_concurrency(gateway: GatewayServer) -> None:
-    async def main() -> tuple[Any, list[Any], list[Any]]:
+    async def main() -> tuple[Any, list[Any], list[Any], float]:
         async with AsyncOpenAI(
             base_url=gateway.base_url, api_key="sk-test", max_retries=0, timeout=30
         ) as aclient:
@@ -125,17 +125,16 @@ def test_async_client_non_stream_stream_and_concurrency(gateway: GatewayServer) 
                 stream=True,
             )
             events = [event async for event in stream]
+            started = time.monotonic()  # the six only: not the client's set-up, nor a cold start
             many = await asyncio.gather(*(
                 aclient.responses.create(
                     model=MODEL, input=f'[[script:slow text="answer {i}" n=3 delay=0.1]]'
                 )
                 for i in range(6)
             ))
-            return single, events, list(many)
+            return single, events, list(many), time.monotonic() - started
 
-    started = time.monotonic()
-    single, events, many = asyncio.run(main())
-    elapsed = time.monotonic() - started
+    single, events, many, elapsed = asyncio.run(main())
 
     assert single.output_text == DEFAULT_TEXT
     dicts = [e.to_dict(mode="json") for e in events]
@@ -465,6 +464,10 @@ def test_created_leaves_before_the_upstream_answers(
 ) -> None:
     body = {"model": MODEL, "input": "[[script:text first_delay=1.5 key=late-1]]",
             "stream": True}
+    # Warm first: a process's first create builds the request models (a few hundred ms cold,
+    # more on a loaded machine), which the 0.4 s bound below is not about.
+    httpx.post(gateway.base_url + "/responses", json={"model": MODEL, "input": "warm"},
+               timeout=30).raise_for_status()
     started = time.monotonic()
     created_at = first_delta_at = None
     upstream_items_at_created = None
@@ -536,7 +539,7 @@ def _assert_upstream_closed_within_a_second(
 
 def _settled(client: OpenAI, response_id: str) -> Any:
     """The stored response once it left ``in_progress`` (the cancel is written on close)."""
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + 10  # a store write in a thread, on a loaded machine
     stored = client.responses.retrieve(response_id)
     while stored.status == "in_progress" and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -672,4 +675,4 @@ def test_models_and_health(gateway: GatewayServer, client: OpenAI) -> None:
 
 def test_suite_upstream_left_nothing_open(upstream: ScriptedUpstream) -> None:
     """After everything above, no upstream stream leaked (each one was read or closed)."""
-    assert upstream.wait_streams_closed(2.0), [s for s in upstream.streams if s.closed_at is None]
+    assert upstream.wait_streams_closed(10.0), [s for s in upstream.streams if s.closed_at is None]

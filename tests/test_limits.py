@@ -219,7 +219,7 @@ def test_a_concurrent_burst_never_passes_the_tokens_limit(
         spent = sum(a.json()["usage"]["total_tokens"] for a in admitted)
         assert spent <= limit
         assert len(upstream.requests) - seen == len(admitted)  # no refused one went upstream
-        counts = httpx.get(gw.base_url + "/admin/limits",
+        counts = httpx.get(gw.base_url + "/admin/limits", timeout=30,
                            headers={"Authorization": f"Bearer {ADMIN}"}).json()
         window = next(k for k in counts["keys"] if k["api_key_id"] == TENANT)["window"]
         assert window["tokens"] == spent  # every reservation settled to what was spent
@@ -249,11 +249,12 @@ def test_a_background_response_settles_its_reservation(
         assert reserved == asyncio.run(estimate_of(upstream.requests[-1]))
         spent = response.usage.total_tokens
         assert spent != reserved
-        for _ in range(50):  # counted as the worker's terminal write lands
-            counts = httpx.get(gw.base_url + "/admin/limits",
+        deadline = time.monotonic() + 10  # counted as the worker's job closes, after its
+        while True:                       # terminal write: poll, within the window's 15 s
+            counts = httpx.get(gw.base_url + "/admin/limits", timeout=30,
                                headers={"Authorization": f"Bearer {ADMIN}"}).json()
             window = next(k for k in counts["keys"] if k["api_key_id"] == TENANT)["window"]
-            if window["tokens"] == spent:
+            if window["tokens"] == spent or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
         assert window["tokens"] == spent
@@ -280,7 +281,7 @@ def searches(times: int, fragments: int) -> str:
 
 
 def window_tokens(gw: GatewayServer) -> int:
-    counts = httpx.get(gw.base_url + "/admin/limits",
+    counts = httpx.get(gw.base_url + "/admin/limits", timeout=30,
                        headers={"Authorization": f"Bearer {ADMIN}"}).json()
     return next(k for k in counts["keys"] if k["api_key_id"] == TENANT)["window"]["tokens"]
 

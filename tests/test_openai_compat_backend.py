@@ -135,7 +135,7 @@ def test_text_stream_sends_key_and_body(up: ScriptedUpstream) -> None:
     assert up.request_headers[0]["authorization"] == "Bearer sk-test"
     assert up.requests[0]["messages"][0]["content"] == "Hello [[script:text n=5]]"
     # The upstream's thread records the end just after its last write: the client may be first.
-    assert up.wait_streams_closed(2)
+    assert up.wait_streams_closed(10)
     assert up.streams[0].completed and not up.streams[0].client_disconnected
 
 
@@ -634,7 +634,7 @@ def test_consumer_aclose_closes_upstream_within_a_second(up: ScriptedUpstream) -
         await anext(agen)
         await agen.aclose()
         closed_at.append(time.monotonic())
-        await asyncio.to_thread(up.wait_streams_closed, 2)
+        assert await asyncio.to_thread(up.wait_streams_closed, 10)
         await backend.aclose()
 
     run(main)
@@ -662,7 +662,7 @@ def test_cancelled_task_closes_stalled_upstream_within_a_second(up: ScriptedUpst
         with pytest.raises(asyncio.CancelledError):
             await task
         cancelled_at.append(time.monotonic())
-        assert await asyncio.to_thread(up.wait_streams_closed, 2)
+        assert await asyncio.to_thread(up.wait_streams_closed, 10)
         await backend.aclose()
 
     run(main)

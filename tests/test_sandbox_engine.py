@@ -187,13 +187,14 @@ def test_the_sandbox_python_may_be_a_virtual_environment(tmp_path: Path) -> None
 @pytest.mark.slow
 def test_what_ran_out_of_time_printed_comes_back(sandbox: Harness) -> None:
     b = Box(id="cntr_partial", memory_mb=256)
+    run(sandbox, "pass", b)  # its Python started first: the 2 s below time the code alone
     result = run(sandbox, "import sys\nprint('line one')\nsys.stderr.write('err\\n')\n"
                           "while True:\n    pass", b, timeout=2)
     assert result.timed_out and result.reset
     assert result.stdout == "line one\n" and result.stderr == "err\n"
     # A command's too, and a crashed process's.
     (command,) = sandbox.run(sandbox.engine.run_commands(
-        b, ["echo started; sleep 60"], timeout=2, max_output=OUT))
+        b, ["echo started; sleep 60"], timeout=5, max_output=OUT))  # 5 s: a jail to start
     assert command.timed_out and command.stdout == "started\n"
     crashed = run(sandbox, "import os\nprint('going')\nos._exit(7)", b)
     assert crashed.reset and crashed.stdout == "going\n"

@@ -51,6 +51,7 @@ def usage_totals(base_url: str, key: str = ADMIN, **params: Any) -> dict[tuple[A
         params={"start_time": start, "bucket_width": "1h", "limit": 48,
                 "group_by": "model,api_key_id", **params},
         headers={"Authorization": f"Bearer {key}"},
+        timeout=30,  # the ledger's read on moto's DynamoDB on a loaded machine
     )
     assert answer.status_code == 200, answer.text
     page = answer.json()
@@ -196,15 +197,16 @@ def test_usage_api_is_admin_only_and_shaped_like_openais(settings: Settings) -> 
         assert minute.status_code == 400 and minute.json()["error"]["param"] == "bucket_width"
         bogus = httpx.get(url, params={**start, "group_by": "colour"}, headers=admin)
         assert bogus.status_code == 400 and bogus.json()["error"]["param"] == "group_by"
-        empty = httpx.get(url, params={**start, "group_by": "project_id"}, headers=admin)
+        empty = httpx.get(url, params={**start, "group_by": "project_id"}, headers=admin,
+                          timeout=30)
         assert empty.status_code == 200  # OpenAI's value, no projects here: nothing counted
         assert all(b["results"] == [] for b in empty.json()["data"])
         # Days: default 7 buckets of 1d, and paging by next_page.
         page = httpx.get(url, params={"start_time": int(time.time()) - 10 * 86400,
-                                      "limit": 3}, headers=admin).json()
+                                      "limit": 3}, headers=admin, timeout=30).json()
         assert len(page["data"]) == 3 and page["has_more"] is True
         following = httpx.get(url, params={"start_time": 0, "page": page["next_page"],
-                                           "limit": 3}, headers=admin).json()
+                                           "limit": 3}, headers=admin, timeout=30).json()
         assert following["data"][0]["start_time"] == page["data"][-1]["end_time"]
         # An admin key is no tenant key.
         refused = httpx.post(gw.base_url + "/responses", json={"model": "m", "input": "x"},

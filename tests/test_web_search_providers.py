@@ -200,7 +200,9 @@ def site() -> Iterator[WebSite]:
         yield web
 
 
-ALLOWED = pages.PageLimits(allow_hosts=frozenset({"127.0.0.1"}), timeout=2.0, max_bytes=100_000)
+# 10 s: an HTML page is read in a child process started within the page's timeout (a loaded
+# 2-core machine took past 2 s once in test_web_search, 8066ecd).
+ALLOWED = pages.PageLimits(allow_hosts=frozenset({"127.0.0.1"}), timeout=10.0, max_bytes=100_000)
 
 
 def open_(url: str, limits: pages.PageLimits = ALLOWED, **kwargs: object) -> pages.Page:
@@ -298,10 +300,10 @@ def test_slow_pages_are_read_in_a_child_killed_at_the_deadline(site: WebSite) ->
     is time."""
     import time
 
-    started = time.monotonic()
+    started = time.monotonic()  # 5 s: the child's start comes out of the reader's share
     page = open_(site.url + "/nested",
-                 pages.PageLimits(allow_hosts=frozenset({"127.0.0.1"}), timeout=3.0))
-    assert time.monotonic() - started < 3.5
+                 pages.PageLimits(allow_hosts=frozenset({"127.0.0.1"}), timeout=5.0))
+    assert time.monotonic() - started < 5.5
     assert page.text.startswith("first words") and page.text.endswith(pages.CUT.strip())
     table = open_(site.url + "/big-table",
                   pages.PageLimits(allow_hosts=frozenset({"127.0.0.1"}), timeout=60.0))
