@@ -27,7 +27,8 @@ from responses_gateway.tools.image_generation.backends.base import Drawn, ImageF
     ({"prompt": "x", "n": True}, "n", "invalid_type"),
     ({"prompt": "x", "stream": "yes"}, "stream", "invalid_type"),
     ({"prompt": "x", "size": "big"}, "size", "invalid_value"),
-    ({"prompt": "x", "output_compression": 101}, "output_compression", "invalid_value"),
+    ({"prompt": "x", "output_compression": 101}, "output_compression",
+     "integer_out_of_range"),  # as n, and as OpenAI codes an integer out of its bounds
     ({"prompt": "x", "frame_count": 3}, "frame_count", "unsupported_value"),
     ({"prompt": "x", "svg": {"model": "m"}}, "svg", "unsupported_value"),
     ({"prompt": "x", "image": "a"}, "image", "unknown_parameter"),
