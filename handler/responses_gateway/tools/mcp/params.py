@@ -84,11 +84,16 @@ class McpTool(BaseModel):
     ) = None
     #: who may call its tools: the model, a program (tools/programmatic/); unset: the model
     allowed_callers: list[Caller] | None = None
+    #: openai-python 3.57's; no tool search here hides the server's tools, so they are
+    #: offered either way. Checked (a boolean) and echoed when sent.
+    defer_loading: bool | None = None
 
     def echo(self) -> dict[str, Any]:
         """The tool as a Response lists it: never its headers or authorization."""
         echoed = {name: getattr(self, name) for name in type(self).model_fields
                   if name not in _NOT_ECHOED}
+        if echoed["defer_loading"] is None:  # as a function tool's: left out when not sent
+            echoed.pop("defer_loading")
         for name in ("allowed_tools", "require_approval"):  # filters: plain dicts, as sent
             if isinstance(echoed[name], BaseModel):
                 echoed[name] = echoed[name].model_dump()
