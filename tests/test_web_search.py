@@ -261,6 +261,11 @@ def test_options_reach_the_provider(client: OpenAI, provider: SearchProvider) ->
      "tools[0].filters.allowed_domains", "array_above_max_length", "Invalid "
      "'tools[0].filters.allowed_domains': array too long. Expected an array with maximum "
      "length 100, but got an array with length 101 instead."),
+    # an entry naming no domain was dropped, and with it the whole filter: any site searched
+    ({"type": "web_search", "filters": {"allowed_domains": ["https://"]}},
+     "tools[0].filters.allowed_domains[0]", "invalid_value", "Invalid "
+     "'tools[0].filters.allowed_domains[0]': expected a domain such as 'openai.com', but got "
+     "'https://'."),
     ({"type": "web_search", "external_web_access": "false"}, "tools[0].external_web_access",
      "invalid_type", "Invalid type for 'tools[0].external_web_access': expected a boolean, but "
      "got a string instead."),

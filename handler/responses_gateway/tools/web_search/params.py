@@ -10,6 +10,7 @@ A null stays what it is to the gateway: the field left out.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -85,6 +86,17 @@ def _filters(filters: Any, param: str) -> None:
     for index, domain in enumerate(domains):
         if not isinstance(domain, str):
             raise invalid_type(f"{where}[{index}]", "a string", domain)
+        if not domain_of(domain):  # "", "  ", "https://": no domain, and no filter left
+            raise invalid_request(
+                f"Invalid '{where}[{index}]': expected a domain such as 'openai.com', but got "
+                f"'{domain[:100]}'.", param=f"{where}[{index}]", code="invalid_value")
+
+
+def domain_of(text: str) -> str:
+    """The domain an ``allowed_domains`` entry names: no scheme, path, ``www.`` or case."""
+    text = text.strip().lower()
+    text = re.sub(r"^[a-z][a-z0-9+.-]*://", "", text)
+    return text.split("/", 1)[0].removeprefix("www.").rstrip(".")
 
 
 def _fields(tool: Any) -> dict[str, Any]:

@@ -104,10 +104,7 @@ def _field(value: Any, name: str) -> Any:
     return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
 
 
-def _domain(text: str) -> str:
-    text = text.strip().lower()
-    text = re.sub(r"^[a-z][a-z0-9+.-]*://", "", text)
-    return text.split("/", 1)[0].removeprefix("www.").rstrip(".")
+_domain = params.domain_of
 
 
 class WebSearchTool(ServerTool):
