@@ -221,6 +221,11 @@ def test_refused_parameters_are_400_naming_them(client: OpenAI) -> None:
      "Invalid value: 'medium'. Supported values are: 'high' and 'low'."),
     ("model", 1, "invalid_type",
      "Invalid type for 'tools[0].model': expected a string, but got an integer instead."),
+    # the Images API refuses what no backend honours; the tool took it and dropped it
+    ("svg", {"model": "m"}, "unsupported_value", "Invalid value for 'tools[0].svg': an object "
+     "is not supported by this gateway's image backend."),
+    ("frame_count", 3, "unsupported_value", "Invalid value for 'tools[0].frame_count': an "
+     "integer is not supported by this gateway's image backend."),
     ("input_image_mask", {"image_url": 5}, "invalid_type", "Invalid type for "
      "'tools[0].input_image_mask.image_url': expected a string, but got an integer instead."),
 ])

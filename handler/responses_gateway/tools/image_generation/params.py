@@ -15,7 +15,13 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
 
-from responses_gateway.errors import invalid_choice, invalid_request, invalid_type
+from responses_gateway.errors import (
+    GatewayError,
+    invalid_choice,
+    invalid_request,
+    invalid_type,
+    kind_of,
+)
 
 ACTIONS = ("generate", "edit", "auto")
 BACKGROUNDS = ("transparent", "opaque", "auto")
@@ -23,6 +29,8 @@ FORMATS = ("png", "webp", "jpeg", "gif", "svg")
 QUALITIES = ("low", "medium", "high", "xhigh", "max", "auto")
 MODERATIONS = ("auto", "low")
 FIDELITIES = ("high", "low")
+#: the tool's fields (openai-python 3.57) that no image backend of the gateway honours
+NOT_HONOURED = ("complexity", "frame_count", "frame_duration_ms", "svg")
 MAX_PARTIAL_IMAGES = 3
 MEDIA_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp",
                "gif": "image/gif", "svg": "image/svg+xml"}
@@ -86,6 +94,9 @@ class ImageParams:
                     f"value. Expected a value between {low} and {high}, but got {value} "
                     f"instead.", param=at(name), code="integer_out_of_range")
             values[name] = value
+        for name in NOT_HONOURED if param else ():  # (the Images API refuses them itself)
+            if fields.get(name) is not None:
+                raise unsupported(at(name), fields[name])
         mask = fields.get("input_image_mask")
         if mask is not None:
             values["mask"] = _mask(mask, at("input_image_mask"))
@@ -158,3 +169,12 @@ def _mask(mask: Any, param: str) -> str:
     image_bytes(url, f"{param}.image_url")
     return url
 
+
+
+def unsupported(name: str, value: Any, why: str = "") -> GatewayError:
+    """A value no image backend of the gateway honours: refused, never dropped. A string is
+    quoted, any other value named by its JSON kind (never Python's repr)."""
+    what = f"'{value}'" if isinstance(value, str) else kind_of(value)
+    return invalid_request(
+        f"Invalid value for '{name}': {what} is not supported by this gateway's image "
+        f"backend{': ' + why if why else ''}.", param=name, code="unsupported_value")
