@@ -96,7 +96,10 @@ class Options:
     @classmethod
     def from_record(cls, data: dict[str, Any]) -> Options:
         options = cls(**{k: v for k, v in data.items() if k != "ranking"})
-        options.ranking = Ranking.parse(options.ranking_options)
+        try:
+            options.ranking = Ranking.parse(options.ranking_options)
+        except GatewayError:  # kept under looser rules (hybrid_search {}): their defaults
+            options.ranking = Ranking()
         return options
 
 
