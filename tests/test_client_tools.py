@@ -241,6 +241,26 @@ def test_tool_choice_and_allowed_tools(client: Any, upstream: ScriptedUpstream) 
     assert info.value.body["param"] == "tool_choice.tools[0].type"
 
 
+@pytest.mark.parametrize(("environment", "param", "code", "message"), [
+    ("x", "tools[0].environment", "invalid_type",
+     "Invalid type for 'tools[0].environment': expected an object, but got a string instead."),
+    ({"type": "mars"}, "tools[0].environment.type", "invalid_value",
+     "Invalid value: 'mars'. Supported values are: 'container_auto', 'local', and "
+     "'container_reference'."),
+    ({"skills": []}, "tools[0].environment.type", "missing_required_parameter",
+     "Missing required parameter: 'tools[0].environment.type'."),
+])
+def test_a_shell_environment_of_no_known_kind_is_a_400(
+        client: Any, environment: Any, param: str, code: str, message: str) -> None:
+    """It was read as the client's machine, silently, and the shell offered."""
+    with pytest.raises(BadRequestError) as info:
+        client.responses.create(model=MODEL, input="x",
+                                tools=[{"type": "shell", "environment": environment}])
+    error = info.value.body
+    assert isinstance(error, dict)
+    assert (error["param"], error["code"], error["message"]) == (param, code, message)
+
+
 def test_a_function_named_shell_keeps_its_name(client: Any, upstream: ScriptedUpstream) -> None:
     mine = {"type": "function", "name": "shell", "parameters": {"type": "object"}}
     create(client, input="clash [[script:text]]", tools=[mine, SHELL])

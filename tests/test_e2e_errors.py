@@ -339,3 +339,27 @@ def test_an_unknown_path_is_openais_invalid_url(gateway: GatewayServer, method: 
     assert _raw_error(reply, 404) == {
         "message": f"Invalid URL ({method} /v1{path})", "type": "invalid_request_error",
         "param": None, "code": None}
+
+
+@pytest.mark.parametrize(("extra", "param", "code", "message"), [
+    # a tagged union's type that is no string was quoted as Python wrote it ('True', '1')
+    ({"tools": [{"type": True}]}, "tools[0].type", "invalid_type",
+     "Invalid type for 'tools[0].type': expected a string, but got a boolean instead."),
+    ({"tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": 1}},
+     "tool_choice.type", "invalid_type",
+     "Invalid type for 'tool_choice.type': expected a string, but got an integer instead."),
+    ({"input": [{"type": "message", "role": "user", "content": [{"type": True}]}]},
+     "input[0].content[0].type", "invalid_type", "Invalid type for "
+     "'input[0].content[0].type': expected a string, but got a boolean instead."),
+    # a nested one listed its values without OpenAI's 'and'
+    ({"tools": [{"type": "namespace", "name": "n", "description": "d",
+                 "tools": [{"type": "nope"}]}]}, "tools[0].tools[0].type", "invalid_value",
+     "Invalid value: 'nope'. Supported values are: 'function' and 'custom'."),
+])
+def test_a_union_type_mistake_in_openais_words(client: OpenAI, extra: dict[str, Any],
+                                               param: str, code: str, message: str) -> None:
+    body: dict[str, Any] = {"model": "m", "input": "hi", **extra}
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(**body)
+    error = _error(caught.value)
+    assert (error["param"], error["code"], error["message"]) == (param, code, message)

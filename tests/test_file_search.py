@@ -237,6 +237,65 @@ def test_bad_options_are_400s(alice: OpenAI, library: dict[str, str], extra: dic
     assert caught.value.body["param"] == param
 
 
+@pytest.mark.parametrize(("extra", "param", "code", "message"), [
+    # a wrong JSON type is named as OpenAI names it, never by Python (True, None, '5')
+    ({"max_num_results": True}, "tools[0].max_num_results", "invalid_type",
+     "Invalid type for 'tools[0].max_num_results': expected an integer, but got a boolean "
+     "instead."),
+    ({"max_num_results": "5"}, "tools[0].max_num_results", "invalid_type",
+     "Invalid type for 'tools[0].max_num_results': expected an integer, but got a string "
+     "instead."),
+    ({"ranking_options": {"ranker": True}}, "tools[0].ranking_options.ranker", "invalid_type",
+     "Invalid type for 'tools[0].ranking_options.ranker': expected one of 'none', 'auto', or "
+     "'default-2024-11-15', but got a boolean instead."),
+    ({"ranking_options": {"ranker": "best"}}, "tools[0].ranking_options.ranker", "invalid_value",
+     "Invalid value: 'best'. Supported values are: 'none', 'auto', and 'default-2024-11-15'."),
+    ({"ranking_options": {"score_threshold": "0.5"}},
+     "tools[0].ranking_options.score_threshold", "invalid_type",
+     "Invalid type for 'tools[0].ranking_options.score_threshold': expected a decimal, but got "
+     "a string instead."),
+    ({"ranking_options": {"score_threshold": 2}}, "tools[0].ranking_options.score_threshold",
+     "decimal_above_max_value", "Invalid 'tools[0].ranking_options.score_threshold': decimal "
+     "above maximum value. Expected a value <= 1, but got 2 instead."),
+    # hybrid_search that is no object was read as no hybrid search at all
+    ({"ranking_options": {"hybrid_search": False}}, "tools[0].ranking_options.hybrid_search",
+     "invalid_type", "Invalid type for 'tools[0].ranking_options.hybrid_search': expected an "
+     "object, but got a boolean instead."),
+    ({"ranking_options": {"hybrid_search": {"embedding_weight": 1}}},
+     "tools[0].ranking_options.hybrid_search.text_weight", "missing_required_parameter",
+     "Missing required parameter: 'tools[0].ranking_options.hybrid_search.text_weight'."),
+    ({"filters": {"type": None, "key": "a", "value": 1}}, "tools[0].filters.type",
+     "missing_required_parameter", "Missing required parameter: 'tools[0].filters.type'."),
+    ({"filters": {"type": "like", "key": "a", "value": 1}}, "tools[0].filters.type",
+     "invalid_value", "Invalid value: 'like'. Supported values are: 'eq', 'ne', 'gt', 'gte', "
+     "'lt', 'lte', 'in', 'nin', 'and', and 'or'."),
+    ({"filters": {"type": "eq", "key": 5, "value": 1}}, "tools[0].filters.key", "invalid_type",
+     "Invalid type for 'tools[0].filters.key': expected a string, but got an integer instead."),
+    ({"filters": {"type": "eq", "key": "a"}}, "tools[0].filters.value",
+     "missing_required_parameter", "Missing required parameter: 'tools[0].filters.value'."),
+])
+def test_option_mistakes_in_openais_words(alice: OpenAI, library: dict[str, str],
+                                          extra: dict[str, Any], param: str, code: str,
+                                          message: str) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        alice.responses.create(model="m", input="x", tools=[tool(library, **extra)])
+    error = caught.value.body
+    assert isinstance(error, dict)
+    assert (error["param"], error["code"], error["message"]) == (param, code, message)
+
+
+def test_huge_hybrid_weights_still_rank(alice: OpenAI, library: dict[str, str]) -> None:
+    """Two weights near the float maximum summed to inf: every score came out 0, below any
+    threshold."""
+    response = alice.responses.create(
+        model="m", input=searching("fs-huge-weights", "Done."),
+        include=["file_search_call.results"],
+        tools=[tool(library, ranking_options={"score_threshold": 0.01, "hybrid_search": {
+            "embedding_weight": 1e308, "text_weight": 1e308}})])
+    results = calls(response.model_dump())[0]["results"]
+    assert results and all(0 <= r["score"] <= 1 for r in results)
+
+
 def test_missing_vector_store_ids_is_a_400(alice: OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         alice.responses.create(model="m", input="x", tools=[{"type": "file_search"}])

@@ -201,6 +201,47 @@ def test_refused_parameters_are_400_naming_them(client: OpenAI) -> None:
         assert caught.value.body["param"] == param, caught.value.body  # type: ignore[index]
 
 
+@pytest.mark.parametrize(("field", "value", "code", "message"), [
+    # a wrong JSON type was quoted by Python (True, [], {}) or named by its class (bool, str)
+    ("quality", True, "invalid_type", "Invalid type for 'tools[0].quality': expected one of "
+     "'low', 'medium', 'high', 'xhigh', 'max', or 'auto', but got a boolean instead."),
+    ("action", {}, "invalid_type", "Invalid type for 'tools[0].action': expected one of "
+     "'generate', 'edit', or 'auto', but got an object instead."),
+    ("moderation", "none", "invalid_value",
+     "Invalid value: 'none'. Supported values are: 'auto' and 'low'."),
+    ("output_compression", "50", "invalid_type", "Invalid type for "
+     "'tools[0].output_compression': expected an integer, but got a string instead."),
+    ("partial_images", 4, "integer_out_of_range", "Invalid 'tools[0].partial_images': integer "
+     "below minimum value or above maximum value. Expected a value between 0 and 3, but got 4 "
+     "instead."),
+    ("size", True, "invalid_type",
+     "Invalid type for 'tools[0].size': expected a string, but got a boolean instead."),
+    # not checked at all: any value was accepted and dropped
+    ("input_fidelity", "medium", "invalid_value",
+     "Invalid value: 'medium'. Supported values are: 'high' and 'low'."),
+    ("model", 1, "invalid_type",
+     "Invalid type for 'tools[0].model': expected a string, but got an integer instead."),
+    # the Images API refuses what no backend honours; the tool took it and dropped it
+    ("svg", {"model": "m"}, "unsupported_value", "Invalid value for 'tools[0].svg': an object "
+     "is not supported by this gateway's image backend."),
+    ("frame_count", 3, "unsupported_value", "Invalid value for 'tools[0].frame_count': an "
+     "integer is not supported by this gateway's image backend."),
+    ("input_image_mask", {"image_url": 5}, "invalid_type", "Invalid type for "
+     "'tools[0].input_image_mask.image_url': expected a string, but got an integer instead."),
+])
+def test_tool_mistakes_in_openais_words(client: OpenAI, field: str, value: Any, code: str,
+                                        message: str) -> None:
+    import openai
+
+    field_param = f"tools[0].{field}" + (".image_url" if field == "input_image_mask" else "")
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="m", input="hi",
+                                tools=[{"type": "image_generation", field: value}])
+    error = caught.value.body
+    assert isinstance(error, dict)
+    assert (error["param"], error["code"], error["message"]) == (field_param, code, message)
+
+
 def test_bedrock_png_converted_to_the_format_asked(client: OpenAI,
                                                   bedrock_images: FakeBedrockImages) -> None:
     """Nova Canvas makes PNG; the client gets the JPEG or WebP it asked for, with

@@ -27,7 +27,8 @@ from responses_gateway.tools.image_generation.backends.base import Drawn, ImageF
     ({"prompt": "x", "n": True}, "n", "invalid_type"),
     ({"prompt": "x", "stream": "yes"}, "stream", "invalid_type"),
     ({"prompt": "x", "size": "big"}, "size", "invalid_value"),
-    ({"prompt": "x", "output_compression": 101}, "output_compression", "invalid_value"),
+    ({"prompt": "x", "output_compression": 101}, "output_compression",
+     "integer_out_of_range"),  # as n, and as OpenAI codes an integer out of its bounds
     ({"prompt": "x", "frame_count": 3}, "frame_count", "unsupported_value"),
     ({"prompt": "x", "svg": {"model": "m"}}, "svg", "unsupported_value"),
     ({"prompt": "x", "image": "a"}, "image", "unknown_parameter"),
@@ -129,3 +130,11 @@ def test_prewarmed_keeps_the_usage_only() -> None:
 def test_prewarmed_passes_an_upstream_error_on() -> None:
     error = {"error": {"message": "boom", "code": "server_error"}}
     assert _reduced([orjson.dumps(error)], [{"usage": {}}]) == [[error]]
+
+
+def test_an_unsupported_value_is_never_quoted_by_python() -> None:
+    """It read "Invalid value for 'svg': {'model': 'm'} is not supported..." (Python's repr)."""
+    with pytest.raises(GatewayError) as caught:
+        api.parse({"prompt": "x", "svg": {"model": "m"}}, edit=False)
+    assert caught.value.message == (
+        "Invalid value for 'svg': an object is not supported by this gateway's image backend.")

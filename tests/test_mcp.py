@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from openai import OpenAI
+from openai import BadRequestError, OpenAI
 
 from tests.helpers.e2e import WEATHER_TOOL, check_response, check_stream, e2e_settings, sdk_events
 from tests.helpers.gateway_server import GatewayServer
@@ -109,6 +109,40 @@ def test_list_call_and_answer(client: OpenAI, upstream: ScriptedUpstream,
     assert any(h.get("x-api-key") == SECRET and h.get("authorization") == f"Bearer {TOKEN}"
                for h in mcp_server.seen())
     assert response["usage"]["input_tokens"] > 0
+
+
+@pytest.mark.parametrize(("extra", "param", "message"), [
+    ({"headers": {"X-Key": "a\r\nInjected: 1"}}, "tools[0].headers.X-Key",
+     "Invalid 'tools[0].headers.X-Key': a header value may hold only printable ASCII "
+     "characters, spaces and tabs."),
+    ({"headers": {"X-Key": "clé"}}, "tools[0].headers.X-Key",
+     "Invalid 'tools[0].headers.X-Key': a header value may hold only printable ASCII "
+     "characters, spaces and tabs."),
+    ({"headers": {"Bad Name": "a"}}, "tools[0].headers",
+     "Invalid 'tools[0].headers': 'Bad Name' is not an HTTP header name."),
+    ({"headers": {"Content-Length": "5"}}, "tools[0].headers.Content-Length",
+     "Invalid 'tools[0].headers.Content-Length': the gateway's HTTP client sets this header "
+     "itself."),
+    ({"defer_loading": "x"}, "tools[0].defer_loading",  # was accepted and dropped
+     "Invalid type for 'tools[0].defer_loading': expected a boolean, but got a string "
+     "instead."),
+    ({"authorization": "tok\nX: y"}, "tools[0].authorization",
+     "Invalid 'tools[0].authorization': it may hold only printable ASCII characters, spaces "
+     "and tabs."),
+])
+def test_headers_that_cannot_be_sent_are_400s(client: OpenAI, mcp_server: McpTestServer,
+                                              extra: dict[str, Any], param: str,
+                                              message: str) -> None:
+    """They were a 424 naming a Python exception (LocalProtocolError, UnicodeEncodeError)
+    once the server was dialled."""
+    before = len(mcp_server.seen())
+    with pytest.raises(BadRequestError) as caught:
+        client.responses.create(model="m", input="hi", tools=[mcp_tool(mcp_server, **extra)])
+    error = caught.value.body
+    assert isinstance(error, dict)
+    assert (error["param"], error["message"]) == (param, message)
+    assert error["code"] in ("invalid_value", "invalid_type")
+    assert len(mcp_server.seen()) == before  # nothing was sent
 
 
 def test_secrets_never_stored_or_logged(client: OpenAI, gateway: GatewayServer,
@@ -387,3 +421,13 @@ def test_mcp_over_a_websocket(gateway: GatewayServer, mcp_server: McpTestServer)
             check_ws_event(events[-1])
     check_stream(events)
     assert items_of(events[-1]["response"]) == ["mcp_list_tools", "mcp_call", "message"]
+
+
+def test_defer_loading_is_echoed_as_sent(client: OpenAI, mcp_server: McpTestServer) -> None:
+    """openai-python 3.57's field: kept (it was dropped from the echo) and left out when not
+    sent, as a function tool's is."""
+    sent = client.responses.create(model="m", input="hi",
+                                   tools=[mcp_tool(mcp_server, defer_loading=True)])
+    plain = client.responses.create(model="m", input="hi", tools=[mcp_tool(mcp_server)])
+    assert sent.model_dump()["tools"][0]["defer_loading"] is True
+    assert "defer_loading" not in plain.model_dump(exclude_unset=True)["tools"][0]

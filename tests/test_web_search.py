@@ -235,6 +235,53 @@ def test_options_reach_the_provider(client: OpenAI, provider: SearchProvider) ->
     assert "site:example.com" in provider.requests[-1].params["q"]
 
 
+@pytest.mark.parametrize(("tool", "param", "code", "message"), [
+    # each was accepted with a 200 and dropped (or read as the default) before
+    ({"type": "web_search", "search_context_size": "huge"}, "tools[0].search_context_size",
+     "invalid_value", "Invalid value: 'huge'. Supported values are: 'low', 'medium', and "
+     "'high'."),
+    ({"type": "web_search_preview", "search_context_size": 1}, "tools[0].search_context_size",
+     "invalid_type", "Invalid type for 'tools[0].search_context_size': expected one of 'low', "
+     "'medium', or 'high', but got an integer instead."),
+    ({"type": "web_search", "user_location": "Paris"}, "tools[0].user_location",
+     "invalid_type", "Invalid type for 'tools[0].user_location': expected an object, but got a "
+     "string instead."),
+    ({"type": "web_search", "user_location": {"type": "exact"}}, "tools[0].user_location.type",
+     "invalid_value", "Invalid value: 'exact'. Supported values are: 'approximate'."),
+    ({"type": "web_search_preview", "user_location": {"city": "Paris"}},
+     "tools[0].user_location.type", "missing_required_parameter",
+     "Missing required parameter: 'tools[0].user_location.type'."),
+    ({"type": "web_search", "user_location": {"type": "approximate", "city": 5}},
+     "tools[0].user_location.city", "invalid_type", "Invalid type for "
+     "'tools[0].user_location.city': expected a string, but got an integer instead."),
+    ({"type": "web_search", "filters": {"allowed_domains": "example.com"}},
+     "tools[0].filters.allowed_domains", "invalid_type", "Invalid type for "
+     "'tools[0].filters.allowed_domains': expected an array, but got a string instead."),
+    ({"type": "web_search", "filters": {"allowed_domains": [f"d{i}.com" for i in range(101)]}},
+     "tools[0].filters.allowed_domains", "array_above_max_length", "Invalid "
+     "'tools[0].filters.allowed_domains': array too long. Expected an array with maximum "
+     "length 100, but got an array with length 101 instead."),
+    # an entry naming no domain was dropped, and with it the whole filter: any site searched
+    ({"type": "web_search", "filters": {"allowed_domains": ["https://"]}},
+     "tools[0].filters.allowed_domains[0]", "invalid_value", "Invalid "
+     "'tools[0].filters.allowed_domains[0]': expected a domain such as 'openai.com', but got "
+     "'https://'."),
+    ({"type": "web_search", "external_web_access": "false"}, "tools[0].external_web_access",
+     "invalid_type", "Invalid type for 'tools[0].external_web_access': expected a boolean, but "
+     "got a string instead."),
+    ({"type": "web_search_preview", "search_content_types": ["video"]},
+     "tools[0].search_content_types[0]", "invalid_value",
+     "Invalid value: 'video'. Supported values are: 'text' and 'image'."),
+])
+def test_tool_mistakes_in_openais_words(client: OpenAI, tool: dict[str, Any], param: str,
+                                        code: str, message: str) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="m", input="hi", tools=[tool])  # type: ignore[list-item]
+    error = caught.value.body
+    assert isinstance(error, dict)
+    assert (error["param"], error["code"], error["message"]) == (param, code, message)
+
+
 @pytest.mark.parametrize(("chosen", "echoed"), [
     ("web_search", "web_search_preview"), ("web_search_2025_08_26", "web_search_preview"),
     ("web_search_preview", "web_search_preview"),

@@ -144,6 +144,8 @@ def unknown_item_type(index: int, value: Any) -> GatewayError:
 def _invalid_tag(param: str, loc: tuple[Any, ...], value: Any, tags: list[str]) -> GatewayError:
     tag = value.get("type") if isinstance(value, dict) else value
     type_param = f"{param}.type"
+    if not isinstance(tag, str):  # quoted it read 'True', '1', '{}': Python's, not JSON's
+        return invalid_type(type_param, "a string", tag)
     if loc[0] == "tools" and len(loc) == 2:
         supported = quoted(("function", "custom", "namespace", *registry.own_tool_types()))
         message = (
@@ -162,7 +164,7 @@ def _invalid_tag(param: str, loc: tuple[Any, ...], value: Any, tags: list[str]) 
             f"values are: {_SUPPORTED_ITEMS}."
         )
     else:
-        message = f"Invalid value: '{tag}'. Supported values are: {quoted(tuple(tags))}."
+        return invalid_choice(type_param, tuple(dict.fromkeys(tags)), tag)
     return invalid_request(message, param=type_param, code="invalid_value")
 
 

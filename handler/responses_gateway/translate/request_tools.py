@@ -24,7 +24,12 @@ from pydantic import (
     model_validator,
 )
 
-from responses_gateway.errors import invalid_request
+from responses_gateway.errors import (
+    invalid_choice,
+    invalid_request,
+    invalid_type,
+    missing_parameter,
+)
 from responses_gateway.tools import client_tools, registry
 from responses_gateway.tools.hosted import HOSTED_TYPES, refused
 from responses_gateway.tools.server import Caller
@@ -463,3 +468,26 @@ def check_server_tools(tools: list[BaseModel] | None) -> None:
         found = [(i, tool) for i, tool in enumerate(tools or ()) if isinstance(tool, model)]
         if found:
             model.check_tools(found)  # type: ignore[attr-defined]
+    for i, tool in enumerate(tools or ()):
+        if isinstance(tool, ClientRunTool) and tool.type == "shell":
+            _check_local_environment(getattr(tool, "environment", None),
+                                     f"tools[{i}].environment")
+
+
+#: a ``shell`` tool's environment types (openai-python 3.57 FunctionShellToolParam); the
+#: container ones are hosted shell's (tools/hosted_shell/environment.py), never the client's
+SHELL_ENVIRONMENTS = ("container_auto", "local", "container_reference")
+
+
+def _check_local_environment(environment: Any, param: str) -> None:
+    """A client-run ``shell``'s environment is none or ``{"type": "local"}``: any other value
+    was read as the client's machine, silently (``"x"``, ``{"type": "mars"}``)."""
+    if environment is None:
+        return
+    if not isinstance(environment, dict):
+        raise invalid_type(param, "an object", environment)
+    kind = environment.get("type")
+    if kind is None:
+        raise missing_parameter(f"{param}.type")
+    if kind not in SHELL_ENVIRONMENTS:
+        raise invalid_choice(f"{param}.type", SHELL_ENVIRONMENTS, kind)

@@ -18,7 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.errors import (
+    GatewayError,
+    invalid_choice,
+    invalid_request,
+    invalid_type,
+    missing_parameter,
+)
 
 Attributes = dict[str, Any]
 Predicate = Callable[[Attributes], bool]
@@ -96,14 +102,17 @@ def _compile(value: Any, param: str, depth: int, budget: _Budget) -> Predicate:
     kind = value.get("type")
     if kind in COMPOUNDS:
         return _compound(kind, value.get("filters"), param, depth, budget)
+    if kind is None:
+        raise missing_parameter(f"{param}.type")
     if kind not in COMPARISONS:
-        raise invalid_request(
-            f"Invalid '{param}.type': expected one of {', '.join(COMPARISONS + COMPOUNDS)}, "
-            f"but got {kind!r}.", param=f"{param}.type", code="invalid_value")
+        raise invalid_choice(f"{param}.type", COMPARISONS + COMPOUNDS, kind)
     key, target = value.get("key"), value.get("value")
+    if key is None:
+        raise missing_parameter(f"{param}.key")
     if not isinstance(key, str):
-        raise invalid_request(f"Missing required parameter: '{param}.key'.",
-                              param=f"{param}.key", code="missing_required_parameter")
+        raise invalid_type(f"{param}.key", "a string", key)
+    if "value" not in value:
+        raise missing_parameter(f"{param}.value")
     if len(key) > MAX_KEY_CHARS:
         raise invalid_request(
             f"Invalid '{param}.key': string too long. Expected a string with maximum length "

@@ -4,10 +4,16 @@ weights; ``score_threshold`` drops what scores below it."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
-from responses_gateway.errors import invalid_request
+from responses_gateway.errors import (
+    invalid_choice,
+    invalid_request,
+    invalid_type,
+    missing_parameter,
+)
 
 RANKERS = ("none", "auto", "default-2024-11-15")
 
@@ -21,37 +27,56 @@ class Ranking:
 
     @classmethod
     def parse(cls, value: Any) -> Ranking:
+        """``ranking_options`` checked as openai-python 3.57 types it: a wrong type or value is
+        OpenAI's 400 in its words (errors.invalid_choice, invalid_type), never Python's."""
         if value is None:
             return cls()
         if not isinstance(value, dict):
-            raise invalid_request("Invalid 'ranking_options': expected an object.",
-                                  param="ranking_options", code="invalid_type")
+            raise invalid_type("ranking_options", "an object", value)
         ranker = value.get("ranker", "auto")
         if ranker not in RANKERS:
-            raise invalid_request(
-                f"Invalid value: '{ranker}'. Supported values are: "
-                f"{', '.join(repr(r) for r in RANKERS)}.",
-                param="ranking_options.ranker", code="invalid_value")
-        threshold = value.get("score_threshold", 0.0)
-        if not isinstance(threshold, int | float) or isinstance(threshold, bool) \
-                or not 0 <= threshold <= 1:
-            raise invalid_request(
-                "Invalid 'ranking_options.score_threshold': expected a number between 0 and 1.",
-                param="ranking_options.score_threshold", code="invalid_value")
-        hybrid = value.get("hybrid_search") or {}
-        weights = (hybrid.get("embedding_weight", 1.0), hybrid.get("text_weight", 0.0)) \
-            if isinstance(hybrid, dict) else (None, None)
-        if not all(isinstance(w, int | float) and not isinstance(w, bool) and w >= 0
-                   for w in weights) or sum(weights) <= 0:  # type: ignore[arg-type]
-            raise invalid_request(
-                "Invalid 'ranking_options.hybrid_search': embedding_weight and text_weight "
-                "must be numbers of 0 or more, not both 0.",
-                param="ranking_options.hybrid_search", code="invalid_value")
-        return cls(ranker=ranker, score_threshold=float(threshold),
-                   embedding_weight=float(weights[0]), text_weight=float(weights[1]))
+            raise invalid_choice("ranking_options.ranker", RANKERS, ranker)
+        threshold = _decimal(value.get("score_threshold", 0.0), "ranking_options.score_threshold",
+                             1)
+        hybrid = value.get("hybrid_search")
+        weights = (1.0, 0.0)
+        if hybrid is not None:
+            if not isinstance(hybrid, dict):
+                raise invalid_type("ranking_options.hybrid_search", "an object", hybrid)
+            weights = tuple(  # type: ignore[assignment]
+                _decimal(hybrid[name], f"ranking_options.hybrid_search.{name}", None)
+                if name in hybrid else _missing(f"ranking_options.hybrid_search.{name}")
+                for name in ("embedding_weight", "text_weight"))
+            if sum(weights) <= 0:
+                raise invalid_request(
+                    "Invalid 'ranking_options.hybrid_search': embedding_weight and text_weight "
+                    "must not both be 0.", param="ranking_options.hybrid_search",
+                    code="invalid_value")
+            top = max(weights)  # scaled to at most 1: two huge weights never sum to inf
+            weights = (weights[0] / top, weights[1] / top)
+        return cls(ranker=ranker, score_threshold=threshold,
+                   embedding_weight=weights[0], text_weight=weights[1])
 
     def fuse(self, similarity: float, keyword: float) -> float:
         """One chunk's score: the weighted mean of its two halves, each in 0..1."""
         vector = max(0.0, min(1.0, (similarity + 1) / 2))
         total = self.embedding_weight + self.text_weight
         return (self.embedding_weight * vector + self.text_weight * keyword) / total
+
+
+def _decimal(value: Any, param: str, high: float | None) -> float:
+    """A number of 0 or more (at most ``high``), else OpenAI's 400 in its words."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        raise invalid_type(param, "a decimal", value)
+    for bad, words, op, limit in ((value < 0, "below minimum", ">=", 0),
+                                  (high is not None and value > high, "above maximum", "<=", high)):
+        if bad:
+            short = "below_min" if words == "below minimum" else "above_max"
+            raise invalid_request(
+                f"Invalid '{param}': decimal {words} value. Expected a value {op} {limit}, but "
+                f"got {value} instead.", param=param, code=f"decimal_{short}_value")
+    return float(value)
+
+
+def _missing(param: str) -> float:
+    raise missing_parameter(param)

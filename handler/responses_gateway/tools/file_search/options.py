@@ -7,7 +7,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
+from responses_gateway.errors import (
+    GatewayError,
+    invalid_request,
+    invalid_type,
+    missing_parameter,
+)
 from responses_gateway.vectors.filters import FilterLimits, compile_filter
 from responses_gateway.vectors.ranking import Ranking
 from responses_gateway.vectors.service import MAX_RESULTS
@@ -46,8 +51,9 @@ class Options:
         limit = _field(tool, "max_num_results")
         if limit is None:
             limit = DEFAULT_RESULTS
-        if not isinstance(limit, int) or isinstance(limit, bool) or \
-                not 1 <= limit <= MAX_RESULTS:
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            raise invalid_type(f"{param}.max_num_results", "an integer", limit)
+        if not 1 <= limit <= MAX_RESULTS:
             raise invalid_request(
                 f"Invalid '{param}.max_num_results': integer below minimum value or above "
                 f"maximum value. Expected a value between 1 and {MAX_RESULTS}, but got {limit} "
@@ -90,7 +96,10 @@ class Options:
     @classmethod
     def from_record(cls, data: dict[str, Any]) -> Options:
         options = cls(**{k: v for k, v in data.items() if k != "ranking"})
-        options.ranking = Ranking.parse(options.ranking_options)
+        try:
+            options.ranking = Ranking.parse(options.ranking_options)
+        except GatewayError:  # kept under looser rules (hybrid_search {}): their defaults
+            options.ranking = Ranking()
         return options
 
 

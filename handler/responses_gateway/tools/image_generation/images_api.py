@@ -26,7 +26,7 @@ from responses_gateway.errors import (
     missing_parameter,
 )
 from responses_gateway.tools.image_generation.backends.base import Drawn, ImageFailure
-from responses_gateway.tools.image_generation.params import ImageParams
+from responses_gateway.tools.image_generation.params import ImageParams, unsupported
 
 MAX_N = 10
 MAX_PROMPT = 32_000  # characters (OpenAI's GPT image models)
@@ -137,12 +137,6 @@ def form_fields(form: Mapping[str, str]) -> dict[str, Any]:
                 raise invalid_type(name, "a boolean", value)
             fields[name] = value.lower() == "true"
     return fields
-
-
-def unsupported(name: str, value: Any, why: str = "") -> GatewayError:
-    return invalid_request(
-        f"Invalid value for '{name}': {value!r} is not supported by this gateway's image "
-        f"backend{': ' + why if why else ''}.", param=name, code="unsupported_value")
 
 
 # -- answers ---------------------------------------------------------------------------------

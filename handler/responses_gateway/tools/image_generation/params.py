@@ -15,13 +15,22 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
 
-from responses_gateway.errors import GatewayError, invalid_request
+from responses_gateway.errors import (
+    GatewayError,
+    invalid_choice,
+    invalid_request,
+    invalid_type,
+    kind_of,
+)
 
 ACTIONS = ("generate", "edit", "auto")
 BACKGROUNDS = ("transparent", "opaque", "auto")
 FORMATS = ("png", "webp", "jpeg", "gif", "svg")
 QUALITIES = ("low", "medium", "high", "xhigh", "max", "auto")
 MODERATIONS = ("auto", "low")
+FIDELITIES = ("high", "low")
+#: the tool's fields (openai-python 3.57) that no image backend of the gateway honours
+NOT_HONOURED = ("complexity", "frame_count", "frame_duration_ms", "svg")
 MAX_PARTIAL_IMAGES = 3
 MEDIA_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp",
                "gif": "image/gif", "svg": "image/svg+xml"}
@@ -51,18 +60,24 @@ class ImageParams:
         at = partial(_at, param)
         for name, allowed in (("action", ACTIONS), ("background", BACKGROUNDS),
                               ("output_format", FORMATS), ("quality", QUALITIES),
-                              ("moderation", MODERATIONS)):
+                              ("moderation", MODERATIONS), ("input_fidelity", FIDELITIES)):
             value = fields.get(name)
             if value is None:
                 continue
             if value not in allowed:
-                raise _bad_value(value, allowed, at(name))
-            values[name] = value
+                raise invalid_choice(at(name), allowed, value)
+            if name in cls.__dataclass_fields__:  # input_fidelity: checked, not honoured
+                values[name] = value
+        model = fields.get("model")
+        if model is not None and not isinstance(model, str):
+            raise invalid_type(at("model"), "a string", model)
         size = fields.get("size")
         if size is not None:
-            if not isinstance(size, str) or (size != "auto" and dimensions(size) is None):
+            if not isinstance(size, str):
+                raise invalid_type(at("size"), "a string", size)
+            if size != "auto" and dimensions(size) is None:
                 raise invalid_request(
-                    f"Invalid value: {size!r}. Supported values are 'auto' or a size "
+                    f"Invalid value: '{size}'. Supported values are 'auto' or a size "
                     f"'WIDTHxHEIGHT' such as '1024x1024', '1024x1536' or '1536x1024'.",
                     param=at("size"), code="invalid_value")
             values["size"] = size
@@ -72,15 +87,16 @@ class ImageParams:
             if value is None:
                 continue
             if not isinstance(value, int) or isinstance(value, bool):
-                raise invalid_request(
-                    f"Invalid type for '{at(name)}': expected an integer, but got "
-                    f"{type(value).__name__} instead.", param=at(name),
-                    code="invalid_type")
+                raise invalid_type(at(name), "an integer", value)
             if not low <= value <= high:
                 raise invalid_request(
-                    f"Invalid '{at(name)}': {value} is not between {low} and {high}.",
-                    param=at(name), code="invalid_value")
+                    f"Invalid '{at(name)}': integer below minimum value or above maximum "
+                    f"value. Expected a value between {low} and {high}, but got {value} "
+                    f"instead.", param=at(name), code="integer_out_of_range")
             values[name] = value
+        for name in NOT_HONOURED if param else ():  # (the Images API refuses them itself)
+            if fields.get(name) is not None:
+                raise unsupported(at(name), fields[name])
         mask = fields.get("input_image_mask")
         if mask is not None:
             values["mask"] = _mask(mask, at("input_image_mask"))
@@ -135,14 +151,15 @@ def _fields(tool: Any) -> dict[str, Any]:
 
 def _mask(mask: Any, param: str) -> str:
     if not isinstance(mask, Mapping):
-        raise invalid_request(f"Invalid type for '{param}': expected an object.", param=param,
-                              code="invalid_type")
+        raise invalid_type(param, "an object", mask)
     if mask.get("file_id") is not None:
         raise invalid_request(
             "A mask by 'file_id' is not supported by this gateway; send the mask as a "
             "base64 data URL in 'image_url'.", param=f"{param}.file_id", code="invalid_value")
     url = mask.get("image_url")
-    if not isinstance(url, str) or not url:
+    if url is not None and not isinstance(url, str):
+        raise invalid_type(f"{param}.image_url", "a string", url)
+    if not url:
         raise invalid_request(f"Missing required parameter: '{param}.image_url'.",
                               param=f"{param}.image_url", code="missing_required_parameter")
     if not url.startswith("data:image/"):
@@ -153,7 +170,11 @@ def _mask(mask: Any, param: str) -> str:
     return url
 
 
-def _bad_value(value: Any, allowed: tuple[str, ...], param: str) -> GatewayError:
-    listed = ", ".join(f"'{a}'" for a in allowed[:-1]) + f", and '{allowed[-1]}'"
-    return invalid_request(f"Invalid value: {value!r}. Supported values are: {listed}.",
-                           param=param, code="invalid_value")
+
+def unsupported(name: str, value: Any, why: str = "") -> GatewayError:
+    """A value no image backend of the gateway honours: refused, never dropped. A string is
+    quoted, any other value named by its JSON kind (never Python's repr)."""
+    what = f"'{value}'" if isinstance(value, str) else kind_of(value)
+    return invalid_request(
+        f"Invalid value for '{name}': {what} is not supported by this gateway's image "
+        f"backend{': ' + why if why else ''}.", param=name, code="unsupported_value")

@@ -13,6 +13,7 @@ tools package does not import: tests/test_mcp_units.py holds the two equal).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal, Union
 
@@ -83,11 +84,16 @@ class McpTool(BaseModel):
     ) = None
     #: who may call its tools: the model, a program (tools/programmatic/); unset: the model
     allowed_callers: list[Caller] | None = None
+    #: openai-python 3.57's; no tool search here hides the server's tools, so they are
+    #: offered either way. Checked (a boolean) and echoed when sent.
+    defer_loading: bool | None = None
 
     def echo(self) -> dict[str, Any]:
         """The tool as a Response lists it: never its headers or authorization."""
         echoed = {name: getattr(self, name) for name in type(self).model_fields
                   if name not in _NOT_ECHOED}
+        if echoed["defer_loading"] is None:  # as a function tool's: left out when not sent
+            echoed.pop("defer_loading")
         for name in ("allowed_tools", "require_approval"):  # filters: plain dicts, as sent
             if isinstance(echoed[name], BaseModel):
                 echoed[name] = echoed[name].model_dump()
@@ -118,6 +124,7 @@ class McpTool(BaseModel):
                 )
             labels.add(tool.server_label)
             _check_server_url(tool.server_url, f"tools[{i}].server_url")
+            _check_headers(tool, f"tools[{i}]")
 
 
 def _check_server_url(url: str, param: str) -> None:
@@ -132,6 +139,42 @@ def _check_server_url(url: str, param: str) -> None:
             f"Invalid 'server_url': {policy.shown_url(url)!r} is not a usable URL ({exc}).",
             param=param, code="invalid_value",
         ) from None
+
+
+#: an HTTP header's name (RFC 9110 token) and a value HTTP/1.1 can carry: visible ASCII,
+#: spaces and tabs, no CR or LF
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
+#: headers the gateway's HTTP client writes itself: one sent by the client would break the
+#: request's framing or its pinned host
+_OWN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection",
+                          "upgrade", "te", "trailer", "keep-alive"})
+
+
+def _check_headers(tool: McpTool, param: str) -> None:
+    """``headers`` (and ``authorization``) can be sent: a name that is no HTTP token, a value
+    with a line break or a non-ASCII character, or a header the HTTP client writes itself was
+    a 424 naming a Python exception (``LocalProtocolError``) once the server was dialled; it
+    is the client's 400 naming the header, before anything is sent. A value is never quoted
+    (it may be a secret)."""
+    for name, value in (tool.headers or {}).items():
+        if not _HEADER_NAME.fullmatch(name):
+            raise invalid_request(
+                f"Invalid '{param}.headers': '{name[:64]}' is not an HTTP header name.",
+                param=f"{param}.headers", code="invalid_value")
+        where = f"{param}.headers.{name}"
+        if name.lower() in _OWN_HEADERS:
+            raise invalid_request(
+                f"Invalid '{where}': the gateway's HTTP client sets this header itself.",
+                param=where, code="invalid_value")
+        if not _HEADER_VALUE.fullmatch(value):
+            raise invalid_request(
+                f"Invalid '{where}': a header value may hold only printable ASCII characters, "
+                "spaces and tabs.", param=where, code="invalid_value")
+    if tool.authorization is not None and not _HEADER_VALUE.fullmatch(tool.authorization):
+        raise invalid_request(
+            f"Invalid '{param}.authorization': it may hold only printable ASCII characters, "
+            "spaces and tabs.", param=f"{param}.authorization", code="invalid_value")
 
 
 class ToolChoiceMcp(BaseModel):

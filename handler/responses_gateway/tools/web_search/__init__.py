@@ -3,6 +3,7 @@
 - :mod:`.tool` is the server tool (tools/server.py): the functions the model is offered
   (``web_search``, and ``open_page`` / ``find_in_page`` unless ``external_web_access`` is
   false), the ``web_search_call`` items and their events, the citations of the final text;
+- :mod:`.params` checks the request's tool (OpenAI's fields, values and 400s);
 - :mod:`.providers` holds one module per search provider behind one small interface;
 - :mod:`.pages` opens a page under the SSRF rules (net/pinned.py) and makes it readable text.
 

@@ -47,7 +47,7 @@ from responses_gateway.tools.server import (
     ServerCall,
     ServerTool,
 )
-from responses_gateway.tools.web_search import CALL_ID_PREFIX, pages
+from responses_gateway.tools.web_search import CALL_ID_PREFIX, pages, params
 from responses_gateway.tools.web_search.providers import provider_class
 from responses_gateway.tools.web_search.providers.base import (
     Location,
@@ -104,10 +104,7 @@ def _field(value: Any, name: str) -> Any:
     return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
 
 
-def _domain(text: str) -> str:
-    text = text.strip().lower()
-    text = re.sub(r"^[a-z][a-z0-9+.-]*://", "", text)
-    return text.split("/", 1)[0].removeprefix("www.").rstrip(".")
+_domain = params.domain_of
 
 
 class WebSearchTool(ServerTool):
@@ -132,6 +129,9 @@ class WebSearchTool(ServerTool):
             raise invalid_request("web_search is not configured on this gateway.",
                                   param="tools", code="invalid_value")
         include = getattr(request, "include", ()) or ()
+        for tool, index in zip(request.tools, request.indexes or range(len(request.tools)),
+                               strict=False):
+            params.check(tool, f"tools[{index}]")
         return cls(Options.of(request.tools[0], include), request.settings)
 
     def functions(self) -> list[tuple[str | None, dict[str, Any]]]:
