@@ -73,6 +73,16 @@ def invalid_type(param: str, expected: str, value: Any) -> GatewayError:
     )
 
 
+def array_too_long(param: str, limit: int, length: int, setting: str = "") -> GatewayError:
+    """OpenAI's 400 for an array past its maximum length (``setting``: the gateway's variable
+    that sets ``limit``, named in the message where there is one)."""
+    named = f" ({setting})" if setting else ""
+    return invalid_request(
+        f"Invalid '{param}': array too long. Expected an array with maximum length {limit}, "
+        f"but got an array with length {length} instead{named}.",
+        param=param, code="array_above_max_length")
+
+
 def kind_of(value: Any) -> str:
     """A JSON value's kind as OpenAI's messages name it (``a string``, ``null``...)."""
     if value is None:

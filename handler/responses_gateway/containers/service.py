@@ -47,7 +47,7 @@ from responses_gateway.containers.models import (
     memory_mb,
 )
 from responses_gateway.containers.records import ContainerRecords, TooManyContainers
-from responses_gateway.errors import GatewayError, invalid_request, not_found
+from responses_gateway.errors import GatewayError, array_too_long, invalid_request, not_found
 
 if TYPE_CHECKING:
     from responses_gateway.files.service import Files
@@ -130,10 +130,7 @@ class Containers:
                 f"{MAX_EXPIRES_MINUTES}, but got {expires_minutes} instead.",
                 param="expires_after.minutes", code="integer_out_of_range")
         if len(file_ids) > MAX_FILE_IDS:  # each is a read of the Files API and a copy
-            raise invalid_request(
-                "Invalid 'file_ids': array too long. Expected an array with maximum length "
-                f"{MAX_FILE_IDS}, but got an array with length {len(file_ids)} instead.",
-                param="file_ids", code="array_above_max_length")
+            raise array_too_long("file_ids", MAX_FILE_IDS, len(file_ids))
         sources = [await self._source_file(tenant, file_id, f"file_ids[{i}]")
                    for i, file_id in enumerate(file_ids)]
         now = self.clock()

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from responses_gateway import ids
-from responses_gateway.errors import GatewayError, invalid_request, invalid_type
+from responses_gateway.errors import GatewayError, array_too_long, invalid_request, invalid_type
 from responses_gateway.status import FINISHED_STATUSES, TERMINAL_STATUSES
 from responses_gateway.store.base import (
     ConversationLocked,
@@ -105,12 +105,7 @@ def parse_items(raw: Any, param: str = "items") -> list[dict[str, Any]]:
     if not isinstance(raw, list):
         raise invalid_type(param, "an array of input items", raw)
     if len(raw) > MAX_ITEMS_PER_WRITE:
-        raise invalid_request(
-            f"Invalid '{param}': array too long. Expected an array with maximum length "
-            f"{MAX_ITEMS_PER_WRITE}, but got an array with length {len(raw)} instead.",
-            param=param,
-            code="array_above_max_length",
-        )
+        raise array_too_long(param, MAX_ITEMS_PER_WRITE, len(raw))
     try:
         req = parse_create_request({"model": "-", "input": raw})
     except GatewayError as exc:

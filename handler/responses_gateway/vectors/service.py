@@ -22,7 +22,12 @@ from functools import partial
 from typing import Any
 
 from responses_gateway import ids
-from responses_gateway.errors import GatewayError, invalid_request, missing_parameter
+from responses_gateway.errors import (
+    GatewayError,
+    array_too_long,
+    invalid_request,
+    missing_parameter,
+)
 from responses_gateway.files.service import Files
 from responses_gateway.vectors import objects
 from responses_gateway.vectors.chunking import parse_strategy
@@ -225,10 +230,7 @@ class VectorStores:
         for name in ("file_ids", "files"):  # each looked up before the store's own bound
             listed = body.get(name)
             if isinstance(listed, list) and len(listed) > MAX_BATCH_FILES:
-                raise invalid_request(
-                    f"Invalid '{name}': array too long. Expected an array with maximum length "
-                    f"{MAX_BATCH_FILES}, but got an array with length {len(listed)} instead.",
-                    param=name, code="array_above_max_length")
+                raise array_too_long(name, MAX_BATCH_FILES, len(listed))
         if body.get("files") is not None:
             if not isinstance(body["files"], list) or not body["files"]:
                 raise invalid_request("Invalid 'files': expected a non-empty array.",
@@ -320,11 +322,8 @@ class VectorStores:
         """``query``: a string or a non-empty array of at most ``search_limits.queries``."""
         queries = [query] if isinstance(query, str) else query
         if isinstance(queries, list) and len(queries) > self.search_limits.queries:
-            raise invalid_request(
-                f"Invalid 'query': array too long. Expected an array with maximum length "
-                f"{self.search_limits.queries}, but got an array with length {len(queries)} "
-                "instead (GATEWAY_MAX_SEARCH_QUERIES).", param="query",
-                code="array_above_max_length")
+            raise array_too_long("query", self.search_limits.queries, len(queries),
+                                 "GATEWAY_MAX_SEARCH_QUERIES")
         if not isinstance(queries, list) or not queries or not all(
                 isinstance(q, str) and q.strip() for q in queries):
             raise (missing_parameter("query") if query is None else invalid_request(

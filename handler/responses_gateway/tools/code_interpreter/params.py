@@ -15,6 +15,7 @@ from typing import Any
 
 from responses_gateway.containers.models import MAX_FILE_IDS, MEMORY_LIMITS
 from responses_gateway.errors import (
+    array_too_long,
     invalid_choice,
     invalid_request,
     invalid_type,
@@ -100,10 +101,7 @@ def _file_ids(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise invalid_type(where, "an array", value)
     if len(value) > MAX_FILE_IDS:
-        raise invalid_request(
-            f"Invalid '{where}': array too long. Expected an array with maximum length "
-            f"{MAX_FILE_IDS}, but got an array with length {len(value)} instead.",
-            param=where, code="array_above_max_length")
+        raise array_too_long(where, MAX_FILE_IDS, len(value))
     for index, file_id in enumerate(value):
         if not isinstance(file_id, str):
             raise invalid_type(f"{where}[{index}]", "a string", file_id)

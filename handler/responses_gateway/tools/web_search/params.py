@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from responses_gateway.errors import (
+    array_too_long,
     invalid_choice,
     invalid_request,
     invalid_type,
@@ -79,10 +80,7 @@ def _filters(filters: Any, param: str) -> None:
     if not isinstance(domains, list):
         raise invalid_type(where, "an array", domains)
     if len(domains) > MAX_DOMAINS:
-        raise invalid_request(
-            f"Invalid '{where}': array too long. Expected an array with maximum length "
-            f"{MAX_DOMAINS}, but got an array with length {len(domains)} instead.",
-            param=where, code="array_above_max_length")
+        raise array_too_long(where, MAX_DOMAINS, len(domains))
     for index, domain in enumerate(domains):
         if not isinstance(domain, str):
             raise invalid_type(f"{where}[{index}]", "a string", domain)
