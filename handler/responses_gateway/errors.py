@@ -83,6 +83,16 @@ def array_too_long(param: str, limit: int, length: int, setting: str = "") -> Ga
         param=param, code="array_above_max_length")
 
 
+def out_of_range(param: str, low: int, high: int, value: Any, setting: str = "") -> GatewayError:
+    """OpenAI's 400 for an integer outside ``low..high`` (``setting``: the gateway's variable
+    that sets a bound, named in the message where there is one)."""
+    named = f" ({setting})" if setting else ""
+    return invalid_request(
+        f"Invalid '{param}': integer below minimum value or above maximum value. Expected a "
+        f"value between {low} and {high}{named}, but got {value} instead.",
+        param=param, code="integer_out_of_range")
+
+
 def kind_of(value: Any) -> str:
     """A JSON value's kind as OpenAI's messages name it (``a string``, ``null``...)."""
     if value is None:

@@ -20,7 +20,7 @@ from starlette.responses import Response
 
 from responses_gateway import ids
 from responses_gateway.api.common import JSON, gateway_of, int_param
-from responses_gateway.errors import GatewayError, invalid_request, not_found
+from responses_gateway.errors import GatewayError, invalid_request, not_found, out_of_range
 from responses_gateway.key_limits import NO_LIMITS
 from responses_gateway.responses.conversations import store_of
 from responses_gateway.store.usage import COUNTERS, DAY, HOUR, UsageRow, UsageStore
@@ -135,10 +135,7 @@ def time_param(params: Any, name: str, default: int) -> int:
     failed on one: a 500)."""
     value = int_param(params.get(name), name, default)
     if not 0 <= value <= MAX_TIME:
-        raise invalid_request(
-            f"Invalid '{name}': integer below minimum value or above maximum value. Expected "
-            f"a value between 0 and {MAX_TIME}, but got {value} instead.", param=name,
-            code="integer_out_of_range")
+        raise out_of_range(name, 0, MAX_TIME, value)
     return value
 
 

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from responses_gateway.api.json_body import decode_json
-from responses_gateway.errors import MAX_INT, GatewayError, invalid_request
+from responses_gateway.errors import MAX_INT, GatewayError, invalid_request, out_of_range
 from responses_gateway.ids import clipped, request_id_header
 
 if TYPE_CHECKING:
@@ -78,12 +78,7 @@ def page_params(params: Mapping[str, str]) -> tuple[int, str]:
     """``limit`` (1-100, default 20) and ``order`` (default ``desc``) of a list route."""
     limit = int_param(params.get("limit"), "limit", 20)
     if not 1 <= limit <= 100:
-        raise invalid_request(
-            f"Invalid 'limit': integer below minimum value or above maximum value. Expected a "
-            f"value between 1 and 100, but got {limit} instead.",
-            param="limit",
-            code="integer_out_of_range",
-        )
+        raise out_of_range("limit", 1, 100, limit)
     order = params.get("order", "desc")
     if order not in ("asc", "desc"):
         raise invalid_request(

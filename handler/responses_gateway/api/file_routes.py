@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from responses_gateway.api.common import JSON, gateway_of, int_param, json_body, tenant_of
-from responses_gateway.errors import invalid_request, missing_parameter
+from responses_gateway.errors import invalid_request, missing_parameter, out_of_range
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -107,10 +107,7 @@ async def list_files(request: Request) -> Response:
     params = request.query_params
     limit = int_param(params.get("limit"), "limit", MAX_LIST_LIMIT)
     if not 1 <= limit <= MAX_LIST_LIMIT:
-        raise invalid_request(
-            "Invalid 'limit': integer below minimum value or above maximum value. Expected a "
-            f"value between 1 and {MAX_LIST_LIMIT}, but got {limit} instead.",
-            param="limit", code="integer_out_of_range")
+        raise out_of_range("limit", 1, MAX_LIST_LIMIT, limit)
     order = params.get("order", "desc")
     if order not in ("asc", "desc"):
         raise invalid_request(f"Invalid value: '{order}'. Supported values are: 'asc' and "

@@ -47,7 +47,13 @@ from responses_gateway.containers.models import (
     memory_mb,
 )
 from responses_gateway.containers.records import ContainerRecords, TooManyContainers
-from responses_gateway.errors import GatewayError, array_too_long, invalid_request, not_found
+from responses_gateway.errors import (
+    GatewayError,
+    array_too_long,
+    invalid_request,
+    not_found,
+    out_of_range,
+)
 
 if TYPE_CHECKING:
     from responses_gateway.files.service import Files
@@ -124,11 +130,8 @@ class Containers:
                 "'64g'.", param="memory_limit", code="invalid_value")
         if expires_minutes is not None and not (
                 MIN_EXPIRES_MINUTES <= expires_minutes <= MAX_EXPIRES_MINUTES):
-            raise invalid_request(
-                "Invalid 'expires_after.minutes': integer below minimum value or above maximum "
-                f"value. Expected a value between {MIN_EXPIRES_MINUTES} and "
-                f"{MAX_EXPIRES_MINUTES}, but got {expires_minutes} instead.",
-                param="expires_after.minutes", code="integer_out_of_range")
+            raise out_of_range("expires_after.minutes", MIN_EXPIRES_MINUTES,
+                               MAX_EXPIRES_MINUTES, expires_minutes)
         if len(file_ids) > MAX_FILE_IDS:  # each is a read of the Files API and a copy
             raise array_too_long("file_ids", MAX_FILE_IDS, len(file_ids))
         sources = [await self._source_file(tenant, file_id, f"file_ids[{i}]")

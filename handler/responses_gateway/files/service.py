@@ -22,6 +22,7 @@ from responses_gateway.errors import (
     invalid_type,
     missing_parameter,
     not_found,
+    out_of_range,
     shown,
 )
 from responses_gateway.files.models import FileRecord
@@ -254,11 +255,7 @@ def parse_expiry(anchor: Any, seconds: Any, *, form: bool = False) -> int | None
     if not isinstance(value, int) or isinstance(value, bool):
         raise invalid_type("expires_after.seconds", "an integer", value)
     if not MIN_EXPIRY_SECONDS <= value <= MAX_EXPIRY_SECONDS:
-        raise invalid_request(
-            "Invalid 'expires_after.seconds': integer below minimum value or above maximum "
-            f"value. Expected a value between {MIN_EXPIRY_SECONDS} and {MAX_EXPIRY_SECONDS}, "
-            f"but got {value} instead.",
-            param="expires_after.seconds", code="integer_out_of_range")
+        raise out_of_range("expires_after.seconds", MIN_EXPIRY_SECONDS, MAX_EXPIRY_SECONDS, value)
     return value
 
 

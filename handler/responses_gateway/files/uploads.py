@@ -33,6 +33,7 @@ from responses_gateway.errors import (
     invalid_type,
     missing_parameter,
     not_found,
+    out_of_range,
 )
 from responses_gateway.files.models import (
     CANCELLED,
@@ -85,10 +86,7 @@ class Uploads:
             raise invalid_type("bytes", "an integer", size)
         limit = self.files.limits.file_bytes or MAX_INT  # 0: no bound but what a store keeps
         if not 1 <= size <= limit:
-            raise invalid_request(
-                "Invalid 'bytes': integer below minimum value or above maximum value. Expected "
-                f"a value between 1 and {limit} (GATEWAY_MAX_FILE_BYTES), but got {size} "
-                "instead.", param="bytes", code="integer_out_of_range")
+            raise out_of_range("bytes", 1, limit, size, "GATEWAY_MAX_FILE_BYTES")
         for name in ("filename", "mime_type", "purpose"):
             if not isinstance(body[name], str) or not body[name]:
                 raise invalid_type(name, "a non-empty string", body[name])

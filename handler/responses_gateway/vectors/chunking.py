@@ -10,7 +10,7 @@ import re
 from itertools import islice
 from typing import Any
 
-from responses_gateway.errors import invalid_request
+from responses_gateway.errors import invalid_request, out_of_range
 
 AUTO = {"max_chunk_size_tokens": 800, "chunk_overlap_tokens": 400}
 MIN_CHUNK, MAX_CHUNK = 100, 4096
@@ -39,11 +39,7 @@ def parse_strategy(value: Any, param: str = "chunking_strategy") -> dict[str, An
                 param=f"{param}.static.{name}", code="invalid_type")
     assert isinstance(size, int) and isinstance(overlap, int)
     if not MIN_CHUNK <= size <= MAX_CHUNK:
-        raise invalid_request(
-            f"Invalid '{param}.static.max_chunk_size_tokens': integer below minimum value or "
-            f"above maximum value. Expected a value between {MIN_CHUNK} and {MAX_CHUNK}, but "
-            f"got {size} instead.", param=f"{param}.static.max_chunk_size_tokens",
-            code="integer_out_of_range")
+        raise out_of_range(f"{param}.static.max_chunk_size_tokens", MIN_CHUNK, MAX_CHUNK, size)
     if overlap < 0 or overlap > size // 2:
         raise invalid_request(
             f"Invalid '{param}.static.chunk_overlap_tokens': must be between 0 and half of "

@@ -27,6 +27,7 @@ from responses_gateway.errors import (
     array_too_long,
     invalid_request,
     missing_parameter,
+    out_of_range,
 )
 from responses_gateway.files.service import Files
 from responses_gateway.vectors import objects
@@ -275,10 +276,7 @@ class VectorStores:
         limit = body.get("max_num_results", 10)
         if not isinstance(limit, int) or isinstance(limit, bool) or \
                 not 1 <= limit <= MAX_RESULTS:
-            raise invalid_request(
-                "Invalid 'max_num_results': integer below minimum value or above maximum "
-                f"value. Expected a value between 1 and {MAX_RESULTS}, but got {limit} "
-                "instead.", param="max_num_results", code="integer_out_of_range")
+            raise out_of_range("max_num_results", 1, MAX_RESULTS, limit)
         keep = compile_filter(body["filters"], "filters", self.search_limits.filters) \
             if body.get("filters") is not None else None
         ranking = Ranking.parse(body.get("ranking_options"))

@@ -12,6 +12,7 @@ from responses_gateway.errors import (
     invalid_request,
     invalid_type,
     missing_parameter,
+    out_of_range,
 )
 from responses_gateway.vectors.filters import FilterLimits, compile_filter
 from responses_gateway.vectors.ranking import Ranking
@@ -54,10 +55,7 @@ class Options:
         if not isinstance(limit, int) or isinstance(limit, bool):
             raise invalid_type(f"{param}.max_num_results", "an integer", limit)
         if not 1 <= limit <= MAX_RESULTS:
-            raise invalid_request(
-                f"Invalid '{param}.max_num_results': integer below minimum value or above "
-                f"maximum value. Expected a value between 1 and {MAX_RESULTS}, but got {limit} "
-                f"instead.", param=f"{param}.max_num_results", code="integer_out_of_range")
+            raise out_of_range(f"{param}.max_num_results", 1, MAX_RESULTS, limit)
         ranking_options = _plain(_field(tool, "ranking_options"))
         filters = _plain(_field(tool, "filters"))
         options = cls(list(dict.fromkeys(ids)), limit, ranking_options, filters,

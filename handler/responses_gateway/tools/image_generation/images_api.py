@@ -24,6 +24,7 @@ from responses_gateway.errors import (
     invalid_request,
     invalid_type,
     missing_parameter,
+    out_of_range,
 )
 from responses_gateway.tools.image_generation.backends.base import Drawn, ImageFailure
 from responses_gateway.tools.image_generation.params import ImageParams, unsupported
@@ -97,10 +98,7 @@ def parse(fields: Mapping[str, Any], *, edit: bool) -> ImagesRequest:
     elif not isinstance(n, int) or isinstance(n, bool):
         raise invalid_type("n", "an integer", n)
     elif not 1 <= n <= MAX_N:
-        raise invalid_request(
-            f"Invalid 'n': integer below minimum value or above maximum value. Expected a "
-            f"value between 1 and {MAX_N}, but got {n} instead.", param="n",
-            code="integer_out_of_range")
+        raise out_of_range("n", 1, MAX_N, n)
     if fields.get("response_format") is not None:
         # OpenAI's GPT image models always answer base64 and refuse the parameter (the
         # DALL-E models that took it are retired): so does the gateway, in OpenAI's words

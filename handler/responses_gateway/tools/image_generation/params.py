@@ -21,6 +21,7 @@ from responses_gateway.errors import (
     invalid_request,
     invalid_type,
     kind_of,
+    out_of_range,
 )
 
 ACTIONS = ("generate", "edit", "auto")
@@ -89,10 +90,7 @@ class ImageParams:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise invalid_type(at(name), "an integer", value)
             if not low <= value <= high:
-                raise invalid_request(
-                    f"Invalid '{at(name)}': integer below minimum value or above maximum "
-                    f"value. Expected a value between {low} and {high}, but got {value} "
-                    f"instead.", param=at(name), code="integer_out_of_range")
+                raise out_of_range(at(name), low, high, value)
             values[name] = value
         for name in NOT_HONOURED if param else ():  # (the Images API refuses them itself)
             if fields.get(name) is not None:
