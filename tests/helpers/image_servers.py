@@ -573,14 +573,19 @@ class _ImagesHandler(BaseHTTPRequestHandler):
             self._json(404, {"error": {"message": "not found"}})
             return
         owner.calls.append(ImageCall(self.path, fields, files, dict(self.headers.items())))
+        # The call takes its queued answer as it arrives, before any delay: a call its client
+        # gave up on (a timeout test) must not wake later and take the next test's answer.
+        error = owner.errors.pop(0) if owner.errors else None
+        replied = error is None and bool(owner.replies)
+        reply = owner.replies.pop(0) if replied else None
         if owner.delay:
             time.sleep(owner.delay)
-        if owner.errors:
-            status, error = owner.errors.pop(0)
-            self._json(status, {"error": error})
+        if error is not None:
+            status, body = error
+            self._json(status, {"error": body})
             return
-        if owner.replies:
-            self._json(200, owner.replies.pop(0))
+        if replied:
+            self._json(200, reply)
             return
         problem = _check(fields, files, allowed, edit=self.path.endswith("edits"))
         if problem:
