@@ -46,6 +46,17 @@ def allowed_callers(tool: Any) -> tuple[str, ...]:
     return tuple(v for v in value if isinstance(v, str))
 
 
+def tool_fields(tool: Any) -> dict[str, Any]:
+    """A request tool's fields that are set, whatever form it came in (a dict, the request
+    model of a tool kept as sent, an object): what a server tool's params check reads."""
+    if isinstance(tool, Mapping):
+        return {k: v for k, v in tool.items() if v is not None}
+    dump = getattr(tool, "model_dump", None)
+    if dump is not None:
+        return dict(dump(exclude_none=True))
+    return {k: v for k, v in vars(tool).items() if v is not None}
+
+
 def check_callers(tool: Any, param: str) -> None:
     """A server tool kept as sent (code_interpreter, hosted shell) has its ``allowed_callers``
     checked as a function tool's model checks it: an array of :data:`Caller` values, else
@@ -65,6 +76,8 @@ def check_callers(tool: Any, param: str) -> None:
 def offered_directly(tool: Any) -> bool:
     """Whether the model is offered ``tool`` itself (not only through a program)."""
     return DIRECT in allowed_callers(tool)
+
+
 Seal = Callable[[dict[str, Any]], str]
 Unseal = Callable[[str], dict[str, Any]]
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from responses_gateway.errors import (
+    GatewayError,
     invalid_choice,
     invalid_request,
     invalid_type,
@@ -43,10 +44,13 @@ class Ranking:
         if hybrid is not None:
             if not isinstance(hybrid, dict):
                 raise invalid_type("ranking_options.hybrid_search", "an object", hybrid)
-            weights = tuple(  # type: ignore[assignment]
-                _decimal(hybrid[name], f"ranking_options.hybrid_search.{name}", None)
-                if name in hybrid else _missing(f"ranking_options.hybrid_search.{name}")
-                for name in ("embedding_weight", "text_weight"))
+            found = []
+            for name in ("embedding_weight", "text_weight"):  # both required, as the SDK's
+                where = f"ranking_options.hybrid_search.{name}"
+                if name not in hybrid:
+                    raise missing_parameter(where)
+                found.append(_decimal(hybrid[name], where, None))
+            weights = (found[0], found[1])
             if sum(weights) <= 0:
                 raise invalid_request(
                     "Invalid 'ranking_options.hybrid_search': embedding_weight and text_weight "
@@ -68,15 +72,15 @@ def _decimal(value: Any, param: str, high: float | None) -> float:
     """A number of 0 or more (at most ``high``), else OpenAI's 400 in its words."""
     if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
         raise invalid_type(param, "a decimal", value)
-    for bad, words, op, limit in ((value < 0, "below minimum", ">=", 0),
-                                  (high is not None and value > high, "above maximum", "<=", high)):
-        if bad:
-            short = "below_min" if words == "below minimum" else "above_max"
-            raise invalid_request(
-                f"Invalid '{param}': decimal {words} value. Expected a value {op} {limit}, but "
-                f"got {value} instead.", param=param, code=f"decimal_{short}_value")
+    if value < 0:
+        raise _bound(param, "below minimum", ">= 0", value)
+    if high is not None and value > high:
+        raise _bound(param, "above maximum", f"<= {high}", value)
     return float(value)
 
 
-def _missing(param: str) -> float:
-    raise missing_parameter(param)
+def _bound(param: str, words: str, expected: str, value: float) -> GatewayError:
+    short = "below_min" if words.startswith("below") else "above_max"
+    return invalid_request(
+        f"Invalid '{param}': decimal {words} value. Expected a value {expected}, but got "
+        f"{value} instead.", param=param, code=f"decimal_{short}_value")

@@ -21,6 +21,7 @@ from responses_gateway.errors import (
     invalid_type,
     missing_parameter,
 )
+from responses_gateway.tools.server import tool_fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +40,7 @@ class ContainerParams:
 
     @classmethod
     def of(cls, tool: Any, param: str) -> ContainerParams:
-        fields = _fields(tool)
+        fields = tool_fields(tool)
         where = f"{param}.container"
         container = fields.get("container")
         if container is None:
@@ -115,11 +116,3 @@ def _memory_limit(value: Any, where: str) -> str | None:
         raise invalid_choice(where, MEMORY_LIMITS, value)
     return str(value)
 
-
-def _fields(tool: Any) -> dict[str, Any]:
-    if isinstance(tool, Mapping):
-        return dict(tool)
-    dump = getattr(tool, "model_dump", None)
-    if dump is not None:
-        return dict(dump())
-    return dict(vars(tool))

@@ -23,6 +23,7 @@ from responses_gateway.errors import (
     kind_of,
     out_of_range,
 )
+from responses_gateway.tools.server import tool_fields
 
 ACTIONS = ("generate", "edit", "auto")
 BACKGROUNDS = ("transparent", "opaque", "auto")
@@ -56,7 +57,7 @@ class ImageParams:
     def of(cls, tool: Any, param: str) -> ImageParams:
         """The tool's fields checked; ``param`` is where it sits (``tools[0]``), or ``""``
         for the Images API's top-level fields (api/image_routes.py)."""
-        fields = _fields(tool)
+        fields = tool_fields(tool)
         values: dict[str, Any] = {"param": param}
         at = partial(_at, param)
         for name, allowed in (("action", ACTIONS), ("background", BACKGROUNDS),
@@ -138,15 +139,6 @@ def image_bytes(data: str, param: str) -> bytes:
             param=param, code="invalid_value") from None
 
 
-def _fields(tool: Any) -> dict[str, Any]:
-    if isinstance(tool, Mapping):
-        return dict(tool)
-    dump = getattr(tool, "model_dump", None)
-    if dump is not None:
-        return dict(dump(exclude_none=True))
-    return dict(vars(tool))
-
-
 def _mask(mask: Any, param: str) -> str:
     if not isinstance(mask, Mapping):
         raise invalid_type(param, "an object", mask)
@@ -166,7 +158,6 @@ def _mask(mask: Any, param: str) -> str:
             param=f"{param}.image_url", code="invalid_value")
     image_bytes(url, f"{param}.image_url")
     return url
-
 
 
 def unsupported(name: str, value: Any, why: str = "") -> GatewayError:

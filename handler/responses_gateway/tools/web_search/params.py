@@ -21,6 +21,7 @@ from responses_gateway.errors import (
     invalid_type,
     missing_parameter,
 )
+from responses_gateway.tools.server import tool_fields
 
 CONTEXT_SIZES = ("low", "medium", "high")
 CONTENT_TYPES = ("text", "image")
@@ -31,7 +32,7 @@ MAX_DOMAINS = 100
 def check(tool: Any, param: str) -> None:
     """``tool``'s fields, each a 400 naming ``param.<field>`` when it is not what OpenAI
     takes."""
-    fields = _fields(tool)
+    fields = tool_fields(tool)
     size = fields.get("search_context_size")
     if size is not None and size not in CONTEXT_SIZES:
         raise invalid_choice(f"{param}.search_context_size", CONTEXT_SIZES, size)
@@ -96,9 +97,3 @@ def domain_of(text: str) -> str:
     text = re.sub(r"^[a-z][a-z0-9+.-]*://", "", text)
     return text.split("/", 1)[0].removeprefix("www.").rstrip(".")
 
-
-def _fields(tool: Any) -> dict[str, Any]:
-    if isinstance(tool, Mapping):
-        return dict(tool)
-    dump = getattr(tool, "model_dump", None)
-    return dict(dump()) if dump is not None else dict(vars(tool))

@@ -87,7 +87,7 @@ class Options:
     @classmethod
     def of(cls, tool: Any, include: Sequence[str]) -> Options:
         filters = _field(tool, "filters")
-        domains = [_domain(d) for d in _field(filters, "allowed_domains") or ()
+        domains = [params.domain_of(d) for d in _field(filters, "allowed_domains") or ()
                    if isinstance(d, str)]
         where = _field(tool, "user_location")
         location = {k: v for k in ("country", "city", "region", "timezone")
@@ -102,9 +102,6 @@ class Options:
 def _field(value: Any, name: str) -> Any:
     """A field of the request's tool param (a model, or the plain dict of a nested field)."""
     return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
-
-
-_domain = params.domain_of
 
 
 class WebSearchTool(ServerTool):
